@@ -1,0 +1,45 @@
+# SPDX-License-Identifier: Apache-2.0
+# `make test` (CI, no GPU) and `make demo` are the README's two commands; both set up
+# everything they need in .venv. gpu-test and bench run on a GPU machine with the Python
+# that has PyTorch, Triton and CuPy (PYTHON=python3 there), installing clc into it.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BUILD := build/examples
+NVCC ?= nvcc
+
+.PHONY: install test demo gpu-install gpu-test bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard shim/*.c shim/*.h shim/*.py)
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+test: install
+	$(PY) -m pytest tests
+
+$(BUILD)/vecadd: examples/vecadd.cu
+	mkdir -p $(BUILD)
+	$(NVCC) -O2 -arch=sm_90 -o $@ $<
+
+demo: install
+	$(VENV)/bin/clc doctor || { echo "clc: no usable NVIDIA GPU here, so there is no program to run; 'make test' runs the tests"; exit 1; }
+	$(MAKE) $(BUILD)/vecadd
+	$(VENV)/bin/clc-run --policy policies/audit.yaml -o $(BUILD)/vecadd.clc --force -- $(BUILD)/vecadd
+	$(VENV)/bin/clc-run --policy policies/deny-example.yaml -o $(BUILD)/vecadd-deny.clc --force -- $(BUILD)/vecadd
+
+gpu-install:
+	$(PYTHON) -m pip install -q --no-build-isolation --no-deps -e .
+
+gpu-test: gpu-install
+	$(PYTHON) -m pytest -m gpu tests/gpu -v -rs
+
+bench: gpu-install
+	$(PYTHON) benchmarks/bench_launch.py
+
+clean:
+	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/_bridge*.so clc/_bridge.c .pytest_cache

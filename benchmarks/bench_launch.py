@@ -1,0 +1,170 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What clc adds to a kernel launch: examples/bench_empty natively and under clc-run.
+
+    python benchmarks/bench_launch.py [--rounds 5] [--bursts 100] [--burst-size 1000]
+                                      [--json OUT] [--arch sm_90]
+
+Builds examples/bench_empty.cu with nvcc, then runs it in four configurations:
+    native   the program alone
+    allow    clc-run with a policy that allows everything and records nothing
+    record   clc-run with policies/audit.yaml (a launch record per launch)
+    time     clc-run with policies/time-all.yaml (CUDA events around every launch)
+Runs are interleaved (native, allow, record, time, native, ...) so that drift in clocks or
+machine load falls on every configuration alike; the figure per configuration is the median
+over rounds of each run's median microseconds per launch.
+
+Prints the device and a markdown table with the ratio to native and the target (allow within
+1 %, record within 5 %, time: none). Exit status 0 when every run worked, whether or not the
+targets were met (`--strict` makes a missed target exit 1).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+POLICIES = REPO / "policies"
+
+CONFIGS = ("native", "allow", "record", "time")
+TARGETS = {"native": None, "allow": 1.01, "record": 1.05, "time": None}
+
+
+def find_script(name):
+    """A console script of this installation: next to sys.executable first, then PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    return shutil.which(name)
+
+
+def find_nvcc():
+    for c in (shutil.which("nvcc"), os.environ.get("CUDA_HOME") and
+              str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if c and Path(c).exists():
+            return c
+    return None
+
+
+def device_name():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60)
+        names = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+        if out.returncode == 0 and names:
+            return names[0] if len(set(names)) == 1 else ", ".join(names)
+        return f"unknown (nvidia-smi exit {out.returncode}: {out.stderr.strip()[:200]})"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+
+
+def run_once(argv, label):
+    """Run one benchmark process; return its us_per_launch, or exit with its output."""
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=600)
+    value = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("us_per_launch "):
+            value = float(line.split()[1])
+    if proc.returncode != 0 or value is None:
+        sys.exit(f"bench_launch: the {label} run failed (exit {proc.returncode})\n"
+                 f"$ {' '.join(map(str, argv))}\n--- stdout ---\n{proc.stdout}\n"
+                 f"--- stderr ---\n{proc.stderr}")
+    return value
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (at least 5)")
+    ap.add_argument("--bursts", type=int, default=100, help="bursts per run")
+    ap.add_argument("--burst-size", type=int, default=1000, help="launches per burst")
+    ap.add_argument("--arch", default=os.environ.get("CLC_BENCH_ARCH", "sm_90"),
+                    help="nvcc -arch for bench_empty (default sm_90)")
+    ap.add_argument("--json", metavar="OUT", help="write the raw numbers here")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args()
+    if args.rounds < 5:
+        ap.error("--rounds must be at least 5")
+
+    clc_run = find_script("clc-run")
+    nvcc = find_nvcc()
+    if not clc_run:
+        sys.exit(f"bench_launch: clc-run not found next to {sys.executable} or on PATH")
+    if not nvcc:
+        sys.exit("bench_launch: nvcc not found")
+
+    with tempfile.TemporaryDirectory(prefix="clc-bench-") as tmp:
+        tmp = Path(tmp)
+        exe = tmp / "bench_empty"
+        build = subprocess.run([nvcc, "-O2", f"-arch={args.arch}", "-o", str(exe),
+                                str(EXAMPLES / "bench_empty.cu")], capture_output=True, text=True)
+        if build.returncode != 0:
+            sys.exit(f"bench_launch: building bench_empty failed\n{build.stdout}{build.stderr}")
+        allow = tmp / "allow-all.yaml"
+        allow.write_text("version: 1\ndefault: allow\n")
+        policies = {"allow": allow, "record": POLICIES / "audit.yaml",
+                    "time": POLICIES / "time-all.yaml"}
+        program = [exe, args.bursts, args.burst_size]
+
+        def argv_for(config):
+            if config == "native":
+                return program
+            # A fresh capture each run (--force), in the temporary directory, no summary.
+            return [clc_run, "--policy", policies[config], "-o", tmp / f"{config}.clc",
+                    "--force", "--no-report", "--", *program]
+
+        device = device_name()
+        print(f"device: {device}")
+        print(f"bench_empty: {args.bursts} bursts x {args.burst_size} launches, "
+              f"{args.rounds} interleaved rounds", flush=True)
+        samples = {c: [] for c in CONFIGS}
+        started = time.time()
+        for r in range(args.rounds):
+            for config in CONFIGS:
+                samples[config].append(run_once(argv_for(config), config))
+            print(f"round {r + 1}: " + ", ".join(f"{c} {samples[c][-1]:.3f}" for c in CONFIGS),
+                  file=sys.stderr, flush=True)
+
+    medians = {c: statistics.median(v) for c, v in samples.items()}
+    native = medians["native"]
+    missed = []
+    print()
+    print("| config | median us/launch | ratio to native | target |")
+    print("|---|---:|---:|---|")
+    for c in CONFIGS:
+        ratio = medians[c] / native if native > 0 else float("nan")
+        target = TARGETS[c]
+        if target is None:
+            verdict = "none" if c != "native" else "-"
+        else:
+            met = ratio <= target
+            verdict = f"<= {target:.2f}x {'met' if met else 'MISSED'}"
+            if not met:
+                missed.append(c)
+        print(f"| {c} | {medians[c]:.3f} | {ratio:.3f}x | {verdict} |")
+
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "device": device,
+            "bursts": args.bursts,
+            "burst_size": args.burst_size,
+            "rounds": args.rounds,
+            "arch": args.arch,
+            "seconds": round(time.time() - started, 1),
+            "us_per_launch": samples,
+            "median_us_per_launch": medians,
+            "ratio_to_native": {c: medians[c] / native if native > 0 else None for c in CONFIGS},
+            "targets": TARGETS,
+            "missed": missed,
+        }, indent=2) + "\n")
+    return 1 if (args.strict and missed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
+import sys
+
+from clc.cli import main
+
+sys.exit(main())

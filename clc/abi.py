@@ -1,0 +1,96 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The constants and record layouts shared with the C shim.
+
+The C side is shim/clc_abi.h; tests/unit/test_abi.py parses it and checks that every value and
+size here matches. Change both together.
+"""
+
+import struct
+
+__all__ = [
+    "ACTION_ALLOW", "ACTION_DENY", "ACTION_REPLACE", "ACTION_NAMES",
+    "FLAG_RECORD", "FLAG_TIME",
+    "RULE_DEFAULT", "RULE_ON_ERROR", "MAX_CLAUSES",
+    "ENTRY_LAUNCH", "ENTRY_LAUNCH_EX", "ENTRY_LAUNCH_COOPERATIVE", "ENTRY_GRAPH_ADD_NODE",
+    "ENTRY_GRAPH_NODE_SET", "ENTRY_GRAPH_EXEC_NODE_SET", "ENTRY_PTSZ", "ENTRY_NAMES",
+    "LOAD_NAMES", "IMAGE_NAMES",
+    "CAPTURE_MAGIC", "CAPTURE_VERSION", "CAPTURE_HEADER", "RECORD_HEADER",
+    "REC_PROCESS", "REC_POLICY", "REC_KERNEL", "REC_LAUNCH", "REC_TIMING", "REC_MODULE",
+    "REC_KERNEL_STATS", "REC_MESSAGE", "REC_END",
+    "REC_PROCESS_BODY", "REC_KERNEL_BODY", "REC_LAUNCH_BODY", "REC_TIMING_BODY",
+    "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
+    "MSG_INFO", "MSG_WARNING", "MSG_ERROR",
+]
+
+ACTION_ALLOW = 0
+ACTION_DENY = 1
+ACTION_REPLACE = 2
+ACTION_NAMES = {ACTION_ALLOW: "allow", ACTION_DENY: "deny", ACTION_REPLACE: "replace"}
+
+FLAG_RECORD = 1
+FLAG_TIME = 2
+
+RULE_DEFAULT = -1
+RULE_ON_ERROR = -2
+
+MAX_CLAUSES = 8
+
+ENTRY_LAUNCH = 0
+ENTRY_LAUNCH_EX = 1
+ENTRY_LAUNCH_COOPERATIVE = 2
+ENTRY_GRAPH_ADD_NODE = 3
+ENTRY_GRAPH_NODE_SET = 4
+ENTRY_GRAPH_EXEC_NODE_SET = 5
+ENTRY_PTSZ = 16
+ENTRY_NAMES = {
+    ENTRY_LAUNCH: "cuLaunchKernel",
+    ENTRY_LAUNCH_EX: "cuLaunchKernelEx",
+    ENTRY_LAUNCH_COOPERATIVE: "cuLaunchCooperativeKernel",
+    ENTRY_GRAPH_ADD_NODE: "cuGraphAddKernelNode",
+    ENTRY_GRAPH_NODE_SET: "cuGraphKernelNodeSetParams",
+    ENTRY_GRAPH_EXEC_NODE_SET: "cuGraphExecKernelNodeSetParams",
+}
+
+# CLC_LOAD_* and CLC_IMAGE_*
+LOAD_NAMES = {
+    1: "cuModuleLoad", 2: "cuModuleLoadData", 3: "cuModuleLoadDataEx",
+    4: "cuModuleLoadFatBinary", 5: "cuLibraryLoadData", 6: "cuLibraryLoadFromFile",
+    7: "cuModuleUnload", 8: "cuLibraryUnload",
+}
+IMAGE_NAMES = {0: "unknown", 1: "fatbin-wrapper", 2: "fatbin", 3: "cubin", 4: "ptx", 5: "file"}
+
+CAPTURE_MAGIC = b"CLCCAPT1"
+CAPTURE_VERSION = 1
+
+# clc_capture_header: magic, version, header_size, pid, ppid, start_monotonic_ns,
+# start_realtime_ns, reserved[2]
+CAPTURE_HEADER = struct.Struct("<8sIIIIQQ16x")
+# clc_record_header: type, reserved, size
+RECORD_HEADER = struct.Struct("<HHI")
+
+REC_PROCESS = 1
+REC_POLICY = 2
+REC_KERNEL = 3
+REC_LAUNCH = 4
+REC_TIMING = 5
+REC_MODULE = 6
+REC_KERNEL_STATS = 7
+REC_MESSAGE = 8
+REC_END = 9
+
+REC_PROCESS_BODY = struct.Struct("<II")  # pid, ppid
+REC_KERNEL_BODY = struct.Struct("<IiQQQ")  # kernel_id, device, handle, ctx, t_ns
+# seq, t_ns, stream, kernel_id, entry, grid[3], block[3], shared_mem, tid, action, rule,
+# result, reserved
+REC_LAUNCH_BODY = struct.Struct("<QQQII3I3IIIIii4x")
+REC_TIMING_BODY = struct.Struct("<QI4xQ")  # seq, kernel_id, gpu_ns
+# t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result
+REC_MODULE_BODY = struct.Struct("<QIIQQQIi")
+# kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns
+REC_KERNEL_STATS_BODY = struct.Struct("<I4xQQQQQQ")
+REC_MESSAGE_BODY = struct.Struct("<I4xQ")  # level, t_ns
+REC_END_BODY = struct.Struct("<QQ")  # t_ns, dropped
+
+MSG_INFO = 0
+MSG_WARNING = 1
+MSG_ERROR = 2

@@ -1,0 +1,11 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The registry of `clc` subcommands: one module and one class each."""
+
+from clc.commands.doctor import DoctorCommand
+from clc.commands.policy import PolicyCommand
+from clc.commands.report import ReportCommand
+from clc.commands.run import RunCommand
+
+__all__ = ["COMMANDS"]
+
+COMMANDS = [RunCommand, ReportCommand, PolicyCommand, DoctorCommand]

@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`clc-run [--policy FILE] [-o FILE] [--force] [-v] [--no-report] -- PROGRAM ARGS...`
+
+Runs PROGRAM with the shim preloaded, passes its exit status on (128+N when signal N killed
+it), and afterwards reads the capture the program wrote and prints the per-kernel summary.
+"""
+
+import argparse
+import glob
+import os
+import pathlib
+import re
+import signal
+import sys
+
+from clc.capture import CaptureError, read_captures
+from clc.errors import EXIT_USAGE, ClcError
+from clc.policy import PolicyError, load_policy, parse_policy
+from clc.reports import summary
+from clc.shim import preload_environment
+
+__all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files"]
+
+# Used when no --policy is given: let everything run and record every launch.
+DEFAULT_POLICY = """\
+version: 1
+default: allow
+rules:
+  - name: record-all
+    match: {kernel: "*"}
+    action: allow
+    record: true
+"""
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# si_code values above 0 (SI_KERNEL...) mean the terminal sent the signal to the whole
+# foreground process group, so the program got it too; 0 and below, a process sent it to us.
+_SENT_BY_A_PROCESS = 0
+
+
+def split_program(argv):
+    """`--` ends clc-run's options; without it the program starts at the first word that is
+    not an option (argparse.REMAINDER), so both `clc-run -- prog` and `clc-run prog` work."""
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    return argv
+
+
+def default_output(program, pid):
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(program)) or "program"
+    return pathlib.Path(f"clc-{name}.{pid}.clc").resolve()
+
+
+def capture_files(output):
+    """The program's capture and those of its child processes and re-executed images."""
+    output = pathlib.Path(output)
+    stem = str(output)[:-4] if str(output).endswith(".clc") else str(output)
+    files = [output] if output.exists() else []
+    files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(stem) + ".child-*.clc"))
+    files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(str(output)) + ".[0-9]*"))
+    return files
+
+
+class RunCommand:
+    name = "run"
+    help = "run a program with every kernel launch under a policy (same as clc-run)"
+
+    @staticmethod
+    def add_arguments(parser):
+        parser.add_argument("--policy", metavar="FILE",
+                            help="policy file (default: allow everything, record every launch)")
+        parser.add_argument("-o", "--output", metavar="FILE",
+                            help="capture file (default: clc-<program>.<pid>.clc)")
+        parser.add_argument("--force", action="store_true", help="overwrite the capture file")
+        parser.add_argument("-v", "--verbose", action="store_true",
+                            help="log what the shim and the engine do")
+        parser.add_argument("--no-report", action="store_true",
+                            help="do not print the summary at exit")
+        parser.add_argument("--tenant", help="tenant name for policies (default: $CLC_TENANT)")
+        parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM ARGS",
+                            help="the program to run and its arguments")
+
+    def run(self, args):
+        argv = split_program(args.program)
+        if not argv:
+            raise ClcError("no program given: clc-run [options] -- PROGRAM [ARGS...]", EXIT_USAGE)
+        try:
+            policy = load_policy(args.policy) if args.policy else parse_policy(DEFAULT_POLICY)
+        except PolicyError as e:
+            raise ClcError(str(e), EXIT_USAGE) from None
+        environ = dict(os.environ)
+        if args.tenant is not None:
+            environ["CLC_TENANT"] = args.tenant
+        output = pathlib.Path(args.output).resolve() if args.output else None
+        try:
+            env = preload_environment(environ, policy_json=policy.to_json(),
+                                      on_error=policy.on_error, output=output or "",
+                                      force=args.force, verbose=args.verbose)
+        except FileNotFoundError as e:
+            raise ClcError(str(e)) from None
+        status, output = _spawn(argv, env, output, args.force)
+        if not args.no_report:
+            _report(output)
+        return status
+
+
+def _spawn(argv, env, output, force):
+    """fork, check the capture's name (it holds the child's pid) before the program starts,
+    then let the child exec. Both sides derive the default name from the same pid."""
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED + (signal.SIGCHLD,))
+    go_r, go_w = os.pipe()
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the child: wait for the go, then become the program
+        code = 127
+        try:
+            os.close(go_w)
+            os.close(err_r)
+            if os.read(go_r, 1) != b"g":
+                os._exit(code)
+            env["CLC_ROOT_PID"] = str(os.getpid())
+            env["CLC_OUTPUT"] = str(output or default_output(argv[0], os.getpid()))
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            os.execvpe(argv[0], argv, env)
+        except OSError as e:
+            os.write(err_w, f"{e.errno}".encode())
+            code = 126 if e.errno in (13, 8) else 127
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    os.close(err_w)
+    try:
+        output = output or default_output(argv[0], pid)
+        if output.exists() and not force:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise ClcError(f"{output} exists (use --force to overwrite it, or -o to name "
+                           f"another file)", EXIT_USAGE)
+        _go(pid, go_w, err_r, argv[0], output)
+        return _wait(pid), output
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def _go(pid, go_w, err_r, program, output):
+    os.write(go_w, b"g")
+    os.close(go_w)
+    failure = os.read(err_r, 16)
+    os.close(err_r)
+    if failure:
+        os.waitpid(pid, 0)
+        code = int(failure)
+        raise ClcError(f"cannot run {program}: {os.strerror(code)}",
+                       126 if code in (13, 8) else 127)
+
+
+def _wait(pid):
+    while True:
+        info = signal.sigwaitinfo(FORWARDED + (signal.SIGCHLD,))
+        if info.si_signo == signal.SIGCHLD:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                code = os.waitstatus_to_exitcode(status)
+                return 128 - code if code < 0 else code
+        elif info.si_code <= _SENT_BY_A_PROCESS:
+            os.kill(pid, info.si_signo)
+
+
+def _report(output):
+    files = capture_files(output)
+    if not files:
+        print("clc: the program launched no kernel; no capture was written", file=sys.stderr)
+        return
+    try:
+        print(summary(read_captures(files)), file=sys.stderr)
+    except CaptureError as e:
+        print(f"clc: cannot read the capture: {e}", file=sys.stderr)
+    print(f"clc: capture written to {files[0]}", file=sys.stderr)
+    print(f"clc: timeline: clc report {files[0]} --format chrome -o {files[0].stem}.json",
+          file=sys.stderr)
+
+
+def main(argv=None):
+    from clc.cli import run_command
+
+    parser = argparse.ArgumentParser(
+        prog="clc-run", description="Run a program with every CUDA kernel launch under a policy.")
+    RunCommand.add_arguments(parser)
+    args = parser.parse_args(argv)
+    sys.exit(run_command(RunCommand, args))

@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where the built shim is, and the environment that preloads it into a program."""
+
+import importlib.machinery
+import os
+import pathlib
+import sys
+import sysconfig
+
+import clc
+
+__all__ = ["preload_path", "bridge_path", "libpython_path", "preload_environment"]
+
+PACKAGE = pathlib.Path(clc.__file__).resolve().parent
+
+
+def preload_path():
+    """Stage 1, or None when the package was not built (an unbuilt source checkout)."""
+    path = PACKAGE / "libclc_preload.so"
+    return path if path.exists() else None
+
+
+def bridge_path():
+    """Stage 2 for this interpreter, or None."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = PACKAGE / f"_bridge{suffix}"
+        if path.exists():
+            return path
+    return None
+
+
+def libpython_path():
+    """The shared libpython a C host loads to start clc's interpreter, or None when this
+    Python was built without one (then only Python hosts of this version can be decided)."""
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        return None
+    name = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY")
+    for libdir in (sysconfig.get_config_var("LIBDIR"), os.path.join(sys.base_prefix, "lib")):
+        if libdir and name and os.path.exists(os.path.join(libdir, name)):
+            return pathlib.Path(libdir, name)
+    return None
+
+
+def preload_environment(base, *, policy_json, on_error, output, force=False, verbose=False):
+    """The child's environment: `base` plus the preload (prepended to LD_PRELOAD, never
+    replacing it) and the CLC_* settings the shim reads at start-up."""
+    preload = preload_path()
+    if preload is None:
+        raise FileNotFoundError("the shim is not built: install clc with pip install .")
+    env = dict(base)
+    old = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = f"{preload}:{old}" if old else str(preload)
+    bridge = bridge_path()
+    env.update({
+        "CLC_POLICY": policy_json,
+        "CLC_ON_ERROR": on_error,
+        "CLC_OUTPUT": str(output),
+        "CLC_FORCE": "1" if force else "0",
+        "CLC_VERBOSE": "1" if verbose else "0",
+        "CLC_BRIDGE": str(bridge) if bridge else "",
+        "CLC_PYTHON_VERSION": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "CLC_PYTHON_LIB": str(libpython_path() or ""),
+        "CLC_PYTHON_EXE": sys.executable,
+        "CLC_PKG_PATH": str(PACKAGE.parent),
+    })
+    return env

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cffi build script for stage 2, the bridge from the C shim into Python.
+
+Built in embedding mode as the extension `clc._bridge`, once per CPython minor version, with
+no DT_NEEDED on libpython: in a Python host the symbols come from the running interpreter; in
+a C host stage 1 has loaded libpython with RTLD_GLOBAL first and calls clc_bridge_start().
+"""
+
+import pathlib
+import re
+
+import cffi
+
+__all__ = ["ffibuilder"]
+
+SHIM = pathlib.Path(__file__).resolve().parent
+
+
+def _abi_declarations():
+    """clc_abi.h as cffi reads it: its numeric #defines and typedefs, without the other
+    preprocessor lines (guards, includes, the string magic)."""
+    text = (SHIM / "clc_abi.h").read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    numeric = re.compile(r"#define\s+\w+\s+\d+\s*$")
+    return "\n".join(line for line in text.splitlines()
+                     if not line.lstrip().startswith("#") or numeric.match(line.strip()))
+
+
+ffibuilder = cffi.FFI()
+ffibuilder.cdef(_abi_declarations())
+ffibuilder.embedding_api(
+    """
+    int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out);
+    int clc_bridge_module(const clc_module_event *ev);
+    """
+)
+
+# clc_bridge_start runs before any Python exists (C hosts only), so it is plain C. The
+# interpreter is isolated from the program's environment (PYTHONPATH, PYTHONHOME) and takes
+# none of its signals; its executable is clc's Python, which finds clc's site-packages.
+_START = r"""
+#include "clc_abi.h"
+
+__attribute__((visibility("default"))) int clc_bridge_start(const char *executable) {
+    if (Py_IsInitialized()) return 0;
+    PyConfig config;
+    PyConfig_InitIsolatedConfig(&config);
+    config.install_signal_handlers = 0;
+    config.parse_argv = 0;
+    PyStatus st = PyConfig_SetBytesString(&config, &config.executable, executable);
+    if (!PyStatus_Exception(st))
+        st = PyConfig_SetBytesString(&config, &config.program_name, executable);
+    if (!PyStatus_Exception(st)) st = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(st)) return -1;
+    PyEval_SaveThread(); /* the GIL is taken per call by the bridge's entry points */
+    return 0;
+}
+"""
+
+ffibuilder.set_source("clc._bridge", _START, include_dirs=[str(SHIM)], py_limited_api=False)
+
+# Runs once, inside the traced program, at the first call. CLC_PKG_PATH is appended (never
+# prepended) so that the program's own packages keep precedence.
+ffibuilder.embedding_init_code(
+    """
+import os, sys
+_path = os.environ.get("CLC_PKG_PATH")
+if _path and _path not in sys.path:
+    sys.path.append(_path)
+
+from clc._bridge import ffi
+from clc import engine
+
+@ffi.def_extern(error=-1)
+def clc_bridge_decide(query, out):
+    return engine.bridge_decide(ffi, query, out)
+
+@ffi.def_extern(error=-1)
+def clc_bridge_module(event):
+    return engine.bridge_module(ffi, event)
+"""
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * bridge_loader.c: loads stage 2 (the cffi bridge into Python) on first need.
+ *
+ * In a Python host the bridge joins the running interpreter, but only one of the minor
+ * version it was built for: a bridge of another version was seen to hang, so the version is
+ * checked before anything of Python is touched. In a C/C++ host, libpython is loaded with
+ * RTLD_GLOBAL and an interpreter is started whose executable is the Python clc was installed
+ * with, so that its site-packages are found. A forked child never calls into Python: another
+ * thread of the parent may have held the GIL at the fork, and the child would wait forever.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+enum { BRIDGE_UNTRIED, BRIDGE_READY, BRIDGE_OFF };
+
+static _Atomic int g_bridge = BRIDGE_UNTRIED;
+static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+static int (*p_decide)(const clc_kernel_query *, clc_decision *);
+static int (*p_module)(const clc_module_event *);
+static int (*p_is_initialized)(void); /* Py_IsInitialized of the host, NULL in a C host */
+
+static void bridge_off(const char *why) {
+    atomic_store(&g_bridge, BRIDGE_OFF);
+    clc_log(CLC_MSG_ERROR, "%s; launches get on_error=%s", why,
+            g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
+}
+
+/* "3.12.1 (main, ...)" -> "3.12" */
+static void minor_version(const char *full, char *out, size_t n) {
+    size_t i = 0;
+    int dots = 0;
+    while (full[i] && i + 1 < n) {
+        if (full[i] == '.' && ++dots == 2) break;
+        if (full[i] == ' ') break;
+        out[i] = full[i];
+        i++;
+    }
+    out[i] = '\0';
+}
+
+static void load(void) {
+    const char *bridge = getenv("CLC_BRIDGE");
+    const char *want = getenv("CLC_PYTHON_VERSION");
+    if (!bridge || !*bridge || !want) {
+        bridge_off("no Python bridge configured (run the program under clc-run)");
+        return;
+    }
+    const char *(*get_version)(void) = dlsym(RTLD_DEFAULT, "Py_GetVersion");
+    char msg[512];
+    if (get_version) {
+        char have[32];
+        minor_version(get_version(), have, sizeof have);
+        if (strcmp(have, want) != 0) {
+            snprintf(msg, sizeof msg,
+                     "this program runs Python %s but clc's bridge was built for Python %s "
+                     "(install clc into this Python to decide its launches)",
+                     have, want);
+            bridge_off(msg);
+            return;
+        }
+        p_is_initialized = dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+    } else {
+        const char *libpython = getenv("CLC_PYTHON_LIB");
+        if (!libpython || !*libpython || !dlopen(libpython, RTLD_NOW | RTLD_GLOBAL)) {
+            snprintf(msg, sizeof msg, "cannot load libpython (%s): %s",
+                     libpython && *libpython ? libpython : "clc's Python has no shared library",
+                     dlerror());
+            bridge_off(msg);
+            return;
+        }
+    }
+    void *h = dlopen(bridge, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(msg, sizeof msg, "cannot load the bridge %s: %s", bridge, dlerror());
+        bridge_off(msg);
+        return;
+    }
+    p_decide = dlsym(h, "clc_bridge_decide");
+    p_module = dlsym(h, "clc_bridge_module");
+    int (*start)(const char *) = dlsym(h, "clc_bridge_start");
+    if (!p_decide || !p_module || !start) {
+        bridge_off("the bridge lacks its entry points (rebuild clc)");
+        return;
+    }
+    if (!get_version) {
+        const char *exe = getenv("CLC_PYTHON_EXE");
+        if (start(exe ? exe : "python3") != 0) {
+            bridge_off("cannot start clc's Python interpreter");
+            return;
+        }
+    }
+    atomic_store(&g_bridge, BRIDGE_READY);
+}
+
+static int ready(void) {
+    int s = atomic_load_explicit(&g_bridge, memory_order_acquire);
+    if (s == BRIDGE_UNTRIED) {
+        pthread_mutex_lock(&g_load_lock);
+        if (atomic_load(&g_bridge) == BRIDGE_UNTRIED) load();
+        pthread_mutex_unlock(&g_load_lock);
+        s = atomic_load(&g_bridge);
+    }
+    /* A Python host that is not running Python (yet, or any more) cannot be called into. */
+    return s == BRIDGE_READY && (!p_is_initialized || p_is_initialized());
+}
+
+int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out) {
+    if (!ready()) return -1;
+    return p_decide(q, out);
+}
+
+void clc_bridge_module(const clc_module_event *ev) {
+    if (ready()) p_module(ev);
+}
+
+void clc_bridge_after_fork_child(void) {
+    pthread_mutex_init(&g_load_lock, NULL);
+    if (atomic_load(&g_bridge) != BRIDGE_OFF) {
+        atomic_store(&g_bridge, BRIDGE_OFF);
+        clc_debug("forked child: the bridge is off, new kernels get on_error");
+    }
+}

@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * capture.c: writes the capture file (layout in clc_abi.h).
+ *
+ * Each launching thread appends whole records to its own ring buffer and publishes them by
+ * advancing `head` (release). A flusher thread writes what is published to the file every
+ * FLUSH_MS, so what was flushed survives a crash of the program. A thread whose buffer is full
+ * flushes it itself, under the file lock: that is the only lock a recording launch can meet,
+ * and only when the flusher has fallen a whole buffer behind.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+#define BUF_SIZE (256u * 1024u)
+#define FLUSH_MS 100
+
+typedef struct tbuf {
+    char *data;
+    _Atomic size_t head; /* bytes published by the owner */
+    _Atomic size_t tail; /* bytes written to the file */
+    struct tbuf *next;
+    _Atomic int owned; /* 0: free for the next new thread to take */
+} tbuf;
+
+static tbuf *_Atomic g_bufs; /* every buffer ever made, newest first; never freed */
+static pthread_mutex_t g_file_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_fd = -1;
+static _Atomic int g_state; /* 0: not opened, 1: open, 2: failed or finished */
+static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t g_dropped;
+static CLC_TLS tbuf *t_buf;
+static CLC_TLS uint32_t t_tid;
+static pthread_key_t g_thread_key;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+
+uint64_t clc_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t clc_tid(void) {
+    if (unlikely(!t_tid)) t_tid = (uint32_t)syscall(SYS_gettid);
+    return t_tid;
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Called with g_file_lock held. */
+static void flush_buf(tbuf *b) {
+    size_t head = atomic_load_explicit(&b->head, memory_order_acquire);
+    size_t tail = atomic_load_explicit(&b->tail, memory_order_relaxed);
+    if (head == tail || g_fd < 0) return;
+    size_t from = tail % BUF_SIZE, n = head - tail;
+    size_t first = n < BUF_SIZE - from ? n : BUF_SIZE - from;
+    write_all(g_fd, b->data + from, first);
+    if (n > first) write_all(g_fd, b->data, n - first);
+    atomic_store_explicit(&b->tail, head, memory_order_release);
+}
+
+static void flush_all(void) {
+    pthread_mutex_lock(&g_file_lock);
+    for (tbuf *b = atomic_load(&g_bufs); b; b = b->next) flush_buf(b);
+    pthread_mutex_unlock(&g_file_lock);
+}
+
+static void *flusher(void *arg) {
+    (void)arg;
+    t_in_clc = 1;
+    struct timespec ts = {0, FLUSH_MS * 1000000L};
+    while (atomic_load(&g_state) == 1) {
+        nanosleep(&ts, NULL);
+        flush_all();
+    }
+    return NULL;
+}
+
+static void release_buf(void *p) {
+    tbuf *b = p;
+    atomic_store_explicit(&b->owned, 0, memory_order_release);
+}
+
+static void make_key(void) { pthread_key_create(&g_thread_key, release_buf); }
+
+/* A new thread takes a free buffer (its owner exited) before making one, so programs that
+ * start many short-lived threads do not grow without bound. */
+static tbuf *thread_buf(void) {
+    if (likely(t_buf != NULL)) return t_buf;
+    pthread_once(&g_key_once, make_key);
+    tbuf *b;
+    for (b = atomic_load(&g_bufs); b; b = b->next) {
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&b->owned, &expected, 1)) break;
+    }
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (!b) return NULL;
+        b->data = malloc(BUF_SIZE);
+        if (!b->data) {
+            free(b);
+            return NULL;
+        }
+        atomic_store(&b->owned, 1);
+        tbuf *old = atomic_load(&g_bufs);
+        do b->next = old;
+        while (!atomic_compare_exchange_weak(&g_bufs, &old, b));
+    }
+    pthread_setspecific(g_thread_key, b);
+    t_buf = b;
+    return b;
+}
+
+static char *capture_path(char *out, size_t n) {
+    if (!g_cfg.output) return NULL;
+    int pid = getpid();
+    if (g_cfg.root_pid == 0 || g_cfg.root_pid == pid) {
+        snprintf(out, n, "%s", g_cfg.output);
+        return out;
+    }
+    /* Another process of the program (a child, or a forked worker): a file of its own. */
+    size_t len = strlen(g_cfg.output);
+    int stem = len > 4 && strcmp(g_cfg.output + len - 4, ".clc") == 0 ? (int)len - 4 : (int)len;
+    snprintf(out, n, "%.*s.child-%d.clc", stem, g_cfg.output, pid);
+    return out;
+}
+
+static void write_preamble(void);
+
+static void open_capture(void) {
+    char path[4096];
+    if (!capture_path(path, sizeof path)) {
+        atomic_store(&g_state, 2);
+        return;
+    }
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (g_cfg.force ? O_TRUNC : O_EXCL);
+    int fd = open(path, flags, 0644);
+    if (fd < 0 && errno == EEXIST) {
+        /* Same pid, new image (a script that exec'd the program): keep the first file. */
+        char alt[4200];
+        for (int i = 1; fd < 0 && errno == EEXIST && i < 100; i++) {
+            snprintf(alt, sizeof alt, "%s.%d", path, i);
+            fd = open(alt, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        }
+    }
+    if (fd < 0) {
+        atomic_store(&g_state, 2);
+        clc_log(CLC_MSG_ERROR, "cannot write the capture %s: %s", path, strerror(errno));
+        return;
+    }
+    clc_capture_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CLC_CAPTURE_MAGIC, 8);
+    h.version = CLC_CAPTURE_VERSION;
+    h.header_size = sizeof h;
+    h.pid = (uint32_t)getpid();
+    h.ppid = (uint32_t)getppid();
+    struct timespec rt;
+    h.start_monotonic_ns = clc_now_ns();
+    clock_gettime(CLOCK_REALTIME, &rt);
+    h.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    write_all(fd, (const char *)&h, sizeof h);
+    g_fd = fd;
+    atomic_store(&g_state, 1);
+    write_preamble();
+
+    pthread_t th;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the flusher takes no signal of the program */
+    if (pthread_create(&th, NULL, flusher, NULL) == 0) pthread_detach(th);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+int clc_capture_enabled(void) {
+    int s = atomic_load_explicit(&g_state, memory_order_acquire);
+    if (likely(s == 1)) return 1;
+    if (s == 2) return 0;
+    pthread_mutex_lock(&g_open_lock);
+    if (atomic_load(&g_state) == 0) open_capture();
+    pthread_mutex_unlock(&g_open_lock);
+    return atomic_load(&g_state) == 1;
+}
+
+static void put(tbuf *b, size_t at, const void *src, size_t n) {
+    size_t from = at % BUF_SIZE;
+    size_t first = n < BUF_SIZE - from ? n : BUF_SIZE - from;
+    memcpy(b->data + from, src, first);
+    if (n > first) memcpy(b->data, (const char *)src + first, n - first);
+}
+
+void clc_capture_write(uint16_t type, const void *body, size_t body_size, const char *text,
+                       size_t text_len) {
+    tbuf *b = thread_buf();
+    size_t size = sizeof(clc_record_header) + body_size + (text ? text_len + 1 : 0);
+    size = (size + 7) & ~(size_t)7;
+    if (!b || size > BUF_SIZE / 2) {
+        atomic_fetch_add(&g_dropped, 1);
+        return;
+    }
+    size_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
+    if (head + size - atomic_load_explicit(&b->tail, memory_order_acquire) > BUF_SIZE) {
+        pthread_mutex_lock(&g_file_lock);
+        flush_buf(b);
+        pthread_mutex_unlock(&g_file_lock);
+        if (head + size - atomic_load_explicit(&b->tail, memory_order_acquire) > BUF_SIZE) {
+            atomic_fetch_add(&g_dropped, 1);
+            return;
+        }
+    }
+    clc_record_header h = {.type = type, .size = (uint32_t)size};
+    static const char zeros[8];
+    size_t at = head;
+    put(b, at, &h, sizeof h);
+    at += sizeof h;
+    put(b, at, body, body_size);
+    at += body_size;
+    if (text) {
+        put(b, at, text, text_len);
+        at += text_len;
+        put(b, at, zeros, 1);
+        at += 1;
+    }
+    put(b, at, zeros, head + size - at);
+    atomic_store_explicit(&b->head, head + size, memory_order_release);
+}
+
+static void write_kernel_record(clc_entry *e, void *name) {
+    clc_rec_kernel k = {.kernel_id = e->kernel_id, .device = e->device, .handle = e->handle,
+                        .ctx = e->ctx, .t_ns = clc_now_ns()};
+    const char *n = name ? name : "<unnamed>";
+    clc_capture_write(CLC_REC_KERNEL, &k, sizeof k, n, strlen(n));
+}
+
+void clc_capture_kernel(const clc_entry *e, const char *name) {
+    if (clc_capture_enabled()) write_kernel_record((clc_entry *)e, (void *)name);
+}
+
+static void rewrite_known_kernel(clc_entry *e, void *arg) {
+    (void)arg;
+    const char *name = NULL;
+    if (g_drv.kernel_get_name && g_drv.kernel_get_name(&name, (CUkernel)(uintptr_t)e->handle) != 0)
+        name = NULL;
+    if (!name && g_drv.func_get_name &&
+        g_drv.func_get_name(&name, (CUfunction)(uintptr_t)e->handle) != 0)
+        name = NULL;
+    write_kernel_record(e, (void *)name);
+}
+
+/* The process, the policy it ran under, and (in a forked child) the kernels it inherited. */
+static void write_preamble(void) {
+    char cmd[4096];
+    size_t n = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t r = read(fd, cmd, sizeof cmd - 1);
+        n = r > 0 ? (size_t)r : 0;
+        close(fd);
+    }
+    while (n && cmd[n - 1] == '\0') n--;
+    for (size_t i = 0; i < n; i++)
+        if (cmd[i] == '\0') cmd[i] = ' ';
+    cmd[n] = '\0';
+    clc_rec_process p = {.pid = (uint32_t)getpid(), .ppid = (uint32_t)getppid()};
+    clc_capture_write(CLC_REC_PROCESS, &p, sizeof p, cmd, n);
+    const char *policy = getenv("CLC_POLICY");
+    if (policy) clc_capture_write(CLC_REC_POLICY, NULL, 0, policy, strlen(policy));
+    clc_cache_each(rewrite_known_kernel, NULL);
+}
+
+static void write_stats(clc_entry *e, void *arg) {
+    (void)arg;
+    clc_rec_kernel_stats s = {
+        .kernel_id = e->kernel_id,
+        .launches = atomic_load(&e->launches),
+        .denied = atomic_load(&e->denied),
+        .recorded = atomic_load(&e->recorded),
+        .timed = atomic_load(&e->timed),
+        .graph_nodes = atomic_load(&e->graph_nodes),
+        .gpu_ns = atomic_load(&e->gpu_ns),
+    };
+    clc_capture_write(CLC_REC_KERNEL_STATS, &s, sizeof s, NULL, 0);
+}
+
+void clc_capture_finish(void) {
+    if (atomic_load(&g_state) != 1) return;
+    clc_cache_each(write_stats, NULL);
+    clc_rec_end end = {.t_ns = clc_now_ns(), .dropped = atomic_load(&g_dropped)};
+    clc_capture_write(CLC_REC_END, &end, sizeof end, NULL, 0);
+    atomic_store(&g_state, 2);
+    flush_all();
+    pthread_mutex_lock(&g_file_lock);
+    close(g_fd);
+    g_fd = -1;
+    pthread_mutex_unlock(&g_file_lock);
+}
+
+/* The parent's file and buffers are not the child's: it opens its own capture on first use. */
+void clc_capture_after_fork_child(void) {
+    pthread_mutex_init(&g_file_lock, NULL);
+    pthread_mutex_init(&g_open_lock, NULL);
+    if (g_fd >= 0) close(g_fd);
+    g_fd = -1;
+    atomic_store(&g_bufs, NULL);
+    t_buf = NULL;
+    t_tid = 0;
+    atomic_store(&g_dropped, 0);
+    atomic_store(&g_state, 0);
+}

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * clc_abi.h: everything the C shim and the Python side must agree on.
+ *
+ * The Python mirror is clc/abi.py; tests/unit/test_abi.py parses this header and fails when
+ * the two disagree. Change both together, and bump CLC_CAPTURE_VERSION when a record's layout
+ * changes.
+ *
+ * All integers are little-endian, records are 8-byte aligned, and every struct here has an
+ * explicit size with no implicit padding, so that Python can read it with struct.unpack.
+ */
+#ifndef CLC_ABI_H
+#define CLC_ABI_H
+
+#include <stdint.h>
+
+/* ---- decisions ------------------------------------------------------------------------ */
+
+#define CLC_ACTION_ALLOW 0
+#define CLC_ACTION_DENY 1
+#define CLC_ACTION_REPLACE 2
+
+#define CLC_FLAG_RECORD 1 /* write a LAUNCH record for each launch */
+#define CLC_FLAG_TIME 2   /* GPU time with events around the launch (implies a TIMING record) */
+
+#define CLC_RULE_DEFAULT (-1)  /* no rule matched: the policy's `default` decided */
+#define CLC_RULE_ON_ERROR (-2) /* clc failed (no bridge, engine error): `on_error` decided */
+
+#define CLC_MAX_CLAUSES 8
+
+/* How a launch reached the driver. The low nibble is the API, CLC_ENTRY_PTSZ marks the
+ * per-thread-default-stream variant. */
+#define CLC_ENTRY_LAUNCH 0
+#define CLC_ENTRY_LAUNCH_EX 1
+#define CLC_ENTRY_LAUNCH_COOPERATIVE 2
+#define CLC_ENTRY_GRAPH_ADD_NODE 3
+#define CLC_ENTRY_GRAPH_NODE_SET 4
+#define CLC_ENTRY_GRAPH_EXEC_NODE_SET 5
+#define CLC_ENTRY_PTSZ 16
+
+/* An inclusive range of a launch-shape quantity; [0, UINT64_MAX] matches anything. */
+typedef struct clc_range {
+    uint64_t lo;
+    uint64_t hi;
+} clc_range; /* 16 bytes */
+
+typedef struct clc_outcome {
+    uint32_t action;      /* CLC_ACTION_* */
+    uint32_t flags;       /* CLC_FLAG_* */
+    int32_t error;        /* CUresult returned for a deny */
+    int32_t rule;         /* index into the policy's rules, or CLC_RULE_* */
+    uint64_t replacement; /* CUfunction/CUkernel launched instead (CLC_ACTION_REPLACE) */
+} clc_outcome; /* 24 bytes */
+
+/* One rule whose match depends on the launch shape: the first clause whose three ranges all
+ * contain the launch's values decides; when none does, `fallback` decides. */
+typedef struct clc_clause {
+    clc_range grid_blocks;   /* gridX * gridY * gridZ */
+    clc_range block_threads; /* blockX * blockY * blockZ */
+    clc_range shared_mem;    /* dynamic shared memory, bytes */
+    clc_outcome outcome;
+} clc_clause; /* 72 bytes */
+
+typedef struct clc_decision {
+    uint32_t n_clauses;
+    uint32_t reserved;
+    clc_clause clauses[CLC_MAX_CLAUSES];
+    clc_outcome fallback;
+} clc_decision;
+
+/* What the engine is told at the first sight of a kernel in a context. */
+typedef struct clc_kernel_query {
+    uint64_t handle;  /* CUfunction or CUkernel as the program passed it */
+    uint64_t ctx;     /* current CUcontext */
+    int32_t device;   /* device ordinal of ctx, -1 when unknown */
+    uint32_t entry;   /* CLC_ENTRY_* of the launch that first showed the kernel */
+    uint32_t kernel_id;
+    uint32_t reserved;
+    const char *name; /* mangled name as the driver reports it; never NULL */
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_mem;
+    uint32_t reserved2;
+} clc_kernel_query;
+
+/* ---- module and library loads ------------------------------------------------------------ */
+
+#define CLC_LOAD_MODULE_LOAD 1          /* cuModuleLoad(path) */
+#define CLC_LOAD_MODULE_LOAD_DATA 2     /* cuModuleLoadData */
+#define CLC_LOAD_MODULE_LOAD_DATA_EX 3  /* cuModuleLoadDataEx */
+#define CLC_LOAD_MODULE_LOAD_FATBINARY 4 /* cuModuleLoadFatBinary */
+#define CLC_LOAD_LIBRARY_LOAD_DATA 5    /* cuLibraryLoadData */
+#define CLC_LOAD_LIBRARY_LOAD_FILE 6    /* cuLibraryLoadFromFile */
+#define CLC_LOAD_MODULE_UNLOAD 7        /* cuModuleUnload */
+#define CLC_LOAD_LIBRARY_UNLOAD 8       /* cuLibraryUnload */
+
+#define CLC_IMAGE_UNKNOWN 0
+#define CLC_IMAGE_FATBIN_WRAPPER 1 /* magic 0x466243b1 */
+#define CLC_IMAGE_FATBIN 2         /* magic 0xBA55ED50 */
+#define CLC_IMAGE_ELF 3            /* cubin */
+#define CLC_IMAGE_PTX 4            /* NUL-terminated text */
+#define CLC_IMAGE_FILE 5           /* loaded from a path: image_ptr is 0 */
+
+typedef struct clc_module_event {
+    uint32_t api;        /* CLC_LOAD_* */
+    uint32_t image_kind; /* CLC_IMAGE_* */
+    uint64_t handle;     /* CUmodule or CUlibrary produced (or unloaded) */
+    uint64_t image_ptr;
+    uint64_t image_size; /* bytes, 0 when unknown */
+    uint32_t preserved;  /* 1: the bytes stay valid after the call (BINARY_IS_PRESERVED) */
+    int32_t result;      /* CUresult of the real call */
+    const char *path;    /* file loads only, else NULL */
+} clc_module_event;
+
+/* ---- the capture file --------------------------------------------------------------------- */
+
+#define CLC_CAPTURE_MAGIC "CLCCAPT1" /* 8 bytes, no terminator in the file */
+#define CLC_CAPTURE_VERSION 1
+
+typedef struct clc_capture_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size; /* sizeof(clc_capture_header) */
+    uint32_t pid;
+    uint32_t ppid;
+    uint64_t start_monotonic_ns; /* CLOCK_MONOTONIC; every t_ns below is on this clock */
+    uint64_t start_realtime_ns;  /* CLOCK_REALTIME at the same moment */
+    uint64_t reserved[2];
+} clc_capture_header; /* 56 bytes */
+
+/* Every record starts with this header; size covers the header, the body and the padding
+ * that rounds it up to a multiple of 8. Strings follow the fixed body, NUL-terminated. */
+typedef struct clc_record_header {
+    uint16_t type;
+    uint16_t reserved;
+    uint32_t size;
+} clc_record_header; /* 8 bytes */
+
+#define CLC_REC_PROCESS 1      /* body: clc_rec_process, then the command line (args joined by ' ') */
+#define CLC_REC_POLICY 2       /* body: the compiled policy as JSON text */
+#define CLC_REC_KERNEL 3       /* body: clc_rec_kernel, then the mangled name */
+#define CLC_REC_LAUNCH 4       /* body: clc_rec_launch */
+#define CLC_REC_TIMING 5       /* body: clc_rec_timing */
+#define CLC_REC_MODULE 6       /* body: clc_rec_module, then the path (file loads) or "" */
+#define CLC_REC_KERNEL_STATS 7 /* body: clc_rec_kernel_stats; written at exit */
+#define CLC_REC_MESSAGE 8      /* body: clc_rec_message, then the text */
+#define CLC_REC_END 9          /* body: clc_rec_end; the last record of a complete capture */
+
+typedef struct clc_rec_process {
+    uint32_t pid;
+    uint32_t ppid;
+} clc_rec_process;
+
+typedef struct clc_rec_kernel {
+    uint32_t kernel_id; /* dense, from 0, per process */
+    int32_t device;
+    uint64_t handle;
+    uint64_t ctx;
+    uint64_t t_ns;
+} clc_rec_kernel; /* 32 bytes */
+
+typedef struct clc_rec_launch {
+    uint64_t seq;    /* per-process launch number, matches clc_rec_timing.seq */
+    uint64_t t_ns;   /* CPU time at the hook's entry */
+    uint64_t stream; /* CUstream as passed (0: default stream) */
+    uint32_t kernel_id;
+    uint32_t entry; /* CLC_ENTRY_* */
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_mem;
+    uint32_t tid;    /* kernel thread id of the launching thread */
+    uint32_t action; /* CLC_ACTION_* applied */
+    int32_t rule;
+    int32_t result; /* CUresult the program got back */
+    uint32_t reserved;
+} clc_rec_launch; /* 80 bytes */
+
+typedef struct clc_rec_timing {
+    uint64_t seq;
+    uint32_t kernel_id;
+    uint32_t reserved;
+    uint64_t gpu_ns; /* from cuEventElapsedTime, in ns */
+} clc_rec_timing; /* 24 bytes */
+
+typedef struct clc_rec_module {
+    uint64_t t_ns;
+    uint32_t api;
+    uint32_t image_kind;
+    uint64_t handle;
+    uint64_t image_ptr;
+    uint64_t image_size;
+    uint32_t preserved;
+    int32_t result;
+} clc_rec_module; /* 48 bytes */
+
+typedef struct clc_rec_kernel_stats {
+    uint32_t kernel_id;
+    uint32_t reserved;
+    uint64_t launches;    /* direct launches seen, denied ones included */
+    uint64_t denied;
+    uint64_t recorded;    /* LAUNCH records written */
+    uint64_t timed;       /* TIMING records written */
+    uint64_t graph_nodes; /* kernel nodes created or updated in graphs */
+    uint64_t gpu_ns;      /* sum of the TIMING records' gpu_ns */
+} clc_rec_kernel_stats; /* 56 bytes */
+
+#define CLC_MSG_INFO 0
+#define CLC_MSG_WARNING 1
+#define CLC_MSG_ERROR 2
+
+typedef struct clc_rec_message {
+    uint32_t level;
+    uint32_t reserved;
+    uint64_t t_ns;
+} clc_rec_message; /* 16 bytes */
+
+typedef struct clc_rec_end {
+    uint64_t t_ns;
+    uint64_t dropped; /* records lost because a buffer was full */
+} clc_rec_end; /* 16 bytes */
+
+#endif /* CLC_ABI_H */

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * decision_cache.c: one entry per (kernel handle, context), found without a lock.
+ *
+ * Readers probe an open-addressing table and trust an entry once its `ready` flag is set
+ * (acquire); writers fill every field first and set `ready` last (release). Inserting takes a
+ * mutex, but only on the slow path of a kernel's first launch, and never while Python runs: a
+ * thread holding the GIL may be waiting to launch, so the engine is asked with no lock held.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "shim.h"
+
+#define CACHE_BITS 16
+#define CACHE_SIZE (1u << CACHE_BITS)
+#define CACHE_MAX_FILL (CACHE_SIZE / 4 * 3)
+
+static clc_entry *g_table; /* CACHE_SIZE entries, mapped on first use */
+static pthread_mutex_t g_insert_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t g_count;
+
+static inline uint32_t slot_of(uint64_t handle, uint64_t ctx) {
+    uint64_t h = (handle ^ (ctx * 0xff51afd7ed558ccdull)) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> (64 - CACHE_BITS));
+}
+
+clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
+    clc_entry *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+    if (unlikely(!t)) return NULL;
+    for (uint32_t i = slot_of(handle, ctx), n = 0; n < CACHE_SIZE; i = (i + 1) & (CACHE_SIZE - 1), n++) {
+        clc_entry *e = &t[i];
+        if (!atomic_load_explicit(&e->ready, memory_order_acquire)) return NULL;
+        if (e->handle == handle && e->ctx == ctx) return e;
+    }
+    return NULL;
+}
+
+static inline int in_range(const clc_range *r, uint64_t v) { return v >= r->lo && v <= r->hi; }
+
+const clc_outcome *clc_outcome_for(const clc_entry *e, uint64_t grid_blocks,
+                                   uint64_t block_threads, uint64_t shmem) {
+    for (uint32_t i = 0; i < e->n_clauses; i++) {
+        const clc_clause *c = &e->clauses[i];
+        if (in_range(&c->grid_blocks, grid_blocks) && in_range(&c->block_threads, block_threads) &&
+            in_range(&c->shared_mem, shmem))
+            return &c->outcome;
+    }
+    return &e->fallback;
+}
+
+static const char *kernel_name(uint64_t handle) {
+    const char *name = NULL;
+    /* cudart hands CUkernels, everything else CUfunctions; each getter refuses the other. */
+    if (g_drv.kernel_get_name && g_drv.kernel_get_name(&name, (CUkernel)(uintptr_t)handle) == 0 &&
+        name)
+        return name;
+    name = NULL;
+    if (g_drv.func_get_name && g_drv.func_get_name(&name, (CUfunction)(uintptr_t)handle) == 0 &&
+        name)
+        return name;
+    return NULL;
+}
+
+static int ctx_device(uint64_t ctx) {
+    CUdevice dev = -1;
+    if (!g_drv.ctx_get_device) return -1;
+    CUcontext cur = NULL;
+    if (g_drv.ctx_get_current) g_drv.ctx_get_current(&cur);
+    if ((uint64_t)(uintptr_t)cur == ctx || !g_drv.ctx_set_current) {
+        if (g_drv.ctx_get_device(&dev) != 0) dev = -1;
+        return dev;
+    }
+    /* A graph node may name another context: ask it, then put the caller's back. */
+    if (g_drv.ctx_set_current((CUcontext)(uintptr_t)ctx) == 0) {
+        if (g_drv.ctx_get_device(&dev) != 0) dev = -1;
+        g_drv.ctx_set_current(cur);
+    }
+    return dev;
+}
+
+static clc_entry *table(void) {
+    clc_entry *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+    if (t) return t;
+    /* Anonymous pages are zero and touched only as entries land in them. */
+    void *p = mmap(NULL, sizeof(clc_entry) * CACHE_SIZE, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    __atomic_store_n(&g_table, (clc_entry *)p, __ATOMIC_RELEASE);
+    return p;
+}
+
+/* The slow path, once per (kernel, context): name the kernel, ask the engine, publish. */
+clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const uint32_t grid[3],
+                            const uint32_t block[3], uint32_t shmem) {
+    clc_ensure_exit_handler();
+    const char *name = kernel_name(handle);
+    int device = ctx_device(ctx);
+    clc_decision d;
+    memset(&d, 0, sizeof d);
+    clc_kernel_query q = {.handle = handle, .ctx = ctx, .device = device, .entry = entry,
+                          .name = name ? name : "<unnamed>",
+                          .grid = {grid[0], grid[1], grid[2]},
+                          .block = {block[0], block[1], block[2]}, .shared_mem = shmem};
+    if (clc_bridge_decide(&q, &d) != 0 || d.n_clauses > CLC_MAX_CLAUSES) {
+        memset(&d, 0, sizeof d);
+        d.fallback = g_cfg.on_error;
+    }
+
+    pthread_mutex_lock(&g_insert_lock);
+    clc_entry *e = clc_cache_find(handle, ctx);
+    clc_entry *t = e ? NULL : table();
+    if (!e && t && g_count < CACHE_MAX_FILL) {
+        uint32_t i = slot_of(handle, ctx);
+        while (atomic_load_explicit(&t[i].ready, memory_order_relaxed)) i = (i + 1) & (CACHE_SIZE - 1);
+        e = &t[i];
+        e->kernel_id = g_count++;
+        e->handle = handle;
+        e->ctx = ctx;
+        e->device = device;
+        e->fallback = d.fallback;
+        e->n_clauses = 0;
+        if (d.n_clauses) {
+            e->clauses = malloc(sizeof(clc_clause) * d.n_clauses);
+            if (e->clauses) {
+                memcpy(e->clauses, d.clauses, sizeof(clc_clause) * d.n_clauses);
+                e->n_clauses = d.n_clauses;
+            }
+        }
+        atomic_store_explicit(&e->ready, 1, memory_order_release);
+        clc_capture_kernel(e, name ? name : "<unnamed>");
+    } else if (!e) {
+        static int reported;
+        if (!reported++)
+            clc_log(CLC_MSG_ERROR, "decision table full (%u kernels): new kernels get on_error",
+                    g_count);
+    }
+    pthread_mutex_unlock(&g_insert_lock);
+    return e;
+}
+
+void clc_cache_each(clc_entry_fn fn, void *arg) {
+    clc_entry *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+    if (!t) return;
+    for (uint32_t i = 0; i < CACHE_SIZE; i++)
+        if (atomic_load_explicit(&t[i].ready, memory_order_acquire)) fn(&t[i], arg);
+}
+
+static void reset_counts(clc_entry *e, void *arg) {
+    (void)arg;
+    atomic_store(&e->launches, 0);
+    atomic_store(&e->denied, 0);
+    atomic_store(&e->recorded, 0);
+    atomic_store(&e->timed, 0);
+    atomic_store(&e->graph_nodes, 0);
+    atomic_store(&e->gpu_ns, 0);
+}
+
+/* The decisions stay valid in a forked child; the counts are the parent's and are not. */
+void clc_cache_after_fork_child(void) {
+    pthread_mutex_init(&g_insert_lock, NULL);
+    clc_cache_each(reset_counts, NULL);
+}

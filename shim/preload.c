@@ -1,0 +1,606 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * preload.c: stage 1 of the shim. Exports the hooked driver symbols (shim.h's table), hands
+ * out the hooks when a program asks dlsym or cuGetProcAddress for them, and runs every launch
+ * through the decision cache. No libpython here: the bridge is dlopened on first need.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+void *_Atomic g_real[CLC_N_SLOTS];
+clc_driver g_drv;
+clc_settings g_cfg;
+CLC_TLS int t_in_clc;
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym;
+
+#define CLC_SLOT_NAME(name, params) #name,
+static const char *const slot_names[CLC_N_SLOTS] = {CLC_HOOKED_SYMBOLS(CLC_SLOT_NAME)};
+
+/* Forward declarations of the hooks, so the table of hook addresses can be built. */
+#define CLC_HOOK_DECL(name, params) CLC_EXPORT CUresult name params;
+CLC_HOOKED_SYMBOLS(CLC_HOOK_DECL)
+#define CLC_HOOK_ADDR(name, params) (void *)&name,
+static void *const hook_addr[CLC_N_SLOTS] = {CLC_HOOKED_SYMBOLS(CLC_HOOK_ADDR)};
+
+/* ---- logging -------------------------------------------------------------------------------- */
+
+void clc_log(int level, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    if (level > CLC_MSG_INFO || g_cfg.verbose) {
+        char line[1100];
+        int m = snprintf(line, sizeof line, "clc: %s\n", buf);
+        if (m > 0) (void)!write(2, line, (size_t)(m < (int)sizeof line ? m : (int)sizeof line - 1));
+    }
+    if (level > CLC_MSG_INFO && clc_capture_enabled()) {
+        clc_rec_message body = {.level = (uint32_t)level, .t_ns = clc_now_ns()};
+        clc_capture_write(CLC_REC_MESSAGE, &body, sizeof body, buf, (size_t)n);
+    }
+}
+
+/* ---- settings and start-up -------------------------------------------------------------------- */
+
+static clc_outcome outcome_from_env(const char *v) {
+    clc_outcome o = {.action = CLC_ACTION_ALLOW, .rule = CLC_RULE_ON_ERROR};
+    if (v && strcmp(v, "deny") == 0) {
+        o.action = CLC_ACTION_DENY;
+        o.error = 800; /* CUDA_ERROR_NOT_PERMITTED */
+    }
+    return o;
+}
+
+static void after_fork_child(void) {
+    clc_bridge_after_fork_child();
+    clc_capture_after_fork_child();
+    clc_cache_after_fork_child();
+}
+
+static void resolve_dlsym(void) {
+    /* glibc 2.34 moved dlsym into libc under a new version; older binaries bind the old one. */
+    real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!real_dlsym) real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+}
+
+/* Runs in every process that inherits LD_PRELOAD, most of which never touch CUDA: read a few
+ * variables and return. */
+__attribute__((constructor)) static void clc_init(void) {
+    resolve_dlsym();
+    const char *v = getenv("CLC_VERBOSE");
+    g_cfg.verbose = v && *v && strcmp(v, "0") != 0;
+    g_cfg.on_error = outcome_from_env(getenv("CLC_ON_ERROR"));
+    v = getenv("CLC_OUTPUT");
+    g_cfg.output = v && *v ? strdup(v) : NULL;
+    v = getenv("CLC_ROOT_PID");
+    g_cfg.root_pid = v ? atoi(v) : 0;
+    v = getenv("CLC_FORCE");
+    g_cfg.force = v && strcmp(v, "1") == 0;
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+/* ---- the real driver ------------------------------------------------------------------------ */
+
+static void *libcuda_handle(void) {
+    static void *_Atomic handle;
+    void *h = atomic_load_explicit(&handle, memory_order_acquire);
+    if (h) return h;
+    h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) h = dlopen("libcuda.so", RTLD_NOW);
+    if (h) atomic_store_explicit(&handle, h, memory_order_release);
+    return h;
+}
+
+static int is_hook(void *p) {
+    for (int i = 0; i < CLC_N_SLOTS; i++)
+        if (hook_addr[i] == p) return 1;
+    return 0;
+}
+
+static void set_real(int slot, void *p) {
+    if (!p || is_hook(p)) return;
+    void *expected = NULL;
+    atomic_compare_exchange_strong(&g_real[slot], &expected, p);
+}
+
+void *clc_real(int slot) {
+    void *p = atomic_load_explicit(&g_real[slot], memory_order_acquire);
+    if (likely(p != NULL)) return p;
+    if (!real_dlsym) resolve_dlsym();
+    p = real_dlsym(RTLD_NEXT, slot_names[slot]);
+    if (!p) {
+        void *h = libcuda_handle();
+        if (h) p = real_dlsym(h, slot_names[slot]);
+    }
+    set_real(slot, p);
+    return atomic_load_explicit(&g_real[slot], memory_order_acquire);
+}
+
+static void *driver_sym(void *h, const char *a, const char *b) {
+    void *p = real_dlsym(h, a);
+    if (!p && b) p = real_dlsym(h, b);
+    return p;
+}
+
+int clc_driver_ready(void) {
+    static _Atomic int ready;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    if (likely(atomic_load_explicit(&ready, memory_order_acquire))) return 1;
+    pthread_mutex_lock(&lock);
+    if (!atomic_load_explicit(&ready, memory_order_relaxed)) {
+        void *h = libcuda_handle();
+        if (h) {
+            g_drv.ctx_get_current = driver_sym(h, "cuCtxGetCurrent", NULL);
+            g_drv.ctx_set_current = driver_sym(h, "cuCtxSetCurrent", NULL);
+            g_drv.ctx_get_device = driver_sym(h, "cuCtxGetDevice", NULL);
+            g_drv.kernel_get_name = driver_sym(h, "cuKernelGetName", NULL);
+            g_drv.func_get_name = driver_sym(h, "cuFuncGetName", NULL);
+            g_drv.event_create = driver_sym(h, "cuEventCreate", NULL);
+            g_drv.event_record = driver_sym(h, "cuEventRecord", NULL);
+            g_drv.event_record_ptsz = driver_sym(h, "cuEventRecord_ptsz", "cuEventRecord");
+            g_drv.event_query = driver_sym(h, "cuEventQuery", NULL);
+            g_drv.event_synchronize = driver_sym(h, "cuEventSynchronize", NULL);
+            g_drv.event_elapsed = driver_sym(h, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+            g_drv.event_destroy = driver_sym(h, "cuEventDestroy_v2", "cuEventDestroy");
+            g_drv.stream_is_capturing = driver_sym(h, "cuStreamIsCapturing", NULL);
+            g_drv.stream_is_capturing_ptsz =
+                driver_sym(h, "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing");
+            atomic_store_explicit(&ready, 1, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return atomic_load_explicit(&ready, memory_order_relaxed);
+}
+
+/* ---- handing out the hooks -------------------------------------------------------------------- */
+
+static int slot_by_name(const char *name) {
+    if (name[0] != 'c' || name[1] != 'u') return -1;
+    for (int i = 0; i < CLC_N_SLOTS; i++)
+        if (strcmp(slot_names[i], name) == 0) return i;
+    return -1;
+}
+
+/* cuGetProcAddress takes a base name and picks the variant by flags and version, as the
+ * driver's own table does: _ptsz for the per-thread default stream, _v2 ABIs from 12000. */
+static int slot_for_request(const char *name, int version, cuuint64_t flags) {
+    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    int v2 = version >= 12000;
+    if (strcmp(name, "cuLaunchKernel") == 0)
+        return ptsz ? CLC_SLOT_cuLaunchKernel_ptsz : CLC_SLOT_cuLaunchKernel;
+    if (strcmp(name, "cuLaunchKernelEx") == 0)
+        return ptsz ? CLC_SLOT_cuLaunchKernelEx_ptsz : CLC_SLOT_cuLaunchKernelEx;
+    if (strcmp(name, "cuLaunchCooperativeKernel") == 0)
+        return ptsz ? CLC_SLOT_cuLaunchCooperativeKernel_ptsz : CLC_SLOT_cuLaunchCooperativeKernel;
+    if (strcmp(name, "cuGetProcAddress") == 0)
+        return v2 ? CLC_SLOT_cuGetProcAddress_v2 : CLC_SLOT_cuGetProcAddress;
+    if (strcmp(name, "cuGraphAddKernelNode") == 0)
+        return v2 ? CLC_SLOT_cuGraphAddKernelNode_v2 : CLC_SLOT_cuGraphAddKernelNode;
+    if (strcmp(name, "cuGraphKernelNodeSetParams") == 0)
+        return v2 ? CLC_SLOT_cuGraphKernelNodeSetParams_v2 : CLC_SLOT_cuGraphKernelNodeSetParams;
+    if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
+        return v2 ? CLC_SLOT_cuGraphExecKernelNodeSetParams_v2
+                  : CLC_SLOT_cuGraphExecKernelNodeSetParams;
+    return slot_by_name(name);
+}
+
+static void *substitute(int slot, void *real) {
+    if (slot < 0 || !real || is_hook(real)) return real;
+    set_real(slot, real);
+    clc_debug("hooked %s (real %p)", slot_names[slot], real);
+    return hook_addr[slot];
+}
+
+/* RTLD_NEXT is resolved by glibc from the caller's return address, so that case must leave
+ * as a tail call (a jump) for "next" to mean next after the program's object, not ours. */
+CLC_EXPORT void *dlsym(void *handle, const char *name) {
+    if (unlikely(!real_dlsym)) resolve_dlsym();
+    if (handle == RTLD_NEXT) return real_dlsym(handle, name);
+    void *p = real_dlsym(handle, name);
+    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(slot_by_name(name), p);
+    return p;
+}
+
+CLC_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,
+                                     cuuint64_t flags) {
+    pfn_cuGetProcAddress real = (pfn_cuGetProcAddress)clc_real(CLC_SLOT_cuGetProcAddress);
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real(symbol, pfn, version, flags);
+    if (r == CUDA_SUCCESS && pfn && *pfn && symbol)
+        *pfn = substitute(slot_for_request(symbol, version, flags), *pfn);
+    return r;
+}
+
+CLC_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                        cuuint64_t flags, int *status) {
+    pfn_cuGetProcAddress_v2 real = (pfn_cuGetProcAddress_v2)clc_real(CLC_SLOT_cuGetProcAddress_v2);
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real(symbol, pfn, version, flags, status);
+    if (r == CUDA_SUCCESS && pfn && *pfn && symbol)
+        *pfn = substitute(slot_for_request(symbol, version, flags), *pfn);
+    return r;
+}
+
+/* ---- the launch gate -------------------------------------------------------------------------- */
+
+typedef struct {
+    clc_entry *entry;
+    const clc_outcome *outcome;
+    uint32_t entry_point;
+    uint32_t grid[3], block[3], shmem;
+    CUstream stream;
+    uint64_t t_ns, seq;
+    clc_timing *timing;
+} gate;
+
+static _Atomic uint64_t g_seq;
+
+static CUcontext current_ctx(void) {
+    CUcontext ctx = NULL;
+    if (g_drv.ctx_get_current) g_drv.ctx_get_current(&ctx);
+    return ctx;
+}
+
+/* The fast path: find the (kernel, context) entry, count the launch, and pick its outcome.
+ * Returns 0 when the launch is a plain allow with nothing to record, the common case. */
+static int gate_enter(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point, unsigned gx,
+                      unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shmem, CUstream stream) {
+    if (unlikely(!clc_driver_ready())) return 0;
+    if (!ctx) ctx = current_ctx();
+    clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
+    if (unlikely(!e)) {
+        uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+        t_in_clc = 1;
+        e = clc_cache_decide((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx, entry_point, grid,
+                             block, shmem);
+        t_in_clc = 0;
+    }
+    const clc_outcome *o;
+    if (likely(e != NULL)) {
+        o = e->n_clauses == 0 ? &e->fallback
+                              : clc_outcome_for(e, (uint64_t)gx * gy * gz,
+                                                (uint64_t)bx * by * bz, shmem);
+        uint32_t api = entry_point & ~(uint32_t)CLC_ENTRY_PTSZ;
+        if (api >= CLC_ENTRY_GRAPH_ADD_NODE)
+            atomic_fetch_add_explicit(&e->graph_nodes, 1, memory_order_relaxed);
+        else
+            atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
+    } else {
+        o = &g_cfg.on_error;
+    }
+    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0)) return 0;
+    g->entry = e;
+    g->outcome = o;
+    g->entry_point = entry_point;
+    g->grid[0] = gx, g->grid[1] = gy, g->grid[2] = gz;
+    g->block[0] = bx, g->block[1] = by, g->block[2] = bz;
+    g->shmem = shmem;
+    g->stream = stream;
+    g->timing = NULL;
+    g->seq = atomic_fetch_add_explicit(&g_seq, 1, memory_order_relaxed);
+    g->t_ns = (o->flags & CLC_FLAG_RECORD) ? clc_now_ns() : 0;
+    if (e && o->action == CLC_ACTION_DENY)
+        atomic_fetch_add_explicit(&e->denied, 1, memory_order_relaxed);
+    if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e &&
+        (entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) < CLC_ENTRY_GRAPH_ADD_NODE) {
+        t_in_clc = 1;
+        clc_timing_begin(&g->timing, stream, (entry_point & CLC_ENTRY_PTSZ) != 0);
+        t_in_clc = 0;
+    }
+    return 1;
+}
+
+static CUresult gate_exit(gate *g, CUresult result) {
+    clc_entry *e = g->entry;
+    const clc_outcome *o = g->outcome;
+    t_in_clc = 1;
+    if (g->timing) {
+        if (result == CUDA_SUCCESS)
+            clc_timing_end(g->timing, g->stream, (g->entry_point & CLC_ENTRY_PTSZ) != 0, e, g->seq);
+        else
+            clc_timing_end(g->timing, NULL, 0, NULL, 0);
+    }
+    if ((o->flags & CLC_FLAG_RECORD) && e && clc_capture_enabled()) {
+        clc_rec_launch r = {
+            .seq = g->seq,
+            .t_ns = g->t_ns,
+            .stream = (uint64_t)(uintptr_t)g->stream,
+            .kernel_id = e->kernel_id,
+            .entry = g->entry_point,
+            .grid = {g->grid[0], g->grid[1], g->grid[2]},
+            .block = {g->block[0], g->block[1], g->block[2]},
+            .shared_mem = g->shmem,
+            .tid = clc_tid(),
+            .action = o->action,
+            .rule = o->rule,
+            .result = result,
+        };
+        clc_capture_write(CLC_REC_LAUNCH, &r, sizeof r, NULL, 0);
+        atomic_fetch_add_explicit(&e->recorded, 1, memory_order_relaxed);
+    }
+    t_in_clc = 0;
+    return result;
+}
+
+/* The launched function: the replacement when the policy wraps, else the original. */
+static inline CUfunction target(const gate *g, CUfunction f) {
+    return g->outcome->action == CLC_ACTION_REPLACE ? (CUfunction)(uintptr_t)g->outcome->replacement
+                                                    : f;
+}
+
+#define CLC_LAUNCH_HOOK(name, entry_point)                                                       \
+    CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        gate g;                                                                                  \
+        if (unlikely(t_in_clc) ||                                                                \
+            likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream))) \
+            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                \
+        if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
+        return gate_exit(&g, real(target(&g, f), gx, gy, gz, bx, by, bz, shmem, stream, params,  \
+                                  extra));                                                       \
+    }
+CLC_LAUNCH_HOOK(cuLaunchKernel, CLC_ENTRY_LAUNCH)
+CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
+
+#define CLC_COOP_HOOK(name, entry_point)                                                         \
+    CLC_EXPORT CUresult name CLC_COOP_PARAMS {                                                   \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        gate g;                                                                                  \
+        if (unlikely(t_in_clc) ||                                                                \
+            likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream))) \
+            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                       \
+        if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
+        return gate_exit(&g, real(target(&g, f), gx, gy, gz, bx, by, bz, shmem, stream, params)); \
+    }
+CLC_COOP_HOOK(cuLaunchCooperativeKernel, CLC_ENTRY_LAUNCH_COOPERATIVE)
+CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC_ENTRY_PTSZ)
+
+#define CLC_LAUNCH_EX_HOOK(name, entry_point)                                                    \
+    CLC_EXPORT CUresult name CLC_LAUNCH_EX_PARAMS {                                              \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        gate g;                                                                                  \
+        if (unlikely(t_in_clc) || unlikely(!config) ||                                           \
+            likely(!gate_enter(&g, f, NULL, entry_point, config->gridDimX, config->gridDimY,     \
+                               config->gridDimZ, config->blockDimX, config->blockDimY,           \
+                               config->blockDimZ, config->sharedMemBytes, config->hStream)))     \
+            return real(config, f, params, extra);                                               \
+        if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
+        return gate_exit(&g, real(config, target(&g, f), params, extra));                        \
+    }
+CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx, CLC_ENTRY_LAUNCH_EX)
+CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, CLC_ENTRY_LAUNCH_EX | CLC_ENTRY_PTSZ)
+
+/* ---- graph kernel nodes: the same decision, taken when the node is made or changed ---------- */
+
+static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uint32_t entry_point,
+                           const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+    *gated = 0;
+    if (t_in_clc || !p || !f) return CUDA_SUCCESS;
+    *gated = gate_enter(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ,
+                        p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL);
+    if (*gated && g->outcome->action == CLC_ACTION_DENY) return gate_exit(g, g->outcome->error);
+    return CUDA_SUCCESS;
+}
+
+/* The v2 parameters name the kernel by `kern` (in `ctx`) when `func` is NULL. */
+#define CLC_V2_KERNEL(p) ((p) && (p)->func ? (p)->func : (p) ? (CUfunction)(p)->kern : NULL)
+#define CLC_V2_CTX(p) ((p) && !(p)->func ? (p)->ctx : NULL)
+
+#define CLC_GRAPH_HOOK(name, entry_point, params, fn_of, ctx_of, call)                           \
+    CLC_EXPORT CUresult name params {                                                            \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        gate g;                                                                                  \
+        int gated;                                                                               \
+        CUresult r = graph_gate(&g, &gated, fn_of, ctx_of, entry_point,                          \
+                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)p);                          \
+        if (r != CUDA_SUCCESS) return r;                                                         \
+        r = real call;                                                                           \
+        return gated ? gate_exit(&g, r) : r;                                                     \
+    }
+CLC_GRAPH_HOOK(cuGraphAddKernelNode, CLC_ENTRY_GRAPH_ADD_NODE,
+               (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
+                const CUDA_KERNEL_NODE_PARAMS_v1 *p),
+               p ? p->func : NULL, NULL, (node, graph, deps, n_deps, p))
+CLC_GRAPH_HOOK(cuGraphAddKernelNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
+               (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
+                const CUDA_KERNEL_NODE_PARAMS_v2 *p),
+               CLC_V2_KERNEL(p), CLC_V2_CTX(p), (node, graph, deps, n_deps, p))
+CLC_GRAPH_HOOK(cuGraphKernelNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
+               (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p), p ? p->func : NULL, NULL,
+               (node, p))
+CLC_GRAPH_HOOK(cuGraphKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_NODE_SET,
+               (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p), CLC_V2_KERNEL(p),
+               CLC_V2_CTX(p), (node, p))
+CLC_GRAPH_HOOK(cuGraphExecKernelNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
+               (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
+               p ? p->func : NULL, NULL, (exec, node, p))
+CLC_GRAPH_HOOK(cuGraphExecKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
+               (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
+               CLC_V2_KERNEL(p), CLC_V2_CTX(p), (exec, node, p))
+
+/* ---- module and library loads ----------------------------------------------------------------- */
+
+static uint64_t elf_size(const unsigned char *p) {
+    if (p[4] != 2) return 0; /* ELFCLASS64 only: cubins are */
+    uint64_t phoff, shoff;
+    uint16_t phentsize, phnum, shentsize, shnum;
+    memcpy(&phoff, p + 0x20, 8);
+    memcpy(&shoff, p + 0x28, 8);
+    memcpy(&phentsize, p + 0x36, 2);
+    memcpy(&phnum, p + 0x38, 2);
+    memcpy(&shentsize, p + 0x3a, 2);
+    memcpy(&shnum, p + 0x3c, 2);
+    uint64_t a = phoff + (uint64_t)phentsize * phnum, b = shoff + (uint64_t)shentsize * shnum;
+    return a > b ? a : b;
+}
+
+/* Only the first fatbin container is sized: reading past it to look for another could touch
+ * an unmapped page. */
+static uint64_t fatbin_size(const unsigned char *p) {
+    uint16_t hsize;
+    uint64_t payload;
+    memcpy(&hsize, p + 6, 2);
+    memcpy(&payload, p + 8, 8);
+    return hsize + payload;
+}
+
+static void describe_image(const void *image, clc_module_event *ev) {
+    const unsigned char *p = image;
+    uint32_t magic;
+    if (!p) return;
+    memcpy(&magic, p, 4);
+    ev->image_ptr = (uint64_t)(uintptr_t)p;
+    if (magic == 0x466243b1u) {
+        const unsigned char *data;
+        memcpy(&data, p + 8, sizeof data);
+        ev->image_kind = CLC_IMAGE_FATBIN_WRAPPER;
+        uint32_t inner = 0;
+        if (data) memcpy(&inner, data, 4);
+        ev->image_size = inner == 0xBA55ED50u ? fatbin_size(data) : 0;
+    } else if (magic == 0xBA55ED50u) {
+        ev->image_kind = CLC_IMAGE_FATBIN;
+        ev->image_size = fatbin_size(p);
+    } else if (memcmp(p, "\177ELF", 4) == 0) {
+        ev->image_kind = CLC_IMAGE_ELF;
+        ev->image_size = elf_size(p);
+    } else {
+        ev->image_kind = CLC_IMAGE_PTX;
+        ev->image_size = strlen((const char *)p) + 1;
+    }
+}
+
+static void report_load(uint32_t api, uint64_t handle, const void *image, const char *path,
+                        int preserved, CUresult result) {
+    if (t_in_clc) return;
+    t_in_clc = 1;
+    clc_ensure_exit_handler();
+    clc_module_event ev = {.api = api, .handle = handle, .preserved = (uint32_t)preserved,
+                           .result = result, .path = path};
+    if (path)
+        ev.image_kind = CLC_IMAGE_FILE;
+    else if (result == CUDA_SUCCESS && api != CLC_LOAD_MODULE_UNLOAD &&
+             api != CLC_LOAD_LIBRARY_UNLOAD)
+        describe_image(image, &ev);
+    if (clc_capture_enabled()) {
+        clc_rec_module r = {.t_ns = clc_now_ns(), .api = ev.api, .image_kind = ev.image_kind,
+                            .handle = ev.handle, .image_ptr = ev.image_ptr,
+                            .image_size = ev.image_size, .preserved = ev.preserved,
+                            .result = ev.result};
+        clc_capture_write(CLC_REC_MODULE, &r, sizeof r, path, path ? strlen(path) : 0);
+    }
+    if (result == CUDA_SUCCESS) clc_bridge_module(&ev);
+    t_in_clc = 0;
+}
+
+static int library_preserved(const int *opts, void **values, unsigned int n) {
+    for (unsigned int i = 0; opts && values && i < n; i++)
+        if (opts[i] == CU_LIBRARY_BINARY_IS_PRESERVED && values[i]) return 1;
+    return 0;
+}
+
+#define CLC_REAL_OR_FAIL(name)                                                                   \
+    pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                     \
+    if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
+
+CLC_EXPORT CUresult cuModuleLoad(CUmodule *mod, const char *path) {
+    CLC_REAL_OR_FAIL(cuModuleLoad)
+    CUresult r = real(mod, path);
+    report_load(CLC_LOAD_MODULE_LOAD, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0, NULL,
+                path ? path : "", 1, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image) {
+    CLC_REAL_OR_FAIL(cuModuleLoadData)
+    CUresult r = real(mod, image);
+    report_load(CLC_LOAD_MODULE_LOAD_DATA, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0,
+                image, NULL, 0, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *mod, const void *image, unsigned int n,
+                                       void *options, void **values) {
+    CLC_REAL_OR_FAIL(cuModuleLoadDataEx)
+    CUresult r = real(mod, image, n, options, values);
+    report_load(CLC_LOAD_MODULE_LOAD_DATA_EX, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0,
+                image, NULL, 0, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *mod, const void *fatbin) {
+    CLC_REAL_OR_FAIL(cuModuleLoadFatBinary)
+    CUresult r = real(mod, fatbin);
+    report_load(CLC_LOAD_MODULE_LOAD_FATBINARY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0,
+                fatbin, NULL, 0, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, void *jit_options,
+                                      void **jit_values, unsigned int n_jit, int *lib_options,
+                                      void **lib_values, unsigned int n_lib) {
+    CLC_REAL_OR_FAIL(cuLibraryLoadData)
+    CUresult r = real(lib, code, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
+    report_load(CLC_LOAD_LIBRARY_LOAD_DATA, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0,
+                code, NULL, library_preserved(lib_options, lib_values, n_lib), r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void *jit_options,
+                                          void **jit_values, unsigned int n_jit, int *lib_options,
+                                          void **lib_values, unsigned int n_lib) {
+    CLC_REAL_OR_FAIL(cuLibraryLoadFromFile)
+    CUresult r = real(lib, path, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
+    report_load(CLC_LOAD_LIBRARY_LOAD_FILE, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0,
+                NULL, path ? path : "", 1, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuModuleUnload(CUmodule mod) {
+    CLC_REAL_OR_FAIL(cuModuleUnload)
+    CUresult r = real(mod);
+    report_load(CLC_LOAD_MODULE_UNLOAD, (uint64_t)(uintptr_t)mod, NULL, NULL, 0, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
+    CLC_REAL_OR_FAIL(cuLibraryUnload)
+    CUresult r = real(lib);
+    report_load(CLC_LOAD_LIBRARY_UNLOAD, (uint64_t)(uintptr_t)lib, NULL, NULL, 0, r);
+    return r;
+}
+
+/* ---- process lifetime --------------------------------------------------------------------- */
+
+static void at_exit(void) {
+    t_in_clc = 1;
+    clc_timing_drain_all();
+    clc_capture_finish();
+}
+
+/* Registered at the first CUDA activity, after cudart registered its own teardown, so that it
+ * runs first (atexit order is reverse) while contexts and events are still alive. */
+static void register_exit(void) { atexit(at_exit); }
+
+void clc_ensure_exit_handler(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_exit);
+}

@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * shim.h: what the parts of stage 1 (the preload library) share.
+ *
+ * Stage 1 must build where no CUDA toolkit is installed (pip install on a machine with only
+ * a driver), so the few driver types it needs are declared here by layout, from cuda.h of
+ * CUDA 13.0, instead of including cuda.h (whose #defines would also rename our hooks).
+ */
+#ifndef CLC_SHIM_H
+#define CLC_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdatomic.h>
+
+#include "clc_abi.h"
+
+#define CLC_EXPORT __attribute__((visibility("default")))
+#define CLC_HIDDEN __attribute__((visibility("hidden")))
+#define CLC_TLS __thread __attribute__((tls_model("initial-exec")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ---- the driver's types, by layout ------------------------------------------------------ */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUfunction;
+typedef void *CUkernel;
+typedef void *CUmodule;
+typedef void *CUlibrary;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef void *CUgraph;
+typedef void *CUgraphNode;
+typedef void *CUgraphExec;
+typedef uint64_t cuuint64_t;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+#define CU_LIBRARY_BINARY_IS_PRESERVED 1
+#define CU_EVENT_DEFAULT 0
+#define CU_STREAM_CAPTURE_STATUS_NONE 0
+
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v1 */
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+
+typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2: func, or kern in ctx when func is NULL */
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+
+/* ---- the hooked symbols ------------------------------------------------------------------
+ * One table: X(name, return type, parameter list, argument list). Every symbol here is
+ * exported by the preload library, substituted when a program gets it through dlsym or
+ * cuGetProcAddress, and has its real pointer in g_real[CLC_SLOT_name]. */
+#define CLC_LAUNCH_PARAMS                                                                   \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,      \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void **params, \
+     void **extra)
+#define CLC_COOP_PARAMS                                                                     \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,      \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void **params)
+#define CLC_LAUNCH_EX_PARAMS (const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+#define CLC_LIBRARY_LOAD_OPTS                                                               \
+    void *jit_options, void **jit_values, unsigned int n_jit, int *lib_options,             \
+        void **lib_values, unsigned int n_lib
+
+#define CLC_HOOKED_SYMBOLS(X)                                                                     \
+    X(cuGetProcAddress, (const char *symbol, void **pfn, int version, cuuint64_t flags))         \
+    X(cuGetProcAddress_v2,                                                                       \
+      (const char *symbol, void **pfn, int version, cuuint64_t flags, int *status))              \
+    X(cuLaunchKernel, CLC_LAUNCH_PARAMS)                                                         \
+    X(cuLaunchKernel_ptsz, CLC_LAUNCH_PARAMS)                                                    \
+    X(cuLaunchKernelEx, CLC_LAUNCH_EX_PARAMS)                                                    \
+    X(cuLaunchKernelEx_ptsz, CLC_LAUNCH_EX_PARAMS)                                               \
+    X(cuLaunchCooperativeKernel, CLC_COOP_PARAMS)                                                \
+    X(cuLaunchCooperativeKernel_ptsz, CLC_COOP_PARAMS)                                           \
+    X(cuGraphAddKernelNode, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,         \
+                             size_t n_deps, const CUDA_KERNEL_NODE_PARAMS_v1 *p))                \
+    X(cuGraphAddKernelNode_v2, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,      \
+                                size_t n_deps, const CUDA_KERNEL_NODE_PARAMS_v2 *p))             \
+    X(cuGraphKernelNodeSetParams, (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p))       \
+    X(cuGraphKernelNodeSetParams_v2, (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p))    \
+    X(cuGraphExecKernelNodeSetParams,                                                            \
+      (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p))                 \
+    X(cuGraphExecKernelNodeSetParams_v2,                                                         \
+      (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p))                 \
+    X(cuModuleLoad, (CUmodule * mod, const char *path))                                          \
+    X(cuModuleLoadData, (CUmodule * mod, const void *image))                                     \
+    X(cuModuleLoadDataEx, (CUmodule * mod, const void *image, unsigned int n, void *options,     \
+                           void **values))                                                       \
+    X(cuModuleLoadFatBinary, (CUmodule * mod, const void *fatbin))                               \
+    X(cuLibraryLoadData, (CUlibrary * lib, const void *code, CLC_LIBRARY_LOAD_OPTS))             \
+    X(cuLibraryLoadFromFile, (CUlibrary * lib, const char *path, CLC_LIBRARY_LOAD_OPTS))         \
+    X(cuModuleUnload, (CUmodule mod))                                                            \
+    X(cuLibraryUnload, (CUlibrary lib))
+
+#define CLC_SLOT_ENUM(name, params) CLC_SLOT_##name,
+enum { CLC_HOOKED_SYMBOLS(CLC_SLOT_ENUM) CLC_N_SLOTS };
+
+#define CLC_PFN_TYPEDEF(name, params) typedef CUresult(*pfn_##name) params;
+CLC_HOOKED_SYMBOLS(CLC_PFN_TYPEDEF)
+
+/* Real pointers, one per slot: written once when first resolved, read on every call. */
+extern void *_Atomic g_real[CLC_N_SLOTS];
+void *clc_real(int slot); /* resolves on first use (plain-symbol callers) */
+
+/* Driver helpers stage 1 calls itself, resolved from the same libcuda. */
+typedef struct {
+    CUresult (*ctx_get_current)(CUcontext *);
+    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*ctx_get_device)(CUdevice *);
+    CUresult (*kernel_get_name)(const char **, CUkernel);
+    CUresult (*func_get_name)(const char **, CUfunction);
+    CUresult (*event_create)(CUevent *, unsigned int);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*event_record_ptsz)(CUevent, CUstream);
+    CUresult (*event_query)(CUevent);
+    CUresult (*event_synchronize)(CUevent);
+    CUresult (*event_elapsed)(float *, CUevent, CUevent);
+    CUresult (*event_destroy)(CUevent);
+    CUresult (*stream_is_capturing)(CUstream, int *);
+    CUresult (*stream_is_capturing_ptsz)(CUstream, int *);
+} clc_driver;
+extern clc_driver g_drv;
+int clc_driver_ready(void); /* 1 once g_drv is filled */
+
+/* ---- process-wide settings, read from the environment once --------------------------------- */
+typedef struct {
+    int verbose;
+    clc_outcome on_error; /* what launches get when clc cannot decide */
+    const char *output;   /* capture path (CLC_OUTPUT); NULL: no capture */
+    int root_pid;         /* the pid clc-run started; other processes are children */
+    int force;
+} clc_settings;
+extern clc_settings g_cfg;
+
+/* ---- logging: every clc problem is reported once, to stderr and into the capture ---------- */
+void clc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define clc_debug(...)                                                                        \
+    do {                                                                                      \
+        if (unlikely(g_cfg.verbose)) clc_log(CLC_MSG_INFO, __VA_ARGS__);                      \
+    } while (0)
+
+/* ---- recursion guard: a hook entered from inside clc on the same thread passes through ----- */
+extern CLC_TLS int t_in_clc;
+
+/* ---- the decision cache ------------------------------------------------------------------ */
+typedef struct clc_entry {
+    _Atomic uint32_t ready; /* 0 until every field below is written */
+    uint32_t kernel_id;
+    uint64_t handle;
+    uint64_t ctx;
+    int32_t device;
+    uint32_t n_clauses;
+    clc_clause *clauses; /* n_clauses of them, or NULL */
+    clc_outcome fallback;
+    _Atomic uint64_t launches, denied, recorded, timed, graph_nodes, gpu_ns;
+} clc_entry;
+
+clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx);
+clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const uint32_t grid[3],
+                            const uint32_t block[3], uint32_t shmem);
+const clc_outcome *clc_outcome_for(const clc_entry *e, uint64_t grid_blocks,
+                                   uint64_t block_threads, uint64_t shmem);
+typedef void (*clc_entry_fn)(clc_entry *, void *);
+void clc_cache_each(clc_entry_fn fn, void *arg);
+void clc_cache_after_fork_child(void);
+
+/* ---- the bridge to Python (stage 2) ------------------------------------------------------ */
+int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out); /* 0: decided */
+void clc_bridge_module(const clc_module_event *ev);
+void clc_bridge_after_fork_child(void);
+
+/* ---- the capture ------------------------------------------------------------------------- */
+uint64_t clc_now_ns(void);
+uint32_t clc_tid(void);
+int clc_capture_enabled(void);
+void clc_capture_write(uint16_t type, const void *body, size_t body_size, const char *text,
+                       size_t text_len);
+void clc_capture_kernel(const clc_entry *e, const char *name);
+void clc_capture_finish(void);
+void clc_capture_after_fork_child(void);
+
+/* ---- GPU timing with events ---------------------------------------------------------------- */
+typedef struct clc_timing clc_timing;
+int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz);
+void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint64_t seq);
+void clc_timing_drain_all(void);
+
+/* ---- process lifetime -------------------------------------------------------------------- */
+void clc_ensure_exit_handler(void);
+
+#endif /* CLC_SHIM_H */

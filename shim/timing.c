@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * timing.c: GPU time of a launch, from two CUDA events recorded on its stream around it.
+ *
+ * The launching thread never waits for the GPU: each measurement goes into the thread's FIFO
+ * and is read back (cuEventQuery) at that thread's later timed launches, oldest first, and at
+ * exit (cuEventSynchronize). Event pairs are pooled per thread. A stream being captured into
+ * a graph is not timed: an event recorded there becomes a graph node and measures nothing.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+#define FIFO_SIZE 1024
+#define POOL_SIZE 64
+
+struct clc_timing {
+    CUevent start, end;
+    CUcontext ctx;
+    clc_entry *entry;
+    uint64_t seq;
+};
+
+typedef struct tstate {
+    atomic_flag busy; /* the owner and the exit drain; never contended in steady state */
+    clc_timing fifo[FIFO_SIZE];
+    uint32_t first, count;
+    clc_timing pool[POOL_SIZE];
+    uint32_t pooled;
+    clc_timing current; /* between begin and end of one launch */
+    struct tstate *next;
+} tstate;
+
+static tstate *_Atomic g_states;
+static CLC_TLS tstate *t_state;
+
+static tstate *state(void) {
+    if (likely(t_state != NULL)) return t_state;
+    tstate *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    atomic_flag_clear(&s->busy);
+    tstate *old = atomic_load(&g_states);
+    do s->next = old;
+    while (!atomic_compare_exchange_weak(&g_states, &old, s));
+    t_state = s;
+    return s;
+}
+
+static void lock(tstate *s) {
+    while (atomic_flag_test_and_set_explicit(&s->busy, memory_order_acquire)) {
+    }
+}
+static void unlock(tstate *s) { atomic_flag_clear_explicit(&s->busy, memory_order_release); }
+
+static void release_pair(tstate *s, clc_timing *t) {
+    if (s->pooled < POOL_SIZE) {
+        s->pool[s->pooled++] = *t;
+        return;
+    }
+    g_drv.event_destroy(t->start);
+    g_drv.event_destroy(t->end);
+}
+
+static void finish(tstate *s, clc_timing *t, int wait) {
+    float ms = 0;
+    CUresult r = wait ? g_drv.event_synchronize(t->end) : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS) r = g_drv.event_elapsed(&ms, t->start, t->end);
+    if (r == CUDA_SUCCESS && t->entry) {
+        clc_rec_timing rec = {.seq = t->seq, .kernel_id = t->entry->kernel_id,
+                              .gpu_ns = (uint64_t)((double)ms * 1e6 + 0.5)};
+        atomic_fetch_add_explicit(&t->entry->timed, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->entry->gpu_ns, rec.gpu_ns, memory_order_relaxed);
+        if (clc_capture_enabled()) clc_capture_write(CLC_REC_TIMING, &rec, sizeof rec, NULL, 0);
+    } else if (r != CUDA_SUCCESS) {
+        static _Atomic int reported;
+        if (!atomic_exchange(&reported, 1))
+            clc_log(CLC_MSG_WARNING, "a launch's GPU time was lost (CUresult %d)", r);
+    }
+    release_pair(s, t);
+}
+
+/* Read back what the GPU has finished, oldest first, without waiting. */
+static void poll(tstate *s) {
+    while (s->count) {
+        clc_timing *t = &s->fifo[s->first];
+        if (g_drv.event_query(t->end) != CUDA_SUCCESS) return;
+        finish(s, t, 0);
+        s->first = (s->first + 1) % FIFO_SIZE;
+        s->count--;
+    }
+}
+
+int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz) {
+    *out = NULL;
+    if (!g_drv.event_create || !g_drv.event_record || !g_drv.event_elapsed) return -1;
+    int capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult (*is_capturing)(CUstream, int *) =
+        ptsz ? g_drv.stream_is_capturing_ptsz : g_drv.stream_is_capturing;
+    if (is_capturing && is_capturing(stream, &capturing) == CUDA_SUCCESS &&
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+        return -1;
+    tstate *s = state();
+    if (!s) return -1;
+    CUcontext ctx = NULL;
+    g_drv.ctx_get_current(&ctx);
+    clc_timing *t = &s->current;
+    memset(t, 0, sizeof *t);
+    lock(s);
+    for (uint32_t i = s->pooled; i-- > 0;) {
+        if (s->pool[i].ctx == ctx) {
+            *t = s->pool[i];
+            s->pool[i] = s->pool[--s->pooled];
+            break;
+        }
+    }
+    unlock(s);
+    if (!t->start) {
+        if (g_drv.event_create(&t->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return -1;
+        if (g_drv.event_create(&t->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+            g_drv.event_destroy(t->start);
+            return -1;
+        }
+        t->ctx = ctx;
+    }
+    (ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->start, stream);
+    *out = t;
+    return 0;
+}
+
+void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint64_t seq) {
+    tstate *s = t_state;
+    lock(s);
+    if (!e) {
+        release_pair(s, t);
+        unlock(s);
+        return;
+    }
+    (ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->end, stream);
+    t->entry = e;
+    t->seq = seq;
+    if (s->count == FIFO_SIZE) {
+        /* The GPU is a whole FIFO behind: wait for the oldest rather than lose it. */
+        finish(s, &s->fifo[s->first], 1);
+        s->first = (s->first + 1) % FIFO_SIZE;
+        s->count--;
+    }
+    s->fifo[(s->first + s->count) % FIFO_SIZE] = *t;
+    s->count++;
+    poll(s);
+    unlock(s);
+}
+
+void clc_timing_drain_all(void) {
+    if (!clc_driver_ready() || !g_drv.event_synchronize) return;
+    CUcontext mine = NULL;
+    g_drv.ctx_get_current(&mine);
+    for (tstate *s = atomic_load(&g_states); s; s = s->next) {
+        lock(s);
+        while (s->count) {
+            clc_timing *t = &s->fifo[s->first];
+            if (g_drv.ctx_set_current) g_drv.ctx_set_current(t->ctx);
+            finish(s, t, 1);
+            s->first = (s->first + 1) % FIFO_SIZE;
+            s->count--;
+        }
+        unlock(s);
+    }
+    if (g_drv.ctx_set_current) g_drv.ctx_set_current(mine);
+}

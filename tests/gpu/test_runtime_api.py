@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: Apache-2.0
+"""examples/vecadd.cu (CUDA runtime API, <<<>>> launches) under clc-run."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+ITERATIONS = 300  # vecAdd ~0.6-0.8 ms a launch: ~200 ms of timed GPU work
+KERNELS = ("vecAdd", "scale_kernel", "debug_fill")
+
+
+def expected_counts(iterations=ITERATIONS):
+    return {"vecAdd": iterations, "scale_kernel": 2 * iterations,
+            "debug_fill": (iterations + 1) // 2}
+
+
+@pytest.fixture(scope="module")
+def native(vecadd_bin, run_native, tools):
+    proc = run_native([vecadd_bin, ITERATIONS])
+    out = tools.parse(proc.stdout)
+    assert proc.returncode == 0, tools.describe(proc)
+    assert out.counts == expected_counts(), tools.describe(proc)
+    assert out.results == {k: "ok" for k in KERNELS}, tools.describe(proc)
+    assert not out.errors, tools.describe(proc)
+    return proc
+
+
+def test_audit(native, vecadd_bin, run_clc, tools, tmp_path):
+    proc, report = run_clc("audit.yaml", [vecadd_bin, ITERATIONS], tmp_path)
+    assert proc.returncode == 0, tools.describe(proc)
+    assert tools.comparable(proc.stdout) == tools.comparable(native.stdout), (
+        "stdout under clc differs from the native run\n--- native ---\n"
+        f"{native.stdout}\n--- under clc ---\n{tools.describe(proc)}")
+    tools.assert_capture_ok(report, proc)
+    counts = tools.parse(proc.stdout).counts
+    tools.assert_counts(report, counts, run=proc)
+    # audit.yaml records every launch: one record per launch, all allowed.
+    for kernel, n in counts.items():
+        recs = tools.launch_rows(report, kernel)
+        assert len(recs) == n, (f"{kernel}: {len(recs)} launch records, {n} launches\n"
+                                f"{tools.report_summary(report)}")
+        actions = {r.get("action") for r in recs}
+        assert actions == {"allow"}, f"{kernel}: actions {actions}"
+        assert tools.kernel_total(report, kernel, "recorded") == n, tools.report_summary(report)
+
+
+def test_deny_scale_kernel(native, vecadd_bin, run_clc, tools, tmp_path):
+    policy = tools.deny_policy(tmp_path / "deny-scale.yaml", "*scale_kernel*",
+                               message="scale is refused in this test")
+    proc, report = run_clc(policy, [vecadd_bin, ITERATIONS], tmp_path)
+    out = tools.parse(proc.stdout)
+    assert proc.returncode == 0, tools.describe(proc)
+    assert ("scale_kernel", "cudaErrorNotPermitted") in out.errors, tools.describe(proc)
+    assert [e for e in out.errors if e[0] != "scale_kernel"] == [], tools.describe(proc)
+    assert out.error_counts.get("scale_kernel") == 2 * ITERATIONS, tools.describe(proc)
+    assert out.results == {"vecAdd": "ok", "scale_kernel": "skipped", "debug_fill": "ok"}, \
+        tools.describe(proc)
+    assert out.counts == expected_counts(), tools.describe(proc)
+    tools.assert_capture_ok(report, proc)
+    tools.assert_counts(report, out.counts, run=proc, denied={"scale_kernel"})
+    # Where the denied launches were recorded, they say so.
+    recs = tools.launch_rows(report, "scale_kernel")
+    assert all(r.get("action") == "deny" for r in recs), [r.get("action") for r in recs[:5]]
+
+
+def test_time_all(native, vecadd_bin, run_clc, tools, tmp_path):
+    proc, report = run_clc("time-all.yaml", [vecadd_bin, ITERATIONS], tmp_path)
+    out = tools.parse(proc.stdout)
+    assert proc.returncode == 0, tools.describe(proc)
+    assert tools.comparable(proc.stdout) == tools.comparable(native.stdout), (
+        f"results changed under time-all\n--- native ---\n{native.stdout}\n"
+        f"--- under clc ---\n{tools.describe(proc)}")
+    tools.assert_capture_ok(report, proc)
+    tools.assert_counts(report, out.counts, run=proc)
+    tools.assert_all_timed(report, KERNELS, run=proc)
+
+    # clc's events sit inside the program's own events around each vecAdd launch: the two
+    # totals agree to within the small per-launch gap between them.
+    program_ms = out.event_ms["vecAdd"]
+    capture_ms = tools.kernel_total(report, "vecAdd", "gpu_ns_total") / 1e6
+    per_launch = sorted(r.get("gpu_ns") or 0 for r in tools.launch_rows(report, "vecAdd"))
+    spread = (f"per-launch gpu_ns min {per_launch[0]}, median {per_launch[len(per_launch) // 2]}, "
+              f"max {per_launch[-1]}" if per_launch else "no launch records")
+    assert program_ms > 0, tools.describe(proc)
+    assert abs(capture_ms - program_ms) <= 0.10 * program_ms, (
+        f"vecAdd GPU time: capture {capture_ms:.3f} ms vs program's events {program_ms:.3f} ms "
+        f"({(capture_ms / program_ms - 1) * 100:+.1f} %); {spread}\n"
+        f"{tools.report_summary(report)}")
+    # gpu_ns_mean is the total over the timed launches.
+    rows = tools.kernel_rows(report, "vecAdd")
+    if len(rows) == 1 and rows[0].get("timed"):
+        mean = rows[0]["gpu_ns_total"] / rows[0]["timed"]
+        assert rows[0].get("gpu_ns_mean") == pytest.approx(mean, rel=0.01), rows[0]

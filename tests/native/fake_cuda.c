@@ -1,0 +1,1803 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fake_cuda.c: a stand-in for the NVIDIA driver library, built as libcuda.so.1, so that clc's
+ * shim can be tested on CI machines without a GPU.
+ *
+ * Nothing runs on a device: a launch is validated the way the real driver validates it (handle
+ * types, current context, launch shape, stream) and then only counted. The counters are exact
+ * and per kernel name, so a test can compare what the driver really received with what clc
+ * recorded, allowed or denied. The behaviour the shim depends on is modelled after the real
+ * driver: typed handles, a thread-local current context, images that name their kernels, and
+ * cuGetProcAddress handing out per-thread-stream (_ptsz) and ABI-versioned (_v2) variants.
+ *
+ * Test-only entry points (fake_cuda_*) are at the end of the file.
+ */
+#define _GNU_SOURCE /* memmem */
+/* Declare every variant the real library exports (legacy names, _v2, _ptsz) with its exact
+ * signature: this is the mode the driver itself is built in, so the compiler checks each
+ * definition below against the real header. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAKE_DRIVER_VERSION 13000
+#define FAKE_NS_PER_LAUNCH 5000ull /* the fake GPU clock advances this much per kernel run */
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+#define FATBIN_MAGIC 0xBA55ED50u
+#define MAX_BLOCK_THREADS 1024u
+#define DEFAULT_DYN_SMEM 49152 /* what a kernel may use before cuFuncSetAttribute raises it */
+#define MAX_DYN_SMEM 232448    /* the opt-in ceiling of an sm_90 part */
+#define MAX_KERNEL_NAMES 4096
+
+/* ---- handles -------------------------------------------------------------------------------
+ * Every handle points at a struct whose first field is a type tag, so that a handle of the
+ * wrong kind is refused as the real driver refuses it. Destroyed or unloaded objects are not
+ * freed, only re-tagged as dead: a stale handle then fails with CUDA_ERROR_INVALID_HANDLE
+ * instead of reading freed memory (the tests leak a few hundred bytes at most). */
+
+enum handle_tag {
+    TAG_DEAD = 0x0dead000,
+    TAG_CTX = 0x0c7a0001,
+    TAG_MODULE,
+    TAG_FUNCTION,
+    TAG_LIBRARY,
+    TAG_KERNEL,
+    TAG_STREAM,
+    TAG_EVENT,
+    TAG_GRAPH,
+    TAG_NODE,
+    TAG_EXEC,
+};
+
+static uint32_t tag_of(const void *h) { return h ? *(const uint32_t *)h : 0; }
+
+/* One per distinct kernel name across all images; never freed, so launch paths can keep
+ * pointers to it and count without taking a lock. */
+struct kname {
+    char *name;
+    atomic_ulong launches; /* direct launches through any cuLaunch* entry point */
+    atomic_ulong graph;    /* runs as a node of a launched graph */
+};
+
+struct CUctx_st {
+    uint32_t tag;
+    CUdevice dev;
+    int primary;
+};
+
+struct CUfunc_st {
+    uint32_t tag;
+    struct kname *k;
+    int attrs[CU_FUNC_ATTRIBUTE_MAX];
+};
+
+struct CUmod_st {
+    uint32_t tag;
+    unsigned n;
+    struct CUfunc_st *funcs;
+};
+
+/* A CUkernel is context-independent; its CUfunction (cuKernelGetFunction) lives inside it. */
+struct CUkern_st {
+    uint32_t tag;
+    struct kname *k;
+    struct CUfunc_st func;
+};
+
+struct CUlib_st {
+    uint32_t tag;
+    unsigned n;
+    struct CUkern_st *kernels;
+};
+
+struct CUstream_st {
+    uint32_t tag;
+    CUcontext ctx;
+};
+
+struct CUevent_st {
+    uint32_t tag;
+    unsigned flags;
+    int recorded;
+    uint64_t t_ns; /* the fake GPU clock when recorded */
+};
+
+struct CUgraphNode_st {
+    uint32_t tag;
+    struct CUgraph_st *graph;
+    struct kname *k;
+    struct CUgraphNode_st *next;
+};
+
+struct CUgraph_st {
+    uint32_t tag;
+    struct CUgraphNode_st *head;
+    struct CUgraphNode_st **tailp;
+};
+
+struct exec_node {
+    struct CUgraphNode_st *node;
+    struct kname *k;
+};
+
+/* Instantiation copies the kernel of every node: later changes to the graph do not reach the
+ * executable graph, only cuGraphExecKernelNodeSetParams does (as in the real driver). */
+struct CUgraphExec_st {
+    uint32_t tag;
+    struct CUgraph_st *graph;
+    unsigned n;
+    struct exec_node *nodes;
+};
+
+/* The layouts cudart registers code with (see the README of tests/native). */
+struct fatbin_wrapper {
+    uint32_t magic;
+    uint32_t version;
+    const void *data;
+    void *filename_or_fatbins;
+};
+
+struct fatbin_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t header_size;
+    uint64_t payload_size;
+};
+
+/* ---- global state ---------------------------------------------------------------------------- */
+
+/* Launch paths only touch atomics; g_lock guards the name table, loads and graphs. It is
+ * taken around fork() so that a child forked while another thread loads code does not
+ * inherit it locked. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_initialized;
+static atomic_int g_primary_refs;
+static struct CUctx_st g_primary = {TAG_CTX, 0, 1};
+static __thread CUcontext tls_ctx; /* cuInit makes nothing current, like the real driver */
+static atomic_ullong g_clock_ns;
+
+static struct kname *g_names[MAX_KERNEL_NAMES]; /* sorted by name */
+static unsigned g_nnames;
+
+/* Counted per entry point so tests can tell which variant reached the driver. */
+enum entry {
+    E_LAUNCH,
+    E_LAUNCH_PTSZ,
+    E_LAUNCH_EX,
+    E_LAUNCH_EX_PTSZ,
+    E_COOP,
+    E_COOP_PTSZ,
+    E_GRAPH_LAUNCH,
+    E_GRAPH_LAUNCH_PTSZ,
+    E_GRAPH_ADD,
+    E_GRAPH_ADD_V2,
+    E_NODE_SET,
+    E_NODE_SET_V2,
+    E_EXEC_SET,
+    E_EXEC_SET_V2,
+    E_COUNT
+};
+static const char *const entry_names[E_COUNT] = {
+    "cuLaunchKernel",
+    "cuLaunchKernel_ptsz",
+    "cuLaunchKernelEx",
+    "cuLaunchKernelEx_ptsz",
+    "cuLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernel_ptsz",
+    "cuGraphLaunch",
+    "cuGraphLaunch_ptsz",
+    "cuGraphAddKernelNode",
+    "cuGraphAddKernelNode_v2",
+    "cuGraphKernelNodeSetParams",
+    "cuGraphKernelNodeSetParams_v2",
+    "cuGraphExecKernelNodeSetParams",
+    "cuGraphExecKernelNodeSetParams_v2",
+};
+static atomic_ulong g_entry[E_COUNT];
+static atomic_ulong g_total_launches, g_total_graph;
+
+static void lock(void) { pthread_mutex_lock(&g_lock); }
+static void unlock(void) { pthread_mutex_unlock(&g_lock); }
+
+__attribute__((constructor)) static void fake_init(void) { pthread_atfork(lock, unlock, unlock); }
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            return r_;                                                                             \
+    } while (0)
+
+static CUresult need_init(void)
+{
+    return atomic_load(&g_initialized) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static CUresult need_ctx(void)
+{
+    TRY(need_init());
+    return tag_of(tls_ctx) == TAG_CTX ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static int stream_ok(CUstream s)
+{
+    return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
+           tag_of(s) == TAG_STREAM;
+}
+
+/* ---- kernel names ---------------------------------------------------------------------------- */
+
+/* Binary search; *pos is where the name is or would go. Caller holds g_lock. */
+static struct kname *find_name_locked(const char *name, unsigned *pos)
+{
+    unsigned lo = 0, hi = g_nnames;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        int c = strcmp(g_names[mid]->name, name);
+        if (c == 0) {
+            *pos = mid;
+            return g_names[mid];
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *pos = lo;
+    return NULL;
+}
+
+/* Takes ownership of name. Caller holds g_lock. */
+static struct kname *intern_locked(char *name)
+{
+    unsigned pos;
+    struct kname *k = find_name_locked(name, &pos);
+    if (k) {
+        free(name);
+        return k;
+    }
+    if (g_nnames == MAX_KERNEL_NAMES || !(k = calloc(1, sizeof *k))) {
+        free(name);
+        return NULL;
+    }
+    k->name = name;
+    memmove(&g_names[pos + 1], &g_names[pos], (g_nnames - pos) * sizeof g_names[0]);
+    g_names[pos] = k;
+    g_nnames++;
+    return k;
+}
+
+/* ---- images ---------------------------------------------------------------------------------- */
+
+/* Finds the PTX text inside an image: plain text, a fatbin container, or cudart's wrapper
+ * around a container. */
+static CUresult image_text(const void *image, const char **text, size_t *len)
+{
+    uint32_t magic = 0;
+    if (image == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Neither magic has a zero byte, so a shorter string is text and is not over-read. */
+    if (strnlen(image, sizeof magic) == sizeof magic)
+        memcpy(&magic, image, sizeof magic);
+    if (magic == FATBIN_WRAPPER_MAGIC) {
+        struct fatbin_wrapper w;
+        memcpy(&w, image, sizeof w);
+        if (w.data == NULL || strnlen(w.data, sizeof magic) != sizeof magic)
+            return CUDA_ERROR_INVALID_IMAGE;
+        image = w.data;
+        memcpy(&magic, image, sizeof magic);
+        if (magic != FATBIN_MAGIC)
+            return CUDA_ERROR_INVALID_IMAGE;
+    }
+    if (magic == FATBIN_MAGIC) {
+        struct fatbin_header h;
+        memcpy(&h, image, sizeof h);
+        if (h.header_size < sizeof h)
+            return CUDA_ERROR_INVALID_IMAGE;
+        *text = (const char *)image + h.header_size;
+        *len = strnlen(*text, h.payload_size);
+        return CUDA_SUCCESS;
+    }
+    *text = image;
+    *len = strlen(image);
+    return CUDA_SUCCESS;
+}
+
+static int ident_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '$';
+}
+
+static int space_char(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* The kernels of a PTX text: every `.entry NAME(`, without duplicates. */
+static CUresult parse_kernels(const char *text, size_t len, struct kname ***out, unsigned *n)
+{
+    const char *end = text + len, *p;
+    unsigned cap = 0, count = 0;
+    struct kname **ks;
+
+    if (!memmem(text, len, ".version", 8))
+        return CUDA_ERROR_INVALID_IMAGE; /* a cubin or garbage: the fake reads PTX only */
+    for (p = text; (p = memmem(p, (size_t)(end - p), ".entry", 6)); p += 6)
+        cap++;
+    if (!(ks = calloc(cap ? cap : 1, sizeof *ks)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+
+    lock();
+    for (p = text; (p = memmem(p, (size_t)(end - p), ".entry", 6));) {
+        const char *q;
+        struct kname *k;
+        unsigned i;
+        p += 6;
+        if (p == end || !space_char(*p))
+            continue;
+        while (p < end && space_char(*p))
+            p++;
+        for (q = p; q < end && ident_char(*q); q++)
+            ;
+        if (q == p)
+            continue;
+        if (!(k = intern_locked(strndup(p, (size_t)(q - p))))) {
+            unlock();
+            free(ks);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        for (i = 0; i < count && ks[i] != k; i++)
+            ;
+        if (i == count)
+            ks[count++] = k;
+    }
+    unlock();
+    *out = ks;
+    *n = count;
+    return CUDA_SUCCESS;
+}
+
+static void func_init(struct CUfunc_st *f, struct kname *k)
+{
+    f->tag = TAG_FUNCTION;
+    f->k = k;
+    f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] = MAX_BLOCK_THREADS;
+    f->attrs[CU_FUNC_ATTRIBUTE_NUM_REGS] = 32;
+    f->attrs[CU_FUNC_ATTRIBUTE_PTX_VERSION] = 80;
+    f->attrs[CU_FUNC_ATTRIBUTE_BINARY_VERSION] = 90;
+    f->attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES] = DEFAULT_DYN_SMEM;
+}
+
+static CUresult module_from_text(CUmodule *out, const char *text, size_t len)
+{
+    struct kname **ks;
+    unsigned n, i;
+    struct CUmod_st *m;
+    TRY(parse_kernels(text, len, &ks, &n));
+    if (!(m = calloc(1, sizeof *m)) || !(m->funcs = calloc(n ? n : 1, sizeof *m->funcs))) {
+        free(m);
+        free(ks);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < n; i++)
+        func_init(&m->funcs[i], ks[i]);
+    free(ks);
+    m->n = n;
+    m->tag = TAG_MODULE;
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+static CUresult library_from_text(CUlibrary *out, const char *text, size_t len)
+{
+    struct kname **ks;
+    unsigned n, i;
+    struct CUlib_st *l;
+    TRY(parse_kernels(text, len, &ks, &n));
+    if (!(l = calloc(1, sizeof *l)) || !(l->kernels = calloc(n ? n : 1, sizeof *l->kernels))) {
+        free(l);
+        free(ks);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < n; i++) {
+        l->kernels[i].tag = TAG_KERNEL;
+        l->kernels[i].k = ks[i];
+        func_init(&l->kernels[i].func, ks[i]);
+    }
+    free(ks);
+    l->n = n;
+    l->tag = TAG_LIBRARY;
+    *out = l;
+    return CUDA_SUCCESS;
+}
+
+static CUresult read_file(const char *path, char **text, size_t *len)
+{
+    FILE *f;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    if (path == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(f = fopen(path, "rb")))
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    for (;;) {
+        if (cap - n < 4096) {
+            char *nb = realloc(buf, cap + 65536);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            buf = nb;
+            cap += 65536;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *text = buf;
+    *len = strlen(buf);
+    return CUDA_SUCCESS;
+}
+
+/* ---- initialisation, devices, contexts ------------------------------------------------------- */
+
+CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    atomic_store(&g_initialized, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = FAKE_DRIVER_VERSION;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+    TRY(need_init());
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count)
+{
+    TRY(need_init());
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    TRY(need_init());
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "%s", "Fake GPU");
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    TRY(need_init());
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    switch (attrib) { /* an H100-like part; whatever is not listed reads 0 */
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+        *pi = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+        *pi = 64;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+        *pi = 2147483647;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+        *pi = 65535;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+        *pi = DEFAULT_DYN_SMEM;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+        *pi = MAX_DYN_SMEM;
+        break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+        *pi = 32;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        *pi = 132;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+        *pi = 9;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        *pi = 1;
+        break;
+    default:
+        *pi = 0;
+        break;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    TRY(need_init());
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    atomic_fetch_add(&g_primary_refs, 1);
+    *pctx = &g_primary;
+    return CUDA_SUCCESS;
+}
+
+/* The primary context stays valid after its last release: the real driver hands back the same
+ * handle on the next retain, and the fake has nothing to tear down. */
+static CUresult primary_release(CUdevice dev)
+{
+    int refs;
+    TRY(need_init());
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    refs = atomic_load(&g_primary_refs);
+    while (refs > 0 && !atomic_compare_exchange_weak(&g_primary_refs, &refs, refs - 1))
+        ;
+    return refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev); }
+
+static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
+{
+    struct CUctx_st *c;
+    TRY(need_init());
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!(c = calloc(1, sizeof *c)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->tag = TAG_CTX;
+    c->dev = dev;
+    tls_ctx = c; /* a created context becomes current on the calling thread */
+    *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    return ctx_create(pctx, dev);
+}
+
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    return ctx_create(pctx, dev);
+}
+
+/* What `cuCtxCreate` means in the CUDA 13 header. */
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                                unsigned int flags, CUdevice dev)
+{
+    (void)ctxCreateParams;
+    (void)flags;
+    return ctx_create(pctx, dev);
+}
+
+static CUresult ctx_destroy(CUcontext ctx)
+{
+    TRY(need_init());
+    if (tag_of(ctx) != TAG_CTX || ctx->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    ctx->tag = TAG_DEAD;
+    if (tls_ctx == ctx)
+        tls_ctx = NULL;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { return ctx_destroy(ctx); }
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) { return ctx_destroy(ctx); }
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+    TRY(need_init());
+    if (ctx != NULL && tag_of(ctx) != TAG_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    tls_ctx = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+    TRY(need_init());
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = tag_of(tls_ctx) == TAG_CTX ? tls_ctx : NULL;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+    TRY(need_ctx());
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = tls_ctx->dev;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void) { return need_ctx(); }
+
+/* ---- streams --------------------------------------------------------------------------------- */
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    struct CUstream_st *s;
+    (void)Flags;
+    TRY(need_ctx());
+    if (!phStream)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(s = calloc(1, sizeof *s)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->tag = TAG_STREAM;
+    s->ctx = tls_ctx;
+    *phStream = s;
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_destroy(CUstream s)
+{
+    TRY(need_init());
+    if (tag_of(s) != TAG_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    s->tag = TAG_DEAD;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream) { return stream_destroy(hStream); }
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) { return stream_destroy(hStream); }
+
+static CUresult stream_sync(CUstream s)
+{
+    TRY(need_ctx());
+    return stream_ok(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return stream_sync(hStream); }
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return stream_sync(hStream); }
+
+/* ---- modules and libraries ------------------------------------------------------------------- */
+
+static CUresult module_load_image(CUmodule *module, const void *image)
+{
+    const char *text;
+    size_t len;
+    TRY(need_ctx()); /* modules belong to the current context */
+    if (!module)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(image_text(image, &text, &len));
+    return module_from_text(module, text, len);
+}
+
+CUresult CUDAAPI cuModuleLoad(CUmodule *module, const char *fname)
+{
+    char *text;
+    size_t len;
+    CUresult rc;
+    TRY(need_ctx());
+    if (!module)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(read_file(fname, &text, &len));
+    rc = module_from_text(module, text, len);
+    free(text);
+    return rc;
+}
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
+{
+    return module_load_image(module, image);
+}
+
+CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                    CUjit_option *options, void **optionValues)
+{
+    if (numOptions && (!options || !optionValues))
+        return CUDA_ERROR_INVALID_VALUE;
+    return module_load_image(module, image);
+}
+
+CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    return module_load_image(module, fatCubin);
+}
+
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    unsigned i;
+    TRY(need_init());
+    if (tag_of(hmod) != TAG_MODULE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!hfunc || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < hmod->n; i++) {
+        if (strcmp(hmod->funcs[i].k->name, name) == 0) {
+            *hfunc = &hmod->funcs[i];
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
+{
+    unsigned i;
+    TRY(need_init());
+    lock();
+    if (tag_of(hmod) != TAG_MODULE) {
+        unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    hmod->tag = TAG_DEAD;
+    for (i = 0; i < hmod->n; i++)
+        hmod->funcs[i].tag = TAG_DEAD;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+static CUresult library_options_ok(unsigned int numJitOptions, CUjit_option *jitOptions,
+                                   void **jitOptionsValues, CUlibraryOption *libraryOptions,
+                                   void **libraryOptionValues, unsigned int numLibraryOptions)
+{
+    unsigned i;
+    if (numJitOptions && (!jitOptions || !jitOptionsValues))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (numLibraryOptions && (!libraryOptions || !libraryOptionValues))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < numLibraryOptions; i++)
+        if ((unsigned)libraryOptions[i] >= CU_LIBRARY_NUM_OPTIONS)
+            return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* Libraries are context-independent: loading one needs cuInit, not a current context. */
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                   void **jitOptionsValues, unsigned int numJitOptions,
+                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                   unsigned int numLibraryOptions)
+{
+    const char *text;
+    size_t len;
+    TRY(need_init());
+    if (!library)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(library_options_ok(numJitOptions, jitOptions, jitOptionsValues, libraryOptions,
+                           libraryOptionValues, numLibraryOptions));
+    TRY(image_text(code, &text, &len));
+    return library_from_text(library, text, len);
+}
+
+CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
+                                       CUjit_option *jitOptions, void **jitOptionsValues,
+                                       unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+                                       void **libraryOptionValues, unsigned int numLibraryOptions)
+{
+    char *text;
+    size_t len;
+    CUresult rc;
+    TRY(need_init());
+    if (!library)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(library_options_ok(numJitOptions, jitOptions, jitOptionsValues, libraryOptions,
+                           libraryOptionValues, numLibraryOptions));
+    TRY(read_file(fileName, &text, &len));
+    rc = library_from_text(library, text, len);
+    free(text);
+    return rc;
+}
+
+CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+    unsigned i;
+    TRY(need_init());
+    if (tag_of(library) != TAG_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!pKernel || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < library->n; i++) {
+        if (strcmp(library->kernels[i].k->name, name) == 0) {
+            *pKernel = &library->kernels[i];
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
+{
+    unsigned i;
+    TRY(need_init());
+    lock();
+    if (tag_of(library) != TAG_LIBRARY) {
+        unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    library->tag = TAG_DEAD;
+    for (i = 0; i < library->n; i++) {
+        library->kernels[i].tag = TAG_DEAD;
+        library->kernels[i].func.tag = TAG_DEAD;
+    }
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* The real driver returns the kernel's function in the current context. */
+CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+    TRY(need_ctx());
+    if (tag_of(kernel) != TAG_KERNEL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!pFunc)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pFunc = &kernel->func;
+    return CUDA_SUCCESS;
+}
+
+/* Names point into the never-freed name table, so they outlive the module, as callers of the
+ * real driver may assume for the module's lifetime. */
+CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
+{
+    TRY(need_init());
+    if (tag_of(hfunc) != TAG_KERNEL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    *name = hfunc->k->name;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    TRY(need_init());
+    if (tag_of(hfunc) != TAG_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    *name = hfunc->k->name;
+    return CUDA_SUCCESS;
+}
+
+static CUresult func_set_attr(struct CUfunc_st *f, CUfunction_attribute attrib, int value)
+{
+    switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        if (value < 0 || value > MAX_DYN_SMEM)
+            return CUDA_ERROR_INVALID_VALUE;
+        break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        break;
+    default: /* the others are read-only properties of the compiled code */
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    f->attrs[attrib] = value;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+    TRY(need_init());
+    if (tag_of(hfunc) != TAG_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return func_set_attr(hfunc, attrib, value);
+}
+
+CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+    TRY(need_init());
+    if (tag_of(hfunc) != TAG_FUNCTION)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!pi || (unsigned)attrib >= CU_FUNC_ATTRIBUTE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pi = hfunc->attrs[attrib];
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel,
+                                      CUdevice dev)
+{
+    TRY(need_init());
+    if (tag_of(kernel) != TAG_KERNEL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return func_set_attr(&kernel->func, attrib, val);
+}
+
+/* ---- launches -------------------------------------------------------------------------------- */
+
+/* cuLaunchKernel and friends take a CUfunction or a CUkernel cast to one (as cudart passes). */
+static struct CUfunc_st *launchable(const void *h)
+{
+    switch (tag_of(h)) {
+    case TAG_FUNCTION:
+        return (struct CUfunc_st *)h;
+    case TAG_KERNEL:
+        return &((struct CUkern_st *)h)->func;
+    default:
+        return NULL;
+    }
+}
+
+static CUresult check_shape(const struct CUfunc_st *f, unsigned gx, unsigned gy, unsigned gz,
+                            unsigned bx, unsigned by, unsigned bz, unsigned smem)
+{
+    if (!gx || !gy || !gz || !bx || !by || !bz)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((unsigned long long)bx * by * bz > MAX_BLOCK_THREADS)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (smem > (unsigned)f->attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES])
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
+                       unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
+                       void **params, void **extra)
+{
+    struct CUfunc_st *f;
+    TRY(need_ctx());
+    if (!(f = launchable(fn)))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (params && extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(check_shape(f, gx, gy, gz, bx, by, bz, smem));
+    if (!stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    atomic_fetch_add(&f->k->launches, 1);
+    atomic_fetch_add(&g_entry[e], 1);
+    atomic_fetch_add(&g_total_launches, 1);
+    atomic_fetch_add(&g_clock_ns, FAKE_NS_PER_LAUNCH);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                unsigned int gridDimZ, unsigned int blockDimX,
+                                unsigned int blockDimY, unsigned int blockDimZ,
+                                unsigned int sharedMemBytes, CUstream hStream,
+                                void **kernelParams, void **extra)
+{
+    return launch(E_LAUNCH, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                  sharedMemBytes, hStream, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                     unsigned int gridDimZ, unsigned int blockDimX,
+                                     unsigned int blockDimY, unsigned int blockDimZ,
+                                     unsigned int sharedMemBytes, CUstream hStream,
+                                     void **kernelParams, void **extra)
+{
+    return launch(E_LAUNCH_PTSZ, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+                  blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+}
+
+static CUresult launch_ex(enum entry e, const CUlaunchConfig *c, CUfunction f, void **params,
+                          void **extra)
+{
+    if (!c || (c->numAttrs && !c->attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch(e, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                  c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                  void **extra)
+{
+    return launch_ex(E_LAUNCH_EX, config, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                       void **kernelParams, void **extra)
+{
+    return launch_ex(E_LAUNCH_EX_PTSZ, config, f, kernelParams, extra);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+                                           unsigned int gridDimY, unsigned int gridDimZ,
+                                           unsigned int blockDimX, unsigned int blockDimY,
+                                           unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                           CUstream hStream, void **kernelParams)
+{
+    return launch(E_COOP, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                  sharedMemBytes, hStream, kernelParams, NULL);
+}
+
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                                unsigned int gridDimY, unsigned int gridDimZ,
+                                                unsigned int blockDimX, unsigned int blockDimY,
+                                                unsigned int blockDimZ,
+                                                unsigned int sharedMemBytes, CUstream hStream,
+                                                void **kernelParams)
+{
+    return launch(E_COOP_PTSZ, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                  sharedMemBytes, hStream, kernelParams, NULL);
+}
+
+/* ---- graphs ---------------------------------------------------------------------------------- */
+
+CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    struct CUgraph_st *g;
+    TRY(need_init());
+    if (!phGraph || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(g = calloc(1, sizeof *g)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g->tailp = &g->head;
+    g->tag = TAG_GRAPH;
+    *phGraph = g;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
+{
+    struct CUgraphNode_st *n;
+    TRY(need_init());
+    lock();
+    if (tag_of(hGraph) != TAG_GRAPH) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    hGraph->tag = TAG_DEAD;
+    for (n = hGraph->head; n; n = n->next)
+        n->tag = TAG_DEAD;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* The kernel a node's parameters name. The v1 struct has only `func`; the v2 struct adds
+ * `kern`, used when func is NULL, and `ctx` (NULL: the current context). Both structs start
+ * with the same ten fields, passed here one by one. */
+static CUresult node_kernel(CUfunction func, CUkernel kern, CUcontext ctx, int v2, unsigned gx,
+                            unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned smem, void **params, void **extra, struct kname **out)
+{
+    struct CUfunc_st *f;
+    if (func || !v2) {
+        f = launchable(func);
+    } else {
+        if (ctx == NULL)
+            TRY(need_ctx());
+        else if (tag_of(ctx) != TAG_CTX)
+            return CUDA_ERROR_INVALID_CONTEXT;
+        f = tag_of(kern) == TAG_KERNEL ? &kern->func : NULL;
+    }
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (params && extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(check_shape(f, gx, gy, gz, bx, by, bz, smem));
+    *out = f->k;
+    return CUDA_SUCCESS;
+}
+
+#define NODE_KERNEL_V1(p, out)                                                                     \
+    node_kernel((p)->func, NULL, NULL, 0, (p)->gridDimX, (p)->gridDimY, (p)->gridDimZ,           \
+                (p)->blockDimX, (p)->blockDimY, (p)->blockDimZ, (p)->sharedMemBytes,               \
+                (p)->kernelParams, (p)->extra, out)
+#define NODE_KERNEL_V2(p, out)                                                                     \
+    node_kernel((p)->func, (p)->kern, (p)->ctx, 1, (p)->gridDimX, (p)->gridDimY, (p)->gridDimZ,  \
+                (p)->blockDimX, (p)->blockDimY, (p)->blockDimZ, (p)->sharedMemBytes,               \
+                (p)->kernelParams, (p)->extra, out)
+
+static CUresult add_node(enum entry e, CUgraphNode *phGraphNode, CUgraph g,
+                         const CUgraphNode *deps, size_t ndeps, struct kname *k)
+{
+    struct CUgraphNode_st *n;
+    size_t i;
+    if (!phGraphNode || (ndeps && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    if (tag_of(g) != TAG_GRAPH) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (i = 0; i < ndeps; i++) {
+        if (tag_of(deps[i]) != TAG_NODE || deps[i]->graph != g) {
+            unlock();
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    if (!(n = calloc(1, sizeof *n))) {
+        unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    n->tag = TAG_NODE;
+    n->graph = g;
+    n->k = k;
+    *g->tailp = n;
+    g->tailp = &n->next;
+    unlock();
+    atomic_fetch_add(&g_entry[e], 1);
+    *phGraphNode = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(NODE_KERNEL_V1(nodeParams, &k));
+    return add_node(E_GRAPH_ADD, phGraphNode, hGraph, dependencies, numDependencies, k);
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(NODE_KERNEL_V2(nodeParams, &k));
+    return add_node(E_GRAPH_ADD_V2, phGraphNode, hGraph, dependencies, numDependencies, k);
+}
+
+static CUresult node_set(enum entry e, CUgraphNode n, struct kname *k)
+{
+    lock();
+    if (tag_of(n) != TAG_NODE) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    n->k = k;
+    unlock();
+    atomic_fetch_add(&g_entry[e], 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode hNode,
+                                            const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(NODE_KERNEL_V1(nodeParams, &k));
+    return node_set(E_NODE_SET, hNode, k);
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
+                                               const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(NODE_KERNEL_V2(nodeParams, &k));
+    return node_set(E_NODE_SET_V2, hNode, k);
+}
+
+/* What `cuGraphInstantiate` means in the CUDA 12+ header. */
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags)
+{
+    struct CUgraphExec_st *x;
+    struct CUgraphNode_st *n;
+    unsigned count = 0;
+    (void)flags;
+    TRY(need_init());
+    if (!phGraphExec)
+        return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    if (tag_of(hGraph) != TAG_GRAPH) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (n = hGraph->head; n; n = n->next)
+        count++;
+    if (!(x = calloc(1, sizeof *x)) || !(x->nodes = calloc(count ? count : 1, sizeof *x->nodes))) {
+        unlock();
+        free(x);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (n = hGraph->head; n; n = n->next) {
+        x->nodes[x->n].node = n;
+        x->nodes[x->n].k = n->k;
+        x->n++;
+    }
+    x->graph = hGraph;
+    x->tag = TAG_EXEC;
+    unlock();
+    *phGraphExec = x;
+    return CUDA_SUCCESS;
+}
+
+static CUresult exec_node_set(enum entry e, CUgraphExec x, CUgraphNode n, struct kname *k)
+{
+    unsigned i;
+    lock();
+    if (tag_of(x) != TAG_EXEC) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (i = 0; i < x->n; i++) {
+        if (x->nodes[i].node == n) {
+            x->nodes[i].k = k;
+            unlock();
+            atomic_fetch_add(&g_entry[e], 1);
+            return CUDA_SUCCESS;
+        }
+    }
+    unlock();
+    return CUDA_ERROR_INVALID_VALUE; /* not a node of the graph this was instantiated from */
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(NODE_KERNEL_V1(nodeParams, &k));
+    return exec_node_set(E_EXEC_SET, hGraphExec, hNode, k);
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(NODE_KERNEL_V2(nodeParams, &k));
+    return exec_node_set(E_EXEC_SET_V2, hGraphExec, hNode, k);
+}
+
+/* One graph launch runs every kernel node once. */
+static CUresult graph_launch(enum entry e, CUgraphExec x, CUstream s)
+{
+    unsigned i;
+    TRY(need_ctx());
+    if (!stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    lock();
+    if (tag_of(x) != TAG_EXEC) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (i = 0; i < x->n; i++) {
+        atomic_fetch_add(&x->nodes[i].k->graph, 1);
+        atomic_fetch_add(&g_total_graph, 1);
+        atomic_fetch_add(&g_clock_ns, FAKE_NS_PER_LAUNCH);
+    }
+    unlock();
+    atomic_fetch_add(&g_entry[e], 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return graph_launch(E_GRAPH_LAUNCH, hGraphExec, hStream);
+}
+
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    return graph_launch(E_GRAPH_LAUNCH_PTSZ, hGraphExec, hStream);
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    TRY(need_init());
+    lock();
+    if (tag_of(hGraphExec) != TAG_EXEC) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    hGraphExec->tag = TAG_DEAD;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+/* ---- events ---------------------------------------------------------------------------------- */
+
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    struct CUevent_st *ev;
+    TRY(need_ctx());
+    if (!phEvent)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(ev = calloc(1, sizeof *ev)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ev->tag = TAG_EVENT;
+    ev->flags = Flags;
+    *phEvent = ev;
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_destroy(CUevent ev)
+{
+    TRY(need_init());
+    if (tag_of(ev) != TAG_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    ev->tag = TAG_DEAD;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventDestroy(CUevent hEvent) { return event_destroy(hEvent); }
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) { return event_destroy(hEvent); }
+
+/* Work completes instantly, so an event captures the clock as of every launch before it. */
+static CUresult event_record(CUevent ev, CUstream s)
+{
+    TRY(need_ctx());
+    if (tag_of(ev) != TAG_EVENT || !stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    ev->t_ns = atomic_load(&g_clock_ns);
+    ev->recorded = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    return event_record(hEvent, hStream);
+}
+
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+    return event_record(hEvent, hStream);
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent)
+{
+    TRY(need_init());
+    return tag_of(hEvent) == TAG_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+    TRY(need_init());
+    return tag_of(hEvent) == TAG_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult elapsed(float *ms, CUevent a, CUevent b)
+{
+    TRY(need_init());
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (tag_of(a) != TAG_EVENT || tag_of(b) != TAG_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    /* As documented for the real call: unrecorded or timing-disabled events are refused. */
+    if (!a->recorded || !b->recorded || ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *ms = (float)(((double)b->t_ns - (double)a->t_ns) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    return elapsed(pMilliseconds, hStart, hEnd);
+}
+
+/* What `cuEventElapsedTime` means in the CUDA 12.8+ header. */
+CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    return elapsed(pMilliseconds, hStart, hEnd);
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+static const struct {
+    CUresult code;
+    const char *name, *text;
+} errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult error_lookup(CUresult error, const char **pStr, int text)
+{
+    size_t i;
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        if (errors[i].code == error) {
+            *pStr = text ? errors[i].text : errors[i].name;
+            return CUDA_SUCCESS;
+        }
+    }
+    *pStr = NULL; /* the real driver's answer for a code it does not know */
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+    return error_lookup(error, pStr, 0);
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+    return error_lookup(error, pStr, 1);
+}
+
+/* ---- cuGetProcAddress --------------------------------------------------------------------------
+ * Like the real driver it answers with its own functions: the table below holds the addresses
+ * of hidden local aliases, which an LD_PRELOADed shim defining the same names cannot interpose
+ * (a plain `&cuLaunchKernel` in a -fPIC library would resolve to the shim's). It does not call
+ * dlsym either, which a shim may hook. */
+
+static CUresult get_proc(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                         CUdriverProcAddressQueryResult *status);
+
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                  cuuint64_t flags)
+{
+    return get_proc(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
+{
+    return get_proc(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+/* Every CUDA entry point this library exports (the fake_cuda_* test hooks are not CUDA API and
+ * cuGetProcAddress does not hand them out). */
+#define FAKE_EXPORTS(X)                                                                            \
+    X(cuInit)                                                                                      \
+    X(cuDriverGetVersion)                                                                          \
+    X(cuDeviceGet)                                                                                 \
+    X(cuDeviceGetCount)                                                                            \
+    X(cuDeviceGetName)                                                                             \
+    X(cuDeviceGetAttribute)                                                                        \
+    X(cuDevicePrimaryCtxRetain)                                                                    \
+    X(cuDevicePrimaryCtxRelease)                                                                   \
+    X(cuDevicePrimaryCtxRelease_v2)                                                                \
+    X(cuCtxCreate)                                                                                 \
+    X(cuCtxCreate_v2)                                                                              \
+    X(cuCtxCreate_v4)                                                                              \
+    X(cuCtxDestroy)                                                                                \
+    X(cuCtxDestroy_v2)                                                                             \
+    X(cuCtxSetCurrent)                                                                             \
+    X(cuCtxGetCurrent)                                                                             \
+    X(cuCtxGetDevice)                                                                              \
+    X(cuCtxSynchronize)                                                                            \
+    X(cuStreamCreate)                                                                              \
+    X(cuStreamDestroy)                                                                             \
+    X(cuStreamDestroy_v2)                                                                          \
+    X(cuStreamSynchronize)                                                                         \
+    X(cuStreamSynchronize_ptsz)                                                                    \
+    X(cuModuleLoad)                                                                                \
+    X(cuModuleLoadData)                                                                            \
+    X(cuModuleLoadDataEx)                                                                          \
+    X(cuModuleLoadFatBinary)                                                                       \
+    X(cuModuleGetFunction)                                                                         \
+    X(cuModuleUnload)                                                                              \
+    X(cuLibraryLoadData)                                                                           \
+    X(cuLibraryLoadFromFile)                                                                       \
+    X(cuLibraryGetKernel)                                                                          \
+    X(cuLibraryUnload)                                                                             \
+    X(cuKernelGetFunction)                                                                         \
+    X(cuKernelGetName)                                                                             \
+    X(cuFuncGetName)                                                                               \
+    X(cuFuncSetAttribute)                                                                          \
+    X(cuFuncGetAttribute)                                                                          \
+    X(cuKernelSetAttribute)                                                                        \
+    X(cuLaunchKernel)                                                                              \
+    X(cuLaunchKernel_ptsz)                                                                         \
+    X(cuLaunchKernelEx)                                                                            \
+    X(cuLaunchKernelEx_ptsz)                                                                       \
+    X(cuLaunchCooperativeKernel)                                                                   \
+    X(cuLaunchCooperativeKernel_ptsz)                                                              \
+    X(cuGraphCreate)                                                                               \
+    X(cuGraphDestroy)                                                                              \
+    X(cuGraphAddKernelNode)                                                                        \
+    X(cuGraphAddKernelNode_v2)                                                                     \
+    X(cuGraphKernelNodeSetParams)                                                                  \
+    X(cuGraphKernelNodeSetParams_v2)                                                               \
+    X(cuGraphInstantiateWithFlags)                                                                 \
+    X(cuGraphExecKernelNodeSetParams)                                                              \
+    X(cuGraphExecKernelNodeSetParams_v2)                                                           \
+    X(cuGraphLaunch)                                                                               \
+    X(cuGraphLaunch_ptsz)                                                                          \
+    X(cuGraphExecDestroy)                                                                          \
+    X(cuEventCreate)                                                                               \
+    X(cuEventDestroy)                                                                              \
+    X(cuEventDestroy_v2)                                                                           \
+    X(cuEventRecord)                                                                               \
+    X(cuEventRecord_ptsz)                                                                          \
+    X(cuEventQuery)                                                                                \
+    X(cuEventSynchronize)                                                                          \
+    X(cuEventElapsedTime)                                                                          \
+    X(cuEventElapsedTime_v2)                                                                       \
+    X(cuGetErrorName)                                                                              \
+    X(cuGetErrorString)                                                                            \
+    X(cuGetProcAddress)                                                                            \
+    X(cuGetProcAddress_v2)
+
+#define LOCAL_ALIAS(n)                                                                             \
+    extern __typeof__(n) local_##n __attribute__((alias(#n), visibility("hidden")));
+FAKE_EXPORTS(LOCAL_ALIAS)
+
+static const struct {
+    const char *name;
+    void *fn;
+} exports[] = {
+#define EXPORT_ROW(n) {#n, (void *)local_##n},
+    FAKE_EXPORTS(EXPORT_ROW)
+#undef EXPORT_ROW
+};
+
+static void *export_named(const char *name)
+{
+    size_t i;
+    for (i = 0; i < sizeof exports / sizeof exports[0]; i++)
+        if (strcmp(exports[i].name, name) == 0)
+            return exports[i].fn;
+    return NULL;
+}
+
+/* (base name, first CUDA version that gets this variant, per-thread-stream variant?, the
+ * function). For one name and stream flavour the row with the highest version not above the
+ * caller's cudaVersion wins; names not listed resolve to the export of the same name for any
+ * version. The versions are those of the real driver's table. */
+static const struct {
+    const char *name;
+    int min_version;
+    int ptsz;
+    const char *target;
+} proc_table[] = {
+    {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
+    {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
+    {"cuLaunchKernel", 4000, 0, "cuLaunchKernel"},
+    {"cuLaunchKernel", 7000, 1, "cuLaunchKernel_ptsz"},
+    {"cuLaunchKernelEx", 11060, 0, "cuLaunchKernelEx"},
+    {"cuLaunchKernelEx", 11060, 1, "cuLaunchKernelEx_ptsz"},
+    {"cuLaunchCooperativeKernel", 9000, 0, "cuLaunchCooperativeKernel"},
+    {"cuLaunchCooperativeKernel", 9000, 1, "cuLaunchCooperativeKernel_ptsz"},
+    {"cuEventRecord", 2000, 0, "cuEventRecord"},
+    {"cuEventRecord", 7000, 1, "cuEventRecord_ptsz"},
+    {"cuStreamSynchronize", 2000, 0, "cuStreamSynchronize"},
+    {"cuStreamSynchronize", 7000, 1, "cuStreamSynchronize_ptsz"},
+    {"cuGraphLaunch", 10000, 0, "cuGraphLaunch"},
+    {"cuGraphLaunch", 10000, 1, "cuGraphLaunch_ptsz"},
+    {"cuGraphAddKernelNode", 10000, 0, "cuGraphAddKernelNode"},
+    {"cuGraphAddKernelNode", 12000, 0, "cuGraphAddKernelNode_v2"},
+    {"cuGraphKernelNodeSetParams", 10000, 0, "cuGraphKernelNodeSetParams"},
+    {"cuGraphKernelNodeSetParams", 12000, 0, "cuGraphKernelNodeSetParams_v2"},
+    {"cuGraphExecKernelNodeSetParams", 10010, 0, "cuGraphExecKernelNodeSetParams"},
+    {"cuGraphExecKernelNodeSetParams", 12000, 0, "cuGraphExecKernelNodeSetParams_v2"},
+    {"cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags"},
+    {"cuGraphInstantiateWithFlags", 11040, 0, "cuGraphInstantiateWithFlags"},
+    {"cuCtxCreate", 2000, 0, "cuCtxCreate"},
+    {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
+    {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
+    {"cuCtxDestroy", 2000, 0, "cuCtxDestroy"},
+    {"cuCtxDestroy", 4000, 0, "cuCtxDestroy_v2"},
+    {"cuStreamDestroy", 2000, 0, "cuStreamDestroy"},
+    {"cuStreamDestroy", 4000, 0, "cuStreamDestroy_v2"},
+    {"cuEventDestroy", 2000, 0, "cuEventDestroy"},
+    {"cuEventDestroy", 4000, 0, "cuEventDestroy_v2"},
+    {"cuEventElapsedTime", 2000, 0, "cuEventElapsedTime"},
+    {"cuEventElapsedTime", 12080, 0, "cuEventElapsedTime_v2"},
+    {"cuDevicePrimaryCtxRelease", 7000, 0, "cuDevicePrimaryCtxRelease"},
+    {"cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"},
+    {"cuLibraryLoadData", 12000, 0, "cuLibraryLoadData"},
+    {"cuLibraryLoadFromFile", 12000, 0, "cuLibraryLoadFromFile"},
+    {"cuLibraryGetKernel", 12000, 0, "cuLibraryGetKernel"},
+    {"cuLibraryUnload", 12000, 0, "cuLibraryUnload"},
+    {"cuKernelGetFunction", 12000, 0, "cuKernelGetFunction"},
+    {"cuKernelSetAttribute", 12000, 0, "cuKernelSetAttribute"},
+    {"cuKernelGetName", 12030, 0, "cuKernelGetName"},
+    {"cuFuncGetName", 12030, 0, "cuFuncGetName"},
+};
+
+static int has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* The best row for one stream flavour: 1 found, 0 no row, -1 rows exist but all too new. */
+static int proc_row(const char *symbol, int cudaVersion, int ptsz, const char **target)
+{
+    size_t i;
+    int best = -1, rows = 0;
+    for (i = 0; i < sizeof proc_table / sizeof proc_table[0]; i++) {
+        if (proc_table[i].ptsz != ptsz || strcmp(proc_table[i].name, symbol) != 0)
+            continue;
+        rows++;
+        if (proc_table[i].min_version <= cudaVersion &&
+            (best < 0 || proc_table[i].min_version > proc_table[best].min_version))
+            best = (int)i;
+    }
+    if (best >= 0) {
+        *target = proc_table[best].target;
+        return 1;
+    }
+    return rows ? -1 : 0;
+}
+
+static CUresult get_proc(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                         CUdriverProcAddressQueryResult *status)
+{
+    const char *target = NULL;
+    int found = 0;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    /* The real driver takes base names only ("cuMemAlloc", never "cuMemAlloc_v2"). */
+    if (!has_suffix(symbol, "_v2") && !has_suffix(symbol, "_v3") && !has_suffix(symbol, "_v4") &&
+        !has_suffix(symbol, "_ptsz") && !has_suffix(symbol, "_ptds")) {
+        /* Without the per-thread flag the driver cannot know how the caller was compiled and
+         * answers with the legacy-stream variant, as the real one does for DEFAULT. */
+        if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
+            found = proc_row(symbol, cudaVersion, 1, &target);
+        if (found <= 0) {
+            int legacy = proc_row(symbol, cudaVersion, 0, &target);
+            found = legacy != 0 ? legacy : found;
+        }
+        if (found == 0 && export_named(symbol)) {
+            target = symbol;
+            found = 1;
+        }
+    }
+    if (found > 0) {
+        *pfn = export_named(target);
+        st = CU_GET_PROC_ADDRESS_SUCCESS;
+    } else if (found < 0) {
+        st = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+    }
+    if (status)
+        *status = st;
+    return found > 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* ---- test-only entry points ------------------------------------------------------------------
+ * Not part of CUDA: the test programs (via dlsym) and the Python tests (via ctypes) read the
+ * driver's true counts with these. */
+
+#define TEST_API __attribute__((visibility("default")))
+
+TEST_API unsigned long fake_cuda_launch_count(const char *name);
+TEST_API unsigned long fake_cuda_graph_launch_count(const char *name);
+TEST_API unsigned long fake_cuda_total_launches(void);
+TEST_API unsigned long fake_cuda_total_graph_launches(void);
+TEST_API unsigned long fake_cuda_entry_count(const char *entry);
+TEST_API const char *fake_cuda_entry_name(unsigned i);
+TEST_API unsigned fake_cuda_kernel_count(void);
+TEST_API const char *fake_cuda_kernel_name(unsigned i);
+TEST_API unsigned long long fake_cuda_clock_ns(void);
+TEST_API void fake_cuda_print_counts(FILE *out);
+
+static struct kname *lookup(const char *name)
+{
+    unsigned pos;
+    struct kname *k;
+    if (!name)
+        return NULL;
+    lock();
+    k = find_name_locked(name, &pos);
+    unlock();
+    return k;
+}
+
+/* Direct launches (all cuLaunch* entry points) of the kernel with this mangled name. */
+unsigned long fake_cuda_launch_count(const char *name)
+{
+    struct kname *k = lookup(name);
+    return k ? atomic_load(&k->launches) : 0;
+}
+
+/* Runs of this kernel as a node of a launched graph. */
+unsigned long fake_cuda_graph_launch_count(const char *name)
+{
+    struct kname *k = lookup(name);
+    return k ? atomic_load(&k->graph) : 0;
+}
+
+/* All direct launches; graph node runs are in fake_cuda_total_graph_launches. */
+unsigned long fake_cuda_total_launches(void) { return atomic_load(&g_total_launches); }
+unsigned long fake_cuda_total_graph_launches(void) { return atomic_load(&g_total_graph); }
+
+/* Successful calls of one entry point, by exported name ("cuLaunchKernel_ptsz"). */
+unsigned long fake_cuda_entry_count(const char *entry)
+{
+    unsigned i;
+    for (i = 0; entry && i < E_COUNT; i++)
+        if (strcmp(entry_names[i], entry) == 0)
+            return atomic_load(&g_entry[i]);
+    return 0;
+}
+
+/* The counted entry points in a fixed order; NULL past the end. */
+const char *fake_cuda_entry_name(unsigned i) { return i < E_COUNT ? entry_names[i] : NULL; }
+
+/* Every kernel name seen in a loaded image, launched or not, sorted by strcmp. */
+unsigned fake_cuda_kernel_count(void)
+{
+    unsigned n;
+    lock();
+    n = g_nnames;
+    unlock();
+    return n;
+}
+
+const char *fake_cuda_kernel_name(unsigned i)
+{
+    const char *name;
+    lock();
+    name = i < g_nnames ? g_names[i]->name : NULL;
+    unlock();
+    return name;
+}
+
+unsigned long long fake_cuda_clock_ns(void) { return atomic_load(&g_clock_ns); }
+
+/* The summary every test program ends with:
+ *   fake: <name> launches=<n> graph=<n>      one per kernel, sorted by name
+ *   fake-entry: <entry point> calls=<n>      one per counted entry point, fixed order */
+void fake_cuda_print_counts(FILE *out)
+{
+    unsigned i, n = fake_cuda_kernel_count();
+    for (i = 0; i < n; i++) {
+        const char *name = fake_cuda_kernel_name(i);
+        fprintf(out, "fake: %s launches=%lu graph=%lu\n", name, fake_cuda_launch_count(name),
+                fake_cuda_graph_launch_count(name));
+    }
+    for (i = 0; i < E_COUNT; i++)
+        fprintf(out, "fake-entry: %s calls=%lu\n", entry_names[i], atomic_load(&g_entry[i]));
+    fflush(out);
+}

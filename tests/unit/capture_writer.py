@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A test-only writer of capture files, byte for byte as shim/clc_abi.h lays them out.
+
+The real writer is the C shim; this one lets unit tests build captures of any shape, including
+ones a crash would leave (cut short, no KERNEL_STATS, no END). Each record method appends the
+record to `records` and returns its bytes, so tests can reorder records (as writer threads
+interleave them) or cut the file anywhere.
+"""
+
+import json
+
+from clc import abi
+
+__all__ = ["CaptureWriter", "record"]
+
+
+def record(rtype, body):
+    """One record: header, body, and the zero padding that rounds it to 8 bytes."""
+    padded = len(body) + (-(abi.RECORD_HEADER.size + len(body)) % 8)
+    size = abi.RECORD_HEADER.size + padded
+    return abi.RECORD_HEADER.pack(rtype, 0, size) + body.ljust(padded, b"\0")
+
+
+def _cstr(text):
+    return text.encode() + b"\0"
+
+
+class CaptureWriter:
+    def __init__(self, pid=4242, ppid=1, start_monotonic_ns=1_000_000_000,
+                 start_realtime_ns=1_700_000_000_000_000_000, magic=abi.CAPTURE_MAGIC,
+                 version=abi.CAPTURE_VERSION):
+        self.pid = pid
+        self.ppid = ppid
+        self.start_monotonic_ns = start_monotonic_ns
+        self.start_realtime_ns = start_realtime_ns
+        self.magic = magic
+        self.version = version
+        self.records = []
+
+    def header(self):
+        return abi.CAPTURE_HEADER.pack(self.magic, self.version, abi.CAPTURE_HEADER.size,
+                                       self.pid, self.ppid, self.start_monotonic_ns,
+                                       self.start_realtime_ns)
+
+    def add(self, rtype, body):
+        rec = record(rtype, body)
+        self.records.append(rec)
+        return rec
+
+    def process(self, command="./app --flag"):
+        return self.add(abi.REC_PROCESS,
+                        abi.REC_PROCESS_BODY.pack(self.pid, self.ppid) + _cstr(command))
+
+    def policy(self, policy):
+        text = policy if isinstance(policy, str) else json.dumps(policy)
+        return self.add(abi.REC_POLICY, _cstr(text))
+
+    def kernel(self, kernel_id, mangled, device=0, handle=None, ctx=0xC0, t_ns=None):
+        handle = 0x1000 + kernel_id if handle is None else handle
+        t_ns = self.start_monotonic_ns + 10 if t_ns is None else t_ns
+        return self.add(abi.REC_KERNEL,
+                        abi.REC_KERNEL_BODY.pack(kernel_id, device, handle, ctx, t_ns)
+                        + _cstr(mangled))
+
+    def launch(self, seq, kernel_id, t_ns=None, stream=0, entry=abi.ENTRY_LAUNCH,
+               grid=(1, 1, 1), block=(128, 1, 1), shared_mem=0, tid=None,
+               action=abi.ACTION_ALLOW, rule=abi.RULE_DEFAULT, result=0):
+        t_ns = self.start_monotonic_ns + 1000 * (seq + 1) if t_ns is None else t_ns
+        tid = self.pid if tid is None else tid
+        return self.add(abi.REC_LAUNCH, abi.REC_LAUNCH_BODY.pack(
+            seq, t_ns, stream, kernel_id, entry, *grid, *block, shared_mem, tid, action, rule,
+            result))
+
+    def timing(self, seq, kernel_id, gpu_ns):
+        return self.add(abi.REC_TIMING, abi.REC_TIMING_BODY.pack(seq, kernel_id, gpu_ns))
+
+    def module(self, api=1, image_kind=5, handle=0xAB00, image_ptr=0, image_size=0,
+               preserved=0, result=0, path="", t_ns=None):
+        t_ns = self.start_monotonic_ns + 5 if t_ns is None else t_ns
+        return self.add(abi.REC_MODULE, abi.REC_MODULE_BODY.pack(
+            t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result)
+            + _cstr(path))
+
+    def kernel_stats(self, kernel_id, launches=0, denied=0, recorded=0, timed=0,
+                     graph_nodes=0, gpu_ns=0):
+        return self.add(abi.REC_KERNEL_STATS, abi.REC_KERNEL_STATS_BODY.pack(
+            kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns))
+
+    def message(self, text, level=abi.MSG_WARNING, t_ns=None):
+        t_ns = self.start_monotonic_ns + 1 if t_ns is None else t_ns
+        return self.add(abi.REC_MESSAGE, abi.REC_MESSAGE_BODY.pack(level, t_ns) + _cstr(text))
+
+    def end(self, dropped=0, t_ns=None):
+        t_ns = self.start_monotonic_ns + 10**9 if t_ns is None else t_ns
+        return self.add(abi.REC_END, abi.REC_END_BODY.pack(t_ns, dropped))
+
+    def data(self):
+        return self.header() + b"".join(self.records)
+
+    def write(self, path):
+        path.write_bytes(self.data())
+        return path

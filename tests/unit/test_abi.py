@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: Apache-2.0
+"""clc/abi.py must agree with shim/clc_abi.h: every constant, and every record layout.
+
+The header is parsed here (defines and structs, computed with natural x86-64 alignment) rather
+than compiled, so that this runs without a C compiler; a change to either side alone fails.
+"""
+
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from clc import abi
+
+HEADER = Path(__file__).resolve().parents[2] / "shim" / "clc_abi.h"
+
+# (size, alignment, struct format code) of each scalar type the header uses (LP64).
+SCALARS = {
+    "uint16_t": (2, 2, "H"),
+    "uint32_t": (4, 4, "I"),
+    "int32_t": (4, 4, "i"),
+    "uint64_t": (8, 8, "Q"),
+    "char": (1, 1, "c"),
+    "pointer": (8, 8, "P"),
+}
+
+# The Python struct for each C struct that the capture file holds.
+MIRRORS = {
+    "CAPTURE_HEADER": "clc_capture_header",
+    "RECORD_HEADER": "clc_record_header",
+    **{name: "clc_rec_" + name[len("REC_"):-len("_BODY")].lower()
+       for name in abi.__all__ if name.startswith("REC_") and name.endswith("_BODY")},
+}
+
+# Header macros mirrored as the keys of a names dict rather than as constants.
+NAME_DICTS = {
+    "CLC_ACTION_": "ACTION_NAMES",
+    "CLC_LOAD_": "LOAD_NAMES",
+    "CLC_IMAGE_": "IMAGE_NAMES",
+    "CLC_ENTRY_": "ENTRY_NAMES",
+}
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def parse_defines(text):
+    """{name: int or bytes} for every #define with a value."""
+    defines = {}
+    for name, value in re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(.+?)[ \t]*$",
+                                  strip_comments(text), flags=re.M):
+        if value.startswith('"'):
+            defines[name] = value.strip('"').encode()
+        else:
+            defines[name] = int(value.strip("()"), 0)
+    return defines
+
+
+def parse_structs(text, defines):
+    """{name: (size, align, fields)}; fields are (name, offset, size, type, count)."""
+    structs = {}
+    body_re = re.compile(r"typedef\s+struct\s+(\w+)\s*\{(.*?)\}\s*(\w+)\s*;", re.S)
+    field_re = re.compile(r"^(const\s+)?(\w+)\s*(\*?)\s*(\w+)\s*(?:\[\s*(\w+)\s*\])?$")
+    for tag, body, name in body_re.findall(strip_comments(text)):
+        assert tag == name, f"typedef name {name} differs from struct tag {tag}"
+        offset = 0
+        align = 1
+        fields = []
+        for decl in filter(None, (d.strip() for d in body.split(";"))):
+            m = field_re.match(" ".join(decl.split()))
+            assert m, f"{name}: cannot parse field {decl!r}"
+            _, ctype, star, fname, count = m.groups()
+            n = 1 if count is None else (int(count) if count.isdigit() else defines[count])
+            if star:
+                ctype = "pointer"
+            if ctype in SCALARS:
+                fsize, falign, _ = SCALARS[ctype]
+            else:
+                assert ctype in structs, f"{name}.{fname}: unknown type {ctype}"
+                fsize, falign, _ = structs[ctype]
+            offset = (offset + falign - 1) // falign * falign
+            fields.append((fname, offset, fsize * n, ctype, n))
+            offset += fsize * n
+            align = max(align, falign)
+        size = (offset + align - 1) // align * align
+        structs[name] = (size, align, fields)
+    return structs
+
+
+def layout_of_c(structs, name):
+    """The struct's bytes as format codes; padding reads as 'x', a reserved field as ('r', n)."""
+    size, _, fields = structs[name]
+    codes = []
+    end = 0
+    for fname, offset, fsize, ctype, n in fields:
+        codes += ["x"] * (offset - end)
+        if fname.startswith("reserved"):
+            codes.append(("r", fsize))
+        elif ctype == "char":
+            codes.append(f"{n}s")
+        else:
+            assert ctype in SCALARS, f"{name}.{fname}: nested structs have no mirror"
+            codes += [SCALARS[ctype][2]] * n
+        end = offset + fsize
+    return codes + ["x"] * (size - end)
+
+
+def layout_of_python(st):
+    assert st.format[0] == "<", "capture layouts are little-endian with no native padding"
+    codes = []
+    for count, code in re.findall(r"(\d*)([a-zA-Z?])", st.format[1:]):
+        n = int(count or 1)
+        codes += [f"{n}s"] if code == "s" else [code] * n
+    return codes
+
+
+def same_layout(py_codes, c_codes):
+    """Whether the Python codes spell the C layout; Python may skip a reserved field as pad
+    bytes or read it as any integer of its size."""
+    i = 0
+    for c in c_codes:
+        if isinstance(c, tuple):
+            n = c[1]
+            if py_codes[i:i + n] == ["x"] * n:
+                i += n
+                continue
+            if i < len(py_codes) and py_codes[i] in "bBhHiIqQ" \
+                    and struct.calcsize("<" + py_codes[i]) == n:
+                i += 1
+                continue
+            return False
+        if i >= len(py_codes) or py_codes[i] != c:
+            return False
+        i += 1
+    return i == len(py_codes)
+
+
+@pytest.fixture(scope="module")
+def header_text():
+    return HEADER.read_text()
+
+
+@pytest.fixture(scope="module")
+def defines(header_text):
+    return parse_defines(header_text)
+
+
+@pytest.fixture(scope="module")
+def structs(header_text, defines):
+    return parse_structs(header_text, defines)
+
+
+def python_constants():
+    return {name: getattr(abi, name) for name in abi.__all__
+            if name.isupper() and isinstance(getattr(abi, name), (int, bytes))}
+
+
+def test_parser_agrees_with_the_headers_size_comments(header_text, structs):
+    # The header states the size of most structs in a trailing comment; if the parser
+    # computed something else, the checks below would be checking nothing.
+    stated = re.findall(r"\}\s*(\w+)\s*;\s*/\*\s*(\d+)\s+bytes\s*\*/", header_text)
+    assert len(stated) >= 8
+    for name, size in stated:
+        assert structs[name][0] == int(size), name
+
+
+@pytest.mark.parametrize("name", sorted(python_constants()))
+def test_python_constant_matches_header(name, defines):
+    assert "CLC_" + name in defines, f"abi.{name} has no CLC_{name} in clc_abi.h"
+    assert python_constants()[name] == defines["CLC_" + name]
+
+
+def test_every_header_define_is_mirrored(defines):
+    constants = python_constants()
+    for name, value in defines.items():
+        if name == "CLC_ABI_H":
+            continue
+        short = name[len("CLC_"):]
+        if short in constants:
+            continue
+        prefix = next((p for p in NAME_DICTS if name.startswith(p)), None)
+        assert prefix is not None, f"{name} has no mirror in clc/abi.py"
+        assert value in getattr(abi, NAME_DICTS[prefix]), f"{name} missing from " \
+                                                           f"abi.{NAME_DICTS[prefix]}"
+
+
+@pytest.mark.parametrize("prefix,dict_name", sorted(NAME_DICTS.items()))
+def test_name_dicts_cover_exactly_the_headers_values(prefix, dict_name, defines):
+    # CLC_ENTRY_PTSZ is a flag on top of an entry, not an entry of its own.
+    values = {v for k, v in defines.items() if k.startswith(prefix) and k != "CLC_ENTRY_PTSZ"}
+    assert set(getattr(abi, dict_name)) == values
+
+
+def test_every_record_struct_is_mirrored(structs):
+    c_records = {n for n in structs if n.startswith("clc_rec_")}
+    c_records |= {"clc_capture_header", "clc_record_header"}
+    assert set(MIRRORS.values()) == c_records
+
+
+@pytest.mark.parametrize("py_name", sorted(MIRRORS))
+def test_struct_size_matches(py_name, structs):
+    c_name = MIRRORS[py_name]
+    assert getattr(abi, py_name).size == structs[c_name][0], f"{py_name} vs {c_name}"
+
+
+@pytest.mark.parametrize("py_name", sorted(MIRRORS))
+def test_struct_layout_matches(py_name, structs):
+    c_name = MIRRORS[py_name]
+    py_codes = layout_of_python(getattr(abi, py_name))
+    c_codes = layout_of_c(structs, c_name)
+    assert same_layout(py_codes, c_codes), f"{py_name} {py_codes} vs {c_name} {c_codes}"
+
+
+@pytest.mark.parametrize("py_name", sorted(MIRRORS))
+def test_capture_structs_have_no_implicit_padding(py_name, structs):
+    # The header promises explicit layouts, which is what lets Python use "<" formats.
+    size, _, fields = structs[MIRRORS[py_name]]
+    end = 0
+    for fname, offset, fsize, _, _ in fields:
+        assert offset == end, f"{MIRRORS[py_name]}: padding before {fname}"
+        end = offset + fsize
+    assert end == size, f"{MIRRORS[py_name]}: tail padding"
+
+
+def test_record_sizes_keep_records_aligned(structs):
+    assert structs["clc_record_header"][0] % 8 == 0
+    assert structs["clc_capture_header"][0] % 8 == 0
+
+
+def test_parser_catches_a_one_sided_change(header_text, defines, structs):
+    # Edit the header text the way a careless change would, and check the comparison fails.
+    widened = header_text.replace("    uint32_t shared_mem;\n    uint32_t tid;",
+                                  "    uint64_t shared_mem;\n    uint32_t tid;")
+    assert widened != header_text
+    changed = parse_structs(widened, defines)
+    assert abi.REC_LAUNCH_BODY.size != changed["clc_rec_launch"][0]
+
+    renumbered = parse_defines(header_text.replace("#define CLC_REC_END 9",
+                                                   "#define CLC_REC_END 10"))
+    assert renumbered["CLC_REC_END"] != abi.REC_END
+
+    signed = header_text.replace("uint32_t kernel_id; /* dense", "int32_t kernel_id; /* dense")
+    assert signed != header_text
+    py_codes = layout_of_python(abi.REC_KERNEL_BODY)
+    assert same_layout(py_codes, layout_of_c(structs, "clc_rec_kernel"))
+    assert not same_layout(py_codes, layout_of_c(parse_structs(signed, defines),
+                                                  "clc_rec_kernel"))
