@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What clc adds to a kernel launch: examples/bench_empty natively and under clc-run.
 
-    python benchmarks/bench_launch.py [--rounds 5] [--bursts 100] [--burst-size 1000]
+    python benchmarks/bench_launch.py [--rounds 10] [--bursts 100] [--burst-size 1000]
                                       [--json OUT] [--arch sm_90]
 
 Builds examples/bench_empty.cu with nvcc, then runs it in four configurations:
@@ -14,8 +14,13 @@ machine load falls on every configuration alike; the figure per configuration is
 over rounds of each run's median microseconds per launch.
 
 Prints the device and a markdown table with the ratio to native and the target (allow within
-1 %, record within 5 %, time: none). Exit status 0 when every run worked, whether or not the
-targets were met (`--strict` makes a missed target exit 1).
+1 %, record within 5 %, time: none). Each run is its own process, and on a virtual machine the
+same program's per-process figure moves by 10-20 % from run to run (seen on an H200 host:
+3.1 to 4.3 us for identical native runs, pinned to cores or not), far more than the 1 % being
+judged. So the table also gives each configuration's fastest run and the native runs' spread,
+and a verdict is marked "within noise" when the ratio lies closer to its target than that
+spread: take more --rounds before believing such a verdict either way. Exit status 0 when every run worked,
+whether or not the targets were met (`--strict` makes a missed target exit 1).
 """
 
 import argparse
@@ -81,7 +86,7 @@ def run_once(argv, label):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (at least 5)")
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds (at least 5)")
     ap.add_argument("--bursts", type=int, default=100, help="bursts per run")
     ap.add_argument("--burst-size", type=int, default=1000, help="launches per burst")
     ap.add_argument("--arch", default=os.environ.get("CLC_BENCH_ARCH", "sm_90"),
@@ -132,22 +137,35 @@ def main():
                   file=sys.stderr, flush=True)
 
     medians = {c: statistics.median(v) for c, v in samples.items()}
+    fastest = {c: min(v) for c, v in samples.items()}
     native = medians["native"]
+    # Half the native runs' interquartile range, relative to their median: how far apart two
+    # identical configurations typically land.
+    q1, _, q3 = statistics.quantiles(samples["native"], n=4)
+    noise = (q3 - q1) / 2 / native if native > 0 else float("nan")
     missed = []
     print()
-    print("| config | median us/launch | ratio to native | target |")
-    print("|---|---:|---:|---|")
+    print("| config | median us/launch | ratio to native | fastest run us/launch | target |")
+    print("|---|---:|---:|---:|---|")
     for c in CONFIGS:
         ratio = medians[c] / native if native > 0 else float("nan")
         target = TARGETS[c]
-        if target is None:
-            verdict = "none" if c != "native" else "-"
+        if c == "native":
+            verdict = "-"
+        elif target is None:
+            verdict = "none"
         else:
             met = ratio <= target
             verdict = f"<= {target:.2f}x {'met' if met else 'MISSED'}"
+            if abs(ratio - target) < noise:
+                verdict += " (within noise)"
             if not met:
                 missed.append(c)
-        print(f"| {c} | {medians[c]:.3f} | {ratio:.3f}x | {verdict} |")
+        print(f"| {c} | {medians[c]:.3f} | {ratio:.3f}x | {fastest[c]:.3f} | {verdict} |")
+    print()
+    print(f"native run-to-run noise: +/-{noise * 100:.1f} % (half the interquartile range of "
+          f"{len(samples['native'])} runs: {min(samples['native']):.3f} to "
+          f"{max(samples['native']):.3f} us)")
 
     if args.json:
         Path(args.json).write_text(json.dumps({
@@ -159,6 +177,8 @@ def main():
             "seconds": round(time.time() - started, 1),
             "us_per_launch": samples,
             "median_us_per_launch": medians,
+            "fastest_us_per_launch": fastest,
+            "native_noise": noise,
             "ratio_to_native": {c: medians[c] / native if native > 0 else None for c in CONFIGS},
             "targets": TARGETS,
             "missed": missed,

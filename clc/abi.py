@@ -86,8 +86,8 @@ REC_LAUNCH_BODY = struct.Struct("<QQQII3I3IIIIii4x")
 REC_TIMING_BODY = struct.Struct("<QI4xQ")  # seq, kernel_id, gpu_ns
 # t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result
 REC_MODULE_BODY = struct.Struct("<QIIQQQIi")
-# kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns
-REC_KERNEL_STATS_BODY = struct.Struct("<I4xQQQQQQ")
+# kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns, failed
+REC_KERNEL_STATS_BODY = struct.Struct("<I4xQQQQQQQ")
 REC_MESSAGE_BODY = struct.Struct("<I4xQ")  # level, t_ns
 REC_END_BODY = struct.Struct("<QQ")  # t_ns, dropped
 

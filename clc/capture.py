@@ -95,6 +95,7 @@ class KernelStats:
     timed: int
     graph_nodes: int
     gpu_ns: int
+    failed: int
     # True when the shim never wrote this kernel's KERNEL_STATS (it died before exit) and the
     # counts were derived from the records that exist: launches it did not record are missing.
     partial: bool = False
@@ -264,7 +265,7 @@ def _derive_missing_stats(cap, orphan_timings):
             return None
         st = derived.get(kid)
         if st is None:
-            st = derived[kid] = KernelStats(kid, 0, 0, 0, 0, 0, 0, partial=True)
+            st = derived[kid] = KernelStats(kid, 0, 0, 0, 0, 0, 0, 0, partial=True)
         return st
 
     for kid in cap.kernels:
@@ -278,6 +279,8 @@ def _derive_missing_stats(cap, orphan_timings):
             st.launches += 1
             if ln.action == abi.ACTION_DENY:
                 st.denied += 1
+            elif ln.result != 0:
+                st.failed += 1
         else:
             st.graph_nodes += 1
         if ln.gpu_ns is not None:

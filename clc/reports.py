@@ -33,6 +33,7 @@ class _Row:
     timed: int = 0
     graph_nodes: int = 0
     gpu_ns: int = 0
+    failed: int = 0
     rules: set = field(default_factory=set)
     partial: bool = False
 
@@ -59,6 +60,7 @@ def _kernel_rows(captures):
             row.timed += st.timed
             row.graph_nodes += st.graph_nodes
             row.gpu_ns += st.gpu_ns
+            row.failed += st.failed
             row.partial |= st.partial
         for ln in cap.launches:
             rows[keys[ln.kernel_id]].rules.add(cap.rule_name(ln.rule))
@@ -85,11 +87,11 @@ def _gpu_cells(timed, gpu_ns):
     return f"{gpu_ns / 1e6:.3f}", f"{gpu_ns / timed / 1e3:.3f}"
 
 
-def _row_cells(launches, denied, recorded, timed, gpu_ns, graph_nodes, partial, name):
+def _row_cells(launches, denied, failed, recorded, timed, gpu_ns, graph_nodes, partial, name):
     total, mean = _gpu_cells(timed, gpu_ns)
     mark = "*" if partial else ""
-    return [f"{launches}{mark}", f"{denied}{mark}", f"{recorded}", total, mean,
-            f"{graph_nodes}{mark}", name]
+    return [f"{launches}{mark}", f"{denied}{mark}", f"{failed}{mark}", f"{recorded}", total,
+            mean, f"{graph_nodes}{mark}", name]
 
 
 def summary(captures):
@@ -101,14 +103,14 @@ def summary(captures):
     out.append("")
 
     rows = _kernel_rows(captures)
-    headers = ["Launches", "Denied", "Recorded", "GPU total (ms)", "GPU mean (us)",
+    headers = ["Launches", "Denied", "Failed", "Recorded", "GPU total (ms)", "GPU mean (us)",
                "Graph nodes", "Kernel"]
-    table = [_row_cells(r.launches, r.denied, r.recorded, r.timed, r.gpu_ns, r.graph_nodes,
+    table = [_row_cells(r.launches, r.denied, r.failed, r.recorded, r.timed, r.gpu_ns, r.graph_nodes,
                         r.partial, _truncate(r.name, KERNEL_WIDTH)) for r in rows]
     partial = any(r.partial for r in rows)
     table.append(_row_cells(
         sum(r.launches for r in rows), sum(r.denied for r in rows),
-        sum(r.recorded for r in rows), sum(r.timed for r in rows),
+        sum(r.failed for r in rows), sum(r.recorded for r in rows), sum(r.timed for r in rows),
         sum(r.gpu_ns for r in rows), sum(r.graph_nodes for r in rows), partial,
         f"Total ({len(rows)} kernel{'' if len(rows) == 1 else 's'})"))
     widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(headers)]
@@ -155,6 +157,7 @@ def to_json(captures):
         "recorded": r.recorded,
         "timed": r.timed,
         "graph_nodes": r.graph_nodes,
+        "failed": r.failed,
         "gpu_ns_total": r.gpu_ns,
         "gpu_ns_mean": r.gpu_ns / r.timed if r.timed else None,
         "rules": sorted(r.rules),

@@ -15,10 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shim.h"
 
-enum { BRIDGE_UNTRIED, BRIDGE_READY, BRIDGE_OFF };
+enum { BRIDGE_UNTRIED, BRIDGE_READY, BRIDGE_OFF, BRIDGE_OFF_IN_CHILD };
 
 static _Atomic int g_bridge = BRIDGE_UNTRIED;
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -112,6 +113,15 @@ static int ready(void) {
 }
 
 int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out) {
+    if (atomic_load_explicit(&g_bridge, memory_order_acquire) == BRIDGE_OFF_IN_CHILD) {
+        static _Atomic int said;
+        if (!atomic_exchange(&said, 1))
+            clc_log(CLC_MSG_WARNING,
+                    "forked child %d: kernels first launched after fork() get on_error=%s "
+                    "(calling into Python after fork() can deadlock)",
+                    (int)getpid(), g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
+        return -1;
+    }
     if (!ready()) return -1;
     return p_decide(q, out);
 }
@@ -122,8 +132,5 @@ void clc_bridge_module(const clc_module_event *ev) {
 
 void clc_bridge_after_fork_child(void) {
     pthread_mutex_init(&g_load_lock, NULL);
-    if (atomic_load(&g_bridge) != BRIDGE_OFF) {
-        atomic_store(&g_bridge, BRIDGE_OFF);
-        clc_debug("forked child: the bridge is off, new kernels get on_error");
-    }
+    if (atomic_load(&g_bridge) != BRIDGE_OFF) atomic_store(&g_bridge, BRIDGE_OFF_IN_CHILD);
 }

@@ -296,6 +296,7 @@ static void write_stats(clc_entry *e, void *arg) {
         .timed = atomic_load(&e->timed),
         .graph_nodes = atomic_load(&e->graph_nodes),
         .gpu_ns = atomic_load(&e->gpu_ns),
+        .failed = atomic_load(&e->failed),
     };
     clc_capture_write(CLC_REC_KERNEL_STATS, &s, sizeof s, NULL, 0);
 }

@@ -202,7 +202,8 @@ typedef struct clc_rec_kernel_stats {
     uint64_t timed;       /* TIMING records written */
     uint64_t graph_nodes; /* kernel nodes created or updated in graphs */
     uint64_t gpu_ns;      /* sum of the TIMING records' gpu_ns */
-} clc_rec_kernel_stats; /* 56 bytes */
+    uint64_t failed;      /* launches the driver itself refused (denies not counted) */
+} clc_rec_kernel_stats; /* 64 bytes */
 
 #define CLC_MSG_INFO 0
 #define CLC_MSG_WARNING 1

@@ -157,6 +157,7 @@ static void reset_counts(clc_entry *e, void *arg) {
     atomic_store(&e->timed, 0);
     atomic_store(&e->graph_nodes, 0);
     atomic_store(&e->gpu_ns, 0);
+    atomic_store(&e->failed, 0);
 }
 
 /* The decisions stay valid in a forked child; the counts are the parent's and are not. */

@@ -260,6 +260,7 @@ static CUcontext current_ctx(void) {
 static int gate_enter(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point, unsigned gx,
                       unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shmem, CUstream stream) {
+    g->entry = NULL;
     if (unlikely(!clc_driver_ready())) return 0;
     if (!ctx) ctx = current_ctx();
     clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
@@ -283,8 +284,8 @@ static int gate_enter(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point
     } else {
         o = &g_cfg.on_error;
     }
-    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0)) return 0;
     g->entry = e;
+    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0)) return 0;
     g->outcome = o;
     g->entry_point = entry_point;
     g->grid[0] = gx, g->grid[1] = gy, g->grid[2] = gz;
@@ -305,9 +306,18 @@ static int gate_enter(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point
     return 1;
 }
 
+/* A launch the driver refused: counted apart, so that `launches - denied - failed` is what
+ * the GPU was given. */
+static inline CUresult count_failure(const gate *g, CUresult result) {
+    if (unlikely(result != CUDA_SUCCESS) && g->entry)
+        atomic_fetch_add_explicit(&g->entry->failed, 1, memory_order_relaxed);
+    return result;
+}
+
 static CUresult gate_exit(gate *g, CUresult result) {
     clc_entry *e = g->entry;
     const clc_outcome *o = g->outcome;
+    if (o->action != CLC_ACTION_DENY) count_failure(g, result);
     t_in_clc = 1;
     if (g->timing) {
         if (result == CUDA_SUCCESS)
@@ -348,9 +358,9 @@ static inline CUfunction target(const gate *g, CUfunction f) {
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
-        if (unlikely(t_in_clc) ||                                                                \
-            likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream))) \
-            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                \
+        if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra); \
+        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream))) \
+            return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
         return gate_exit(&g, real(target(&g, f), gx, gy, gz, bx, by, bz, shmem, stream, params,  \
                                   extra));                                                       \
@@ -363,9 +373,9 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
-        if (unlikely(t_in_clc) ||                                                                \
-            likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream))) \
-            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                       \
+        if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);   \
+        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream))) \
+            return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));    \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
         return gate_exit(&g, real(target(&g, f), gx, gy, gz, bx, by, bz, shmem, stream, params)); \
     }
@@ -377,11 +387,11 @@ CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
-        if (unlikely(t_in_clc) || unlikely(!config) ||                                           \
-            likely(!gate_enter(&g, f, NULL, entry_point, config->gridDimX, config->gridDimY,     \
+        if (unlikely(t_in_clc) || unlikely(!config)) return real(config, f, params, extra);      \
+        if (likely(!gate_enter(&g, f, NULL, entry_point, config->gridDimX, config->gridDimY,     \
                                config->gridDimZ, config->blockDimX, config->blockDimY,           \
                                config->blockDimZ, config->sharedMemBytes, config->hStream)))     \
-            return real(config, f, params, extra);                                               \
+            return count_failure(&g, real(config, f, params, extra));                            \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
         return gate_exit(&g, real(config, target(&g, f), params, extra));                        \
     }

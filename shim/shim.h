@@ -181,7 +181,7 @@ typedef struct clc_entry {
     uint32_t n_clauses;
     clc_clause *clauses; /* n_clauses of them, or NULL */
     clc_outcome fallback;
-    _Atomic uint64_t launches, denied, recorded, timed, graph_nodes, gpu_ns;
+    _Atomic uint64_t launches, denied, recorded, timed, graph_nodes, gpu_ns, failed;
 } clc_entry;
 
 clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx);

@@ -55,8 +55,9 @@ def test_deny_cupy_scale(native, snippet, run_clc, tools, tmp_path):
     out = tools.parse(proc.stdout)
     assert proc.returncode == 0, tools.describe(proc)
     scale_errors = [msg for k, msg in out.errors if k == "cupy_scale"]
-    assert scale_errors and all(tools.not_permitted.search(m) for m in scale_errors), \
-        tools.describe(proc)
+    assert scale_errors and all(tools.not_permitted.search(m) for m in scale_errors), (
+        "expected `cuda_error cupy_scale ...` lines that say the launch was not permitted\n"
+        + tools.describe(proc))
     assert [e for e in out.errors if e[0] != "cupy_scale"] == [], tools.describe(proc)
     assert out.error_counts.get("cupy_scale") == ITERATIONS, tools.describe(proc)
     assert out.results == {"cupy_scale": "skipped", "clc_cupy_add": "ok"}, tools.describe(proc)

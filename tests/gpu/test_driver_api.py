@@ -57,7 +57,8 @@ def test_deny_fill(native, argv, run_clc, tools, tmp_path):
     proc, report = run_clc(policy, argv, tmp_path)
     out = tools.parse(proc.stdout)
     assert proc.returncode == 0, tools.describe(proc)
-    assert ("fill", "CUDA_ERROR_NOT_PERMITTED") in out.errors, tools.describe(proc)
+    assert ("fill", "CUDA_ERROR_NOT_PERMITTED") in out.errors, (
+        "expected `cuda_error fill CUDA_ERROR_NOT_PERMITTED`\n" + tools.describe(proc))
     assert [e for e in out.errors if e[0] != "fill"] == [], tools.describe(proc)
     assert out.error_counts.get("fill") == 2 * ITERATIONS, tools.describe(proc)
     assert out.results == {"saxpy": "ok", "fill": "skipped"}, tools.describe(proc)

@@ -50,7 +50,8 @@ def test_deny_scale_kernel(native, vecadd_bin, run_clc, tools, tmp_path):
     proc, report = run_clc(policy, [vecadd_bin, ITERATIONS], tmp_path)
     out = tools.parse(proc.stdout)
     assert proc.returncode == 0, tools.describe(proc)
-    assert ("scale_kernel", "cudaErrorNotPermitted") in out.errors, tools.describe(proc)
+    assert ("scale_kernel", "cudaErrorNotPermitted") in out.errors, (
+        "expected `cuda_error scale_kernel cudaErrorNotPermitted`\n" + tools.describe(proc))
     assert [e for e in out.errors if e[0] != "scale_kernel"] == [], tools.describe(proc)
     assert out.error_counts.get("scale_kernel") == 2 * ITERATIONS, tools.describe(proc)
     assert out.results == {"vecAdd": "ok", "scale_kernel": "skipped", "debug_fill": "ok"}, \

@@ -54,8 +54,9 @@ def test_deny_add_kernel(native, snippet, run_clc, tools, tmp_path):
     out = tools.parse(proc.stdout)
     assert proc.returncode == 0, tools.describe(proc)
     add_errors = [msg for k, msg in out.errors if k == "add_kernel"]
-    assert add_errors and all(tools.not_permitted.search(m) for m in add_errors), \
-        tools.describe(proc)
+    assert add_errors and all(tools.not_permitted.search(m) for m in add_errors), (
+        "expected `cuda_error add_kernel ...` lines that say the launch was not permitted\n"
+        + tools.describe(proc))
     assert [e for e in out.errors if e[0] != "add_kernel"] == [], tools.describe(proc)
     assert out.error_counts.get("add_kernel") == ITERATIONS, tools.describe(proc)
     assert out.results == {"add_kernel": "skipped", "mul_kernel": "ok"}, tools.describe(proc)

@@ -19,7 +19,7 @@ POLICY = {"rules": [{"name": "deny-scale"}, {"name": "time-vecadd"}]}
 
 CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
-               "graph_nodes", "gpu_ns_total", "gpu_ns_mean", "rules"}
+               "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules"}
 LAUNCH_KEYS = {"pid", "seq", "kernel", "mangled", "t_ns", "grid", "block", "shared_mem",
                "stream", "tid", "entry", "ptsz", "action", "rule", "result", "gpu_ns"}
 MODULE_KEYS = {"pid", "t_ns", "api", "image", "handle", "image_ptr", "image_size", "preserved",
@@ -75,12 +75,13 @@ def table_row(text, name):
 
 def test_summary_numbers(tmp_path):
     text = summary([parent(tmp_path)])
-    assert table_row(text, VECADD_NAME) == ["10", "0", "2", "6.000", "3000.000", "0"]
-    assert table_row(text, SCALE_NAME) == ["3", "1", "1", "-", "-", "2"]
-    assert table_row(text, "Total (2 kernels)") == ["13", "1", "3", "6.000", "3000.000", "2"]
+    assert table_row(text, VECADD_NAME) == ["10", "0", "0", "2", "6.000", "3000.000", "0"]
+    assert table_row(text, SCALE_NAME) == ["3", "1", "0", "1", "-", "-", "2"]
+    assert table_row(text, "Total (2 kernels)") == ["13", "1", "0", "3", "6.000", "3000.000",
+                                                    "2"]
     lines = text.splitlines()
     header = next(ln for ln in lines if "Launches" in ln)
-    for col in ("Launches", "Denied", "Recorded", "GPU total (ms)", "GPU mean (us)",
+    for col in ("Launches", "Denied", "Failed", "Recorded", "GPU total (ms)", "GPU mean (us)",
                 "Graph nodes", "Kernel"):
         assert col in header
     # Sorted by launches, most first.
@@ -103,7 +104,7 @@ def test_summary_capture_lines_and_messages(caps):
 def test_summary_merges_and_marks_partial(caps):
     text = summary(caps)
     # vecAdd: 10 launches from the parent's stats, 1 derived from the child's records.
-    assert table_row(text, VECADD_NAME) == ["11*", "0*", "3", "9.000", "3000.000", "0*"]
+    assert table_row(text, VECADD_NAME) == ["11*", "0*", "0*", "3", "9.000", "3000.000", "0*"]
     assert "partial" in text
 
 
@@ -141,7 +142,7 @@ def test_json_kernels(caps):
     assert set(kernels) == {VECADD, SCALE, LONG}
     vec = kernels[VECADD]
     assert vec == {"name": VECADD_NAME, "mangled": VECADD, "devices": [0, 1], "launches": 11,
-                   "denied": 0, "recorded": 3, "timed": 3, "graph_nodes": 0,
+                   "denied": 0, "recorded": 3, "timed": 3, "graph_nodes": 0, "failed": 0,
                    "gpu_ns_total": 9_000_000, "gpu_ns_mean": 3_000_000.0,
                    "rules": ["child-rule", "time-vecadd"]}
     scale = kernels[SCALE]

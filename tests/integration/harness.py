@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Helpers for running the shim in small C programs over the fake libcuda of tests/native.
+
+The fake driver only stands in for the GPU in CI, to exercise the shim's logic; everything
+that touches a real driver is proven by tests/gpu on a GPU machine.
+"""
+
+import collections
+import dataclasses
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+from clc.capture import read_captures
+from clc.commands.run import capture_files
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "native"))
+
+
+
+def clc_command():
+    script = pathlib.Path(sys.executable).parent / "clc-run"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "clc.cli", "run"]
+
+
+@dataclasses.dataclass
+class Run:
+    proc: subprocess.CompletedProcess
+    output: pathlib.Path
+
+    @property
+    def stdout(self):
+        return self.proc.stdout
+
+    @property
+    def stderr(self):
+        return self.proc.stderr
+
+    def captures(self):
+        return read_captures(capture_files(self.output))
+
+    def capture(self):
+        (cap,) = self.captures()
+        return cap
+
+    def fake_counts(self):
+        """The fake driver's own count of direct launches per kernel, printed at exit."""
+        return {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=(\d+)", self.stdout,
+                                                     re.M)}
+
+    def fake_graph_counts(self):
+        return {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=\d+ graph=(\d+)",
+                                                     self.stdout, re.M)}
+
+    def results(self):
+        """(kernel, entry point) -> the CUresults the program printed for its launches and
+        graph-node calls."""
+        out = collections.defaultdict(list)
+        verbs = r"(?!graph-)\S*launch|graph-add|graph-set|graph-exec-set"  # not graph-launch
+        for m in re.finditer(rf"^({verbs}) (\S+) via (\S+) -> (-?\d+)", self.stdout, re.M):
+            out[(m[2], m[3])].append(int(m[4]))
+        return out
+
+    def attempts(self):
+        """kernel -> direct launches the program attempted, whatever their result."""
+        out = collections.Counter()
+        for (kernel, entry), results in self.results().items():
+            if not entry.startswith("cuGraph"):
+                out[kernel] += len(results)
+        return dict(out)
+
+
+def env_for(native, extra=None):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(native["libcuda"].parent)
+    env.pop("CLC_TENANT", None)
+    env.update(extra or {})
+    return env
+
+
+AUDIT = (ROOT / "policies" / "audit.yaml").read_text()
+TIME_ALL = (ROOT / "policies" / "time-all.yaml").read_text()
+DENY_DEBUG = """\
+version: 1
+default: allow
+rules:
+  - name: no-debug
+    match: {kernel: "*debug*"}
+    action: deny
+    message: "debug kernels are not allowed here"
+  - name: record-rest
+    match: {kernel: "*"}
+    action: allow
+    record: true
+"""
+
+
+def kernel_launches(capture):
+    """mangled name -> launches the shim counted (attempts: denied and failed ones included)."""
+    out = collections.Counter()
+    for kid, stats in capture.stats.items():
+        out[capture.kernels[kid].mangled] += stats.launches
+    return dict(out)
+
+
+def executed(capture):
+    """mangled name -> launches that reached the GPU: what the driver itself counts."""
+    out = collections.Counter()
+    for kid, stats in capture.stats.items():
+        out[capture.kernels[kid].mangled] += stats.launches - stats.denied - stats.failed
+    return {k: v for k, v in out.items() if v}
+
+
+def nonzero(counts):
+    return {k: v for k, v in counts.items() if v}

@@ -1,0 +1,276 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The shim in real processes, over the fake driver: each way a program reaches the driver,
+each decision, many threads, fork, C and Python hosts, the bridge's version check."""
+
+import collections
+import glob
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from clc import abi
+from clc.capture import read_capture
+from harness import (AUDIT, Run, DENY_DEBUG, TIME_ALL, clc_command, env_for, executed,
+                     kernel_launches, nonzero)
+
+DEBUG = "_Z12debug_kernelPi"
+
+
+@pytest.mark.parametrize("prog", ["prog_cudart", "prog_triton", "prog_linked", "prog_threads"])
+def test_programs_run_without_clc(native, run_native, prog):
+    # The baseline first: the programs and the fake driver work on their own.
+    proc = run_native([native[prog]] + (["2", "100"] if prog == "prog_threads" else []))
+    assert proc.returncode == 0, proc.stderr
+    assert "fake:" in proc.stdout
+    assert " -> 800" not in proc.stdout
+
+
+@pytest.mark.parametrize("prog", ["prog_cudart", "prog_triton", "prog_linked"])
+def test_audit_counts_equal_the_drivers_counts(native, clc_run, prog):
+    # GIVEN a program reaching the driver as cudart, Triton or a -lcuda program does
+    # WHEN it runs under the audit policy
+    run = clc_run(AUDIT, [native[prog]])
+    # THEN it behaves as without clc, and every kernel it launched is in the capture by name,
+    # with exactly as many launches as the driver itself saw
+    assert run.proc.returncode == 0, run.stderr
+    assert not [r for rs in run.results().values() for r in rs if r == 800]
+    cap = run.capture()
+    assert cap.complete
+    assert executed(cap) == nonzero(run.fake_counts())
+    # (launches the driver refused, as prog_linked's stale handle, count as failed attempts)
+    assert kernel_launches(cap) == run.attempts()
+    # AND every direct launch was recorded, on the entry point the program used
+    launches = [launch for launch in cap.launches
+                if (launch.entry & ~abi.ENTRY_PTSZ) < abi.ENTRY_GRAPH_ADD_NODE]
+    assert len(launches) == sum(run.attempts().values())
+    seen = collections.Counter(
+        (cap.kernels[launch.kernel_id].mangled,
+         abi.ENTRY_NAMES[launch.entry & ~abi.ENTRY_PTSZ] + ("_ptsz" if launch.ptsz else ""))
+        for launch in launches)
+    printed = collections.Counter({key: len(v) for key, v in run.results().items()
+                                   if not key[1].startswith("cuGraph")})
+    assert seen == printed
+
+
+def test_cudart_path_hooks_ptsz_and_graph_nodes(native, clc_run):
+    run = clc_run(AUDIT, [native["prog_cudart"]])
+    cap = run.capture()
+    entries = {abi.ENTRY_NAMES[launch.entry & ~abi.ENTRY_PTSZ] + ("_ptsz" if launch.ptsz else "")
+               for launch in cap.launches}
+    # Per-thread-default-stream variants were handed out by cuGetProcAddress with flags 2.
+    assert {"cuLaunchKernel_ptsz", "cuLaunchKernelEx_ptsz",
+            "cuLaunchCooperativeKernel_ptsz"} <= entries
+    assert {"cuGraphAddKernelNode", "cuGraphKernelNodeSetParams",
+            "cuGraphExecKernelNodeSetParams"} <= entries
+    graph_nodes = sum(s.graph_nodes for s in cap.stats.values())
+    printed = sum(len(v) for key, v in run.results().items() if key[1].startswith("cuGraph"))
+    assert graph_nodes == printed > 0
+
+
+@pytest.mark.parametrize("prog", ["prog_cudart", "prog_triton", "prog_linked"])
+def test_deny_reaches_the_program_and_spares_the_rest(native, clc_run, run_native, prog):
+    # WHEN a policy denies *debug* kernels
+    run = clc_run(DENY_DEBUG, [native[prog]])
+    assert run.proc.returncode == 0, run.stderr
+    results = run.results()
+    baseline = Run(run_native([native[prog]]), None).results()
+    # THEN every launch of the debug kernel, by any entry point, graph nodes included, gets
+    # CUDA_ERROR_NOT_PERMITTED, and the driver never saw it
+    denied = [r for (k, _), rs in results.items() if "debug" in k for r in rs]
+    assert denied and all(r == 800 for r in denied)
+    # (the others get what they get without clc: prog_linked also makes launches that fail)
+    assert {key: rs for key, rs in results.items() if "debug" not in key[0]} == \
+        {key: rs for key, rs in baseline.items() if "debug" not in key[0]}
+    assert all(v == 0 for k, v in run.fake_counts().items() if "debug" in k)
+    assert all(v == 0 for k, v in run.fake_graph_counts().items() if "debug" in k)
+    # AND the rule's message is said once, and the capture counts the refusals
+    assert run.stderr.count("debug kernels are not allowed here") == 1
+    cap = run.capture()
+    for kid, stats in cap.stats.items():
+        if "debug" in cap.kernels[kid].mangled:
+            assert stats.denied == stats.launches + stats.graph_nodes > 0
+        else:
+            assert stats.denied == 0
+
+
+def test_shape_rule_denies_only_large_grids(native, clc_run):
+    policy = """\
+version: 1
+rules:
+  - name: small-only
+    match: {kernel: "*vecAdd*", grid_blocks: {gt: 1}}
+    action: deny
+"""
+    run = clc_run(policy, [native["prog_cudart"]])
+    cap = run.capture()
+    for launch in cap.launches:
+        blocks = launch.grid[0] * launch.grid[1] * launch.grid[2]
+        name = cap.kernels[launch.kernel_id].mangled
+        expect_deny = "vecAdd" in name and blocks > 1
+        assert (launch.action == abi.ACTION_DENY) == expect_deny, launch
+
+
+def test_time_all_times_every_launch(native, clc_run):
+    run = clc_run(TIME_ALL, [native["prog_cudart"]])
+    cap = run.capture()
+    direct = [launch for launch in cap.launches
+              if (launch.entry & ~abi.ENTRY_PTSZ) < abi.ENTRY_GRAPH_ADD_NODE]
+    assert direct
+    # The fake GPU clock advances 5000 ns per launch: one launch between the two events.
+    assert all(launch.gpu_ns == 5000 for launch in direct), [launch.gpu_ns for launch in direct]
+    for stats in cap.stats.values():
+        assert stats.timed == stats.launches
+        assert stats.gpu_ns == 5000 * stats.launches
+
+
+def test_sixteen_threads_exact_counts(native, clc_run):
+    # GIVEN 16 threads launching 10,000 times each, recording every launch
+    run = clc_run(AUDIT, [native["prog_threads"], "16", "10000"])
+    assert run.proc.returncode == 0, run.stderr
+    assert "threads: ok=160000 failed=0" in run.stdout
+    cap = run.capture()
+    # THEN nothing is lost or counted twice
+    assert cap.complete and cap.dropped == 0
+    assert kernel_launches(cap) == nonzero(run.fake_counts())
+    assert sum(kernel_launches(cap).values()) == 160000
+    assert len(cap.launches) == 160000
+    assert sorted(launch.seq for launch in cap.launches) == list(range(160000))
+    assert len({launch.tid for launch in cap.launches}) == 16
+
+
+def test_module_loads_are_recorded(native, clc_run):
+    run = clc_run(AUDIT, [native["prog_cudart"]])
+    cap = run.capture()
+    (lib,) = [m for m in cap.modules if m.api_name == "cuLibraryLoadData"]
+    # cudart registers a fatbin wrapper and says the bytes stay valid
+    assert lib.image_name == "fatbin-wrapper" and lib.preserved and lib.image_size > 16
+    run = clc_run(AUDIT, [native["prog_linked"]])
+    kinds = {(m.api_name, m.image_name) for m in run.capture().modules}
+    assert ("cuModuleLoad", "file") in kinds
+    assert any(api == "cuModuleLoadFatBinary" for api, _ in kinds)
+    assert any(api == "cuModuleUnload" for api, _ in kinds)
+
+
+@pytest.mark.parametrize("variant", ["plain", "threaded"])
+def test_fork_child_gets_its_own_capture(native, clc_run, variant):
+    # GIVEN a program that forks after launching (in one variant while a thread launches)
+    run = clc_run(AUDIT, [native["prog_fork"], variant], timeout=60)
+    # THEN neither side hangs or crashes, and each process's capture counts its own launches
+    assert run.proc.returncode == 0, run.stderr + run.stdout
+    caps = run.captures()
+    parent = [c for c in caps if str(c.path) == str(run.output)]
+    children = [c for c in caps if ".child-" in str(c.path)]
+    assert len(parent) == 1 and children
+    assert executed(parent[0]) == nonzero(run.fake_counts())
+    # (the fake driver's counters in a child start from the parent's: compare with the
+    # launches the child printed)
+    child_launched = collections.Counter(
+        m[1] for m in re.finditer(r"^child: launch (\S+) via \S+ -> 0$", run.stdout, re.M))
+    child_counted = collections.Counter()
+    for child in children:
+        child_counted.update(executed(child))
+    assert child_counted == child_launched
+    if variant == "plain":
+        # The child launches a kernel its parent never did: it cannot ask Python after
+        # fork(), so that kernel gets on_error, and clc says so once.
+        said = re.findall(r"^clc: forked child \d+: kernels first launched after fork\(\) get "
+                          r"on_error=allow", run.stderr, re.M)
+        assert len(said) == 1, run.stderr
+
+
+def test_python_host_joins_the_running_interpreter(native, clc_run):
+    # GIVEN a Python program of clc's own Python version (the bridge joins its interpreter)
+    from build import PYHOST
+
+    run = clc_run(DENY_DEBUG, [sys.executable, PYHOST])
+    assert run.proc.returncode == 0, run.stderr
+    assert "engine error" not in run.stderr
+    results = run.results()
+    assert [r for (k, _), rs in results.items() if "debug" in k for r in rs] == [800]
+    assert executed(run.capture()) == nonzero(run.fake_counts())
+    assert kernel_launches(run.capture()) == run.attempts()
+
+
+def _other_python():
+    mine = f"{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3"))
+    candidates += [f"/usr/bin/python3.{m}" for m in range(8, 15)]
+    for path in candidates:
+        if not os.path.exists(path):
+            continue
+        out = subprocess.run([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip() != mine and out.stdout.strip() >= "3.8":
+            return path, out.stdout.strip()
+    return None, None
+
+
+@pytest.mark.parametrize("on_error,expected", [("allow", 0), ("deny", 800)])
+def test_bridge_version_mismatch_is_refused_clearly(native, clc_run, on_error, expected):
+    python, version = _other_python()
+    if python is None:
+        pytest.skip("no Python of another minor version on this machine")
+    from build import PYHOST
+
+    # GIVEN a Python program of another minor version than the bridge was built for
+    policy = DENY_DEBUG.replace("default: allow", f"default: allow\non_error: {on_error}")
+    run = clc_run(policy, [python, PYHOST], timeout=60)
+    # THEN a one-line refusal names both versions, once, and every launch gets on_error
+    assert run.proc.returncode == 0, run.stderr
+    mine = f"{sys.version_info.major}.{sys.version_info.minor}"
+    line = f"this program runs Python {version} but clc's bridge was built for Python {mine}"
+    assert run.stderr.count(f"clc: {line}") == 1, run.stderr
+    results = [r for rs in run.results().values() for r in rs]
+    assert results and all(r == expected for r in results)
+
+
+def test_script_that_execs_the_program(native, clc_run):
+    run = clc_run(AUDIT, ["sh", "-c", f"exec {native['prog_triton']}"])
+    assert run.proc.returncode == 0, run.stderr
+    assert executed(run.capture()) == nonzero(run.fake_counts())
+
+
+def test_child_processes_write_their_own_captures(native, clc_run):
+    run = clc_run(AUDIT, ["sh", "-c", f"{native['prog_triton']} && {native['prog_cudart']}"])
+    assert run.proc.returncode == 0, run.stderr
+    caps = run.captures()
+    assert len(caps) == 2 and all(".child-" in str(c.path) for c in caps)
+    names = set()
+    for cap in caps:
+        names |= set(kernel_launches(cap))
+    assert {"add_kernel", "_Z6vecAddPKfS0_Pfi"} <= names
+
+
+def test_what_was_flushed_survives_a_crash(native, tmp_path):
+    # GIVEN a program killed while it launches, long after the first periodic flush
+    out = tmp_path / "crash.clc"
+    proc = subprocess.Popen(clc_command() + ["-o", str(out), "--force", "--",
+                                             str(native["prog_threads"]), "2", "100000000"],
+                            env=env_for(native), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and (not out.exists() or out.stat().st_size < 64 * 1024):
+        time.sleep(0.05)
+    pid = int.from_bytes(out.read_bytes()[16:20], "little")
+    os.kill(pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    # THEN clc-run passes the signal on as 128+9, and the capture reads, marked incomplete
+    assert proc.returncode == 128 + 9
+    cap = read_capture(out)
+    assert not cap.complete
+    assert len(cap.launches) > 1000
+    assert "INCOMPLETE" in err
+
+
+def test_decision_cache_costs_one_engine_call_per_kernel(native, clc_run, tmp_path):
+    # The engine announces each denied kernel once; 160,000 launches of it must not repeat it.
+    policy = DENY_DEBUG
+    run = clc_run(policy, [native["prog_threads"], "16", "10000"])
+    assert run.stderr.count("are denied by rule") == 1
+    assert "threads: ok=80000 failed=80000 codes=0:80000,800:80000" in run.stdout
