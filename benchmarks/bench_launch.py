@@ -19,8 +19,16 @@ same program's per-process figure moves by 10-20 % from run to run (seen on an H
 3.1 to 4.3 us for identical native runs, pinned to cores or not), far more than the 1 % being
 judged. So the table also gives each configuration's fastest run and the native runs' spread,
 and a verdict is marked "within noise" when the ratio lies closer to its target than that
-spread: take more --rounds before believing such a verdict either way. Exit status 0 when every run worked,
-whether or not the targets were met (`--strict` makes a missed target exit 1).
+spread: take more --rounds before believing such a verdict either way.
+
+The second table removes that noise: examples/bench_inproc.c runs under each configuration
+and, inside one process, alternates bursts between the shim's cuLaunchKernel and libcuda's own
+(see its header). The median difference is what the shim adds to one launch call, in ns; its
+ratio is taken against the native cudart launch time of the first table. Run without clc, the
+same program gives the method's own floor (two identical paths: should be ~0 ns).
+
+Exit status 0 when every run worked, whether or not the targets were met (`--strict` makes a
+missed target exit 1).
 """
 
 import argparse
@@ -84,6 +92,24 @@ def run_once(argv, label):
     return value
 
 
+def parse_lines(stdout):
+    values = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].startswith(("ns_", "us_")):
+            values[parts[0]] = float(parts[1])
+    return values
+
+
+def inproc(argv, label):
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=600)
+    values = parse_lines(proc.stdout)
+    if proc.returncode != 0 or "ns_added" not in values:
+        sys.exit(f"bench_launch: the in-process {label} run failed (exit {proc.returncode})\n"
+                 f"$ {' '.join(map(str, argv))}\n{proc.stdout}{proc.stderr}")
+    return values
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds (at least 5)")
@@ -91,6 +117,8 @@ def main():
     ap.add_argument("--burst-size", type=int, default=1000, help="launches per burst")
     ap.add_argument("--arch", default=os.environ.get("CLC_BENCH_ARCH", "sm_90"),
                     help="nvcc -arch for bench_empty (default sm_90)")
+    ap.add_argument("--inproc-runs", type=int, default=3,
+                    help="runs of the in-process A/B per configuration")
     ap.add_argument("--json", metavar="OUT", help="write the raw numbers here")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args()
@@ -124,6 +152,18 @@ def main():
             return [clc_run, "--policy", policies[config], "-o", tmp / f"{config}.clc",
                     "--force", "--no-report", "--", *program]
 
+        inproc_exe = tmp / "bench_inproc"
+        build = subprocess.run([nvcc, "-O2", "-shared", "-Xcompiler", "-fPIC", "-o",
+                                str(tmp / "libbench_real.so"), str(EXAMPLES / "bench_real.c"),
+                                "-ldl"], capture_output=True, text=True)
+        if build.returncode == 0:
+            build = subprocess.run([nvcc, "-O2", "-o", str(inproc_exe),
+                                    str(EXAMPLES / "bench_inproc.c"), f"-L{tmp}", "-lbench_real",
+                                    "-lcuda", "-ldl", "-Xlinker", f"-rpath={tmp}"],
+                                   capture_output=True, text=True)
+        if build.returncode != 0:
+            sys.exit(f"bench_launch: building bench_inproc failed\n{build.stdout}{build.stderr}")
+
         device = device_name()
         print(f"device: {device}")
         print(f"bench_empty: {args.bursts} bursts x {args.burst_size} launches, "
@@ -135,6 +175,22 @@ def main():
                 samples[config].append(run_once(argv_for(config), config))
             print(f"round {r + 1}: " + ", ".join(f"{c} {samples[c][-1]:.3f}" for c in CONFIGS),
                   file=sys.stderr, flush=True)
+
+        added = {c: [] for c in CONFIGS}
+        real_ns = []
+        for r in range(args.inproc_runs):
+            for config in CONFIGS:
+                inproc_program = [inproc_exe]
+                if config == "native":
+                    argv = inproc_program
+                else:
+                    argv = [clc_run, "--policy", policies[config], "-o", tmp / f"in-{config}.clc",
+                            "--force", "--no-report", "--", *inproc_program]
+                values = inproc(argv, config)
+                added[config].append(values["ns_added"])
+                real_ns.append(values["ns_per_launch_real"])
+            print(f"in-process run {r + 1}: " + ", ".join(
+                f"{c} +{added[c][-1]:.1f} ns" for c in CONFIGS), file=sys.stderr, flush=True)
 
     medians = {c: statistics.median(v) for c, v in samples.items()}
     fastest = {c: min(v) for c, v in samples.items()}
@@ -167,6 +223,25 @@ def main():
           f"{len(samples['native'])} runs: {min(samples['native']):.3f} to "
           f"{max(samples['native']):.3f} us)")
 
+    added_median = {c: statistics.median(v) for c, v in added.items()}
+    print()
+    print("In-process A/B (bench_inproc: hooked vs libcuda's own cuLaunchKernel, one process;")
+    print(f"driver launch call alone: {statistics.median(real_ns):.0f} ns; ratio against the "
+          f"native cudart launch of {native * 1000:.0f} ns above)")
+    print()
+    print("| config | ns added per launch | ratio to native | target |")
+    print("|---|---:|---:|---|")
+    for c in CONFIGS:
+        ratio = (native * 1000 + added_median[c]) / (native * 1000)
+        target = TARGETS[c]
+        if c == "native":
+            verdict = "method floor (no shim)"
+        elif target is None:
+            verdict = "none"
+        else:
+            verdict = f"<= {target:.2f}x {'met' if ratio <= target else 'MISSED'}"
+        print(f"| {c} | {added_median[c]:+.1f} | {ratio:.3f}x | {verdict} |")
+
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": device,
@@ -182,6 +257,9 @@ def main():
             "ratio_to_native": {c: medians[c] / native if native > 0 else None for c in CONFIGS},
             "targets": TARGETS,
             "missed": missed,
+            "inproc_ns_added": added,
+            "inproc_ns_added_median": added_median,
+            "inproc_ns_per_launch_real": real_ns,
         }, indent=2) + "\n")
     return 1 if (args.strict and missed) else 0
 

@@ -61,6 +61,7 @@ def preload_environment(base, *, policy_json, on_error, output, force=False, ver
         "CLC_PYTHON_VERSION": f"{sys.version_info.major}.{sys.version_info.minor}",
         "CLC_PYTHON_LIB": str(libpython_path() or ""),
         "CLC_PYTHON_EXE": sys.executable,
+        "CLC_SYS_PATH": os.pathsep.join(p for p in sys.path if p and os.pathsep not in p),
         "CLC_PKG_PATH": str(PACKAGE.parent),
     })
     return env

@@ -37,11 +37,35 @@ ffibuilder.embedding_api(
 
 # clc_bridge_start runs before any Python exists (C hosts only), so it is plain C. The
 # interpreter is isolated from the program's environment (PYTHONPATH, PYTHONHOME) and takes
-# none of its signals; its executable is clc's Python, which finds clc's site-packages.
+# none of its signals; its executable is clc's Python and its module search path is exactly
+# the sys.path clc-run had (CLC_SYS_PATH), so that whatever clc-run could import (cffi's
+# backend first of all, before any Python code runs) is found the same way.
 _START = r"""
+#include <stdlib.h>
+#include <string.h>
 #include "clc_abi.h"
 
-__attribute__((visibility("default"))) int clc_bridge_start(const char *executable) {
+static PyStatus clc_search_path(PyConfig *config, const char *joined) {
+    PyStatus st = PyStatus_Ok();
+    char *copy = strdup(joined), *save = NULL;
+    if (!copy) return PyStatus_NoMemory();
+    for (char *p = strtok_r(copy, ":", &save); p && !PyStatus_Exception(st);
+         p = strtok_r(NULL, ":", &save)) {
+        wchar_t *w = Py_DecodeLocale(p, NULL);
+        if (!w) {
+            st = PyStatus_NoMemory();
+            break;
+        }
+        st = PyWideStringList_Append(&config->module_search_paths, w);
+        PyMem_RawFree(w);
+    }
+    free(copy);
+    config->module_search_paths_set = 1;
+    return st;
+}
+
+__attribute__((visibility("default"))) int clc_bridge_start(const char *executable,
+                                                            const char *search_path) {
     if (Py_IsInitialized()) return 0;
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
@@ -50,6 +74,8 @@ __attribute__((visibility("default"))) int clc_bridge_start(const char *executab
     PyStatus st = PyConfig_SetBytesString(&config, &config.executable, executable);
     if (!PyStatus_Exception(st))
         st = PyConfig_SetBytesString(&config, &config.program_name, executable);
+    if (!PyStatus_Exception(st) && search_path && *search_path)
+        st = clc_search_path(&config, search_path);
     if (!PyStatus_Exception(st)) st = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     if (PyStatus_Exception(st)) return -1;

@@ -85,14 +85,14 @@ static void load(void) {
     }
     p_decide = dlsym(h, "clc_bridge_decide");
     p_module = dlsym(h, "clc_bridge_module");
-    int (*start)(const char *) = dlsym(h, "clc_bridge_start");
+    int (*start)(const char *, const char *) = dlsym(h, "clc_bridge_start");
     if (!p_decide || !p_module || !start) {
         bridge_off("the bridge lacks its entry points (rebuild clc)");
         return;
     }
     if (!get_version) {
         const char *exe = getenv("CLC_PYTHON_EXE");
-        if (start(exe ? exe : "python3") != 0) {
+        if (start(exe ? exe : "python3", getenv("CLC_SYS_PATH")) != 0) {
             bridge_off("cannot start clc's Python interpreter");
             return;
         }

@@ -195,6 +195,12 @@ static int slot_for_request(const char *name, int version, cuuint64_t flags) {
     if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
         return v2 ? CLC_SLOT_cuGraphExecKernelNodeSetParams_v2
                   : CLC_SLOT_cuGraphExecKernelNodeSetParams;
+    /* Context teardown: only the _v2 ABIs (CUDA 4.0 and 11.0 on) are hooked. */
+    if (strcmp(name, "cuCtxDestroy") == 0) return version >= 4000 ? CLC_SLOT_cuCtxDestroy_v2 : -1;
+    if (strcmp(name, "cuDevicePrimaryCtxRelease") == 0)
+        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxRelease_v2 : -1;
+    if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
+        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxReset_v2 : -1;
     return slot_by_name(name);
 }
 
@@ -596,6 +602,33 @@ CLC_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
     CUresult r = real(lib);
     report_load(CLC_LOAD_LIBRARY_UNLOAD, (uint64_t)(uintptr_t)lib, NULL, NULL, 0, r);
     return r;
+}
+
+/* ---- context teardown: read back pending GPU times while their events still exist --------- */
+
+static void before_teardown(void) {
+    if (t_in_clc) return;
+    t_in_clc = 1;
+    clc_timing_drain_all();
+    t_in_clc = 0;
+}
+
+CLC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    CLC_REAL_OR_FAIL(cuCtxDestroy_v2)
+    before_teardown();
+    return real(ctx);
+}
+
+CLC_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuDevicePrimaryCtxRelease_v2)
+    before_teardown();
+    return real(dev);
+}
+
+CLC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuDevicePrimaryCtxReset_v2)
+    before_teardown();
+    return real(dev);
 }
 
 /* ---- process lifetime --------------------------------------------------------------------- */

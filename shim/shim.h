@@ -76,7 +76,7 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2: func, or kern in ctx when func i
 } CUDA_KERNEL_NODE_PARAMS_v2;
 
 /* ---- the hooked symbols ------------------------------------------------------------------
- * One table: X(name, return type, parameter list, argument list). Every symbol here is
+ * One table: X(name, parameter list). Every symbol here is
  * exported by the preload library, substituted when a program gets it through dlsym or
  * cuGetProcAddress, and has its real pointer in g_real[CLC_SLOT_name]. */
 #define CLC_LAUNCH_PARAMS                                                                   \
@@ -119,7 +119,10 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2: func, or kern in ctx when func i
     X(cuLibraryLoadData, (CUlibrary * lib, const void *code, CLC_LIBRARY_LOAD_OPTS))             \
     X(cuLibraryLoadFromFile, (CUlibrary * lib, const char *path, CLC_LIBRARY_LOAD_OPTS))         \
     X(cuModuleUnload, (CUmodule mod))                                                            \
-    X(cuLibraryUnload, (CUlibrary lib))
+    X(cuLibraryUnload, (CUlibrary lib))                                                          \
+    X(cuCtxDestroy_v2, (CUcontext ctx))                                                          \
+    X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev))                                              \
+    X(cuDevicePrimaryCtxReset_v2, (CUdevice dev))
 
 #define CLC_SLOT_ENUM(name, params) CLC_SLOT_##name,
 enum { CLC_HOOKED_SYMBOLS(CLC_SLOT_ENUM) CLC_N_SLOTS };

@@ -4,7 +4,8 @@
  *
  * The launching thread never waits for the GPU: each measurement goes into the thread's FIFO
  * and is read back (cuEventQuery) at that thread's later timed launches, oldest first, and at
- * exit (cuEventSynchronize). Event pairs are pooled per thread. A stream being captured into
+ * exit or before a context is torn down (cuEventSynchronize). Event pairs are pooled per
+ * thread, and the pools are emptied at a teardown. A stream being captured into
  * a graph is not timed: an event recorded there becomes a graph node and measures nothing.
  */
 #define _GNU_SOURCE
@@ -55,13 +56,17 @@ static void lock(tstate *s) {
 }
 static void unlock(tstate *s) { atomic_flag_clear_explicit(&s->busy, memory_order_release); }
 
+static void destroy_pair(clc_timing *t) {
+    g_drv.event_destroy(t->start);
+    g_drv.event_destroy(t->end);
+}
+
 static void release_pair(tstate *s, clc_timing *t) {
     if (s->pooled < POOL_SIZE) {
         s->pool[s->pooled++] = *t;
         return;
     }
-    g_drv.event_destroy(t->start);
-    g_drv.event_destroy(t->end);
+    destroy_pair(t);
 }
 
 static void finish(tstate *s, clc_timing *t, int wait) {
@@ -125,7 +130,10 @@ int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz) {
         }
         t->ctx = ctx;
     }
-    (ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->start, stream);
+    if ((ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->start, stream) != CUDA_SUCCESS) {
+        destroy_pair(t);
+        return -1;
+    }
     *out = t;
     return 0;
 }
@@ -138,7 +146,11 @@ void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint
         unlock(s);
         return;
     }
-    (ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->end, stream);
+    if ((ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->end, stream) != CUDA_SUCCESS) {
+        destroy_pair(t);
+        unlock(s);
+        return;
+    }
     t->entry = e;
     t->seq = seq;
     if (s->count == FIFO_SIZE) {
@@ -166,6 +178,9 @@ void clc_timing_drain_all(void) {
             s->first = (s->first + 1) % FIFO_SIZE;
             s->count--;
         }
+        /* The pooled events may belong to the context about to go: a context retained
+         * again later can have the same handle, and its dead events must not be reused. */
+        while (s->pooled) destroy_pair(&s->pool[--s->pooled]);
         unlock(s);
     }
     if (g_drv.ctx_set_current) g_drv.ctx_set_current(mine);

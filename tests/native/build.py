@@ -31,7 +31,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 PYHOST = HERE / "pyhost.py"
 
 _CFLAGS = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
-_PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork")
+_PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
+             "prog_teardown")
 
 
 class BuildError(RuntimeError):
@@ -98,7 +99,8 @@ def _symlink(link: pathlib.Path, target: str) -> None:
 def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
     """Builds libcuda.so.1 and the programs into outdir; returns name -> path.
 
-    Keys: "libcuda", "prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork".
+    Keys: "libcuda", "prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
+    "prog_teardown".
     """
     inc = cuda_include_dir()
     cc = _compiler()

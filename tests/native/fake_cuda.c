@@ -10,6 +10,9 @@
  * driver: typed handles, a thread-local current context, images that name their kernels, and
  * cuGetProcAddress handing out per-thread-stream (_ptsz) and ABI-versioned (_v2) variants.
  *
+ * Events complete instantly by default. With FAKE_CUDA_LAZY_EVENTS=1 in the environment (read
+ * once, when the library is loaded) they behave like a real GPU's instead: see "events" below.
+ *
  * Test-only entry points (fake_cuda_*) are at the end of the file.
  */
 #define _GNU_SOURCE /* memmem */
@@ -69,6 +72,12 @@ struct CUctx_st {
     uint32_t tag;
     CUdevice dev;
     int primary;
+    /* Lazy events only (see "events"): bumped when the context is torn down, which kills the
+     * events created before; and how far cuCtxSynchronize and the default stream's
+     * synchronization have run the context's work (in event record numbers). */
+    atomic_uint epoch;
+    atomic_ullong synced;
+    atomic_ullong default_synced;
 };
 
 struct CUfunc_st {
@@ -99,6 +108,7 @@ struct CUlib_st {
 struct CUstream_st {
     uint32_t tag;
     CUcontext ctx;
+    atomic_ullong synced; /* lazy events: the last record number this stream has run up to */
 };
 
 struct CUevent_st {
@@ -106,6 +116,13 @@ struct CUevent_st {
     unsigned flags;
     int recorded;
     uint64_t t_ns; /* the fake GPU clock when recorded */
+    /* Lazy events only: the context current at creation and its epoch then (fixed for the
+     * event's life), the number of its latest record and the synchronization mark of the
+     * stream it was recorded on. */
+    CUcontext ctx;
+    unsigned epoch;
+    atomic_ullong seq;
+    _Atomic(atomic_ullong *) mark;
 };
 
 struct CUgraphNode_st {
@@ -158,9 +175,11 @@ struct fatbin_header {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_initialized;
 static atomic_int g_primary_refs;
-static struct CUctx_st g_primary = {TAG_CTX, 0, 1};
+static struct CUctx_st g_primary = {.tag = TAG_CTX, .dev = 0, .primary = 1};
 static __thread CUcontext tls_ctx; /* cuInit makes nothing current, like the real driver */
 static atomic_ullong g_clock_ns;
+static int g_lazy_events;          /* FAKE_CUDA_LAZY_EVENTS=1; set before any CUDA call */
+static atomic_ullong g_record_seq; /* lazy events: numbers every cuEventRecord, from 1 */
 
 static struct kname *g_names[MAX_KERNEL_NAMES]; /* sorted by name */
 static unsigned g_nnames;
@@ -205,7 +224,12 @@ static atomic_ulong g_total_launches, g_total_graph;
 static void lock(void) { pthread_mutex_lock(&g_lock); }
 static void unlock(void) { pthread_mutex_unlock(&g_lock); }
 
-__attribute__((constructor)) static void fake_init(void) { pthread_atfork(lock, unlock, unlock); }
+__attribute__((constructor)) static void fake_init(void)
+{
+    const char *lazy = getenv("FAKE_CUDA_LAZY_EVENTS");
+    g_lazy_events = lazy && strcmp(lazy, "1") == 0;
+    pthread_atfork(lock, unlock, unlock);
+}
 
 #define TRY(x)                                                                                     \
     do {                                                                                           \
@@ -557,8 +581,9 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-/* The primary context stays valid after its last release: the real driver hands back the same
- * handle on the next retain, and the fake has nothing to tear down. */
+/* The primary context's handle stays usable after its last release or a reset: the real driver
+ * hands back the same handle on the next retain. What the real driver does destroy, the events
+ * created in it, dies with it when events are lazy (a new epoch). */
 static CUresult primary_release(CUdevice dev)
 {
     int refs;
@@ -568,11 +593,26 @@ static CUresult primary_release(CUdevice dev)
     refs = atomic_load(&g_primary_refs);
     while (refs > 0 && !atomic_compare_exchange_weak(&g_primary_refs, &refs, refs - 1))
         ;
+    if (refs == 1)
+        atomic_fetch_add(&g_primary.epoch, 1); /* the last release destroys the context */
     return refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev); }
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev); }
+
+/* Destroys the primary context's resources whoever still holds it; the retain count stays. */
+static CUresult primary_reset(CUdevice dev)
+{
+    TRY(need_init());
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    atomic_fetch_add(&g_primary.epoch, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return primary_reset(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_reset(dev); }
 
 static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
 {
@@ -617,6 +657,7 @@ static CUresult ctx_destroy(CUcontext ctx)
     TRY(need_init());
     if (tag_of(ctx) != TAG_CTX || ctx->primary)
         return CUDA_ERROR_INVALID_CONTEXT;
+    atomic_fetch_add(&ctx->epoch, 1);
     ctx->tag = TAG_DEAD;
     if (tls_ctx == ctx)
         tls_ctx = NULL;
@@ -653,7 +694,15 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuCtxSynchronize(void) { return need_ctx(); }
+static void advance(atomic_ullong *mark, unsigned long long to);
+
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    TRY(need_ctx());
+    if (g_lazy_events)
+        advance(&tls_ctx->synced, atomic_load(&g_record_seq));
+    return CUDA_SUCCESS;
+}
 
 /* ---- streams --------------------------------------------------------------------------------- */
 
@@ -684,10 +733,16 @@ static CUresult stream_destroy(CUstream s)
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream) { return stream_destroy(hStream); }
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) { return stream_destroy(hStream); }
 
+static atomic_ullong *stream_mark(CUstream s, CUcontext ctx);
+
 static CUresult stream_sync(CUstream s)
 {
     TRY(need_ctx());
-    return stream_ok(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (!stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (g_lazy_events)
+        advance(stream_mark(s, tls_ctx), atomic_load(&g_record_seq));
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return stream_sync(hStream); }
@@ -1334,7 +1389,58 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
     return CUDA_SUCCESS;
 }
 
-/* ---- events ---------------------------------------------------------------------------------- */
+/* ---- events ----------------------------------------------------------------------------------
+ * By default work completes instantly: an event is complete as soon as it is recorded.
+ *
+ * With FAKE_CUDA_LAZY_EVENTS=1 events behave like a real, asynchronous GPU's, with the work
+ * never finishing by itself:
+ *   - a recorded event is not complete (cuEventQuery: CUDA_ERROR_NOT_READY, cuEventElapsedTime
+ *     of it: CUDA_ERROR_NOT_READY) until it is waited for: cuEventSynchronize of it or of a
+ *     later event recorded on the same stream, cuStreamSynchronize of that stream (the default
+ *     stream handles NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are one stream per
+ *     context here), or cuCtxSynchronize in its context;
+ *   - an event belongs to the context current when it was created; when that context is torn
+ *     down (cuCtxDestroy, the primary context's last cuDevicePrimaryCtxRelease, or
+ *     cuDevicePrimaryCtxReset) the event dies with it: cuEventRecord, cuEventQuery,
+ *     cuEventSynchronize and cuEventElapsedTime on it return CUDA_ERROR_CONTEXT_IS_DESTROYED.
+ * Every record takes the next number of a global counter; each stream and context keeps the
+ * number up to which it has been synchronized, and an event is complete once one of the marks
+ * it is under has reached its number. The timestamp is still taken at record time. */
+
+/* Raises *mark to `to` if it is lower. */
+static void advance(atomic_ullong *mark, unsigned long long to)
+{
+    unsigned long long cur = atomic_load(mark);
+    while (cur < to && !atomic_compare_exchange_weak(mark, &cur, to))
+        ;
+}
+
+/* The synchronization mark of work queued on s in ctx. */
+static atomic_ullong *stream_mark(CUstream s, CUcontext ctx)
+{
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return &ctx->default_synced;
+    return &s->synced;
+}
+
+/* Lazy events: the event's context was torn down since it was created. The context struct is
+ * never freed, so this reads a live object even for a destroyed context. */
+static int event_dead(CUevent ev)
+{
+    return g_lazy_events &&
+           (tag_of(ev->ctx) != TAG_CTX || atomic_load(&ev->ctx->epoch) != ev->epoch);
+}
+
+/* Lazy events: everything before the event's latest record has run (never recorded: true). */
+static int event_complete(CUevent ev)
+{
+    unsigned long long seq = atomic_load(&ev->seq);
+    atomic_ullong *mark;
+    if (!g_lazy_events || seq == 0)
+        return 1;
+    mark = atomic_load(&ev->mark);
+    return atomic_load(mark) >= seq || atomic_load(&ev->ctx->synced) >= seq;
+}
 
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -1346,6 +1452,8 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     ev->tag = TAG_EVENT;
     ev->flags = Flags;
+    ev->ctx = tls_ctx;
+    ev->epoch = atomic_load(&tls_ctx->epoch);
     *phEvent = ev;
     return CUDA_SUCCESS;
 }
@@ -1362,14 +1470,21 @@ static CUresult event_destroy(CUevent ev)
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent) { return event_destroy(hEvent); }
 CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) { return event_destroy(hEvent); }
 
-/* Work completes instantly, so an event captures the clock as of every launch before it. */
+/* The event captures the clock as of every launch before it (in lazy mode too: the fake GPU
+ * ran them, it only does not say so before it is asked to wait). */
 static CUresult event_record(CUevent ev, CUstream s)
 {
     TRY(need_ctx());
     if (tag_of(ev) != TAG_EVENT || !stream_ok(s))
         return CUDA_ERROR_INVALID_HANDLE;
+    if (event_dead(ev))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     ev->t_ns = atomic_load(&g_clock_ns);
     ev->recorded = 1;
+    if (g_lazy_events) {
+        atomic_store(&ev->mark, stream_mark(s, ev->ctx));
+        atomic_store(&ev->seq, atomic_fetch_add(&g_record_seq, 1) + 1);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1386,13 +1501,26 @@ CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
     TRY(need_init());
-    return tag_of(hEvent) == TAG_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (tag_of(hEvent) != TAG_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (event_dead(hEvent))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    return event_complete(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+/* Waiting for an event runs its stream up to it: the events recorded before it there complete
+ * too, as on a real GPU. */
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
+    unsigned long long seq;
     TRY(need_init());
-    return tag_of(hEvent) == TAG_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (tag_of(hEvent) != TAG_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (event_dead(hEvent))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    if (g_lazy_events && (seq = atomic_load(&hEvent->seq)) != 0)
+        advance(atomic_load(&hEvent->mark), seq);
+    return CUDA_SUCCESS;
 }
 
 static CUresult elapsed(float *ms, CUevent a, CUevent b)
@@ -1402,9 +1530,14 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b)
         return CUDA_ERROR_INVALID_VALUE;
     if (tag_of(a) != TAG_EVENT || tag_of(b) != TAG_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    /* As documented for the real call: unrecorded or timing-disabled events are refused. */
+    if (event_dead(a) || event_dead(b))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    /* As documented for the real call: unrecorded or timing-disabled events are refused, and
+     * events that have not completed yet are not ready. */
     if (!a->recorded || !b->recorded || ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
+    if (!event_complete(a) || !event_complete(b))
+        return CUDA_ERROR_NOT_READY;
     *ms = (float)(((double)b->t_ns - (double)a->t_ns) / 1e6);
     return CUDA_SUCCESS;
 }
@@ -1439,6 +1572,8 @@ static const struct {
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+     "context is destroyed"},
     {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
@@ -1503,6 +1638,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuDevicePrimaryCtxRetain)                                                                    \
     X(cuDevicePrimaryCtxRelease)                                                                   \
     X(cuDevicePrimaryCtxRelease_v2)                                                                \
+    X(cuDevicePrimaryCtxReset)                                                                     \
+    X(cuDevicePrimaryCtxReset_v2)                                                                  \
     X(cuCtxCreate)                                                                                 \
     X(cuCtxCreate_v2)                                                                              \
     X(cuCtxCreate_v4)                                                                              \
@@ -1632,6 +1769,8 @@ static const struct {
     {"cuEventElapsedTime", 12080, 0, "cuEventElapsedTime_v2"},
     {"cuDevicePrimaryCtxRelease", 7000, 0, "cuDevicePrimaryCtxRelease"},
     {"cuDevicePrimaryCtxRelease", 11000, 0, "cuDevicePrimaryCtxRelease_v2"},
+    {"cuDevicePrimaryCtxReset", 7000, 0, "cuDevicePrimaryCtxReset"},
+    {"cuDevicePrimaryCtxReset", 11000, 0, "cuDevicePrimaryCtxReset_v2"},
     {"cuLibraryLoadData", 12000, 0, "cuLibraryLoadData"},
     {"cuLibraryLoadFromFile", 12000, 0, "cuLibraryLoadFromFile"},
     {"cuLibraryGetKernel", 12000, 0, "cuLibraryGetKernel"},
