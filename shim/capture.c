@@ -19,6 +19,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include "shim.h"
 
@@ -29,6 +32,7 @@ typedef struct tbuf {
     char *data;
     _Atomic size_t head; /* bytes published by the owner */
     _Atomic size_t tail; /* bytes written to the file */
+    size_t pending;      /* head after the record being filled (owner only) */
     struct tbuf *next;
     _Atomic int owned; /* 0: free for the next new thread to take */
 } tbuf;
@@ -48,6 +52,91 @@ uint64_t clc_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Launch timestamps. CLOCK_MONOTONIC costs 30-60 ns right after a launch (measured on an
+ * H200 host), the TSC about 10. Where the kernel itself keeps time by the TSC (clocksource
+ * "tsc"), launch times come from it, converted with a calibration against CLOCK_MONOTONIC
+ * that the flusher refreshes every FLUSH_MS; before the first one, and elsewhere,
+ * clock_gettime. Calibrations are published by pointer into a small ring, so that a reader
+ * never sees one half-written. */
+typedef struct {
+    uint64_t tsc0, ns0; /* one moment on both clocks */
+    uint64_t mult;      /* ns per TSC tick, times 2^32 */
+} tsc_calibration;
+
+static tsc_calibration g_cal_ring[4];
+static tsc_calibration *_Atomic g_cal;
+static int g_tsc_usable;
+static uint64_t g_cal_first_tsc, g_cal_first_ns;
+static unsigned g_cal_next;
+
+#if defined(__x86_64__)
+/* One moment on both clocks: the TSC read between two clock reads, the tightest pair of a few
+ * tries (a preempted try would be off by the preemption). */
+static void clock_pair(uint64_t *tsc, uint64_t *ns) {
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 5; i++) {
+        uint64_t a = clc_now_ns(), t = __rdtsc(), b = clc_now_ns();
+        if (b - a < best) {
+            best = b - a;
+            *tsc = t;
+            *ns = a + (b - a) / 2;
+        }
+    }
+}
+#endif
+
+static void calibrate(void) {
+#if defined(__x86_64__)
+    if (!g_tsc_usable) return;
+    uint64_t tsc = 0, ns = 0;
+    clock_pair(&tsc, &ns);
+    if (!g_cal_first_tsc) {
+        g_cal_first_tsc = tsc;
+        g_cal_first_ns = ns;
+        return;
+    }
+    if (ns - g_cal_first_ns < 10000000ull || tsc <= g_cal_first_tsc) return;
+    tsc_calibration *c = &g_cal_ring[g_cal_next++ % 4];
+    c->tsc0 = tsc;
+    c->ns0 = ns;
+    c->mult = (uint64_t)(((unsigned __int128)(ns - g_cal_first_ns) << 32) / (tsc - g_cal_first_tsc));
+    atomic_store_explicit(&g_cal, c, memory_order_release);
+#endif
+}
+
+static void check_tsc(void) {
+    char src[32] = {0};
+    int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
+                  O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, src, sizeof src - 1);
+    close(fd);
+    g_tsc_usable = n >= 3 && strncmp(src, "tsc", 3) == 0 && (n == 3 || src[3] == '\n');
+}
+
+static CLC_TLS uint64_t t_last_launch_ns;
+
+/* Never earlier than the thread's previous launch: a new calibration may move the clock back
+ * by the error of the old one (tens of ns). */
+uint64_t clc_launch_time_ns(void) {
+    uint64_t ns = 0;
+#if defined(__x86_64__)
+    const tsc_calibration *c = atomic_load_explicit(&g_cal, memory_order_acquire);
+    if (likely(c != NULL)) {
+        uint64_t tsc = __rdtsc();
+        /* A thread may read the TSC a little before the calibration point was taken. */
+        if (likely(tsc >= c->tsc0))
+            ns = c->ns0 + (uint64_t)(((unsigned __int128)(tsc - c->tsc0) * c->mult) >> 32);
+        else
+            ns = c->ns0 - (uint64_t)(((unsigned __int128)(c->tsc0 - tsc) * c->mult) >> 32);
+    }
+#endif
+    if (!ns) ns = clc_now_ns();
+    if (unlikely(ns < t_last_launch_ns)) ns = t_last_launch_ns;
+    t_last_launch_ns = ns;
+    return ns;
 }
 
 uint32_t clc_tid(void) {
@@ -86,9 +175,11 @@ static void flush_all(void) {
 static void *flusher(void *arg) {
     (void)arg;
     t_in_clc = 1;
-    struct timespec ts = {0, FLUSH_MS * 1000000L};
-    while (atomic_load(&g_state) == 1) {
-        nanosleep(&ts, NULL);
+    /* The first round is short: launch times come from the TSC once it is calibrated. */
+    struct timespec first = {0, 20 * 1000000L}, ts = {0, FLUSH_MS * 1000000L};
+    for (int round = 0; atomic_load(&g_state) == 1; round++) {
+        nanosleep(round ? &ts : &first, NULL);
+        calibrate();
         flush_all();
     }
     return NULL;
@@ -181,6 +272,8 @@ static void open_capture(void) {
     g_fd = fd;
     atomic_store(&g_state, 1);
     write_preamble();
+    check_tsc();
+    calibrate();
 
     pthread_t th;
     sigset_t all, old;
@@ -200,47 +293,61 @@ int clc_capture_enabled(void) {
     return atomic_load(&g_state) == 1;
 }
 
-static void put(tbuf *b, size_t at, const void *src, size_t n) {
-    size_t from = at % BUF_SIZE;
-    size_t first = n < BUF_SIZE - from ? n : BUF_SIZE - from;
-    memcpy(b->data + from, src, first);
-    if (n > first) memcpy(b->data, (const char *)src + first, n - first);
+/* Room for n more bytes in b, flushing it here if the flusher has fallen a buffer behind. */
+static int make_room(tbuf *b, size_t head, size_t n) {
+    if (likely(head + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE))
+        return 1;
+    pthread_mutex_lock(&g_file_lock);
+    flush_buf(b);
+    pthread_mutex_unlock(&g_file_lock);
+    return head + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE;
+}
+
+/* Reserves one whole record in the calling thread's buffer and returns its body, to be
+ * filled in place and published by clc_capture_commit(); NULL when it cannot be had (counted
+ * as dropped). A record never wraps around the buffer's end: a PAD record fills the rest. */
+void *clc_capture_begin(uint16_t type, size_t body_size) {
+    tbuf *b = thread_buf();
+    size_t size = (sizeof(clc_record_header) + body_size + 7) & ~(size_t)7;
+    if (unlikely(!b || size > BUF_SIZE / 2)) {
+        atomic_fetch_add(&g_dropped, 1);
+        return NULL;
+    }
+    size_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
+    size_t off = head % BUF_SIZE;
+    size_t pad = BUF_SIZE - off < size ? BUF_SIZE - off : 0;
+    if (unlikely(!make_room(b, head, pad + size))) {
+        atomic_fetch_add(&g_dropped, 1);
+        return NULL;
+    }
+    if (unlikely(pad)) {
+        clc_record_header p = {.type = CLC_REC_PAD, .size = (uint32_t)pad};
+        memcpy(b->data + off, &p, sizeof p);
+        off = 0;
+    }
+    char *rec = b->data + off;
+    clc_record_header h = {.type = type, .size = (uint32_t)size};
+    memcpy(rec, &h, sizeof h);
+    memset(rec + size - 8, 0, 8); /* the padding after the body */
+    b->pending = head + pad + size;
+    return rec + sizeof h;
+}
+
+void clc_capture_commit(void) {
+    atomic_store_explicit(&t_buf->head, t_buf->pending, memory_order_release);
 }
 
 void clc_capture_write(uint16_t type, const void *body, size_t body_size, const char *text,
                        size_t text_len) {
-    tbuf *b = thread_buf();
-    size_t size = sizeof(clc_record_header) + body_size + (text ? text_len + 1 : 0);
-    size = (size + 7) & ~(size_t)7;
-    if (!b || size > BUF_SIZE / 2) {
-        atomic_fetch_add(&g_dropped, 1);
-        return;
-    }
-    size_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
-    if (head + size - atomic_load_explicit(&b->tail, memory_order_acquire) > BUF_SIZE) {
-        pthread_mutex_lock(&g_file_lock);
-        flush_buf(b);
-        pthread_mutex_unlock(&g_file_lock);
-        if (head + size - atomic_load_explicit(&b->tail, memory_order_acquire) > BUF_SIZE) {
-            atomic_fetch_add(&g_dropped, 1);
-            return;
-        }
-    }
-    clc_record_header h = {.type = type, .size = (uint32_t)size};
-    static const char zeros[8];
-    size_t at = head;
-    put(b, at, &h, sizeof h);
-    at += sizeof h;
-    put(b, at, body, body_size);
-    at += body_size;
+    size_t n = body_size + (text ? text_len + 1 : 0);
+    char *p = clc_capture_begin(type, n);
+    if (!p) return;
+    if (body_size) memcpy(p, body, body_size);
     if (text) {
-        put(b, at, text, text_len);
-        at += text_len;
-        put(b, at, zeros, 1);
-        at += 1;
+        memcpy(p + body_size, text, text_len);
+        p[body_size + text_len] = '\0';
     }
-    put(b, at, zeros, head + size - at);
-    atomic_store_explicit(&b->head, head + size, memory_order_release);
+    clc_capture_commit();
 }
 
 static void write_kernel_record(clc_entry *e, void *name) {
@@ -325,4 +432,6 @@ void clc_capture_after_fork_child(void) {
     t_tid = 0;
     atomic_store(&g_dropped, 0);
     atomic_store(&g_state, 0);
+    atomic_store(&g_cal, NULL); /* the flusher that calibrated it is the parent's */
+    g_cal_first_tsc = 0;
 }

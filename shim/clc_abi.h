@@ -136,6 +136,7 @@ typedef struct clc_record_header {
     uint32_t size;
 } clc_record_header; /* 8 bytes */
 
+#define CLC_REC_PAD 0          /* no body: fills a writer's buffer up to its end; skip it */
 #define CLC_REC_PROCESS 1      /* body: clc_rec_process, then the command line (args joined by ' ') */
 #define CLC_REC_POLICY 2       /* body: the compiled policy as JSON text */
 #define CLC_REC_KERNEL 3       /* body: clc_rec_kernel, then the mangled name */

@@ -2,8 +2,9 @@
  *
  * decision_cache.c: one entry per (kernel handle, context), found without a lock.
  *
- * Readers probe an open-addressing table and trust an entry once its `ready` flag is set
- * (acquire); writers fill every field first and set `ready` last (release). Inserting takes a
+ * Readers probe an open-addressing table (clc_cache_find, inline in shim.h) and trust an entry
+ * once its `ready` flag is set (acquire); writers fill every field first and set `ready` last
+ * (release). Inserting takes a
  * mutex, but only on the slow path of a kernel's first launch, and never while Python runs: a
  * thread holding the GIL may be waiting to launch, so the engine is asked with no lock held.
  */
@@ -15,29 +16,11 @@
 
 #include "shim.h"
 
-#define CACHE_BITS 16
-#define CACHE_SIZE (1u << CACHE_BITS)
-#define CACHE_MAX_FILL (CACHE_SIZE / 4 * 3)
+#define CACHE_MAX_FILL (CLC_CACHE_SIZE / 4 * 3)
 
-static clc_entry *g_table; /* CACHE_SIZE entries, mapped on first use */
+clc_hot g_hot;
 static pthread_mutex_t g_insert_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t g_count;
-
-static inline uint32_t slot_of(uint64_t handle, uint64_t ctx) {
-    uint64_t h = (handle ^ (ctx * 0xff51afd7ed558ccdull)) * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(h >> (64 - CACHE_BITS));
-}
-
-clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
-    clc_entry *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
-    if (unlikely(!t)) return NULL;
-    for (uint32_t i = slot_of(handle, ctx), n = 0; n < CACHE_SIZE; i = (i + 1) & (CACHE_SIZE - 1), n++) {
-        clc_entry *e = &t[i];
-        if (!atomic_load_explicit(&e->ready, memory_order_acquire)) return NULL;
-        if (e->handle == handle && e->ctx == ctx) return e;
-    }
-    return NULL;
-}
 
 static inline int in_range(const clc_range *r, uint64_t v) { return v >= r->lo && v <= r->hi; }
 
@@ -83,13 +66,13 @@ static int ctx_device(uint64_t ctx) {
 }
 
 static clc_entry *table(void) {
-    clc_entry *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     if (t) return t;
     /* Anonymous pages are zero and touched only as entries land in them. */
-    void *p = mmap(NULL, sizeof(clc_entry) * CACHE_SIZE, PROT_READ | PROT_WRITE,
+    void *p = mmap(NULL, sizeof(clc_entry) * CLC_CACHE_SIZE, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    __atomic_store_n(&g_table, (clc_entry *)p, __ATOMIC_RELEASE);
+    atomic_store_explicit(&g_hot.table, (clc_entry *)p, memory_order_release);
     return p;
 }
 
@@ -114,8 +97,9 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const
     clc_entry *e = clc_cache_find(handle, ctx);
     clc_entry *t = e ? NULL : table();
     if (!e && t && g_count < CACHE_MAX_FILL) {
-        uint32_t i = slot_of(handle, ctx);
-        while (atomic_load_explicit(&t[i].ready, memory_order_relaxed)) i = (i + 1) & (CACHE_SIZE - 1);
+        uint32_t i = clc_slot_of(handle, ctx);
+        while (atomic_load_explicit(&t[i].ready, memory_order_relaxed))
+            i = (i + 1) & (CLC_CACHE_SIZE - 1);
         e = &t[i];
         e->kernel_id = g_count++;
         e->handle = handle;
@@ -143,9 +127,9 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const
 }
 
 void clc_cache_each(clc_entry_fn fn, void *arg) {
-    clc_entry *t = __atomic_load_n(&g_table, __ATOMIC_ACQUIRE);
+    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     if (!t) return;
-    for (uint32_t i = 0; i < CACHE_SIZE; i++)
+    for (uint32_t i = 0; i < CLC_CACHE_SIZE; i++)
         if (atomic_load_explicit(&t[i].ready, memory_order_acquire)) fn(&t[i], arg);
 }
 

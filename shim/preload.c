@@ -15,7 +15,7 @@
 
 #include "shim.h"
 
-void *_Atomic g_real[CLC_N_SLOTS];
+void *_Atomic g_real[CLC_N_SLOTS] __attribute__((aligned(64)));
 clc_driver g_drv;
 clc_settings g_cfg;
 CLC_TLS int t_in_clc;
@@ -117,11 +117,9 @@ static void set_real(int slot, void *p) {
     atomic_compare_exchange_strong(&g_real[slot], &expected, p);
 }
 
-void *clc_real(int slot) {
-    void *p = atomic_load_explicit(&g_real[slot], memory_order_acquire);
-    if (likely(p != NULL)) return p;
+void *clc_resolve_real(int slot) {
     if (!real_dlsym) resolve_dlsym();
-    p = real_dlsym(RTLD_NEXT, slot_names[slot]);
+    void *p = real_dlsym(RTLD_NEXT, slot_names[slot]);
     if (!p) {
         void *h = libcuda_handle();
         if (h) p = real_dlsym(h, slot_names[slot]);
@@ -136,12 +134,10 @@ static void *driver_sym(void *h, const char *a, const char *b) {
     return p;
 }
 
-int clc_driver_ready(void) {
-    static _Atomic int ready;
+int clc_driver_load(void) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    if (likely(atomic_load_explicit(&ready, memory_order_acquire))) return 1;
     pthread_mutex_lock(&lock);
-    if (!atomic_load_explicit(&ready, memory_order_relaxed)) {
+    if (!atomic_load_explicit(&g_hot.driver_ready, memory_order_relaxed)) {
         void *h = libcuda_handle();
         if (h) {
             g_drv.ctx_get_current = driver_sym(h, "cuCtxGetCurrent", NULL);
@@ -159,11 +155,12 @@ int clc_driver_ready(void) {
             g_drv.stream_is_capturing = driver_sym(h, "cuStreamIsCapturing", NULL);
             g_drv.stream_is_capturing_ptsz =
                 driver_sym(h, "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing");
-            atomic_store_explicit(&ready, 1, memory_order_release);
+            g_hot.ctx_get_current = g_drv.ctx_get_current;
+            atomic_store_explicit(&g_hot.driver_ready, 1, memory_order_release);
         }
     }
     pthread_mutex_unlock(&lock);
-    return atomic_load_explicit(&ready, memory_order_relaxed);
+    return atomic_load_explicit(&g_hot.driver_ready, memory_order_relaxed);
 }
 
 /* ---- handing out the hooks -------------------------------------------------------------------- */
@@ -255,43 +252,29 @@ typedef struct {
 
 static _Atomic uint64_t g_seq;
 
-static CUcontext current_ctx(void) {
+static inline CUcontext current_ctx(void) {
     CUcontext ctx = NULL;
-    if (g_drv.ctx_get_current) g_drv.ctx_get_current(&ctx);
+    if (likely(g_hot.ctx_get_current != NULL)) g_hot.ctx_get_current(&ctx);
     return ctx;
 }
 
-/* The fast path: find the (kernel, context) entry, count the launch, and pick its outcome.
- * Returns 0 when the launch is a plain allow with nothing to record, the common case. */
-static int gate_enter(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point, unsigned gx,
-                      unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                      unsigned shmem, CUstream stream) {
-    g->entry = NULL;
-    if (unlikely(!clc_driver_ready())) return 0;
-    if (!ctx) ctx = current_ctx();
-    clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
-    if (unlikely(!e)) {
-        uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-        t_in_clc = 1;
-        e = clc_cache_decide((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx, entry_point, grid,
-                             block, shmem);
-        t_in_clc = 0;
-    }
-    const clc_outcome *o;
-    if (likely(e != NULL)) {
-        o = e->n_clauses == 0 ? &e->fallback
-                              : clc_outcome_for(e, (uint64_t)gx * gy * gz,
-                                                (uint64_t)bx * by * bz, shmem);
-        uint32_t api = entry_point & ~(uint32_t)CLC_ENTRY_PTSZ;
-        if (api >= CLC_ENTRY_GRAPH_ADD_NODE)
-            atomic_fetch_add_explicit(&e->graph_nodes, 1, memory_order_relaxed);
-        else
-            atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
-    } else {
-        o = &g_cfg.on_error;
-    }
-    g->entry = e;
-    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0)) return 0;
+__attribute__((noinline)) static clc_entry *first_sight(uint64_t f, uint64_t ctx,
+                                                       uint32_t entry_point, unsigned gx,
+                                                       unsigned gy, unsigned gz, unsigned bx,
+                                                       unsigned by, unsigned bz, unsigned shmem) {
+    uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    t_in_clc = 1;
+    clc_entry *e = clc_cache_decide(f, ctx, entry_point, grid, block, shmem);
+    t_in_clc = 0;
+    return e;
+}
+
+/* Everything a launch that is not a plain allow needs: kept out of the inlined fast path. */
+__attribute__((noinline)) static int gate_setup(gate *g, const clc_outcome *o,
+                                                uint32_t entry_point, unsigned gx, unsigned gy,
+                                                unsigned gz, unsigned bx, unsigned by,
+                                                unsigned bz, unsigned shmem, CUstream stream) {
+    clc_entry *e = g->entry;
     g->outcome = o;
     g->entry_point = entry_point;
     g->grid[0] = gx, g->grid[1] = gy, g->grid[2] = gz;
@@ -300,7 +283,7 @@ static int gate_enter(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point
     g->stream = stream;
     g->timing = NULL;
     g->seq = atomic_fetch_add_explicit(&g_seq, 1, memory_order_relaxed);
-    g->t_ns = (o->flags & CLC_FLAG_RECORD) ? clc_now_ns() : 0;
+    g->t_ns = (o->flags & CLC_FLAG_RECORD) ? clc_launch_time_ns() : 0;
     if (e && o->action == CLC_ACTION_DENY)
         atomic_fetch_add_explicit(&e->denied, 1, memory_order_relaxed);
     if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e &&
@@ -310,6 +293,36 @@ static int gate_enter(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point
         t_in_clc = 0;
     }
     return 1;
+}
+
+/* The fast path, inlined into each hook: find the (kernel, context) entry, count the launch,
+ * pick its outcome. Returns 0 when the launch is a plain allow with nothing to record, the
+ * common case; it then touches one cache line of the table and one of g_hot. */
+static inline __attribute__((always_inline)) int gate_enter(
+    gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point, unsigned gx, unsigned gy,
+    unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream) {
+    g->entry = NULL;
+    if (unlikely(!clc_driver_ready())) return 0;
+    if (!ctx) ctx = current_ctx();
+    clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
+    if (unlikely(!e))
+        e = first_sight((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx, entry_point, gx, gy,
+                        gz, bx, by, bz, shmem);
+    const clc_outcome *o;
+    if (likely(e != NULL)) {
+        o = likely(e->n_clauses == 0) ? &e->fallback
+                                      : clc_outcome_for(e, (uint64_t)gx * gy * gz,
+                                                        (uint64_t)bx * by * bz, shmem);
+        if (unlikely((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE))
+            atomic_fetch_add_explicit(&e->graph_nodes, 1, memory_order_relaxed);
+        else
+            atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
+    } else {
+        o = &g_cfg.on_error;
+    }
+    g->entry = e;
+    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0)) return 0;
+    return gate_setup(g, o, entry_point, gx, gy, gz, bx, by, bz, shmem, stream);
 }
 
 /* A launch the driver refused: counted apart, so that `launches - denied - failed` is what
@@ -331,8 +344,10 @@ static CUresult gate_exit(gate *g, CUresult result) {
         else
             clc_timing_end(g->timing, NULL, 0, NULL, 0);
     }
-    if ((o->flags & CLC_FLAG_RECORD) && e && clc_capture_enabled()) {
-        clc_rec_launch r = {
+    clc_rec_launch *r;
+    if ((o->flags & CLC_FLAG_RECORD) && e && clc_capture_enabled() &&
+        (r = clc_capture_begin(CLC_REC_LAUNCH, sizeof *r)) != NULL) {
+        *r = (clc_rec_launch){
             .seq = g->seq,
             .t_ns = g->t_ns,
             .stream = (uint64_t)(uintptr_t)g->stream,
@@ -346,7 +361,7 @@ static CUresult gate_exit(gate *g, CUresult result) {
             .rule = o->rule,
             .result = result,
         };
-        clc_capture_write(CLC_REC_LAUNCH, &r, sizeof r, NULL, 0);
+        clc_capture_commit();
         atomic_fetch_add_explicit(&e->recorded, 1, memory_order_relaxed);
     }
     t_in_clc = 0;

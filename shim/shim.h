@@ -130,9 +130,14 @@ enum { CLC_HOOKED_SYMBOLS(CLC_SLOT_ENUM) CLC_N_SLOTS };
 #define CLC_PFN_TYPEDEF(name, params) typedef CUresult(*pfn_##name) params;
 CLC_HOOKED_SYMBOLS(CLC_PFN_TYPEDEF)
 
-/* Real pointers, one per slot: written once when first resolved, read on every call. */
-extern void *_Atomic g_real[CLC_N_SLOTS];
-void *clc_real(int slot); /* resolves on first use (plain-symbol callers) */
+/* Real pointers, one per slot: written once when first resolved, read on every call. The
+ * launch slots come first in the table, so that they share one cache line. */
+extern void *_Atomic g_real[CLC_N_SLOTS] __attribute__((aligned(64)));
+void *clc_resolve_real(int slot); /* resolves on first use (plain-symbol callers) */
+static inline void *clc_real(int slot) {
+    void *p = atomic_load_explicit(&g_real[slot], memory_order_acquire);
+    return likely(p != NULL) ? p : clc_resolve_real(slot);
+}
 
 /* Driver helpers stage 1 calls itself, resolved from the same libcuda. */
 typedef struct {
@@ -152,7 +157,7 @@ typedef struct {
     CUresult (*stream_is_capturing_ptsz)(CUstream, int *);
 } clc_driver;
 extern clc_driver g_drv;
-int clc_driver_ready(void); /* 1 once g_drv is filled */
+int clc_driver_load(void); /* fills g_drv; 1 when done */
 
 /* ---- process-wide settings, read from the environment once --------------------------------- */
 typedef struct {
@@ -176,18 +181,54 @@ extern CLC_TLS int t_in_clc;
 
 /* ---- the decision cache ------------------------------------------------------------------ */
 typedef struct clc_entry {
-    _Atomic uint32_t ready; /* 0 until every field below is written */
-    uint32_t kernel_id;
+    /* The first cache line holds all that a plain launch reads and writes. */
     uint64_t handle;
     uint64_t ctx;
-    int32_t device;
+    _Atomic uint32_t ready; /* 0 until every other field is written */
     uint32_t n_clauses;
-    clc_clause *clauses; /* n_clauses of them, or NULL */
     clc_outcome fallback;
-    _Atomic uint64_t launches, denied, recorded, timed, graph_nodes, gpu_ns, failed;
-} clc_entry;
+    _Atomic uint64_t launches;
+    uint32_t kernel_id;
+    int32_t device;
+    /* The rest: shape rules, and counts kept by the slower paths. */
+    clc_clause *clauses; /* n_clauses of them, or NULL */
+    _Atomic uint64_t denied, recorded, timed, graph_nodes, gpu_ns, failed;
+} __attribute__((aligned(64))) clc_entry;
 
-clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx);
+/* What every launch reads, together in one cache line. */
+typedef struct {
+    _Atomic int driver_ready;
+    clc_entry *_Atomic table; /* the decision cache, mapped at the first decision */
+    CUresult (*ctx_get_current)(CUcontext *);
+} __attribute__((aligned(64))) clc_hot;
+extern clc_hot g_hot;
+
+static inline int clc_driver_ready(void) {
+    return likely(atomic_load_explicit(&g_hot.driver_ready, memory_order_acquire)) ||
+           clc_driver_load();
+}
+
+#define CLC_CACHE_BITS 16
+#define CLC_CACHE_SIZE (1u << CLC_CACHE_BITS)
+
+static inline uint32_t clc_slot_of(uint64_t handle, uint64_t ctx) {
+    uint64_t h = (handle ^ (ctx * 0xff51afd7ed558ccdull)) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> (64 - CLC_CACHE_BITS));
+}
+
+/* Lock-free: an entry is trusted once `ready` is set (acquire); entries are never removed,
+ * so the probe for a key ends at the first slot that is not ready. */
+static inline clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
+    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
+    if (unlikely(!t)) return NULL;
+    for (uint32_t i = clc_slot_of(handle, ctx), n = 0; n < CLC_CACHE_SIZE;
+         i = (i + 1) & (CLC_CACHE_SIZE - 1), n++) {
+        clc_entry *e = &t[i];
+        if (!atomic_load_explicit(&e->ready, memory_order_acquire)) return NULL;
+        if (likely(e->handle == handle && e->ctx == ctx)) return e;
+    }
+    return NULL;
+}
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const uint32_t grid[3],
                             const uint32_t block[3], uint32_t shmem);
 const clc_outcome *clc_outcome_for(const clc_entry *e, uint64_t grid_blocks,
@@ -202,11 +243,14 @@ void clc_bridge_module(const clc_module_event *ev);
 void clc_bridge_after_fork_child(void);
 
 /* ---- the capture ------------------------------------------------------------------------- */
-uint64_t clc_now_ns(void);
+uint64_t clc_now_ns(void);       /* CLOCK_MONOTONIC */
+uint64_t clc_launch_time_ns(void); /* the same clock, cheaper: from the TSC once calibrated */
 uint32_t clc_tid(void);
 int clc_capture_enabled(void);
 void clc_capture_write(uint16_t type, const void *body, size_t body_size, const char *text,
                        size_t text_len);
+void *clc_capture_begin(uint16_t type, size_t body_size); /* a record's body, filled in place */
+void clc_capture_commit(void);                            /* publishes it */
 void clc_capture_kernel(const clc_entry *e, const char *name);
 void clc_capture_finish(void);
 void clc_capture_after_fork_child(void);

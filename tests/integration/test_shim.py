@@ -131,7 +131,9 @@ def test_time_all_times_every_launch(native, clc_run):
 
 def test_sixteen_threads_exact_counts(native, clc_run):
     # GIVEN 16 threads launching 10,000 times each, recording every launch
+    before = time.monotonic_ns()
     run = clc_run(AUDIT, [native["prog_threads"], "16", "10000"])
+    after = time.monotonic_ns()
     assert run.proc.returncode == 0, run.stderr
     assert "threads: ok=160000 failed=0" in run.stdout
     cap = run.capture()
@@ -142,6 +144,13 @@ def test_sixteen_threads_exact_counts(native, clc_run):
     assert len(cap.launches) == 160000
     assert sorted(launch.seq for launch in cap.launches) == list(range(160000))
     assert len({launch.tid for launch in cap.launches}) == 16
+    # AND launch times (read from the TSC once calibrated) are on CLOCK_MONOTONIC, in
+    # order within each thread
+    assert all(before <= launch.t_ns <= after for launch in cap.launches)
+    last = {}
+    for launch in cap.launches:
+        assert launch.t_ns >= last.get(launch.tid, 0)
+        last[launch.tid] = launch.t_ns
 
 
 def test_module_loads_are_recorded(native, clc_run):
