@@ -39,6 +39,7 @@ def driver_status():
 
 
 def _library(names):
+    """Where a library is found, or None."""
     for name in names:
         found = ctypes.util.find_library(name)
         try:
@@ -51,7 +52,7 @@ def _library(names):
 
         return "found (through cuda-bindings)"
     except Exception:
-        return "not found"
+        return None
 
 
 class DoctorCommand:
@@ -65,10 +66,11 @@ class DoctorCommand:
     def run(self, args):
         ok = True
 
-        def line(name, good, text):
+        def line(name, good, text, optional=False):
             nonlocal ok
-            ok = ok and good
-            print(f"{'ok  ' if good else 'FAIL'} {name:<10} {text}")
+            ok = ok and (good or optional)
+            mark = "ok  " if good else "-   " if optional else "FAIL"
+            print(f"{mark} {name:<10} {text}")
 
         line("clc", True, f"{__version__} on Python {sys.version.split()[0]} ({sys.executable})")
         good, text = driver_status()
@@ -89,6 +91,8 @@ class DoctorCommand:
         line("libpython", True, f"{lib} (C and C++ programs can be decided)" if lib else
              "none: this Python has no shared library, so only Python programs of this "
              "version can be decided")
-        line("nvJitLink", True, _library(["nvJitLink"]) + " (needed by wrap rules only)")
-        line("NVRTC", True, _library(["nvrtc"]) + " (needed by wrap rules only)")
+        for name, lib in (("nvJitLink", "nvJitLink"), ("NVRTC", "nvrtc")):
+            found = _library([lib])
+            line(name, found is not None, f"{found or 'not found'} (needed by wrap rules only)",
+                 optional=True)
         return 0 if ok else 1
