@@ -63,6 +63,7 @@ class Engine:
         self.tenant = environ.get("CLC_TENANT", "")
         self.process_names = process_names()
         self.modules = {}
+        self.verbose = environ.get("CLC_VERBOSE", "0") not in ("", "0")
         self._announced = set()
 
     def decide(self, mangled, device):
@@ -70,7 +71,26 @@ class Engine:
                           process_names=self.process_names, tenant=self.tenant)
         decision = self.policy.decide(info)
         self._announce_denies(info, decision)
+        if self.verbose:
+            sys.stderr.write(f"clc: first sight of {info.demangled} on device {device}: "
+                             f"{self._describe(decision)}\n")
         return decision
+
+    def _rule_name(self, rule):
+        return self.policy.rules[rule].name if rule >= 0 else (
+            "default" if rule == abi.RULE_DEFAULT else "on_error")
+
+    def _describe(self, decision):
+        def one(outcome):
+            flags = [name for bit, name in ((abi.FLAG_RECORD, "record"), (abi.FLAG_TIME, "time"))
+                     if outcome.flags & bit]
+            return (f"{abi.ACTION_NAMES[outcome.action]}"
+                    + (f" ({', '.join(flags)})" if flags else "")
+                    + f" by {self._rule_name(outcome.rule)}")
+        shaped = [f"{one(c.outcome)} when grid_blocks in {list(c.grid_blocks)}, block_threads "
+                  f"in {list(c.block_threads)}, shared_mem in {list(c.shared_mem)}"
+                  for c in decision.clauses]
+        return "; ".join(shaped + [("else " if shaped else "") + one(decision.fallback)])
 
     def _announce_denies(self, info, decision):
         """Say once per kernel, on the program's stderr, which rule refuses its launches."""
@@ -83,7 +103,7 @@ class Engine:
                 rule = self.policy.rules[outcome.rule]
                 why = f"rule '{rule.name}'" + (f": {rule.message}" if rule.message else "")
             else:
-                why = "the policy's default"
+                why = f"the policy's {self._rule_name(outcome.rule)}"
             sys.stderr.write(f"clc: launches of {info.demangled} are denied by {why}\n")
 
     def module_event(self, api, handle, image_kind, image_ptr, image_size, preserved, path):

@@ -192,6 +192,8 @@ static int slot_for_request(const char *name, int version, cuuint64_t flags) {
     if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
         return v2 ? CLC_SLOT_cuGraphExecKernelNodeSetParams_v2
                   : CLC_SLOT_cuGraphExecKernelNodeSetParams;
+    if (strcmp(name, "cuGraphAddNode") == 0)
+        return version >= 12030 ? CLC_SLOT_cuGraphAddNode_v2 : CLC_SLOT_cuGraphAddNode;
     /* Context teardown: only the _v2 ABIs (CUDA 4.0 and 11.0 on) are hooked. */
     if (strcmp(name, "cuCtxDestroy") == 0) return version >= 4000 ? CLC_SLOT_cuCtxDestroy_v2 : -1;
     if (strcmp(name, "cuDevicePrimaryCtxRelease") == 0)
@@ -435,14 +437,14 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
 #define CLC_V2_KERNEL(p) ((p) && (p)->func ? (p)->func : (p) ? (CUfunction)(p)->kern : NULL)
 #define CLC_V2_CTX(p) ((p) && !(p)->func ? (p)->ctx : NULL)
 
-#define CLC_GRAPH_HOOK(name, entry_point, params, fn_of, ctx_of, call)                           \
+#define CLC_GRAPH_HOOK(name, entry_point, params, fn_of, ctx_of, kernel_params, call)            \
     CLC_EXPORT CUresult name params {                                                            \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         int gated;                                                                               \
         CUresult r = graph_gate(&g, &gated, fn_of, ctx_of, entry_point,                          \
-                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)p);                          \
+                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)(kernel_params));            \
         if (r != CUDA_SUCCESS) return r;                                                         \
         r = real call;                                                                           \
         return gated ? gate_exit(&g, r) : r;                                                     \
@@ -450,23 +452,43 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
 CLC_GRAPH_HOOK(cuGraphAddKernelNode, CLC_ENTRY_GRAPH_ADD_NODE,
                (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
                 const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-               p ? p->func : NULL, NULL, (node, graph, deps, n_deps, p))
+               p ? p->func : NULL, NULL, p, (node, graph, deps, n_deps, p))
 CLC_GRAPH_HOOK(cuGraphAddKernelNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
                (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
                 const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-               CLC_V2_KERNEL(p), CLC_V2_CTX(p), (node, graph, deps, n_deps, p))
+               CLC_V2_KERNEL(p), CLC_V2_CTX(p), p, (node, graph, deps, n_deps, p))
 CLC_GRAPH_HOOK(cuGraphKernelNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
                (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p), p ? p->func : NULL, NULL,
-               (node, p))
+               p, (node, p))
 CLC_GRAPH_HOOK(cuGraphKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_NODE_SET,
                (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p), CLC_V2_KERNEL(p),
-               CLC_V2_CTX(p), (node, p))
+               CLC_V2_CTX(p), p, (node, p))
 CLC_GRAPH_HOOK(cuGraphExecKernelNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
                (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-               p ? p->func : NULL, NULL, (exec, node, p))
+               p ? p->func : NULL, NULL, p, (exec, node, p))
 CLC_GRAPH_HOOK(cuGraphExecKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
                (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-               CLC_V2_KERNEL(p), CLC_V2_CTX(p), (exec, node, p))
+               CLC_V2_KERNEL(p), CLC_V2_CTX(p), p, (exec, node, p))
+
+/* The generic node API: only kernel nodes are gated, any other type passes untouched. */
+#define CLC_NODE_KERNEL(p) ((p) && (p)->type == CU_GRAPH_NODE_TYPE_KERNEL ? &(p)->kernel : NULL)
+CLC_GRAPH_HOOK(cuGraphAddNode, CLC_ENTRY_GRAPH_ADD_NODE,
+               (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
+                clc_graph_node_params *p),
+               CLC_V2_KERNEL(CLC_NODE_KERNEL(p)), CLC_V2_CTX(CLC_NODE_KERNEL(p)),
+               CLC_NODE_KERNEL(p), (node, graph, deps, n_deps, p))
+CLC_GRAPH_HOOK(cuGraphAddNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
+               (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, const void *edges,
+                size_t n_deps, clc_graph_node_params *p),
+               CLC_V2_KERNEL(CLC_NODE_KERNEL(p)), CLC_V2_CTX(CLC_NODE_KERNEL(p)),
+               CLC_NODE_KERNEL(p), (node, graph, deps, edges, n_deps, p))
+CLC_GRAPH_HOOK(cuGraphNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
+               (CUgraphNode node, clc_graph_node_params * p), CLC_V2_KERNEL(CLC_NODE_KERNEL(p)),
+               CLC_V2_CTX(CLC_NODE_KERNEL(p)), CLC_NODE_KERNEL(p), (node, p))
+CLC_GRAPH_HOOK(cuGraphExecNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
+               (CUgraphExec exec, CUgraphNode node, clc_graph_node_params * p),
+               CLC_V2_KERNEL(CLC_NODE_KERNEL(p)), CLC_V2_CTX(CLC_NODE_KERNEL(p)),
+               CLC_NODE_KERNEL(p), (exec, node, p))
 
 /* ---- module and library loads ----------------------------------------------------------------- */
 

@@ -75,6 +75,15 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2: func, or kern in ctx when func i
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;
 
+/* The generic graph-node parameters (CUgraphNodeParams): a type, then per type a union whose
+ * kernel member (CUDA_KERNEL_NODE_PARAMS_v3) has the layout of the _v2 struct. */
+#define CU_GRAPH_NODE_TYPE_KERNEL 0
+typedef struct {
+    int type;
+    int reserved0[3];
+    CUDA_KERNEL_NODE_PARAMS_v2 kernel;
+} clc_graph_node_params;
+
 /* ---- the hooked symbols ------------------------------------------------------------------
  * One table: X(name, parameter list). Every symbol here is
  * exported by the preload library, substituted when a program gets it through dlsym or
@@ -111,6 +120,12 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2: func, or kern in ctx when func i
       (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p))                 \
     X(cuGraphExecKernelNodeSetParams_v2,                                                         \
       (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p))                 \
+    X(cuGraphAddNode, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,               \
+                       size_t n_deps, clc_graph_node_params *p))                                 \
+    X(cuGraphAddNode_v2, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,            \
+                          const void *edges, size_t n_deps, clc_graph_node_params *p))           \
+    X(cuGraphNodeSetParams, (CUgraphNode node, clc_graph_node_params * p))                       \
+    X(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, clc_graph_node_params * p)) \
     X(cuModuleLoad, (CUmodule * mod, const char *path))                                          \
     X(cuModuleLoadData, (CUmodule * mod, const void *image))                                     \
     X(cuModuleLoadDataEx, (CUmodule * mod, const void *image, unsigned int n, void *options,     \
