@@ -125,8 +125,11 @@ struct CUevent_st {
     _Atomic(atomic_ullong *) mark;
 };
 
+/* A node is a kernel node (k: its kernel) or, made through cuGraphAddNode, a memset node (k
+ * NULL: it does nothing when the graph runs). Its type never changes. */
 struct CUgraphNode_st {
     uint32_t tag;
+    CUgraphNodeType type;
     struct CUgraph_st *graph;
     struct kname *k;
     struct CUgraphNode_st *next;
@@ -140,7 +143,7 @@ struct CUgraph_st {
 
 struct exec_node {
     struct CUgraphNode_st *node;
-    struct kname *k;
+    struct kname *k; /* NULL for a memset node */
 };
 
 /* Instantiation copies the kernel of every node: later changes to the graph do not reach the
@@ -200,6 +203,10 @@ enum entry {
     E_NODE_SET_V2,
     E_EXEC_SET,
     E_EXEC_SET_V2,
+    E_ADD_NODE,
+    E_ADD_NODE_V2,
+    E_NODE_SET_PARAMS,
+    E_EXEC_NODE_SET_PARAMS,
     E_COUNT
 };
 static const char *const entry_names[E_COUNT] = {
@@ -217,6 +224,10 @@ static const char *const entry_names[E_COUNT] = {
     "cuGraphKernelNodeSetParams_v2",
     "cuGraphExecKernelNodeSetParams",
     "cuGraphExecKernelNodeSetParams_v2",
+    "cuGraphAddNode",
+    "cuGraphAddNode_v2",
+    "cuGraphNodeSetParams",
+    "cuGraphExecNodeSetParams",
 };
 static atomic_ulong g_entry[E_COUNT];
 static atomic_ulong g_total_launches, g_total_graph;
@@ -1176,7 +1187,8 @@ static CUresult node_kernel(CUfunction func, CUkernel kern, CUcontext ctx, int v
                 (p)->kernelParams, (p)->extra, out)
 
 static CUresult add_node(enum entry e, CUgraphNode *phGraphNode, CUgraph g,
-                         const CUgraphNode *deps, size_t ndeps, struct kname *k)
+                         const CUgraphNode *deps, size_t ndeps, CUgraphNodeType type,
+                         struct kname *k)
 {
     struct CUgraphNode_st *n;
     size_t i;
@@ -1198,6 +1210,7 @@ static CUresult add_node(enum entry e, CUgraphNode *phGraphNode, CUgraph g,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     n->tag = TAG_NODE;
+    n->type = type;
     n->graph = g;
     n->k = k;
     *g->tailp = n;
@@ -1217,7 +1230,8 @@ CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     TRY(NODE_KERNEL_V1(nodeParams, &k));
-    return add_node(E_GRAPH_ADD, phGraphNode, hGraph, dependencies, numDependencies, k);
+    return add_node(E_GRAPH_ADD, phGraphNode, hGraph, dependencies, numDependencies,
+                    CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
 CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -1229,13 +1243,16 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     TRY(NODE_KERNEL_V2(nodeParams, &k));
-    return add_node(E_GRAPH_ADD_V2, phGraphNode, hGraph, dependencies, numDependencies, k);
+    return add_node(E_GRAPH_ADD_V2, phGraphNode, hGraph, dependencies, numDependencies,
+                    CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
-static CUresult node_set(enum entry e, CUgraphNode n, struct kname *k)
+/* Parameters of one type only fit a node of that type (a kernel node's setter refuses a memset
+ * node, as the real driver does). */
+static CUresult node_set(enum entry e, CUgraphNode n, CUgraphNodeType type, struct kname *k)
 {
     lock();
-    if (tag_of(n) != TAG_NODE) {
+    if (tag_of(n) != TAG_NODE || n->type != type) {
         unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -1253,7 +1270,7 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode hNode,
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     TRY(NODE_KERNEL_V1(nodeParams, &k));
-    return node_set(E_NODE_SET, hNode, k);
+    return node_set(E_NODE_SET, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
 CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
@@ -1264,7 +1281,7 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     TRY(NODE_KERNEL_V2(nodeParams, &k));
-    return node_set(E_NODE_SET_V2, hNode, k);
+    return node_set(E_NODE_SET_V2, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
 /* What `cuGraphInstantiate` means in the CUDA 12+ header. */
@@ -1302,7 +1319,8 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
     return CUDA_SUCCESS;
 }
 
-static CUresult exec_node_set(enum entry e, CUgraphExec x, CUgraphNode n, struct kname *k)
+static CUresult exec_node_set(enum entry e, CUgraphExec x, CUgraphNode n, CUgraphNodeType type,
+                              struct kname *k)
 {
     unsigned i;
     lock();
@@ -1312,6 +1330,10 @@ static CUresult exec_node_set(enum entry e, CUgraphExec x, CUgraphNode n, struct
     }
     for (i = 0; i < x->n; i++) {
         if (x->nodes[i].node == n) {
+            if (n->type != type) {
+                unlock();
+                return CUDA_ERROR_INVALID_VALUE;
+            }
             x->nodes[i].k = k;
             unlock();
             atomic_fetch_add(&g_entry[e], 1);
@@ -1330,7 +1352,7 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     TRY(NODE_KERNEL_V1(nodeParams, &k));
-    return exec_node_set(E_EXEC_SET, hGraphExec, hNode, k);
+    return exec_node_set(E_EXEC_SET, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
@@ -1341,10 +1363,96 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     TRY(NODE_KERNEL_V2(nodeParams, &k));
-    return exec_node_set(E_EXEC_SET_V2, hGraphExec, hNode, k);
+    return exec_node_set(E_EXEC_SET_V2, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
-/* One graph launch runs every kernel node once. */
+/* ---- the generic node API (CUDA 12.2+): one CUgraphNodeParams for every node type ------------
+ * A KERNEL node goes through the kernel-node machinery above (its params are
+ * CUDA_KERNEL_NODE_PARAMS_v3: `func`, or `kern` when func is NULL, and `ctx`), so a graph launch
+ * counts it as it counts a node from cuGraphAddKernelNode. A MEMSET node is checked and kept
+ * but does nothing when the graph runs (there is no device memory to set). Other types:
+ * CUDA_ERROR_NOT_SUPPORTED. As in the real driver the reserved fields must be zero. */
+
+static CUresult generic_params(const CUgraphNodeParams *p, struct kname **k)
+{
+    const CUDA_MEMSET_NODE_PARAMS_v2 *m;
+    if (!p || p->reserved0[0] || p->reserved0[1] || p->reserved0[2] || p->reserved2)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        return NODE_KERNEL_V2(&p->kernel, k);
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        m = &p->memset;
+        if (!m->dst || !m->width || !m->height ||
+            (m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (m->ctx == NULL)
+            TRY(need_ctx());
+        else if (tag_of(m->ctx) != TAG_CTX)
+            return CUDA_ERROR_INVALID_CONTEXT;
+        *k = NULL;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+
+/* Edge data: the fake has no ports or programmatic edges, only full-completion edges (all
+ * fields zero, which is also what NULL means). */
+static CUresult default_edges(const CUgraphEdgeData *edges, size_t n)
+{
+    size_t i;
+    for (i = 0; edges && i < n; i++)
+        if (edges[i].from_port || edges[i].to_port || edges[i].type)
+            return CUDA_ERROR_NOT_SUPPORTED;
+    return CUDA_SUCCESS;
+}
+
+/* The 12.2 ABI, without edge data (cuGetProcAddress versions 12020..12029). */
+CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                const CUgraphNode *dependencies, size_t numDependencies,
+                                CUgraphNodeParams *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    TRY(generic_params(nodeParams, &k));
+    return add_node(E_ADD_NODE, phGraphNode, hGraph, dependencies, numDependencies,
+                    nodeParams->type, k);
+}
+
+/* The 12.3 ABI: per-dependency edge data (may be NULL) before the count. */
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                   const CUgraphNode *dependencies,
+                                   const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                   CUgraphNodeParams *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    TRY(generic_params(nodeParams, &k));
+    TRY(default_edges(dependencyData, numDependencies));
+    return add_node(E_ADD_NODE_V2, phGraphNode, hGraph, dependencies, numDependencies,
+                    nodeParams->type, k);
+}
+
+/* The node keeps its type: parameters of another type are CUDA_ERROR_INVALID_VALUE. */
+CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    TRY(generic_params(nodeParams, &k));
+    return node_set(E_NODE_SET_PARAMS, hNode, nodeParams->type, k);
+}
+
+CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                          CUgraphNodeParams *nodeParams)
+{
+    struct kname *k;
+    TRY(need_init());
+    TRY(generic_params(nodeParams, &k));
+    return exec_node_set(E_EXEC_NODE_SET_PARAMS, hGraphExec, hNode, nodeParams->type, k);
+}
+
+/* One graph launch runs every kernel node once (a memset node does nothing). */
 static CUresult graph_launch(enum entry e, CUgraphExec x, CUstream s)
 {
     unsigned i;
@@ -1357,6 +1465,8 @@ static CUresult graph_launch(enum entry e, CUgraphExec x, CUstream s)
         return CUDA_ERROR_INVALID_VALUE;
     }
     for (i = 0; i < x->n; i++) {
+        if (!x->nodes[i].k)
+            continue;
         atomic_fetch_add(&x->nodes[i].k->graph, 1);
         atomic_fetch_add(&g_total_graph, 1);
         atomic_fetch_add(&g_clock_ns, FAKE_NS_PER_LAUNCH);
@@ -1685,6 +1795,10 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuGraphInstantiateWithFlags)                                                                 \
     X(cuGraphExecKernelNodeSetParams)                                                              \
     X(cuGraphExecKernelNodeSetParams_v2)                                                           \
+    X(cuGraphAddNode)                                                                              \
+    X(cuGraphAddNode_v2)                                                                           \
+    X(cuGraphNodeSetParams)                                                                        \
+    X(cuGraphExecNodeSetParams)                                                                    \
     X(cuGraphLaunch)                                                                               \
     X(cuGraphLaunch_ptsz)                                                                          \
     X(cuGraphExecDestroy)                                                                          \
@@ -1754,6 +1868,10 @@ static const struct {
     {"cuGraphKernelNodeSetParams", 12000, 0, "cuGraphKernelNodeSetParams_v2"},
     {"cuGraphExecKernelNodeSetParams", 10010, 0, "cuGraphExecKernelNodeSetParams"},
     {"cuGraphExecKernelNodeSetParams", 12000, 0, "cuGraphExecKernelNodeSetParams_v2"},
+    {"cuGraphAddNode", 12020, 0, "cuGraphAddNode"},
+    {"cuGraphAddNode", 12030, 0, "cuGraphAddNode_v2"},
+    {"cuGraphNodeSetParams", 12020, 0, "cuGraphNodeSetParams"},
+    {"cuGraphExecNodeSetParams", 12020, 0, "cuGraphExecNodeSetParams"},
     {"cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags"},
     {"cuGraphInstantiateWithFlags", 11040, 0, "cuGraphInstantiateWithFlags"},
     {"cuCtxCreate", 2000, 0, "cuCtxCreate"},
