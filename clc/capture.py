@@ -129,11 +129,17 @@ class Capture:
             return "default"
         if rule == abi.RULE_ON_ERROR:
             return "on_error"
-        rules = self.policy.get("rules") if isinstance(self.policy, dict) else None
-        if isinstance(rules, list) and 0 <= rule < len(rules) and isinstance(rules[rule], dict):
+        policy = self.policy if isinstance(self.policy, dict) else {}
+        rules = policy.get("rules") if isinstance(policy.get("rules"), list) else []
+        if 0 <= rule < len(rules) and isinstance(rules[rule], dict):
             name = rules[rule].get("name")
             if isinstance(name, str) and name:
                 return name
+        # Python hooks from --hooks files are numbered after the rules (clc-run writes their
+        # names into the policy it passes on).
+        hooks = policy.get("hook_deciders")
+        if isinstance(hooks, list) and 0 <= rule - len(rules) < len(hooks):
+            return f"hook {hooks[rule - len(rules)]}"
         return f"rule {rule}"
 
 

@@ -1,25 +1,33 @@
 # SPDX-License-Identifier: Apache-2.0
 """The engine: runs inside the traced program and answers the shim's two questions.
 
-"First sight of kernel K in context C": match the policy (given by clc-run as JSON in
-CLC_POLICY) and return the decision that the C side caches for every later launch. "A module
-or library was loaded": remember where its image is (the wrap pipeline will need it).
+"First sight of kernel K in context C": ask the deciders in order (the --hooks files' Python
+hooks, then the policy's rules, a hook rule asking its function, then the default; the policy
+comes from clc-run as JSON in CLC_POLICY) and return the decision that the C side caches for
+every later launch, or that it must ask again per shape or at every launch. "A module or
+library was loaded": remember where its image is (the wrap pipeline will need it).
 
 Only the standard library may be imported here: the program's Python may lack clc's
 dependencies. Nothing here may raise into the shim: a failure is reported once and the shim
 falls back to the policy's on_error.
 """
 
+import atexit
+import ctypes
 import os
+import struct
 import sys
 import threading
 import traceback
 
 from clc import abi
 from clc.demangle import demangle
-from clc.policy import KernelInfo, Policy
+from clc.hooks import (ExitStats, Launch, checked_layout, driver_param_layout, import_hook_file,
+                       load_hook_file, resolve_hook_ref)
+from clc.policy import Decision, KernelInfo, Policy
 
-__all__ = ["Engine", "bridge_decide", "bridge_module", "process_names"]
+__all__ = ["Engine", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
+           "process_names"]
 
 
 def process_names(argv=None, exe=None):
@@ -55,6 +63,38 @@ def process_names(argv=None, exe=None):
     return tuple(dict.fromkeys(n for n in names if n))
 
 
+class _HookFailed(Exception):
+    """A hook raised: reported once, and the launch gets the policy's on_error."""
+
+
+_HOOK, _RULE, _HOOK_RULE = range(3)
+
+
+class _Kernel:
+    """What the engine keeps about one (kernel, context): its names, the deciders that can
+    apply to it (its plan), and its hooks' answers."""
+
+    __slots__ = ("handle", "info", "plan", "answers", "messages", "_layout")
+
+    def __init__(self, handle, info, plan):
+        self.handle = handle
+        self.info = info
+        self.plan = plan
+        self.answers = {}
+        self.messages = {}  # decider index -> the message of a deny a hook returned
+        self._layout = None
+
+    def layout(self):
+        """The kernel's parameter layout, asked of the driver once."""
+        if self._layout is None:
+            self._layout = checked_layout(driver_param_layout(self.handle))
+        return self._layout
+
+
+# A hook slower than this is reported once: every launch that asks it waits for it.
+SLOW_HOOK_NS = 1_000_000
+
+
 class Engine:
     def __init__(self, environ=os.environ):
         if "CLC_POLICY" not in environ:
@@ -65,22 +105,201 @@ class Engine:
         self.modules = {}
         self.verbose = environ.get("CLC_VERBOSE", "0") not in ("", "0")
         self._announced = set()
+        self._reported = set()
+        self.kernels = {}
+        # The deciders, in the order they are asked: the --hooks files' hooks, then the rules
+        # (a hook rule asks its function), then the default.
+        self.cli_hooks = []
+        self.exit_functions = []
+        for ref in self.policy.hooks:
+            hook_file = load_hook_file(ref.path)
+            self.cli_hooks.extend(hook_file.hooks)
+            self._add_exit_functions(hook_file)
+        self.rule_hooks = {}
+        for index, rule in enumerate(self.policy.rules):
+            if rule.hook is not None:
+                self.rule_hooks[index] = resolve_hook_ref(
+                    f"{rule.hook.path}:{rule.hook.function}", os.sep)
+                self._add_exit_functions(import_hook_file(rule.hook.path))
+        self._exited = False
+        if self.exit_functions or self.cli_hooks or self.rule_hooks:
+            atexit.register(self.run_exit)
 
-    def decide(self, mangled, device):
-        info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
-                          process_names=self.process_names, tenant=self.tenant)
-        decision = self.policy.decide(info)
-        self._announce_denies(info, decision)
+    def _add_exit_functions(self, hook_file):
+        for fn in hook_file.exit_functions:
+            if fn not in self.exit_functions:
+                self.exit_functions.append(fn)
+
+    # ---- the two questions --------------------------------------------------------------
+
+    def kernel(self, handle, ctx, mangled, device):
+        """The engine's record of a (kernel, context), made at its first sight."""
+        key = (handle, ctx)
+        kernel = self.kernels.get(key)
+        if kernel is None:
+            info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
+                              process_names=self.process_names, tenant=self.tenant)
+            kernel = self.kernels[key] = _Kernel(handle, info, self._plan(info))
+        return kernel
+
+    def _plan(self, info):
+        """The deciders that can apply to a kernel, in order: (kind, index, object, outcome)
+        with the --hooks hooks that match it, then the rules whose kernel, device, process and
+        tenant conditions hold (shape conditions are checked per launch)."""
+        rules = self.policy.rules
+        plan = [(_HOOK, len(rules) + k, hook, None)
+                for k, hook in enumerate(self.cli_hooks) if hook.matches(info)]
+        for index, rule in enumerate(rules):
+            if rule.check_static(info)[0]:
+                if rule.hook is None:
+                    plan.append((_RULE, index, rule, rule.outcome(index)))
+                else:
+                    plan.append((_HOOK_RULE, index, rule, self.rule_hooks[index]))
+        return plan
+
+    def first_sight(self, kernel, launch):
+        """The decision for a new (kernel, context), and how often to ask again (a mode)."""
+        info = kernel.info
+        mode = self._mode(kernel)
+        try:
+            if mode != abi.MODE_CACHED:
+                decision = Decision([], self._walk(kernel, launch))
+            else:
+                decision = self._cached_decision(kernel, launch)
+        except _HookFailed:
+            decision = Decision([], self.policy.on_error_outcome())
+        self._announce_denies(kernel, decision)
         if self.verbose:
-            sys.stderr.write(f"clc: first sight of {info.demangled} on device {device}: "
-                             f"{self._describe(decision)}\n")
+            self.message(abi.MSG_INFO, f"first sight of {info.demangled} on device "
+                         f"{info.device}: {self._describe(decision, mode)}", stderr=True)
+        return decision, mode
+
+    def launch(self, kernel, launch):
+        """The outcome of one launch of a kernel whose hooks are asked per shape or always."""
+        try:
+            outcome = self._walk(kernel, launch)
+        except _HookFailed:
+            return self.policy.on_error_outcome()
+        if outcome.action == abi.ACTION_DENY:
+            self._announce_denies(kernel, Decision([], outcome))
+        return outcome
+
+    # ---- the walk -------------------------------------------------------------------------
+
+    @staticmethod
+    def _mode(kernel):
+        """Cached, unless a hook that could decide this kernel is asked per shape or at every
+        launch (a hook rule with shape conditions is asked per shape)."""
+        mode = abi.MODE_CACHED
+        for kind, _, what, hook in kernel.plan:
+            if kind == _HOOK:
+                mode = max(mode, what.mode)
+            elif kind == _HOOK_RULE:
+                mode = max(mode, hook.mode, abi.MODE_PER_SHAPE if what.has_shape else 0)
+        return mode
+
+    def _cached_decision(self, kernel, launch):
+        """Asked once per kernel: the --hooks hooks, then the policy (its hook rules asked as
+        Policy.decide reaches them); what they answer holds for every later launch."""
+        rules = len(self.policy.rules)
+        for k, hook in enumerate(self.cli_hooks):
+            if hook.matches(kernel.info):
+                answer = self._ask(kernel, hook, launch)
+                if answer is not None:
+                    return Decision([], _outcome(kernel, answer, rules + k))
+        decision = self.policy.decide(kernel.info)
+        while decision.pending_hook is not None:
+            index = decision.pending_hook
+            answer = self._ask(kernel, self.rule_hooks[index], launch)
+            decision = self.policy.resume(
+                kernel.info, decision, _outcome(kernel, answer, index) if answer else None)
         return decision
 
-    def _rule_name(self, rule):
-        return self.policy.rules[rule].name if rule >= 0 else (
-            "default" if rule == abi.RULE_DEFAULT else "on_error")
+    def _walk(self, kernel, launch):
+        """One launch's outcome, the kernel's deciders asked in order (answers of hooks that
+        are asked per kernel or per shape are remembered)."""
+        for kind, index, what, extra in kernel.plan:
+            if kind == _HOOK:
+                answer = self._ask(kernel, what, launch)
+            else:
+                if what.has_shape and not what.check_shape(
+                        launch.grid.blocks, launch.block.threads, launch.shared_mem)[0]:
+                    continue
+                if kind == _RULE:
+                    return extra
+                answer = self._ask(kernel, extra, launch)
+            if answer is not None:
+                return _outcome(kernel, answer, index)
+        return self.policy.default_outcome()
 
-    def _describe(self, decision):
+    def _ask(self, kernel, hook, launch):
+        if hook.mode == abi.MODE_CACHED:
+            key = hook
+        elif hook.mode == abi.MODE_PER_SHAPE:
+            key = (hook, tuple(launch.grid), tuple(launch.block), launch.shared_mem)
+        else:
+            key = None
+        if key is not None and key in kernel.answers:
+            return kernel.answers[key]
+        try:
+            answer = hook.call(launch)
+        except Exception as e:
+            self._report_once(("raised", hook.name),
+                              f"hook {hook.name} raised {type(e).__name__}: {e} at a launch of "
+                              f"{kernel.info.demangled}; its launches get on_error="
+                              f"{self.policy.on_error}\n{traceback.format_exc(limit=-3)}")
+            raise _HookFailed from e
+        if hook.last_ns > SLOW_HOOK_NS:
+            self._report_once(("slow", hook.name),
+                              f"hook {hook.name} took {hook.last_ns / 1e6:.1f} ms at a launch "
+                              f"of {kernel.info.demangled} (launches wait for their hooks)")
+        if key is not None:
+            kernel.answers[key] = answer
+        return answer
+
+    # ---- what the engine says -------------------------------------------------------------
+
+    def message(self, level, text, stderr=False):
+        """Into the capture (through the shim), and on stderr from warnings up."""
+        if not _shim_message(level, text) or stderr and level == abi.MSG_INFO:
+            sys.stderr.write(f"clc: {text}\n")
+
+    def _report_once(self, key, text):
+        if key not in self._reported:
+            self._reported.add(key)
+            self.message(abi.MSG_ERROR if key[0] == "raised" else abi.MSG_WARNING, text)
+
+    def _announce_denies(self, kernel, decision):
+        """Say once per kernel and decider, on the program's stderr, who refuses its launches
+        and why (the rule's message, or the one its hook gave)."""
+        info = kernel.info
+        outcomes = [c.outcome for c in decision.clauses] + [decision.fallback]
+        for outcome in outcomes:
+            if outcome.action != abi.ACTION_DENY or (info.mangled, outcome.rule) in self._announced:
+                continue
+            self._announced.add((info.mangled, outcome.rule))
+            rules = self.policy.rules
+            message = kernel.messages.get(outcome.rule, "")
+            if 0 <= outcome.rule < len(rules):
+                rule = rules[outcome.rule]
+                why = f"rule '{rule.name}'" + (f" (hook {rule.hook.label})" if rule.hook else "")
+                message = message or rule.message
+            elif outcome.rule >= len(rules):
+                why = self._rule_name(outcome.rule)
+            else:
+                why = f"the policy's {self._rule_name(outcome.rule)}"
+            sys.stderr.write(f"clc: launches of {info.demangled} are denied by {why}"
+                             + (f": {message}" if message else "") + "\n")
+
+    def _rule_name(self, rule):
+        rules = self.policy.rules
+        if 0 <= rule < len(rules):
+            return rules[rule].name
+        if rule >= len(rules) and rule - len(rules) < len(self.cli_hooks):
+            return f"hook {self.cli_hooks[rule - len(rules)].name}"
+        return "default" if rule == abi.RULE_DEFAULT else "on_error"
+
+    def _describe(self, decision, mode):
         def one(outcome):
             flags = [name for bit, name in ((abi.FLAG_RECORD, "record"), (abi.FLAG_TIME, "time"))
                      if outcome.flags & bit]
@@ -90,21 +309,14 @@ class Engine:
         shaped = [f"{one(c.outcome)} when grid_blocks in {list(c.grid_blocks)}, block_threads "
                   f"in {list(c.block_threads)}, shared_mem in {list(c.shared_mem)}"
                   for c in decision.clauses]
-        return "; ".join(shaped + [("else " if shaped else "") + one(decision.fallback)])
+        text = "; ".join(shaped + [("else " if shaped else "") + one(decision.fallback)])
+        if mode == abi.MODE_PER_SHAPE:
+            text += " (this launch; asked again per shape)"
+        elif mode == abi.MODE_EVERY_LAUNCH:
+            text += " (this launch; asked at every launch)"
+        return text
 
-    def _announce_denies(self, info, decision):
-        """Say once per kernel, on the program's stderr, which rule refuses its launches."""
-        outcomes = [c.outcome for c in decision.clauses] + [decision.fallback]
-        for outcome in outcomes:
-            if outcome.action != abi.ACTION_DENY or (info.mangled, outcome.rule) in self._announced:
-                continue
-            self._announced.add((info.mangled, outcome.rule))
-            if outcome.rule >= 0:
-                rule = self.policy.rules[outcome.rule]
-                why = f"rule '{rule.name}'" + (f": {rule.message}" if rule.message else "")
-            else:
-                why = f"the policy's {self._rule_name(outcome.rule)}"
-            sys.stderr.write(f"clc: launches of {info.demangled} are denied by {why}\n")
+    # ---- loads and exit --------------------------------------------------------------------
 
     def module_event(self, api, handle, image_kind, image_ptr, image_size, preserved, path):
         if abi.LOAD_NAMES.get(api, "").endswith("Unload"):
@@ -112,6 +324,75 @@ class Engine:
             return
         self.modules[handle] = {"api": api, "image": image_kind, "ptr": image_ptr,
                                 "size": image_size, "preserved": bool(preserved), "path": path}
+
+    def run_exit(self):
+        """Once: the on_exit hooks get the counts so far, and each hook's time is reported."""
+        if self._exited:
+            return
+        self._exited = True
+        names = {key: kernel.info.demangled for key, kernel in self.kernels.items()}
+        rows = [(names.get((c.handle, c.ctx), f"<kernel {c.kernel_id}>"), c.launches, c.denied,
+                 c.failed, c.recorded, c.timed, c.graph_nodes, c.gpu_ns)
+                for c in _shim_kernel_counts()]
+        hooks = list(dict.fromkeys(self.cli_hooks + list(self.rule_hooks.values())))
+        stats = ExitStats.from_rows(rows, hooks)
+        for fn in self.exit_functions:
+            try:
+                fn(stats)
+            except Exception as e:
+                self.message(abi.MSG_ERROR, f"on_exit hook {getattr(fn, '__qualname__', fn)} "
+                             f"raised {type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}")
+        for hook in hooks:
+            if hook.calls:
+                self.message(abi.MSG_INFO, f"hook {hook.name}: {hook.calls} calls, "
+                             f"{hook.total_ns / 1e6:.3f} ms in all, mean "
+                             f"{hook.total_ns / hook.calls / 1e3:.1f} us, max "
+                             f"{hook.max_ns / 1e3:.1f} us")
+
+
+def _outcome(kernel, answer, index):
+    """A hook's answer as the outcome of decider `index`, keeping a deny's message to say."""
+    if answer.action == abi.ACTION_DENY and answer.message:
+        kernel.messages.setdefault(index, answer.message)
+    return answer.outcome(index)
+
+
+# ---- the shim's own functions, for messages and counts (exported by stage 1) -------------------
+
+class _KernelCounts(ctypes.Structure):
+    """clc_kernel_counts in shim/clc_abi.h."""
+    _fields_ = [("kernel_id", ctypes.c_uint32), ("device", ctypes.c_int32),
+                ("handle", ctypes.c_uint64), ("ctx", ctypes.c_uint64),
+                ("launches", ctypes.c_uint64), ("denied", ctypes.c_uint64),
+                ("failed", ctypes.c_uint64), ("recorded", ctypes.c_uint64),
+                ("timed", ctypes.c_uint64), ("graph_nodes", ctypes.c_uint64),
+                ("gpu_ns", ctypes.c_uint64)]
+
+
+def _shim():
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+def _shim_message(level, text):
+    shim = _shim()
+    fn = getattr(shim, "clc_shim_message", None) if shim is not None else None
+    if fn is None:
+        return False
+    fn(ctypes.c_int(level), text.encode("utf-8", "replace"))
+    return True
+
+
+def _shim_kernel_counts():
+    shim = _shim()
+    fn = getattr(shim, "clc_shim_kernel_counts", None) if shim is not None else None
+    if fn is None:
+        return []
+    rows = (_KernelCounts * 65536)()
+    n = fn(rows, ctypes.c_int(len(rows)))
+    return list(rows[:n])
 
 
 _engine = None
@@ -128,41 +409,98 @@ def _get():
     return _engine
 
 
-def _report_once(what):
-    key = what.strip().splitlines()[-1] if what.strip() else ""
+def _report_once():
+    """Report the exception being handled, once per kind and message: a broken engine is
+    asked at every launch of some kernels, and a traceback is costly to format."""
+    kind, value, _ = sys.exc_info()
+    key = (kind, str(value))
     if key in _reported:
         return
     _reported.add(key)
-    sys.stderr.write(f"clc: engine error, launches get on_error: {what}\n")
+    sys.stderr.write(f"clc: engine error, launches get on_error: "
+                     f"{traceback.format_exc(limit=4)}\n")
 
 
-def _fill_outcome(dst, outcome):
-    dst.action = outcome.action
-    dst.flags = outcome.flags
-    dst.error = outcome.error
-    dst.rule = outcome.rule
-    dst.replacement = 0
+# clc_kernel_query and clc_outcome (shim/clc_abi.h), read and written whole: an every_launch
+# hook pays for this at every launch, and one unpack is cheaper than a dozen cffi reads.
+_QUERY = struct.Struct("<QQiII4x8x3I3IIIQQQ")
+_OUTCOME = struct.Struct("<IIiiQ")
+_outcome_bytes = {}
+
+
+def _fill_outcome(ffi, out, outcome):
+    data = _outcome_bytes.get(outcome)
+    if data is None:
+        data = _outcome_bytes[outcome] = _OUTCOME.pack(outcome.action, outcome.flags,
+                                                       outcome.error, outcome.rule, 0)
+    ffi.memmove(out, data, _OUTCOME.size)
+
+
+def _launch(kernel, fields):
+    (handle, ctx, device, entry, _, gx, gy, gz, bx, by, bz, shared_mem, tid, stream, params,
+     extra) = fields
+    info = kernel.info
+    return Launch.from_query(handle=handle, ctx=ctx, device=device, entry=entry, tid=tid,
+                             mangled=info.mangled, demangled=info.demangled,
+                             grid=(gx, gy, gz), block=(bx, by, bz), shared_mem=shared_mem,
+                             stream=stream, params_addr=params, extra_addr=extra,
+                             layout=kernel.layout)
 
 
 def bridge_decide(ffi, query, out):
     """clc_bridge_decide: 0 with `out` filled, or -1 for "no opinion" (the shim's on_error)."""
     try:
         name = ffi.string(query.name).decode("utf-8", "replace")
-        decision = _get().decide(name, query.device)
+        fields = _QUERY.unpack_from(ffi.buffer(query, _QUERY.size))
+        engine = _get()
+        kernel = engine.kernel(fields[0], fields[1], name, fields[2])
+        launch = _launch(kernel, fields)
+        try:
+            decision, mode = engine.first_sight(kernel, launch)
+        finally:
+            launch.close()
         if len(decision.clauses) > abi.MAX_CLAUSES:
             raise RuntimeError(f"{len(decision.clauses)} shape clauses for {name}, "
                                f"at most {abi.MAX_CLAUSES} fit")
         out.n_clauses = len(decision.clauses)
+        out.mode = mode
         for i, clause in enumerate(decision.clauses):
             dst = out.clauses[i]
             dst.grid_blocks.lo, dst.grid_blocks.hi = clause.grid_blocks
             dst.block_threads.lo, dst.block_threads.hi = clause.block_threads
             dst.shared_mem.lo, dst.shared_mem.hi = clause.shared_mem
-            _fill_outcome(dst.outcome, clause.outcome)
-        _fill_outcome(out.fallback, decision.fallback)
+            _fill_outcome(ffi, ffi.addressof(dst.outcome), clause.outcome)
+        _fill_outcome(ffi, ffi.addressof(out.fallback), decision.fallback)
         return 0
     except Exception:
-        _report_once(traceback.format_exc(limit=4))
+        _report_once()
+        return -1
+
+
+def bridge_launch(ffi, query, out):
+    """clc_bridge_launch: one launch of a kernel asked about per shape or at every launch."""
+    try:
+        fields = _QUERY.unpack_from(ffi.buffer(query, _QUERY.size))
+        engine = _engine
+        kernel = engine.kernels[(fields[0], fields[1])]
+        launch = _launch(kernel, fields)
+        try:
+            _fill_outcome(ffi, out, engine.launch(kernel, launch))
+        finally:
+            launch.close()
+        return 0
+    except Exception:
+        _report_once()
+        return -1
+
+
+def bridge_exit():
+    try:
+        if _engine is not None:
+            _engine.run_exit()
+        return 0
+    except Exception:
+        _report_once()
         return -1
 
 
@@ -173,5 +511,5 @@ def bridge_module(ffi, event):
                             event.image_size, event.preserved, path)
         return 0
     except Exception:
-        _report_once(traceback.format_exc(limit=4))
+        _report_once()
         return -1

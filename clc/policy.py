@@ -9,6 +9,15 @@ the two loading functions.
 The engine calls Policy.decide once per kernel. Everything in the resulting Decision that
 depends on the launch shape is a list of ranges, so the shim can decide every later launch of
 that kernel in C without calling back into Python.
+
+Python hooks decide in two places; the engine calls them:
+- hook files given on the command line (`clc-run --hooks FILE`, Policy.hooks) are asked
+  first, by the engine, before any rule: each file stands for its @clc.on_launch hooks, in
+  order;
+- a rule with `action: hook` and `hook: FILE.py:FUNCTION` asks that function for the kernels
+  (and launch shapes) its `match` accepts. Policy.decide stops at the first such rule that
+  matches (Decision.pending_hook); the engine calls the hook and goes on with Policy.resume.
+Only the engine imports hook files; this module checks that they exist and names them.
 """
 
 from __future__ import annotations
@@ -17,27 +26,34 @@ import dataclasses
 import difflib
 import fnmatch
 import json
+import keyword
 import math
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS, error_name
 
 __all__ = [
-    "ANY_RANGE", "PolicyError", "KernelInfo", "base_name", "Outcome", "Clause", "Decision",
-    "Rule", "Step", "Explanation", "Policy", "load_policy", "parse_policy",
+    "ANY_RANGE", "PolicyError", "HookFileError", "KernelInfo", "base_name", "Outcome", "Clause",
+    "Decision", "HookRef", "Rule", "Step", "Explanation", "Policy", "load_policy",
+    "parse_policy",
 ]
 
 _U64_MAX = 2**64 - 1
 ANY_RANGE = (0, _U64_MAX)
 _INT32_MAX = 2**31 - 1
 
-_ACTIONS = ("allow", "deny")
-_PLANNED_ACTIONS = ("hook", "wrap")
+_ACTIONS = ("allow", "deny")  # the verdicts of default and on_error
+_RULE_ACTIONS = ("allow", "deny", "hook")
+_PLANNED_ACTIONS = ("wrap",)
 _TOP_KEYS = ("version", "default", "on_error", "rules")
-_RULE_KEYS = ("name", "match", "action", "message", "error", "record", "time")
+_RULE_KEYS = ("name", "match", "action", "hook", "message", "error", "record", "time")
+# What a hook rule's hook answers itself, so the rule may not set it.
+_HOOK_ANSWERS = ("message", "error", "record", "time")
+_HOOK_FORM = "FILE.py:FUNCTION"
 _MATCH_KEYS = ("kernel", "kernel_regex", "grid_blocks", "block_threads", "shared_mem", "device",
                "process", "tenant")
 _SHAPE_KEYS = ("grid_blocks", "block_threads", "shared_mem")
@@ -66,6 +82,21 @@ class PolicyError(Exception):
         self.path = path
         self.line = line
         self.column = column
+        self.message = message
+
+
+class HookFileError(PolicyError):
+    """A hook file given on the command line that cannot be used.
+
+    str() is `FILE: message` with FILE as given: there is no position, so line and column
+    are 0. It is a PolicyError, so whatever reports policy errors reports it too.
+    """
+
+    def __init__(self, path: str, message: str):
+        Exception.__init__(self, f"{path}: {message}")
+        self.path = path
+        self.line = 0
+        self.column = 0
         self.message = message
 
 
@@ -199,10 +230,18 @@ class Clause:
 
 @dataclass(frozen=True)
 class Decision:
-    """clc_decision: the first clause containing the launch decides, else the fallback."""
+    """clc_decision: the first clause containing the launch decides, else the fallback.
+
+    pending_hook is the index of a hook rule that Policy.decide reached and could not answer
+    itself: the clauses gathered before it stand, the fallback is the policy's on_error
+    outcome (what the launches get should the hook never answer), and Policy.resume goes on
+    from there with the hook's answer. None for a finished decision, the only kind the shim
+    may be given.
+    """
 
     clauses: list[Clause]
     fallback: Outcome
+    pending_hook: int | None = None
 
     def outcome_for(self, grid_blocks: int, block_threads: int, shared_mem: int) -> Outcome:
         for clause in self.clauses:
@@ -255,6 +294,39 @@ def _globs_miss(what: str, globs: tuple[str, ...], names: tuple[str, ...]) -> st
 # ---- rules and policies ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class HookRef:
+    """A Python hook: a function in a file, or every @clc.on_launch hook of a file.
+
+    path is absolute and resolved (symbolic links and '..' followed); text is the reference as
+    the admin wrote it (`../hooks/guard.py:guard` in a rule, `myhooks.py` on the command
+    line). function is None for a command-line hook file: the engine asks each of the file's
+    @clc.on_launch hooks, in order.
+    """
+
+    path: str
+    function: str | None
+    text: str
+
+    @property
+    def label(self) -> str:
+        """How explanations and reports name the hook: the text, with the function."""
+        if self.function is None or self.text.endswith(":" + self.function):
+            return self.text
+        return f"{self.text}:{self.function}"
+
+
+def _hook_file_problem(written: str, resolved: str) -> str | None:
+    """Why the hook file `written` (found at `resolved`) cannot be used, or None."""
+    if not written.endswith(".py"):
+        return f"hook file '{written}' must be a Python file ending in .py"
+    if not os.path.exists(resolved):
+        return f"hook file '{written}' not found (looked for {resolved})"
+    if not os.path.isfile(resolved):
+        return f"hook file '{written}' is not a file ({resolved})"
+    return None
+
+
+@dataclass(frozen=True)
 class Rule:
     """One checked rule. A match field left as None places no condition.
 
@@ -276,6 +348,7 @@ class Rule:
     error: int = 0  # CUresult of a deny; 0 for allow
     record: bool = False
     time: bool = False
+    hook: HookRef | None = None  # set exactly when action is "hook"
     line: int = 0  # 1-based line of the rule in its policy file
 
     @property
@@ -293,6 +366,8 @@ class Rule:
         return abi.FLAG_RECORD if self.record else 0
 
     def outcome(self, index: int) -> Outcome:
+        if self.action == "hook":
+            raise ValueError(f"rule '{self.name}' has no outcome of its own: its hook answers")
         if self.action == "deny":
             return Outcome(abi.ACTION_DENY, self.flags, self.error, index)
         return Outcome(abi.ACTION_ALLOW, self.flags, 0, index)
@@ -358,7 +433,13 @@ class Step:
 
 @dataclass(frozen=True)
 class Explanation:
-    """Why a launch gets its outcome; format() is what `clc explain` prints."""
+    """Why a launch gets its outcome; format() is what `clc explain` prints.
+
+    Hooks are asked before the outcome applies: first the command-line hook files
+    (cli_hooks, their labels), then the hook rules that match the launch (hooks_asked, as
+    (hook label, rule name)), in order. Any of them may decide; outcome, deciding_rule and
+    message are what the launch gets when every one of them returns None.
+    """
 
     info: KernelInfo
     grid: tuple[int, int, int]
@@ -368,10 +449,21 @@ class Explanation:
     outcome: Outcome
     deciding_rule: str  # a rule name, or "default"
     message: str  # the deciding rule's message, "" when it has none
+    cli_hooks: list[str] = dataclasses.field(default_factory=list)
+    hooks_asked: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     def verdict(self) -> str:
+        text = "=> "
+        if self.cli_hooks:
+            text += (f"decided by the hooks in {', '.join(self.cli_hooks)} (asked first); "
+                     "if they return None: ")
+        for label, rule in self.hooks_asked:
+            text += f"decided by hook {label} (rule '{rule}'); if it returns None: "
+        return text + self._outcome_text()
+
+    def _outcome_text(self) -> str:
         outcome = self.outcome
-        text = "=> " + abi.ACTION_NAMES[outcome.action]
+        text = abi.ACTION_NAMES[outcome.action]
         if outcome.action == abi.ACTION_DENY:
             text += f" ({error_name(outcome.error)})"
         text += " by default" if outcome.rule == abi.RULE_DEFAULT else \
@@ -398,6 +490,11 @@ class Explanation:
         lines.append(f"launch: grid {self.grid} = {grid_blocks} blocks, block {self.block} = "
                      f"{block_threads} threads")
         lines.append(f"  dynamic shared memory: {self.shared_mem} bytes")
+        if self.cli_hooks:
+            lines.append("hooks:")
+            for number, label in enumerate(self.cli_hooks):
+                lines.append(f"  hook file {label}: asked {'next' if number else 'first'} "
+                             "(its @clc.on_launch hooks, in order)")
         lines.append("rules:" if self.steps else "rules: none")
         for number, step in enumerate(self.steps, 1):
             status = "match" if step.matched else "no match" if step.reached else "not reached"
@@ -423,22 +520,74 @@ def _rule_from_dict(fields: dict) -> Rule:
     for key in _SHAPE_KEYS:
         if fields.get(key) is not None:
             fields[key] = tuple((op, bound) for op, bound in fields[key])
+    if fields.get("hook") is not None:
+        fields["hook"] = HookRef(**fields["hook"])
     return Rule(**fields)
 
 
 @dataclass
 class Policy:
-    """A checked policy."""
+    """A checked policy, and the hook files given with it on the command line."""
 
     path: str
     version: int
     default: str  # "allow" or "deny"
     on_error: str  # "allow" or "deny"
     rules: list[Rule]
+    # `clc-run --hooks FILE`, in order: HookRef(path, None, FILE as given). The engine asks
+    # them before the rules; decide() does not visit them.
+    hooks: list[HookRef] = dataclasses.field(default_factory=list)
 
     @property
     def rule_names(self) -> list[str]:
         return [rule.name for rule in self.rules]
+
+    def with_cli_hooks(self, paths: Iterable[str | os.PathLike]) -> Policy:
+        """A copy with the hook files `paths` (relative to the current directory) appended to
+        hooks; a file that cannot be used raises HookFileError (`FILE: hook file not found`).
+        """
+        added = []
+        for path in paths:
+            written = os.fsdecode(path)
+            resolved = os.path.realpath(written)
+            if not written.endswith(".py"):
+                raise HookFileError(written, "hook file must be a Python file ending in .py")
+            if not os.path.exists(resolved):
+                raise HookFileError(written, "hook file not found")
+            if not os.path.isfile(resolved):
+                raise HookFileError(written, "hook file is not a file")
+            added.append(HookRef(resolved, None, written))
+        return dataclasses.replace(self, rules=list(self.rules), hooks=self.hooks + added)
+
+    def hook_decider_index(self, k: int) -> int:
+        """The Outcome.rule of the k-th command-line hook (0-based).
+
+        The engine expands each hook file of `hooks` into its @clc.on_launch hooks, file after
+        file, each file's hooks in order, and numbers what it gets k = 0, 1, ...; an outcome
+        that such a hook decides carries len(rules) + k, after every rule index, so rule
+        indices never move. A hook rule's answer carries the rule's own index.
+        """
+        return len(self.rules) + k
+
+    def decider_names(self, expanded: Sequence[Sequence[str]] | None = None) -> list[str]:
+        """Names for Outcome.rule values >= 0: index i < len(rules) is rule i's name, index
+        hook_decider_index(k) the k-th command-line hook's ("hook FILE:FUNCTION").
+
+        expanded[j] lists the functions the engine found in hooks[j], in its order (see
+        hook_decider_index). Without it each command-line hook file counts as one decider,
+        named "hook FILE".
+        """
+        names = self.rule_names
+        if expanded is not None and len(expanded) != len(self.hooks):
+            raise ValueError(f"expanded names {len(expanded)} hook files, the policy has "
+                             f"{len(self.hooks)}")
+        for j, ref in enumerate(self.hooks):
+            if expanded is None:
+                names.append(f"hook {ref.label}")
+            else:
+                names += [f"hook {HookRef(ref.path, function, ref.text).label}"
+                          for function in expanded[j]]
+        return names
 
     def default_outcome(self) -> Outcome:
         return _verdict_outcome(self.default, abi.RULE_DEFAULT)
@@ -446,11 +595,20 @@ class Policy:
     def on_error_outcome(self) -> Outcome:
         return _verdict_outcome(self.on_error, abi.RULE_ON_ERROR)
 
-    def decide(self, info: KernelInfo) -> Decision:
+    def decide(self, info: KernelInfo, start: int = 0) -> Decision:
+        """The rules' decision for a kernel, walking the rules from index start.
+
+        The walk stops at the first hook rule whose static conditions hold: the Decision then
+        has pending_hook set (see Decision), and Policy.resume continues it with the hook's
+        answer. Command-line hooks (self.hooks) are not visited: the engine asks them first.
+        """
         clauses = []
-        for index, rule in enumerate(self.rules):
+        for index in range(start, len(self.rules)):
+            rule = self.rules[index]
             if not rule.check_static(info)[0]:
                 continue
+            if rule.action == "hook":
+                return Decision(clauses, self.on_error_outcome(), index)
             if not rule.has_shape:
                 return Decision(clauses, rule.outcome(index))
             clauses.append(Clause(rule.shape_range("grid_blocks"),
@@ -458,14 +616,42 @@ class Policy:
                                   rule.shape_range("shared_mem"), rule.outcome(index)))
         return Decision(clauses, self.default_outcome())
 
+    def resume(self, info: KernelInfo, decision: Decision, answer: Outcome | None) -> Decision:
+        """Continue a decision stopped at its pending hook rule, given the hook's answer.
+
+        None (the hook leaves the kernel to the rules after it) goes on with the walk after
+        the rule. An Outcome (its rule should be the hook rule's index) decides the kernel
+        when the rule has no launch-shape conditions; when it has some, the answer becomes a
+        clause over the rule's ranges and the walk goes on for the launches outside them. The
+        result may stop at a later hook rule in turn.
+        """
+        index = decision.pending_hook
+        if index is None:
+            raise ValueError("the decision is not waiting for a hook")
+        rule = self.rules[index]
+        clauses = list(decision.clauses)
+        if answer is not None:
+            if not rule.has_shape:
+                return Decision(clauses, answer)
+            clauses.append(Clause(rule.shape_range("grid_blocks"),
+                                  rule.shape_range("block_threads"),
+                                  rule.shape_range("shared_mem"), answer))
+        rest = self.decide(info, index + 1)
+        return Decision(clauses + rest.clauses, rest.fallback, rest.pending_hook)
+
     def explain(self, info: KernelInfo, grid: tuple[int, int, int] = (1, 1, 1),
                 block: tuple[int, int, int] = (1, 1, 1), shared_mem: int = 0) -> Explanation:
         grid, block = tuple(grid), tuple(block)
         shape = (math.prod(grid), math.prod(block), shared_mem)
         # The verdict comes from the same Decision the shim gets, so explain cannot drift
-        # from what a real launch sees; the walk below only says why.
-        outcome = self.decide(info).outcome_for(*shape)
+        # from what a real launch sees; the walk below only says why. Hooks may decide
+        # first; the outcome shown is what follows when every hook returns None.
+        decision = self.decide(info)
+        while decision.pending_hook is not None:
+            decision = self.resume(info, decision, None)
+        outcome = decision.outcome_for(*shape)
         steps = []
+        asked = []
         decided = None
         for rule in self.rules:
             if decided is not None:
@@ -476,27 +662,35 @@ class Policy:
                 matched, shape_reasons = rule.check_shape(*shape)
                 reasons = reasons + shape_reasons if matched else shape_reasons
             reason = "; ".join(reasons) or "no match conditions: matches every launch"
-            steps.append(Step(rule.name, matched, reason))
-            if matched:
+            if matched and rule.action == "hook":
+                reason += (f"; asks {rule.hook.label} (its answer decides unless it returns "
+                           "None)")
+                asked.append((rule.hook.label, rule.name))
+            elif matched:
                 decided = rule.name
+            steps.append(Step(rule.name, matched, reason))
         deciding = self.rules[outcome.rule] if outcome.rule >= 0 else None
         return Explanation(info, grid, block, shared_mem, steps, outcome,
                            deciding.name if deciding else "default",
-                           deciding.message if deciding else "")
+                           deciding.message if deciding else "",
+                           [ref.label for ref in self.hooks], asked)
 
     def to_json(self) -> str:
         return json.dumps({
             "version": self.version, "path": self.path, "default": self.default,
             "on_error": self.on_error,
             "rules": [dataclasses.asdict(rule) for rule in self.rules],
+            "hooks": [dataclasses.asdict(ref) for ref in self.hooks],
         }, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
         try:
             data = json.loads(text)
+            # Captures written before hooks existed have no "hooks".
             policy = cls(data["path"], data["version"], data["default"], data["on_error"],
-                         [_rule_from_dict(rule) for rule in data["rules"]])
+                         [_rule_from_dict(rule) for rule in data["rules"]],
+                         [HookRef(**ref) for ref in data.get("hooks", [])])
         except json.JSONDecodeError as e:
             raise PolicyError("<json>", e.lineno, e.colno, f"invalid policy JSON: {e.msg}") \
                 from None
@@ -541,6 +735,8 @@ class _Loader:
 
     def __init__(self, path: str):
         self.path = path
+        # Relative hook files are found next to the policy file.
+        self.directory = os.path.dirname(os.path.abspath(path))
 
     def error(self, node, message: str) -> PolicyError:
         return PolicyError(self.path, node.start_mark.line + 1, node.start_mark.column + 1,
@@ -770,17 +966,31 @@ class _Loader:
 
         if "action" not in pairs:
             raise self.error(node, f"rule '{name}' has no 'action' (expected one of: "
-                                   + ", ".join(_ACTIONS) + ")")
+                                   + ", ".join(_RULE_ACTIONS) + ")")
         action_node = pairs["action"][1]
         action = self.string(action_node, "action")
         if action in _PLANNED_ACTIONS:
             raise self.error(action_node, f"action '{action}' is not supported in policy version "
                                           f"{_SUPPORTED_VERSION} (expected one of: "
-                                          + ", ".join(_ACTIONS) + ")")
-        if action not in _ACTIONS:
+                                          + ", ".join(_RULE_ACTIONS) + ")")
+        if action not in _RULE_ACTIONS:
             raise self.error(action_node, f"unknown action '{action}' "
-                                          f"({_suggestion(action, _ACTIONS)})")
-        if action != "deny":
+                                          f"({_suggestion(action, _RULE_ACTIONS)})")
+        hook = None
+        if action == "hook":
+            if "hook" not in pairs:
+                raise self.error(node, f"rule '{name}' has action: hook but no 'hook' (expected "
+                                       f"hook: {_HOOK_FORM})")
+            # In document order, so that the first offending key is the one reported.
+            for key, (key_node, _) in pairs.items():
+                if key in _HOOK_ANSWERS:
+                    raise self.error(key_node, f"'{key}' is not allowed on a hook rule: its hook "
+                                               f"answers it (rule '{name}' has action: hook)")
+            hook = self.hook(pairs["hook"][1])
+        elif "hook" in pairs:
+            raise self.error(pairs["hook"][0], f"'hook' is only allowed on a hook rule (rule "
+                                               f"'{name}' has action: {action})")
+        if action == "allow":
             for key in ("message", "error"):
                 if key in pairs:
                     raise self.error(pairs[key][0], f"'{key}' is only allowed on a deny rule "
@@ -807,7 +1017,32 @@ class _Loader:
             if action == "deny" else 0,
             record=self.boolean(pairs["record"][1], "record") if "record" in pairs else False,
             time=self.boolean(pairs["time"][1], "time") if "time" in pairs else False,
-            **fields)
+            hook=hook, **fields)
+
+    def hook(self, node) -> HookRef:
+        """`hook: FILE.py:FUNCTION`, FILE relative to the policy's directory."""
+        text = self.string(node, "hook")
+        if ":" not in text:
+            raise self.error(node, f"hook '{text}' must be {_HOOK_FORM} (no ':' before a "
+                                   "function name)")
+        written, _, function = text.rpartition(":")
+        if not written:
+            raise self.error(node, f"hook '{text}' has no file before the ':' (expected "
+                                   f"{_HOOK_FORM})")
+        if not function:
+            raise self.error(node, f"hook '{text}' has no function after the ':' (expected "
+                                   f"{_HOOK_FORM})")
+        if not function.isidentifier():
+            raise self.error(node, f"hook function '{function}' is not a Python identifier "
+                                   f"(expected {_HOOK_FORM})")
+        if keyword.iskeyword(function):
+            raise self.error(node, f"hook function '{function}' is a Python keyword, not a "
+                                   "function name")
+        resolved = os.path.realpath(os.path.join(self.directory, written))
+        problem = _hook_file_problem(written, resolved)
+        if problem:
+            raise self.error(node, problem)
+        return HookRef(resolved, function, text)
 
 
 def parse_policy(text: str, path: str = "<string>") -> Policy:

@@ -139,7 +139,10 @@ def summary(captures):
         out.append("")
         out.append("Messages:")
         for (level, text), n in counts.items():
-            out.append(f"  {level}: {text}" + (f" (x{n})" if n > 1 else ""))
+            # A traceback was shown when it happened and stays in the JSON report.
+            first, _, rest = text.partition("\n")
+            more = " (traceback: clc report --format json)" if rest else ""
+            out.append(f"  {level}: {first}{more}" + (f" (x{n})" if n > 1 else ""))
     return "\n".join(out) + "\n"
 
 

@@ -31,7 +31,9 @@ ffibuilder.cdef(_abi_declarations())
 ffibuilder.embedding_api(
     """
     int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out);
+    int clc_bridge_launch(const clc_kernel_query *q, clc_outcome *out);
     int clc_bridge_module(const clc_module_event *ev);
+    int clc_bridge_exit(void);
     """
 )
 
@@ -103,8 +105,16 @@ def clc_bridge_decide(query, out):
     return engine.bridge_decide(ffi, query, out)
 
 @ffi.def_extern(error=-1)
+def clc_bridge_launch(query, out):
+    return engine.bridge_launch(ffi, query, out)
+
+@ffi.def_extern(error=-1)
 def clc_bridge_module(event):
     return engine.bridge_module(ffi, event)
+
+@ffi.def_extern(error=-1)
+def clc_bridge_exit():
+    return engine.bridge_exit()
 """
 )
 

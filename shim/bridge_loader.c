@@ -24,7 +24,9 @@ enum { BRIDGE_UNTRIED, BRIDGE_READY, BRIDGE_OFF, BRIDGE_OFF_IN_CHILD };
 static _Atomic int g_bridge = BRIDGE_UNTRIED;
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
 static int (*p_decide)(const clc_kernel_query *, clc_decision *);
+static int (*p_launch)(const clc_kernel_query *, clc_outcome *);
 static int (*p_module)(const clc_module_event *);
+static int (*p_exit)(void);
 static int (*p_is_initialized)(void); /* Py_IsInitialized of the host, NULL in a C host */
 
 static void bridge_off(const char *why) {
@@ -84,9 +86,11 @@ static void load(void) {
         return;
     }
     p_decide = dlsym(h, "clc_bridge_decide");
+    p_launch = dlsym(h, "clc_bridge_launch");
     p_module = dlsym(h, "clc_bridge_module");
+    p_exit = dlsym(h, "clc_bridge_exit");
     int (*start)(const char *, const char *) = dlsym(h, "clc_bridge_start");
-    if (!p_decide || !p_module || !start) {
+    if (!p_decide || !p_launch || !p_module || !p_exit || !start) {
         bridge_off("the bridge lacks its entry points (rebuild clc)");
         return;
     }
@@ -126,8 +130,23 @@ int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out) {
     return p_decide(q, out);
 }
 
+int clc_bridge_launch(const clc_kernel_query *q, clc_outcome *out) {
+    /* Only kernels the engine already decided are asked about: the bridge is loaded. */
+    if (atomic_load_explicit(&g_bridge, memory_order_acquire) != BRIDGE_READY ||
+        (p_is_initialized && !p_is_initialized()))
+        return -1;
+    return p_launch(q, out);
+}
+
 void clc_bridge_module(const clc_module_event *ev) {
     if (ready()) p_module(ev);
+}
+
+/* Only while Python still runs: in a Python host it has finalized by now, and the engine ran
+ * its exit work from Python's own atexit. */
+void clc_bridge_exit(void) {
+    if (atomic_load(&g_bridge) == BRIDGE_READY && (!p_is_initialized || p_is_initialized()))
+        p_exit();
 }
 
 void clc_bridge_after_fork_child(void) {

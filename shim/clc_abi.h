@@ -28,6 +28,12 @@
 
 #define CLC_MAX_CLAUSES 8
 
+/* How often the engine is asked about a kernel's launches (clc_decision.mode). A Python hook
+ * declared per_shape or every_launch makes its kernels leave the cached mode. */
+#define CLC_MODE_CACHED 0       /* once per (kernel, context) */
+#define CLC_MODE_PER_SHAPE 1    /* once per (kernel, context, grid, block, shared memory) */
+#define CLC_MODE_EVERY_LAUNCH 2 /* at every launch */
+
 /* How a launch reached the driver. The low nibble is the API, CLC_ENTRY_PTSZ marks the
  * per-thread-default-stream variant. */
 #define CLC_ENTRY_LAUNCH 0
@@ -63,12 +69,14 @@ typedef struct clc_clause {
 
 typedef struct clc_decision {
     uint32_t n_clauses;
-    uint32_t reserved;
+    uint32_t mode; /* CLC_MODE_*; in the other modes `fallback` decides the launch asked about */
     clc_clause clauses[CLC_MAX_CLAUSES];
     clc_outcome fallback;
 } clc_decision;
 
-/* What the engine is told at the first sight of a kernel in a context. */
+/* What the engine is told at the first sight of a kernel in a context, and at each launch it
+ * is asked about (modes PER_SHAPE and EVERY_LAUNCH). The argument pointers are the program's
+ * and valid only during the call. */
 typedef struct clc_kernel_query {
     uint64_t handle;  /* CUfunction or CUkernel as the program passed it */
     uint64_t ctx;     /* current CUcontext */
@@ -80,8 +88,20 @@ typedef struct clc_kernel_query {
     uint32_t grid[3];
     uint32_t block[3];
     uint32_t shared_mem;
-    uint32_t reserved2;
+    uint32_t tid;   /* kernel thread id of the launching thread */
+    uint64_t stream;
+    void **params;  /* kernelParams as passed to the launch, or NULL */
+    void **extra;   /* extra as passed to the launch, or NULL */
 } clc_kernel_query;
+
+/* One kernel's counts so far, for the engine (clc_shim_kernel_counts, exported by stage 1). */
+typedef struct clc_kernel_counts {
+    uint32_t kernel_id;
+    int32_t device;
+    uint64_t handle;
+    uint64_t ctx;
+    uint64_t launches, denied, failed, recorded, timed, graph_nodes, gpu_ns;
+} clc_kernel_counts;
 
 /* ---- module and library loads ------------------------------------------------------------ */
 

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,17 +23,106 @@ clc_hot g_hot;
 static pthread_mutex_t g_insert_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t g_count;
 
+#define SHAPES_MAX 64
+
+typedef struct {
+    uint32_t grid[3], block[3], shmem;
+    clc_outcome outcome;
+} clc_shape;
+
+struct clc_shape_cache {
+    _Atomic uint32_t count; /* slots [0, count) are written */
+    clc_shape slots[SHAPES_MAX];
+};
+
 static inline int in_range(const clc_range *r, uint64_t v) { return v >= r->lo && v <= r->hi; }
 
-const clc_outcome *clc_outcome_for(const clc_entry *e, uint64_t grid_blocks,
-                                   uint64_t block_threads, uint64_t shmem) {
-    for (uint32_t i = 0; i < e->n_clauses; i++) {
-        const clc_clause *c = &e->clauses[i];
-        if (in_range(&c->grid_blocks, grid_blocks) && in_range(&c->block_threads, block_threads) &&
-            in_range(&c->shared_mem, shmem))
-            return &c->outcome;
+static void fill_query(clc_kernel_query *q, const clc_entry *e, uint64_t handle, uint64_t ctx,
+                       int device, const clc_launch_info *l, const char *name) {
+    *q = (clc_kernel_query){.handle = handle, .ctx = ctx, .device = device,
+                            .entry = l->entry_point, .kernel_id = e ? e->kernel_id : 0,
+                            .name = name, .grid = {l->grid[0], l->grid[1], l->grid[2]},
+                            .block = {l->block[0], l->block[1], l->block[2]},
+                            .shared_mem = l->shmem, .tid = clc_tid(),
+                            .stream = (uint64_t)(uintptr_t)l->stream, .params = l->params,
+                            .extra = l->extra};
+}
+
+/* Asks the engine about one launch; the policy's on_error when it cannot answer. */
+static void ask(clc_entry *e, const clc_launch_info *l, clc_outcome *out) {
+    clc_kernel_query q;
+    fill_query(&q, e, e->handle, e->ctx, e->device, l, "");
+    t_in_clc = 1;
+    if (clc_bridge_launch(&q, out) != 0) *out = g_cfg.on_error;
+    t_in_clc = 0;
+}
+
+static int same_shape(const clc_shape *s, const clc_launch_info *l) {
+    return s->shmem == l->shmem && s->grid[0] == l->grid[0] && s->grid[1] == l->grid[1] &&
+           s->grid[2] == l->grid[2] && s->block[0] == l->block[0] &&
+           s->block[1] == l->block[1] && s->block[2] == l->block[2];
+}
+
+static const clc_outcome *find_shape(clc_entry *e, const clc_launch_info *l) {
+    struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_acquire);
+    uint32_t n = c ? atomic_load_explicit(&c->count, memory_order_acquire) : 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (same_shape(&c->slots[i], l)) return &c->slots[i].outcome;
+    return NULL;
+}
+
+/* Keeps the engine's answer for this shape; NULL when the kernel has too many shapes. */
+static const clc_outcome *add_shape(clc_entry *e, const clc_launch_info *l,
+                                    const clc_outcome *o) {
+    const clc_outcome *kept = NULL;
+    pthread_mutex_lock(&g_insert_lock);
+    struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_relaxed);
+    if (!c && (c = calloc(1, sizeof *c)) != NULL)
+        atomic_store_explicit(&e->shapes, c, memory_order_release);
+    if ((kept = find_shape(e, l)) == NULL && c) {
+        uint32_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+        if (n < SHAPES_MAX) {
+            clc_shape *s = &c->slots[n];
+            memcpy(s->grid, l->grid, sizeof s->grid);
+            memcpy(s->block, l->block, sizeof s->block);
+            s->shmem = l->shmem;
+            s->outcome = *o;
+            atomic_store_explicit(&c->count, n + 1, memory_order_release);
+            kept = &s->outcome;
+        } else {
+            static int said;
+            if (!said++)
+                clc_log(CLC_MSG_WARNING,
+                        "a kernel has more than %d launch shapes: its per_shape hook is asked "
+                        "at every launch from here on",
+                        SHAPES_MAX);
+        }
     }
-    return &e->fallback;
+    pthread_mutex_unlock(&g_insert_lock);
+    return kept;
+}
+
+const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_outcome *scratch) {
+    if (e->mode == CLC_MODE_CACHED) {
+        uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+        uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
+        for (uint32_t i = 0; i < e->n_clauses; i++) {
+            const clc_clause *c = &e->clauses[i];
+            if (in_range(&c->grid_blocks, blocks) && in_range(&c->block_threads, threads) &&
+                in_range(&c->shared_mem, l->shmem))
+                return &c->outcome;
+        }
+        return &e->fallback;
+    }
+    if (e->mode == CLC_MODE_PER_SHAPE) {
+        const clc_outcome *o = find_shape(e, l);
+        if (o) return o;
+        ask(e, l, scratch);
+        o = add_shape(e, l, scratch);
+        return o ? o : scratch;
+    }
+    ask(e, l, scratch);
+    return scratch;
 }
 
 static const char *kernel_name(uint64_t handle) {
@@ -77,21 +167,21 @@ static clc_entry *table(void) {
 }
 
 /* The slow path, once per (kernel, context): name the kernel, ask the engine, publish. */
-clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const uint32_t grid[3],
-                            const uint32_t block[3], uint32_t shmem) {
+clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
+                            clc_outcome *answer) {
     clc_ensure_exit_handler();
     const char *name = kernel_name(handle);
     int device = ctx_device(ctx);
     clc_decision d;
     memset(&d, 0, sizeof d);
-    clc_kernel_query q = {.handle = handle, .ctx = ctx, .device = device, .entry = entry,
-                          .name = name ? name : "<unnamed>",
-                          .grid = {grid[0], grid[1], grid[2]},
-                          .block = {block[0], block[1], block[2]}, .shared_mem = shmem};
-    if (clc_bridge_decide(&q, &d) != 0 || d.n_clauses > CLC_MAX_CLAUSES) {
+    clc_kernel_query q;
+    fill_query(&q, NULL, handle, ctx, device, l, name ? name : "<unnamed>");
+    if (clc_bridge_decide(&q, &d) != 0 || d.n_clauses > CLC_MAX_CLAUSES ||
+        d.mode > CLC_MODE_EVERY_LAUNCH) {
         memset(&d, 0, sizeof d);
         d.fallback = g_cfg.on_error;
     }
+    *answer = d.fallback;
 
     pthread_mutex_lock(&g_insert_lock);
     clc_entry *e = clc_cache_find(handle, ctx);
@@ -107,11 +197,12 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const
         e->device = device;
         e->fallback = d.fallback;
         e->n_clauses = 0;
-        if (d.n_clauses) {
+        e->mode = (uint16_t)d.mode;
+        if (d.n_clauses && d.mode == CLC_MODE_CACHED) {
             e->clauses = malloc(sizeof(clc_clause) * d.n_clauses);
             if (e->clauses) {
                 memcpy(e->clauses, d.clauses, sizeof(clc_clause) * d.n_clauses);
-                e->n_clauses = d.n_clauses;
+                e->n_clauses = (uint16_t)d.n_clauses;
             }
         }
         atomic_store_explicit(&e->ready, 1, memory_order_release);
@@ -123,6 +214,8 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const
                     g_count);
     }
     pthread_mutex_unlock(&g_insert_lock);
+    /* The engine answered for this launch: in mode PER_SHAPE that is this shape's answer. */
+    if (e && e->mode == CLC_MODE_PER_SHAPE) add_shape(e, l, &d.fallback);
     return e;
 }
 

@@ -250,6 +250,7 @@ typedef struct {
     CUstream stream;
     uint64_t t_ns, seq;
     clc_timing *timing;
+    clc_outcome scratch; /* the engine's answer for this launch (modes other than cached) */
 } gate;
 
 static _Atomic uint64_t g_seq;
@@ -260,15 +261,32 @@ static inline CUcontext current_ctx(void) {
     return ctx;
 }
 
-__attribute__((noinline)) static clc_entry *first_sight(uint64_t f, uint64_t ctx,
+#define CLC_LAUNCH_INFO(entry_point)                                                          \
+    {                                                                                        \
+        .entry_point = entry_point, .grid = {gx, gy, gz}, .block = {bx, by, bz}, .shmem = shmem, \
+        .stream = stream, .params = params, .extra = extra                                    \
+    }
+
+__attribute__((noinline)) static clc_entry *first_sight(gate *g, uint64_t f, uint64_t ctx,
                                                        uint32_t entry_point, unsigned gx,
                                                        unsigned gy, unsigned gz, unsigned bx,
-                                                       unsigned by, unsigned bz, unsigned shmem) {
-    uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+                                                       unsigned by, unsigned bz, unsigned shmem,
+                                                       CUstream stream, void **params,
+                                                       void **extra) {
+    clc_launch_info l = CLC_LAUNCH_INFO(entry_point);
     t_in_clc = 1;
-    clc_entry *e = clc_cache_decide(f, ctx, entry_point, grid, block, shmem);
+    clc_entry *e = clc_cache_decide(f, ctx, &l, &g->scratch);
     t_in_clc = 0;
     return e;
+}
+
+/* An entry whose outcome depends on the launch: shape clauses, or the engine's hooks. */
+__attribute__((noinline)) static const clc_outcome *shaped_outcome(
+    gate *g, clc_entry *e, uint32_t entry_point, unsigned gx, unsigned gy, unsigned gz,
+    unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,
+    void **extra) {
+    clc_launch_info l = CLC_LAUNCH_INFO(entry_point);
+    return clc_outcome_for(e, &l, &g->scratch);
 }
 
 /* Everything a launch that is not a plain allow needs: kept out of the inlined fast path. */
@@ -302,19 +320,29 @@ __attribute__((noinline)) static int gate_setup(gate *g, const clc_outcome *o,
  * common case; it then touches one cache line of the table and one of g_hot. */
 static inline __attribute__((always_inline)) int gate_enter(
     gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point, unsigned gx, unsigned gy,
-    unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream) {
+    unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream,
+    void **params, void **extra) {
     g->entry = NULL;
     if (unlikely(!clc_driver_ready())) return 0;
     if (!ctx) ctx = current_ctx();
     clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
-    if (unlikely(!e))
-        e = first_sight((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx, entry_point, gx, gy,
-                        gz, bx, by, bz, shmem);
+    int first = 0;
+    if (unlikely(!e)) {
+        e = first_sight(g, (uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx, entry_point, gx, gy,
+                        gz, bx, by, bz, shmem, stream, params, extra);
+        first = 1;
+    }
     const clc_outcome *o;
     if (likely(e != NULL)) {
-        o = likely(e->n_clauses == 0) ? &e->fallback
-                                      : clc_outcome_for(e, (uint64_t)gx * gy * gz,
-                                                        (uint64_t)bx * by * bz, shmem);
+        /* At first sight the engine has just answered for this very launch (in the cached
+         * mode the entry's answer holds for every launch, whichever thread made it). */
+        if (likely(e->shaped == 0))
+            o = &e->fallback;
+        else if (first && e->mode != CLC_MODE_CACHED)
+            o = &g->scratch;
+        else
+            o = shaped_outcome(g, e, entry_point, gx, gy, gz, bx, by, bz, shmem, stream, params,
+                               extra);
         if (unlikely((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE))
             atomic_fetch_add_explicit(&e->graph_nodes, 1, memory_order_relaxed);
         else
@@ -382,7 +410,8 @@ static inline CUfunction target(const gate *g, CUfunction f) {
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra); \
-        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream))) \
+        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream,  \
+                               params, extra)))                                                  \
             return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
         return gate_exit(&g, real(target(&g, f), gx, gy, gz, bx, by, bz, shmem, stream, params,  \
@@ -397,7 +426,8 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);   \
-        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream))) \
+        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream,  \
+                               params, NULL)))                                                   \
             return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));    \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
         return gate_exit(&g, real(target(&g, f), gx, gy, gz, bx, by, bz, shmem, stream, params)); \
@@ -413,7 +443,8 @@ CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC
         if (unlikely(t_in_clc) || unlikely(!config)) return real(config, f, params, extra);      \
         if (likely(!gate_enter(&g, f, NULL, entry_point, config->gridDimX, config->gridDimY,     \
                                config->gridDimZ, config->blockDimX, config->blockDimY,           \
-                               config->blockDimZ, config->sharedMemBytes, config->hStream)))     \
+                               config->blockDimZ, config->sharedMemBytes, config->hStream,       \
+                               params, extra)))                                                  \
             return count_failure(&g, real(config, f, params, extra));                            \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
         return gate_exit(&g, real(config, target(&g, f), params, extra));                        \
@@ -428,7 +459,8 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
     *gated = 0;
     if (t_in_clc || !p || !f) return CUDA_SUCCESS;
     *gated = gate_enter(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ,
-                        p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL);
+                        p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL,
+                        p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return gate_exit(g, g->outcome->error);
     return CUDA_SUCCESS;
 }
@@ -673,7 +705,43 @@ CLC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 static void at_exit(void) {
     t_in_clc = 1;
     clc_timing_drain_all();
+    clc_bridge_exit();
     clc_capture_finish();
+}
+
+/* ---- for the engine: counts so far, and messages into the capture ----------------------------- */
+
+typedef struct {
+    clc_kernel_counts *out;
+    int max, n;
+} counts_walk;
+
+static void add_counts(clc_entry *e, void *arg) {
+    counts_walk *w = arg;
+    if (w->n >= w->max) return;
+    w->out[w->n++] = (clc_kernel_counts){
+        .kernel_id = e->kernel_id, .device = e->device, .handle = e->handle, .ctx = e->ctx,
+        .launches = atomic_load(&e->launches), .denied = atomic_load(&e->denied),
+        .failed = atomic_load(&e->failed), .recorded = atomic_load(&e->recorded),
+        .timed = atomic_load(&e->timed), .graph_nodes = atomic_load(&e->graph_nodes),
+        .gpu_ns = atomic_load(&e->gpu_ns)};
+}
+
+/* Fills up to `max` rows; returns how many were written. */
+CLC_EXPORT int clc_shim_kernel_counts(clc_kernel_counts *out, int max) {
+    counts_walk w = {out, max, 0};
+    clc_cache_each(add_counts, &w);
+    return w.n;
+}
+
+/* A message from the engine: into the capture, and on stderr from warnings up. */
+CLC_EXPORT void clc_shim_message(int level, const char *text) {
+    if (level > CLC_MSG_INFO) {
+        clc_log(level, "%s", text);
+    } else if (clc_capture_enabled()) {
+        clc_rec_message body = {.level = (uint32_t)level, .t_ns = clc_now_ns()};
+        clc_capture_write(CLC_REC_MESSAGE, &body, sizeof body, text, strlen(text));
+    }
 }
 
 /* Registered at the first CUDA activity, after cudart registered its own teardown, so that it

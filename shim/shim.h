@@ -200,15 +200,30 @@ typedef struct clc_entry {
     uint64_t handle;
     uint64_t ctx;
     _Atomic uint32_t ready; /* 0 until every other field is written */
-    uint32_t n_clauses;
+    union {
+        struct {
+            uint16_t n_clauses; /* shape clauses (mode CLC_MODE_CACHED) */
+            uint16_t mode;      /* CLC_MODE_* */
+        };
+        uint32_t shaped; /* 0: `fallback` decides every launch, the fast path's one test */
+    };
     clc_outcome fallback;
     _Atomic uint64_t launches;
     uint32_t kernel_id;
     int32_t device;
     /* The rest: shape rules, and counts kept by the slower paths. */
-    clc_clause *clauses; /* n_clauses of them, or NULL */
+    clc_clause *clauses;                /* n_clauses of them, or NULL */
+    struct clc_shape_cache *_Atomic shapes; /* mode CLC_MODE_PER_SHAPE: answers so far */
     _Atomic uint64_t denied, recorded, timed, graph_nodes, gpu_ns, failed;
 } __attribute__((aligned(64))) clc_entry;
+
+/* A launch as the engine is asked about it, beyond the kernel. */
+typedef struct {
+    uint32_t entry_point;
+    uint32_t grid[3], block[3], shmem;
+    CUstream stream;
+    void **params, **extra;
+} clc_launch_info;
 
 /* What every launch reads, together in one cache line. */
 typedef struct {
@@ -244,17 +259,22 @@ static inline clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
     }
     return NULL;
 }
-clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, uint32_t entry, const uint32_t grid[3],
-                            const uint32_t block[3], uint32_t shmem);
-const clc_outcome *clc_outcome_for(const clc_entry *e, uint64_t grid_blocks,
-                                   uint64_t block_threads, uint64_t shmem);
+/* Asks the engine about a new (kernel, context) and publishes its entry; `answer` gets the
+ * engine's outcome for this very launch (another thread's entry may have won the insert). */
+clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
+                            clc_outcome *answer);
+/* The outcome of a launch of an entry whose `shaped` is not 0: shape clauses, or the engine
+ * asked per shape (answers cached here) or at every launch (answer in *scratch). */
+const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_outcome *scratch);
 typedef void (*clc_entry_fn)(clc_entry *, void *);
 void clc_cache_each(clc_entry_fn fn, void *arg);
 void clc_cache_after_fork_child(void);
 
 /* ---- the bridge to Python (stage 2) ------------------------------------------------------ */
 int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out); /* 0: decided */
+int clc_bridge_launch(const clc_kernel_query *q, clc_outcome *out);  /* 0: decided */
 void clc_bridge_module(const clc_module_event *ev);
+void clc_bridge_exit(void); /* the engine's exit work (on_exit hooks), if Python still runs */
 void clc_bridge_after_fork_child(void);
 
 /* ---- the capture ------------------------------------------------------------------------- */

@@ -40,6 +40,8 @@ class PolicyCommand:
         explain.add_argument("--device", type=int, default=0)
         explain.add_argument("--process", default="", help="program name")
         explain.add_argument("--tenant", default=os.environ.get("CLC_TENANT", ""))
+        explain.add_argument("--hooks", metavar="FILE", action="append",
+                             help="hook files given to clc-run, asked before the rules")
 
     def run(self, args):
         if args.policy_command == "check":
@@ -63,7 +65,7 @@ class PolicyCommand:
     @staticmethod
     def explain(args):
         try:
-            policy = load_policy(args.file)
+            policy = load_policy(args.file).with_cli_hooks(args.hooks or [])
         except PolicyError as e:
             raise ClcError(str(e), EXIT_USAGE) from None
         info = KernelInfo(mangled=args.kernel, demangled=demangle(args.kernel),

@@ -7,6 +7,7 @@ it), and afterwards reads the capture the program wrote and prints the per-kerne
 
 import argparse
 import glob
+import json
 import os
 import pathlib
 import re
@@ -15,11 +16,13 @@ import sys
 
 from clc.capture import CaptureError, read_captures
 from clc.errors import EXIT_USAGE, ClcError
+from clc.hooks import HookError, load_hook_file, resolve_hook_ref
 from clc.policy import PolicyError, load_policy, parse_policy
 from clc.reports import summary
 from clc.shim import preload_environment
 
-__all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files"]
+__all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
+           "load_policy_and_hooks"]
 
 # Used when no --policy is given: let everything run and record every launch.
 DEFAULT_POLICY = """\
@@ -46,6 +49,28 @@ def split_program(argv):
     return argv
 
 
+def load_policy_and_hooks(policy_path, hook_files):
+    """The policy with the --hooks files, every hook file imported once here so that one that
+    does not import stops clc-run before the program starts; and the policy as the program's
+    engine gets it (JSON), naming the --hooks files' hooks for the reports."""
+    try:
+        policy = load_policy(policy_path) if policy_path else parse_policy(
+            DEFAULT_POLICY if not hook_files else "version: 1\n")
+        policy = policy.with_cli_hooks(hook_files or [])
+    except PolicyError as e:
+        raise ClcError(str(e), EXIT_USAGE) from None
+    try:
+        names = [hook.name for ref in policy.hooks for hook in load_hook_file(ref.path).hooks]
+        for rule in policy.rules:
+            if rule.hook is not None:
+                resolve_hook_ref(f"{rule.hook.path}:{rule.hook.function}", os.sep)
+    except HookError as e:
+        raise ClcError(str(e), EXIT_USAGE) from None
+    data = json.loads(policy.to_json())
+    data["hook_deciders"] = names
+    return policy, json.dumps(data, separators=(",", ":"))
+
+
 def default_output(program, pid):
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(program)) or "program"
     return pathlib.Path(f"clc-{name}.{pid}.clc").resolve()
@@ -68,7 +93,11 @@ class RunCommand:
     @staticmethod
     def add_arguments(parser):
         parser.add_argument("--policy", metavar="FILE",
-                            help="policy file (default: allow everything, record every launch)")
+                            help="policy file (default: allow everything and record every "
+                                 "launch; with --hooks: allow what the hooks do not decide)")
+        parser.add_argument("--hooks", metavar="FILE", action="append",
+                            help="Python file of @clc.on_launch hooks, asked before the "
+                                 "policy's rules (repeatable)")
         parser.add_argument("-o", "--output", metavar="FILE",
                             help="capture file (default: clc-<program>.<pid>.clc)")
         parser.add_argument("--force", action="store_true", help="overwrite the capture file")
@@ -84,16 +113,13 @@ class RunCommand:
         argv = split_program(args.program)
         if not argv:
             raise ClcError("no program given: clc-run [options] -- PROGRAM [ARGS...]", EXIT_USAGE)
-        try:
-            policy = load_policy(args.policy) if args.policy else parse_policy(DEFAULT_POLICY)
-        except PolicyError as e:
-            raise ClcError(str(e), EXIT_USAGE) from None
+        policy, policy_json = load_policy_and_hooks(args.policy, args.hooks)
         environ = dict(os.environ)
         if args.tenant is not None:
             environ["CLC_TENANT"] = args.tenant
         output = pathlib.Path(args.output).resolve() if args.output else None
         try:
-            env = preload_environment(environ, policy_json=policy.to_json(),
+            env = preload_environment(environ, policy_json=policy_json,
                                       on_error=policy.on_error, output=output or "",
                                       force=args.force, verbose=args.verbose)
         except FileNotFoundError as e:

@@ -240,4 +240,87 @@ static inline void cudart_open(void)
     g_getproc = resolve("cuGetProcAddress", ABI_VERSION, 0);
 }
 
+/* ---- a cudart-style program's start-up ----------------------------------------------------------
+ * cudart_start(&rt, flags) does what prog_cudart, prog_threads, prog_fork, prog_teardown and
+ * prog_graph_generic all begin with: cudart_open(), cuGetProcAddress (RT_VERSION, flags 0) of the
+ * entry points below, then cuInit, cuDeviceGet of device 0, [retain the primary context, [make
+ * it current]], and cuLibraryLoadData of APP_PTX in a fatbin wrapper, as cudart registers code.
+ * The program resolves whatever else it needs afterwards, so its getproc lines keep their order:
+ *
+ *   init, device_get, primary_retain, [primary_release, CUDART_CLEANUP], set_current (at the
+ *   end instead with CUDART_SET_CURRENT_LAST), [ctx_sync, CUDART_CLEANUP], library_load,
+ *   [library_unload, CUDART_CLEANUP], get_kernel
+ *
+ * rt must stay put while the library is loaded: the wrapper handed to the driver lives in it. */
+
+#define CUDART_RETAIN 0x1            /* retain device 0's primary context into rt->ctx */
+#define CUDART_SET_CURRENT 0x2       /* and make it current (with CUDART_RETAIN) */
+#define CUDART_PRESERVED 0x4         /* load with CU_LIBRARY_BINARY_IS_PRESERVED, as cudart does */
+#define CUDART_CLEANUP 0x8           /* also resolve primary_release, ctx_sync, library_unload */
+#define CUDART_SET_CURRENT_LAST 0x10 /* resolve cuCtxSetCurrent after cuLibraryGetKernel */
+
+struct cudart {
+    __typeof__(&cuInit) init;
+    __typeof__(&cuDeviceGet) device_get;
+    __typeof__(&cuDevicePrimaryCtxRetain) primary_retain;
+    __typeof__(&cuDevicePrimaryCtxRelease) primary_release; /* CUDART_CLEANUP only */
+    __typeof__(&cuCtxSetCurrent) set_current;
+    __typeof__(&cuCtxSynchronize) ctx_sync; /* CUDART_CLEANUP only */
+    __typeof__(&cuLibraryLoadData) library_load;
+    __typeof__(&cuLibraryUnload) library_unload; /* CUDART_CLEANUP only */
+    __typeof__(&cuLibraryGetKernel) get_kernel;
+    CUdevice dev;
+    CUcontext ctx; /* CUDART_RETAIN only */
+    CUlibrary lib;
+    struct fake_fatbin_wrapper wrapper;
+};
+
+static inline void cudart_start(struct cudart *rt, unsigned flags)
+{
+    int cleanup = (flags & CUDART_CLEANUP) != 0, set_last = (flags & CUDART_SET_CURRENT_LAST) != 0;
+    int preserved = (flags & CUDART_PRESERVED) != 0;
+    CUlibraryOption lib_opt = CU_LIBRARY_BINARY_IS_PRESERVED;
+    void *lib_val = (void *)(uintptr_t)1;
+
+    memset(rt, 0, sizeof *rt);
+    cudart_open();
+    rt->init = resolve("cuInit", RT_VERSION, 0);
+    rt->device_get = resolve("cuDeviceGet", RT_VERSION, 0);
+    rt->primary_retain = resolve("cuDevicePrimaryCtxRetain", RT_VERSION, 0);
+    if (cleanup)
+        rt->primary_release = resolve("cuDevicePrimaryCtxRelease", RT_VERSION, 0);
+    if (!set_last)
+        rt->set_current = resolve("cuCtxSetCurrent", RT_VERSION, 0);
+    if (cleanup)
+        rt->ctx_sync = resolve("cuCtxSynchronize", RT_VERSION, 0);
+    rt->library_load = resolve("cuLibraryLoadData", RT_VERSION, 0);
+    if (cleanup)
+        rt->library_unload = resolve("cuLibraryUnload", RT_VERSION, 0);
+    rt->get_kernel = resolve("cuLibraryGetKernel", RT_VERSION, 0);
+    if (set_last)
+        rt->set_current = resolve("cuCtxSetCurrent", RT_VERSION, 0);
+
+    /* cuInit makes no context current; cudart retains the primary context and sets it. */
+    CHECK(rt->init(0));
+    CHECK(rt->device_get(&rt->dev, 0));
+    if (flags & CUDART_RETAIN) {
+        CHECK(rt->primary_retain(&rt->ctx, rt->dev));
+        if (flags & CUDART_SET_CURRENT)
+            CHECK(rt->set_current(rt->ctx));
+    }
+
+    /* cudart's registration: the fatbin wrapper, kept alive by the program. */
+    rt->wrapper = make_fatbin_wrapper(make_fatbin(APP_PTX));
+    CHECK(rt->library_load(&rt->lib, &rt->wrapper, NULL, NULL, 0, preserved ? &lib_opt : NULL,
+                           preserved ? &lib_val : NULL, preserved ? 1 : 0));
+}
+
+/* A kernel of rt's library, as cudart holds it (a CUkernel). */
+static inline CUkernel cudart_kernel(const struct cudart *rt, const char *name)
+{
+    CUkernel k;
+    CHECK(rt->get_kernel(&k, rt->lib, name));
+    return k;
+}
+
 #endif /* CLC_TESTS_NATIVE_COMMON_H */

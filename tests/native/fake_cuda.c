@@ -10,6 +10,11 @@
  * driver: typed handles, a thread-local current context, images that name their kernels, and
  * cuGetProcAddress handing out per-thread-stream (_ptsz) and ABI-versioned (_v2) variants.
  *
+ * Kernel parameters: each image entry's PTX parameter list gives its layout (offsets and sizes
+ * as nvcc lays them out), which cuKernelGetParamInfo/cuFuncGetParamInfo report and launches are
+ * checked against: a kernel that takes parameters needs kernelParams or a well-formed `extra`
+ * whose buffer holds them all. Entries declared `NAME(\n)` or without a list take none.
+ *
  * Events complete instantly by default. With FAKE_CUDA_LAZY_EVENTS=1 in the environment (read
  * once, when the library is loaded) they behave like a real GPU's instead: see "events" below.
  *
@@ -80,9 +85,23 @@ struct CUctx_st {
     atomic_ullong default_synced;
 };
 
+/* A kernel's parameters as its image's PTX declares them: where each one lies in the parameter
+ * buffer (cuFuncGetParamInfo), and the buffer's size (`extra` must hold at least that much).
+ * Built once per image entry and never freed, like the names. */
+struct param_info {
+    size_t offset, size;
+};
+
+struct param_layout {
+    unsigned n;
+    size_t total; /* the end of the last parameter */
+    struct param_info *p;
+};
+
 struct CUfunc_st {
     uint32_t tag;
     struct kname *k;
+    const struct param_layout *params; /* NULL: the entry has no parameter list */
     int attrs[CU_FUNC_ATTRIBUTE_MAX];
 };
 
@@ -352,12 +371,158 @@ static int ident_char(char c)
 
 static int space_char(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-/* The kernels of a PTX text: every `.entry NAME(`, without duplicates. */
-static CUresult parse_kernels(const char *text, size_t len, struct kname ***out, unsigned *n)
+/* ---- parameter lists ---------------------------------------------------------------------------
+ * `.entry NAME(.param .u64 a, .param .align 8 .b8 p[16], ...)`: each parameter is `.param`,
+ * optionally `.align A`, a type (.b/.u/.s 8..64, .f16/.f32/.f64), attributes such as
+ * `.ptr .global .align 4` (which describe the pointee and are skipped), and a name with an
+ * optional `[N]` element count. Its size is the type's size times N; it lies at the next offset
+ * aligned to A (or to the type's size without .align), as nvcc lays kernel parameters out. */
+
+static const char *skip_spaces(const char *p, const char *end)
+{
+    while (p < end && space_char(*p))
+        p++;
+    return p;
+}
+
+/* The size in bytes of a PTX scalar type token (".u32" -> 4), 0 when tok is none. */
+static size_t type_size(const char *tok, size_t len)
+{
+    static const char *const types[] = {".b8",  ".u8",  ".s8",  ".b16", ".u16", ".s16", ".f16",
+                                        ".b32", ".u32", ".s32", ".f32", ".b64", ".u64", ".s64",
+                                        ".f64"};
+    static const size_t sizes[] = {1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8, 8, 8};
+    size_t i;
+    for (i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strlen(types[i]) == len && memcmp(types[i], tok, len) == 0)
+            return sizes[i];
+    return 0;
+}
+
+/* Reads a decimal number at *pp (advancing it); 0 when there is none. */
+static size_t read_number(const char **pp, const char *end)
+{
+    size_t v = 0;
+    const char *p = *pp;
+    while (p < end && *p >= '0' && *p <= '9' && v < ((size_t)1 << 40))
+        v = v * 10 + (size_t)(*p++ - '0');
+    *pp = p;
+    return v;
+}
+
+/* One `.param ...` declaration, the text in [p, end); appends it to l (capacity checked by the
+ * caller). */
+static CUresult parse_param(const char *p, const char *end, struct param_layout *l)
+{
+    size_t align = 0, elem = 0, count = 1, offset;
+    int named = 0;
+
+    p = skip_spaces(p, end);
+    if ((size_t)(end - p) < 7 || memcmp(p, ".param", 6) != 0 || !space_char(p[6]))
+        return CUDA_ERROR_INVALID_IMAGE;
+    p += 6;
+    for (p = skip_spaces(p, end); p < end; p = skip_spaces(p, end)) {
+        const char *t = p;
+        if (named)
+            return CUDA_ERROR_INVALID_IMAGE; /* nothing may follow the name and its count */
+        if (*p == '.') {
+            for (p++; p < end && ident_char(*p); p++)
+                ;
+            if ((size_t)(p - t) == 6 && memcmp(t, ".align", 6) == 0) {
+                size_t a;
+                p = skip_spaces(p, end);
+                a = read_number(&p, end);
+                if (a == 0 || (a & (a - 1)) != 0)
+                    return CUDA_ERROR_INVALID_IMAGE;
+                if (!elem)
+                    align = a; /* after the type it is a .ptr attribute: the pointee's */
+            } else if (!elem && type_size(t, (size_t)(p - t))) {
+                elem = type_size(t, (size_t)(p - t));
+            } else if (!elem) {
+                return CUDA_ERROR_INVALID_IMAGE; /* an unknown type */
+            }
+            continue;
+        }
+        if (!elem || !ident_char(*p))
+            return CUDA_ERROR_INVALID_IMAGE;
+        while (p < end && ident_char(*p))
+            p++;
+        p = skip_spaces(p, end);
+        if (p < end && *p == '[') {
+            p = skip_spaces(p + 1, end);
+            count = read_number(&p, end);
+            p = skip_spaces(p, end);
+            if (count == 0 || p == end || *p != ']')
+                return CUDA_ERROR_INVALID_IMAGE;
+            p++;
+        }
+        named = 1;
+    }
+    if (!named)
+        return CUDA_ERROR_INVALID_IMAGE;
+    if (!align)
+        align = elem;
+    offset = (l->total + align - 1) & ~(align - 1);
+    l->p[l->n].offset = offset;
+    l->p[l->n].size = elem * count;
+    l->n++;
+    l->total = offset + elem * count;
+    return CUDA_SUCCESS;
+}
+
+/* The parameter list after an entry's name (p points just past the name): *out is NULL when
+ * there is no list, else a layout (of no parameters for `()`). */
+static CUresult parse_params(const char *p, const char *end, struct param_layout **out)
+{
+    const char *close, *q;
+    unsigned cap = 1;
+    struct param_layout *l;
+
+    *out = NULL;
+    p = skip_spaces(p, end);
+    if (p == end || *p != '(')
+        return CUDA_SUCCESS;
+    if (!(close = memchr(p, ')', (size_t)(end - p))))
+        return CUDA_ERROR_INVALID_IMAGE;
+    for (q = p; q < close; q++)
+        cap += *q == ',';
+    if (!(l = calloc(1, sizeof *l)) || !(l->p = calloc(cap, sizeof *l->p))) {
+        free(l);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p++;
+    if (skip_spaces(p, close) != close) { /* `(\n)` declares none */
+        for (;;) {
+            const char *comma = memchr(p, ',', (size_t)(close - p));
+            const char *stop = comma ? comma : close;
+            CUresult rc = parse_param(p, stop, l);
+            if (rc != CUDA_SUCCESS) {
+                free(l->p);
+                free(l);
+                return rc;
+            }
+            if (!comma)
+                break;
+            p = comma + 1;
+        }
+    }
+    *out = l;
+    return CUDA_SUCCESS;
+}
+
+/* An entry of an image: its kernel name and its parameters. */
+struct entry_decl {
+    struct kname *k;
+    struct param_layout *params;
+};
+
+/* The kernels of a PTX text: every `.entry NAME(...)`, without duplicates (the first
+ * declaration of a name gives its parameters). */
+static CUresult parse_kernels(const char *text, size_t len, struct entry_decl **out, unsigned *n)
 {
     const char *end = text + len, *p;
     unsigned cap = 0, count = 0;
-    struct kname **ks;
+    struct entry_decl *ks;
 
     if (!memmem(text, len, ".version", 8))
         return CUDA_ERROR_INVALID_IMAGE; /* a cubin or garbage: the fake reads PTX only */
@@ -370,6 +535,8 @@ static CUresult parse_kernels(const char *text, size_t len, struct kname ***out,
     for (p = text; (p = memmem(p, (size_t)(end - p), ".entry", 6));) {
         const char *q;
         struct kname *k;
+        struct param_layout *params;
+        CUresult rc;
         unsigned i;
         p += 6;
         if (p == end || !space_char(*p))
@@ -380,15 +547,21 @@ static CUresult parse_kernels(const char *text, size_t len, struct kname ***out,
             ;
         if (q == p)
             continue;
-        if (!(k = intern_locked(strndup(p, (size_t)(q - p))))) {
+        if ((rc = parse_params(q, end, &params)) != CUDA_SUCCESS ||
+            !(k = intern_locked(strndup(p, (size_t)(q - p))))) {
             unlock();
             free(ks);
-            return CUDA_ERROR_OUT_OF_MEMORY;
+            return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_OUT_OF_MEMORY;
         }
-        for (i = 0; i < count && ks[i] != k; i++)
+        for (i = 0; i < count && ks[i].k != k; i++)
             ;
-        if (i == count)
-            ks[count++] = k;
+        if (i == count) {
+            ks[count].k = k;
+            ks[count++].params = params;
+        } else if (params) {
+            free(params->p);
+            free(params);
+        }
     }
     unlock();
     *out = ks;
@@ -396,10 +569,11 @@ static CUresult parse_kernels(const char *text, size_t len, struct kname ***out,
     return CUDA_SUCCESS;
 }
 
-static void func_init(struct CUfunc_st *f, struct kname *k)
+static void func_init(struct CUfunc_st *f, const struct entry_decl *e)
 {
     f->tag = TAG_FUNCTION;
-    f->k = k;
+    f->k = e->k;
+    f->params = e->params;
     f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] = MAX_BLOCK_THREADS;
     f->attrs[CU_FUNC_ATTRIBUTE_NUM_REGS] = 32;
     f->attrs[CU_FUNC_ATTRIBUTE_PTX_VERSION] = 80;
@@ -409,7 +583,7 @@ static void func_init(struct CUfunc_st *f, struct kname *k)
 
 static CUresult module_from_text(CUmodule *out, const char *text, size_t len)
 {
-    struct kname **ks;
+    struct entry_decl *ks;
     unsigned n, i;
     struct CUmod_st *m;
     TRY(parse_kernels(text, len, &ks, &n));
@@ -419,7 +593,7 @@ static CUresult module_from_text(CUmodule *out, const char *text, size_t len)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     for (i = 0; i < n; i++)
-        func_init(&m->funcs[i], ks[i]);
+        func_init(&m->funcs[i], &ks[i]);
     free(ks);
     m->n = n;
     m->tag = TAG_MODULE;
@@ -429,7 +603,7 @@ static CUresult module_from_text(CUmodule *out, const char *text, size_t len)
 
 static CUresult library_from_text(CUlibrary *out, const char *text, size_t len)
 {
-    struct kname **ks;
+    struct entry_decl *ks;
     unsigned n, i;
     struct CUlib_st *l;
     TRY(parse_kernels(text, len, &ks, &n));
@@ -440,8 +614,8 @@ static CUresult library_from_text(CUlibrary *out, const char *text, size_t len)
     }
     for (i = 0; i < n; i++) {
         l->kernels[i].tag = TAG_KERNEL;
-        l->kernels[i].k = ks[i];
-        func_init(&l->kernels[i].func, ks[i]);
+        l->kernels[i].k = ks[i].k;
+        func_init(&l->kernels[i].func, &ks[i]);
     }
     free(ks);
     l->n = n;
@@ -959,6 +1133,42 @@ CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
     return CUDA_SUCCESS;
 }
 
+/* A parameter's place in the buffer a launch's `extra` hands over (and the driver copies
+ * kernelParams into): the layout of the function's PTX entry. An entry without a parameter list
+ * has no parameters, so every index is past the end. */
+static CUresult param_info(const struct CUfunc_st *f, size_t index, size_t *offset, size_t *size)
+{
+    if (!offset || !f->params || index >= f->params->n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *offset = f->params->p[index].offset;
+    if (size) /* optional, as in the real driver */
+        *size = f->params->p[index].size;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset,
+                                      size_t *paramSize)
+{
+    TRY(need_init());
+    if (tag_of(kernel) != TAG_KERNEL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return param_info(&kernel->func, paramIndex, paramOffset, paramSize);
+}
+
+static struct CUfunc_st *launchable(const void *h);
+
+/* Like the launch entry points it also takes a CUkernel cast to a CUfunction, the handle a
+ * cudart-built program launches with. */
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                    size_t *paramSize)
+{
+    const struct CUfunc_st *f;
+    TRY(need_init());
+    if (!(f = launchable(func)))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return param_info(f, paramIndex, paramOffset, paramSize);
+}
+
 static CUresult func_set_attr(struct CUfunc_st *f, CUfunction_attribute attrib, int value)
 {
     switch (attrib) {
@@ -1037,6 +1247,38 @@ static CUresult check_shape(const struct CUfunc_st *f, unsigned gx, unsigned gy,
     return CUDA_SUCCESS;
 }
 
+/* The arguments of a launch, as the real driver checks them: a kernel that takes parameters
+ * needs kernelParams or extra, and extra is a list of (CU_LAUNCH_PARAM_BUFFER_POINTER, buffer),
+ * (CU_LAUNCH_PARAM_BUFFER_SIZE, &size) pairs ended by CU_LAUNCH_PARAM_END whose buffer holds
+ * the whole parameter layout. */
+static CUresult check_args(const struct CUfunc_st *f, void **params, void **extra)
+{
+    size_t need = f->params ? f->params->total : 0;
+    const void *buf = NULL;
+    const size_t *size = NULL;
+    unsigned i;
+
+    if (params && extra)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!extra)
+        return params || need == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (i >= 64)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+            size = extra[i + 1];
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (need == 0 && !buf && !size)
+        return CUDA_SUCCESS;
+    if (!buf || !size || *size < need)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
 static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
                        unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
                        void **params, void **extra)
@@ -1045,8 +1287,7 @@ static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, un
     TRY(need_ctx());
     if (!(f = launchable(fn)))
         return CUDA_ERROR_INVALID_HANDLE;
-    if (params && extra)
-        return CUDA_ERROR_INVALID_VALUE;
+    TRY(check_args(f, params, extra));
     TRY(check_shape(f, gx, gy, gz, bx, by, bz, smem));
     if (!stream_ok(s))
         return CUDA_ERROR_INVALID_HANDLE;
@@ -1777,6 +2018,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuKernelGetFunction)                                                                         \
     X(cuKernelGetName)                                                                             \
     X(cuFuncGetName)                                                                               \
+    X(cuKernelGetParamInfo)                                                                        \
+    X(cuFuncGetParamInfo)                                                                          \
     X(cuFuncSetAttribute)                                                                          \
     X(cuFuncGetAttribute)                                                                          \
     X(cuKernelSetAttribute)                                                                        \
@@ -1897,6 +2140,8 @@ static const struct {
     {"cuKernelSetAttribute", 12000, 0, "cuKernelSetAttribute"},
     {"cuKernelGetName", 12030, 0, "cuKernelGetName"},
     {"cuFuncGetName", 12030, 0, "cuFuncGetName"},
+    {"cuKernelGetParamInfo", 12040, 0, "cuKernelGetParamInfo"},
+    {"cuFuncGetParamInfo", 12040, 0, "cuFuncGetParamInfo"},
 };
 
 static int has_suffix(const char *s, const char *suffix)

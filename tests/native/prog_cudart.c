@@ -17,9 +17,7 @@ typedef CUresult (*pfn_add_node_v1)(CUgraphNode *, CUgraph, const CUgraphNode *,
 
 int main(void)
 {
-    CUdevice dev;
-    CUcontext ctx;
-    CUlibrary lib;
+    struct cudart rt;
     CUkernel k_vecadd, k_scale, k_debug;
     CUfunction f_scale;
     CUstream stream;
@@ -36,17 +34,9 @@ int main(void)
     CUresult rc;
 
     start_program();
-    cudart_open();
+    /* The primary context made current and APP_PTX loaded as cudart registers it. */
+    cudart_start(&rt, CUDART_RETAIN | CUDART_SET_CURRENT | CUDART_PRESERVED | CUDART_CLEANUP);
 
-    RESOLVE(init, cuInit, RT_VERSION, 0);
-    RESOLVE(device_get, cuDeviceGet, RT_VERSION, 0);
-    RESOLVE(primary_retain, cuDevicePrimaryCtxRetain, RT_VERSION, 0);
-    RESOLVE(primary_release, cuDevicePrimaryCtxRelease, RT_VERSION, 0);
-    RESOLVE(set_current, cuCtxSetCurrent, RT_VERSION, 0);
-    RESOLVE(ctx_sync, cuCtxSynchronize, RT_VERSION, 0);
-    RESOLVE(library_load, cuLibraryLoadData, RT_VERSION, 0);
-    RESOLVE(library_unload, cuLibraryUnload, RT_VERSION, 0);
-    RESOLVE(get_kernel, cuLibraryGetKernel, RT_VERSION, 0);
     RESOLVE(kernel_name, cuKernelGetName, RT_VERSION, 0);
     RESOLVE(kernel_function, cuKernelGetFunction, RT_VERSION, 0);
     RESOLVE(func_name, cuFuncGetName, RT_VERSION, 0);
@@ -77,21 +67,10 @@ int main(void)
     /* Names older than the version asked for are refused (status 2, version not sufficient). */
     resolve_rc("cuLibraryLoadData", 11080, 0, &probe);
 
-    /* cuInit makes no context current; cudart retains the primary context and sets it. */
-    CHECK(init(0));
-    CHECK(device_get(&dev, 0));
-    CHECK(primary_retain(&ctx, dev));
-    CHECK(set_current(ctx));
     CHECK(stream_create(&stream, 0));
-
-    /* cudart's registration: the fatbin wrapper, kept alive by the program. */
-    struct fake_fatbin_wrapper wrapper = make_fatbin_wrapper(make_fatbin(APP_PTX));
-    CUlibraryOption lib_opt = CU_LIBRARY_BINARY_IS_PRESERVED;
-    void *lib_val = (void *)(uintptr_t)1;
-    CHECK(library_load(&lib, &wrapper, NULL, NULL, 0, &lib_opt, &lib_val, 1));
-    CHECK(get_kernel(&k_vecadd, lib, K_VECADD));
-    CHECK(get_kernel(&k_scale, lib, K_SCALE));
-    CHECK(get_kernel(&k_debug, lib, K_DEBUG));
+    k_vecadd = cudart_kernel(&rt, K_VECADD);
+    k_scale = cudart_kernel(&rt, K_SCALE);
+    k_debug = cudart_kernel(&rt, K_DEBUG);
     CHECK(kernel_function(&f_scale, k_scale));
 
     rc = kernel_name(&name, k_vecadd);
@@ -179,10 +158,10 @@ int main(void)
     CHECK(exec_destroy(exec));
     CHECK(graph_destroy(graph));
 
-    CHECK(ctx_sync());
+    CHECK(rt.ctx_sync());
     CHECK(stream_destroy(stream));
-    CHECK(library_unload(lib));
-    CHECK(primary_release(dev));
+    CHECK(rt.library_unload(rt.lib));
+    CHECK(rt.primary_release(rt.dev));
     print_fake_counts();
     return 0;
 }

@@ -22,9 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static struct cudart g_rt;
 static __typeof__(&cuLaunchKernel) g_launch, g_launch_ptsz;
-static __typeof__(&cuCtxSetCurrent) g_set_current;
-static CUcontext g_ctx;
 static CUfunction g_vecadd, g_scale;
 static atomic_int g_stop;
 static atomic_ulong g_busy_ok, g_busy_failed;
@@ -45,7 +44,7 @@ static void *busy(void *arg)
 {
     unsigned long done = 0;
     (void)arg;
-    CHECK(g_set_current(g_ctx));
+    CHECK(g_rt.set_current(g_rt.ctx));
     while (!atomic_load(&g_stop)) {
         if (done == BUSY_MAX) {
             sched_yield();
@@ -77,35 +76,17 @@ int main(int argc, char **argv)
     long forks = argc > 2 ? atol(argv[2]) : 1, i;
     int all_ok = 1, status;
     pthread_t busy_thread;
-    CUdevice dev;
-    CUlibrary lib;
-    CUkernel k;
 
     if ((argc > 1 && !threaded && strcmp(argv[1], "plain") != 0) || forks < 1) {
         fprintf(stderr, "usage: %s [plain|threaded [FORKS]]\n", argv[0]);
         return 2;
     }
     start_program();
-    cudart_open();
-    RESOLVE(init, cuInit, RT_VERSION, 0);
-    RESOLVE(device_get, cuDeviceGet, RT_VERSION, 0);
-    RESOLVE(primary_retain, cuDevicePrimaryCtxRetain, RT_VERSION, 0);
-    RESOLVE(library_load, cuLibraryLoadData, RT_VERSION, 0);
-    RESOLVE(get_kernel, cuLibraryGetKernel, RT_VERSION, 0);
-    g_set_current = resolve("cuCtxSetCurrent", RT_VERSION, 0);
+    cudart_start(&g_rt, CUDART_RETAIN | CUDART_SET_CURRENT | CUDART_SET_CURRENT_LAST);
     g_launch = resolve("cuLaunchKernel", RT_VERSION, 0);
     g_launch_ptsz = resolve("cuLaunchKernel", RT_VERSION, PTSZ);
-
-    CHECK(init(0));
-    CHECK(device_get(&dev, 0));
-    CHECK(primary_retain(&g_ctx, dev));
-    CHECK(g_set_current(g_ctx));
-    struct fake_fatbin_wrapper wrapper = make_fatbin_wrapper(make_fatbin(APP_PTX));
-    CHECK(library_load(&lib, &wrapper, NULL, NULL, 0, NULL, NULL, 0));
-    CHECK(get_kernel(&k, lib, K_VECADD));
-    g_vecadd = (CUfunction)k;
-    CHECK(get_kernel(&k, lib, K_SCALE));
-    g_scale = (CUfunction)k;
+    g_vecadd = (CUfunction)cudart_kernel(&g_rt, K_VECADD);
+    g_scale = (CUfunction)cudart_kernel(&g_rt, K_SCALE);
 
     report_launch(K_VECADD, "cuLaunchKernel", launch(g_vecadd));
     report_launch(K_VECADD, "cuLaunchKernel", launch(g_vecadd));

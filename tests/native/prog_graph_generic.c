@@ -54,9 +54,7 @@ static CUgraphNodeParams kernel_params(CUkernel k, unsigned grid, void **args)
 
 int main(void)
 {
-    CUdevice dev;
-    CUcontext ctx;
-    CUlibrary lib;
+    struct cudart rt;
     CUkernel k_vecadd, k_scale, k_debug;
     CUstream stream;
     CUgraph graph;
@@ -72,17 +70,7 @@ int main(void)
     char what[32];
 
     start_program();
-    cudart_open();
-
-    RESOLVE(init, cuInit, RT_VERSION, 0);
-    RESOLVE(device_get, cuDeviceGet, RT_VERSION, 0);
-    RESOLVE(primary_retain, cuDevicePrimaryCtxRetain, RT_VERSION, 0);
-    RESOLVE(primary_release, cuDevicePrimaryCtxRelease, RT_VERSION, 0);
-    RESOLVE(set_current, cuCtxSetCurrent, RT_VERSION, 0);
-    RESOLVE(ctx_sync, cuCtxSynchronize, RT_VERSION, 0);
-    RESOLVE(library_load, cuLibraryLoadData, RT_VERSION, 0);
-    RESOLVE(library_unload, cuLibraryUnload, RT_VERSION, 0);
-    RESOLVE(get_kernel, cuLibraryGetKernel, RT_VERSION, 0);
+    cudart_start(&rt, CUDART_RETAIN | CUDART_SET_CURRENT | CUDART_PRESERVED | CUDART_CLEANUP);
     RESOLVE(stream_create, cuStreamCreate, RT_VERSION, 0);
     RESOLVE(stream_destroy, cuStreamDestroy, RT_VERSION, 0);
     RESOLVE(graph_create, cuGraphCreate, RT_VERSION, 0);
@@ -96,19 +84,10 @@ int main(void)
     pfn_add_node_v12030 add_node_v2 = resolve("cuGraphAddNode", EDGE_VERSION, 0);
     pfn_add_node_v12020 add_node_v1 = resolve("cuGraphAddNode", GENERIC_VERSION, 0);
 
-    CHECK(init(0));
-    CHECK(device_get(&dev, 0));
-    CHECK(primary_retain(&ctx, dev));
-    CHECK(set_current(ctx));
     CHECK(stream_create(&stream, 0));
-
-    struct fake_fatbin_wrapper wrapper = make_fatbin_wrapper(make_fatbin(APP_PTX));
-    CUlibraryOption lib_opt = CU_LIBRARY_BINARY_IS_PRESERVED;
-    void *lib_val = (void *)(uintptr_t)1;
-    CHECK(library_load(&lib, &wrapper, NULL, NULL, 0, &lib_opt, &lib_val, 1));
-    CHECK(get_kernel(&k_vecadd, lib, K_VECADD));
-    CHECK(get_kernel(&k_scale, lib, K_SCALE));
-    CHECK(get_kernel(&k_debug, lib, K_DEBUG));
+    k_vecadd = cudart_kernel(&rt, K_VECADD);
+    k_scale = cudart_kernel(&rt, K_SCALE);
+    k_debug = cudart_kernel(&rt, K_DEBUG);
 
     CHECK(graph_create(&graph, 0));
 
@@ -177,10 +156,10 @@ int main(void)
 
     CHECK(exec_destroy(exec));
     CHECK(graph_destroy(graph));
-    CHECK(ctx_sync());
+    CHECK(rt.ctx_sync());
     CHECK(stream_destroy(stream));
-    CHECK(library_unload(lib));
-    CHECK(primary_release(dev));
+    CHECK(rt.library_unload(rt.lib));
+    CHECK(rt.primary_release(rt.dev));
     print_fake_counts();
     return 0;
 }

@@ -21,9 +21,8 @@
 
 int main(int argc, char **argv)
 {
-    CUdevice dev;
+    struct cudart rt;
     CUcontext ctx;
-    CUlibrary lib;
     CUkernel k_vecadd;
     float a = 1.0f;
     int n = 1024, i, round, launches = 10, rounds = 1;
@@ -35,33 +34,22 @@ int main(int argc, char **argv)
         return 2;
     }
     start_program();
-    cudart_open();
-
-    RESOLVE(init, cuInit, RT_VERSION, 0);
-    RESOLVE(device_get, cuDeviceGet, RT_VERSION, 0);
-    RESOLVE(primary_retain, cuDevicePrimaryCtxRetain, RT_VERSION, 0);
-    RESOLVE(set_current, cuCtxSetCurrent, RT_VERSION, 0);
-    RESOLVE(library_load, cuLibraryLoadData, RT_VERSION, 0);
-    RESOLVE(get_kernel, cuLibraryGetKernel, RT_VERSION, 0);
+    /* No context yet: each round below retains the primary context itself. */
+    cudart_start(&rt, 0);
     RESOLVE(launch, cuLaunchKernel, RT_VERSION, 0);
     /* cuDevicePrimaryCtxRelease is cuDevicePrimaryCtxRelease_v2 from CUDA 11.0 on. */
     RESOLVE(primary_release, cuDevicePrimaryCtxRelease, ABI_VERSION, 0);
-
-    CHECK(init(0));
-    CHECK(device_get(&dev, 0));
-    struct fake_fatbin_wrapper wrapper = make_fatbin_wrapper(make_fatbin(APP_PTX));
-    CHECK(library_load(&lib, &wrapper, NULL, NULL, 0, NULL, NULL, 0));
-    CHECK(get_kernel(&k_vecadd, lib, K_VECADD));
+    k_vecadd = cudart_kernel(&rt, K_VECADD);
 
     /* Each round retains the primary context again: the same handle, a new context. */
     for (round = 0; round < rounds; round++) {
-        CHECK(primary_retain(&ctx, dev));
-        CHECK(set_current(ctx));
+        CHECK(rt.primary_retain(&ctx, rt.dev));
+        CHECK(rt.set_current(ctx));
         for (i = 0; i < launches; i++)
             report_launch(K_VECADD, "cuLaunchKernel",
                           launch((CUfunction)k_vecadd, 4, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
         /* No synchronization: the launches may still be running when the context goes. */
-        printf("release -> %d\n", (int)primary_release(dev));
+        printf("release -> %d\n", (int)primary_release(rt.dev));
     }
     print_fake_counts();
     return 0;

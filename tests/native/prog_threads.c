@@ -17,9 +17,8 @@
 
 #define MAX_CODES 16
 
+static struct cudart g_rt;
 static __typeof__(&cuLaunchKernel) g_launch, g_launch_ptsz;
-static __typeof__(&cuCtxSetCurrent) g_set_current;
-static CUcontext g_ctx;
 static CUfunction g_kernels[2];
 static long g_iters;
 static pthread_barrier_t g_start;
@@ -57,7 +56,7 @@ static void *worker(void *arg)
     void *args[] = {&a, &a, &a, &n};
 
     /* A new thread has no current context, as with the real driver. */
-    CHECK(g_set_current(g_ctx));
+    CHECK(g_rt.set_current(g_rt.ctx));
     pthread_barrier_wait(&g_start);
     for (i = 0; i < g_iters; i++) {
         int rc = (int)launch(g_kernels[i % 2], 2, 1, 1, 64, 1, 1, 0, NULL, args, NULL);
@@ -83,9 +82,6 @@ int main(int argc, char **argv)
 {
     long nthreads = argc > 1 ? atol(argv[1]) : 16, t;
     unsigned long ok = 0, failed = 0;
-    CUdevice dev;
-    CUlibrary lib;
-    CUkernel k;
     pthread_t *threads;
     int i;
 
@@ -95,25 +91,12 @@ int main(int argc, char **argv)
         return 2;
     }
     start_program();
-    cudart_open();
-    RESOLVE(init, cuInit, RT_VERSION, 0);
-    RESOLVE(device_get, cuDeviceGet, RT_VERSION, 0);
-    RESOLVE(primary_retain, cuDevicePrimaryCtxRetain, RT_VERSION, 0);
-    RESOLVE(library_load, cuLibraryLoadData, RT_VERSION, 0);
-    RESOLVE(get_kernel, cuLibraryGetKernel, RT_VERSION, 0);
-    g_set_current = resolve("cuCtxSetCurrent", RT_VERSION, 0);
+    /* The primary context is retained here but made current only by the worker threads. */
+    cudart_start(&g_rt, CUDART_RETAIN | CUDART_SET_CURRENT_LAST);
     g_launch = resolve("cuLaunchKernel", RT_VERSION, 0);
     g_launch_ptsz = resolve("cuLaunchKernel", RT_VERSION, PTSZ);
-
-    CHECK(init(0));
-    CHECK(device_get(&dev, 0));
-    CHECK(primary_retain(&g_ctx, dev));
-    struct fake_fatbin_wrapper wrapper = make_fatbin_wrapper(make_fatbin(APP_PTX));
-    CHECK(library_load(&lib, &wrapper, NULL, NULL, 0, NULL, NULL, 0));
-    CHECK(get_kernel(&k, lib, K_VECADD));
-    g_kernels[0] = (CUfunction)k;
-    CHECK(get_kernel(&k, lib, K_DEBUG));
-    g_kernels[1] = (CUfunction)k;
+    g_kernels[0] = (CUfunction)cudart_kernel(&g_rt, K_VECADD);
+    g_kernels[1] = (CUfunction)cudart_kernel(&g_rt, K_DEBUG);
 
     printf("threads: threads=%ld launches=%ld total=%ld\n", nthreads, g_iters, nthreads * g_iters);
     if (!(threads = calloc((size_t)nthreads, sizeof *threads)))

@@ -63,13 +63,20 @@ def parse_structs(text, defines):
     """{name: (size, align, fields)}; fields are (name, offset, size, type, count)."""
     structs = {}
     body_re = re.compile(r"typedef\s+struct\s+(\w+)\s*\{(.*?)\}\s*(\w+)\s*;", re.S)
-    field_re = re.compile(r"^(const\s+)?(\w+)\s*(\*?)\s*(\w+)\s*(?:\[\s*(\w+)\s*\])?$")
+    field_re = re.compile(r"^(const\s+)?(\w+)\s*(\**)\s*(\w+)\s*(?:\[\s*(\w+)\s*\])?$")
     for tag, body, name in body_re.findall(strip_comments(text)):
         assert tag == name, f"typedef name {name} differs from struct tag {tag}"
         offset = 0
         align = 1
         fields = []
+        decls = []
         for decl in filter(None, (d.strip() for d in body.split(";"))):
+            # `uint64_t a, b, c` declares three fields of the first one's type
+            first, *more = [part.strip() for part in decl.split(",")]
+            decls.append(first)
+            base = first.rsplit(None, 1)[0] if more else ""
+            decls += [f"{base} {extra}" for extra in more]
+        for decl in decls:
             m = field_re.match(" ".join(decl.split()))
             assert m, f"{name}: cannot parse field {decl!r}"
             _, ctype, star, fname, count = m.groups()

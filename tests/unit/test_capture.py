@@ -252,3 +252,18 @@ def test_read_captures(tmp_path):
     child.pid, child.ppid = 101, 100
     caps = read_captures([parent, child.write(tmp_path / "101.clc")])
     assert [(c.pid, c.ppid, c.complete) for c in caps] == [(100, 1, True), (101, 100, False)]
+
+
+def test_rule_names_cover_python_hooks_after_the_rules(tmp_path):
+    # GIVEN a capture whose policy has one rule and two hooks from --hooks files
+    from capture_writer import CaptureWriter
+
+    w = CaptureWriter()
+    w.policy({"version": 1, "rules": [{"name": "only-rule"}],
+              "hook_deciders": ["h.py:first", "h.py:second"]})
+    path = tmp_path / "hooks.clc"
+    w.write(path)
+    cap = read_capture(path)
+    # THEN indices past the rules name the hooks, in order
+    assert [cap.rule_name(i) for i in (0, 1, 2, 3, -1)] == [
+        "only-rule", "hook h.py:first", "hook h.py:second", "rule 3", "default"]

@@ -1,0 +1,1080 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Python hooks: functions a user writes to decide kernel launches (docs/hooks.md).
+
+    import clc
+
+    @clc.on_launch(kernel="*softmax*")
+    def guard(launch):
+        if launch.grid.blocks > 65536:
+            return clc.deny("grid too large for this tenant")
+        return clc.allow(record=True)
+
+This module runs inside the traced program's Python (the engine imports it there), so it uses
+the standard library only. Kernel matching is clc.policy's, so a hook's `kernel=` glob and a
+policy rule's `kernel:` glob can never disagree about a name.
+
+A Launch and its Params point into the program's own memory (the argument arrays of the launch
+call): they are valid only during the hook call, and everything reads lazily so that a hook
+that never looks at an argument costs no memory access at all.
+"""
+
+from __future__ import annotations
+
+import collections
+import collections.abc
+import ctypes
+import difflib
+import importlib
+import importlib.machinery
+import importlib.util
+import itertools
+import operator
+import os
+import re
+import reprlib
+import struct
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from clc import abi
+from clc.cuda_errors import CUDA_ERRORS, error_name
+# _glob_problem is the policy loader's own glob check: sharing it keeps a glob that a policy
+# refuses from being accepted in a hook (and the other way round).
+from clc.policy import KernelInfo, Outcome, Rule, _glob_problem, base_name
+
+__all__ = [
+    "on_launch", "on_exit", "allow", "deny", "wrap", "HookDecision", "HookError",
+    "HookLoadError", "Dim3", "Param", "Params", "Launch", "Hook", "HookFile", "KernelStats",
+    "HookStats", "ExitStats", "driver_param_layout", "checked_layout", "load_hook_file",
+    "import_hook_file", "resolve_hook_ref",
+]
+
+_INT32_MAX = 2**31 - 1
+_PTR_SIZE = ctypes.sizeof(ctypes.c_void_p)
+# The `extra` keys of cuda.h (CU_LAUNCH_PARAM_*_AS_INT).
+_EXTRA_END = 0
+_EXTRA_BUFFER_POINTER = 1
+_EXTRA_BUFFER_SIZE = 2
+# A real `extra` holds two pairs and its end; a walk that finds no end within this many pairs is
+# reading something that is not an `extra` array, and must stop before it faults.
+_EXTRA_MAX_PAIRS = 64
+# CUDA allows 32764 bytes of kernel parameters, so no kernel has more parameters than this; a
+# driver that answers every index is stopped here.
+_MAX_PARAMS = 32768
+_HOOK_ATTR = "__clc_hook__"
+_EXIT_ATTR = "__clc_on_exit__"
+
+
+class HookError(Exception):
+    """A hook used wrongly: bad decorator options, a bad return value, a bad parameter read."""
+
+
+class HookLoadError(HookError):
+    """A hook file or hook reference that cannot be used; str() is `path: message`."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+# ---- decisions --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HookDecision:
+    """What a hook answers: made by clc.allow() and clc.deny(), never built by hand."""
+
+    action: int  # abi.ACTION_*
+    flags: int = 0  # abi.FLAG_*
+    error: int = 0  # the CUresult a denied launch returns, 0 for allow
+    message: str = ""  # a deny's reason, printed once per kernel
+
+    @property
+    def allowed(self) -> bool:
+        return self.action == abi.ACTION_ALLOW
+
+    @property
+    def record(self) -> bool:
+        return bool(self.flags & abi.FLAG_RECORD)
+
+    @property
+    def time(self) -> bool:
+        return bool(self.flags & abi.FLAG_TIME)
+
+    def outcome(self, rule_index: int) -> Outcome:
+        """The clc_outcome the shim gets; rule_index says which rule (or hook) decided."""
+        return Outcome(self.action, self.flags, self.error, rule_index)
+
+    def __repr__(self) -> str:
+        if self.action == abi.ACTION_DENY:
+            return f"clc.deny({self.message!r}, error={error_name(self.error)!r})"
+        options = [name for name, on in (("record", self.record and not self.time),
+                                         ("time", self.time)) if on]
+        return "clc.allow(" + ", ".join(f"{name}=True" for name in options) + ")"
+
+
+# allow() is called at every launch by every_launch hooks: its four possible answers are made
+# once, so that answering costs a tuple index and no allocation.
+_ALLOWS = (HookDecision(abi.ACTION_ALLOW, 0), HookDecision(abi.ACTION_ALLOW, abi.FLAG_RECORD),
+           HookDecision(abi.ACTION_ALLOW, abi.FLAG_RECORD | abi.FLAG_TIME))
+_NOT_PERMITTED = CUDA_ERRORS["CUDA_ERROR_NOT_PERMITTED"]
+_DEFAULT_DENY = HookDecision(abi.ACTION_DENY, 0, _NOT_PERMITTED, "")
+
+
+def allow(record: bool = False, time: bool = False) -> HookDecision:
+    """Let the launch through; record=True writes it into the capture, time=True also times it
+    on the GPU (and so implies record)."""
+    return _ALLOWS[2 if time else 1 if record else 0]
+
+
+def deny(message: str = "", error="CUDA_ERROR_NOT_PERMITTED") -> HookDecision:
+    """Refuse the launch: the program's launch call returns `error` (a CUresult name or number)
+    and `message` is printed once per kernel on the program's standard error."""
+    if not isinstance(message, str):
+        raise HookError(f"clc.deny(): message must be a string, got {type(message).__name__}")
+    if error == "CUDA_ERROR_NOT_PERMITTED":
+        return _DEFAULT_DENY if not message else \
+            HookDecision(abi.ACTION_DENY, 0, _NOT_PERMITTED, message)
+    return HookDecision(abi.ACTION_DENY, 0, _error_code(error), message)
+
+
+def _error_code(error) -> int:
+    if isinstance(error, str):
+        code = CUDA_ERRORS.get(error)
+        if code is None:
+            close = difflib.get_close_matches(error.upper(), list(CUDA_ERRORS), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else \
+                "expected a CUresult name such as CUDA_ERROR_NOT_PERMITTED, or its number"
+            raise HookError(f"clc.deny(): unknown CUDA error '{error}' ({hint})")
+    elif isinstance(error, int) and not isinstance(error, bool):
+        code = error
+        if not 0 <= code <= _INT32_MAX:
+            raise HookError(f"clc.deny(): error must be a CUresult between 1 and {_INT32_MAX}, "
+                            f"got {code}")
+    else:
+        raise HookError("clc.deny(): error must be a CUresult name or number, got "
+                        f"{type(error).__name__}")
+    if code == 0:
+        raise HookError("clc.deny(): error must not be CUDA_SUCCESS: a denied launch has to fail")
+    return code
+
+
+def wrap(*args, **kwargs):
+    """Reserved for wrapped kernels, which come with a later version of clc."""
+    raise HookError("clc.wrap() is not available yet: wrapped kernels come with a later version "
+                    "of clc; return clc.allow() or clc.deny() instead")
+
+
+# ---- what a hook sees ---------------------------------------------------------------------------
+
+class Dim3(collections.namedtuple("Dim3", "x y z", defaults=(1, 1, 1))):
+    """A grid or block shape; `blocks` and `threads` are both x*y*z, so that `launch.grid.blocks`
+    and `launch.block.threads` read naturally."""
+
+    __slots__ = ()
+
+    @property
+    def blocks(self) -> int:
+        return self.x * self.y * self.z
+
+    @property
+    def threads(self) -> int:
+        return self.x * self.y * self.z
+
+
+def _dim3(value) -> Dim3:
+    # tuple.__new__ skips namedtuple's argument parsing; a query's shape is always 3 ints.
+    if type(value) is Dim3:
+        return value
+    if len(value) == 3:
+        return tuple.__new__(Dim3, value)
+    return Dim3(*value)
+
+
+_ENTRY_NAMES = dict(abi.ENTRY_NAMES)
+_INT_SIZES = (1, 2, 4, 8)
+_BYTE_ORDER_CHARS = "@=<>!"
+
+
+class Param:
+    """One kernel argument: where it lies in the kernel's parameter block and its bytes.
+
+    `raw` is read from the program's memory on first use and kept; the readers interpret it
+    as the little-endian value the GPU receives.
+    """
+
+    __slots__ = ("index", "offset", "size", "_owner", "_raw")
+
+    def __init__(self, index: int, offset: int, size: int, owner: Params | None = None,
+                 raw: bytes | None = None):
+        self.index = index
+        self.offset = offset
+        self.size = size
+        self._owner = owner
+        self._raw = raw
+
+    @classmethod
+    def from_bytes(cls, data: bytes, index: int = 0, offset: int = 0) -> Param:
+        """A Param over bytes already in hand (for tests and for copies kept after a hook)."""
+        data = bytes(data)
+        return cls(index, offset, len(data), None, data)
+
+    @property
+    def raw(self) -> bytes:
+        raw = self._raw
+        if raw is None:
+            raw = self._raw = self._owner._read(self)
+        return raw
+
+    def _need_int_size(self, reader: str) -> None:
+        if self.size not in _INT_SIZES:
+            raise HookError(f"param {self.index}.{reader}(): the parameter is {self.size} bytes; "
+                            "integers are 1, 2, 4 or 8 bytes (use as_struct() or raw)")
+
+    def as_int(self) -> int:
+        """The argument as a signed integer (int8_t to int64_t)."""
+        self._need_int_size("as_int")
+        return int.from_bytes(self.raw, "little", signed=True)
+
+    def as_uint(self) -> int:
+        """The argument as an unsigned integer (uint8_t to uint64_t, size_t)."""
+        self._need_int_size("as_uint")
+        return int.from_bytes(self.raw, "little", signed=False)
+
+    def as_float(self) -> float:
+        """The argument as a float (4 bytes) or a double (8 bytes)."""
+        if self.size == 4:
+            return struct.unpack("<f", self.raw)[0]
+        if self.size == 8:
+            return struct.unpack("<d", self.raw)[0]
+        raise HookError(f"param {self.index}.as_float(): the parameter is {self.size} bytes; "
+                        "a float is 4 bytes and a double 8")
+
+    def as_ptr(self) -> int:
+        """The argument as a pointer (a device address, usually), as an int."""
+        if self.size != 8:
+            raise HookError(f"param {self.index}.as_ptr(): the parameter is {self.size} bytes; "
+                            "a pointer is 8 bytes")
+        return int.from_bytes(self.raw, "little", signed=False)
+
+    def as_struct(self, fmt: str) -> tuple:
+        """The argument unpacked with struct.unpack(fmt); '<' (no padding) is prepended unless
+        fmt starts with a byte-order character, so write C padding with 'x' or use '@'."""
+        if not isinstance(fmt, str):
+            raise HookError(f"param {self.index}.as_struct(): the format must be a string, "
+                            f"got {type(fmt).__name__}")
+        full = fmt if fmt and fmt[0] in _BYTE_ORDER_CHARS else "<" + fmt
+        try:
+            size = struct.calcsize(full)
+        except struct.error as e:
+            raise HookError(f"param {self.index}.as_struct(): bad format '{fmt}': {e}") from None
+        if size != self.size:
+            raise HookError(f"param {self.index}.as_struct(): format '{fmt}' is {size} bytes but "
+                            f"the parameter is {self.size} bytes")
+        return struct.unpack(full, self.raw)
+
+    def __repr__(self) -> str:
+        # Never reads memory: a repr in a log line must not fault on a stale Launch.
+        return f"Param(index={self.index}, offset={self.offset}, size={self.size})"
+
+
+class _Layout(tuple):
+    """A parameter layout already checked: ((offset, size), ...). An every_launch hook builds
+    Params at every launch, so a kernel's layout is checked once and reused as it is."""
+
+    __slots__ = ()
+
+
+def _check_layout(layout) -> _Layout:
+    if type(layout) is _Layout:
+        return layout
+    checked = []
+    for entry in layout:
+        offset, size = (operator.index(v) for v in entry)
+        if offset < 0 or size < 0:
+            raise HookError(f"parameter layout entry {entry!r} is negative")
+        checked.append((offset, size))
+    return _Layout(checked)
+
+
+def checked_layout(layout) -> _Layout:
+    """A layout checked once, for Params built from it many times."""
+    return _check_layout(layout)
+
+
+_CLOSED_MESSAGE = ("the Launch's parameters were read after its hook returned: a Launch and its "
+                   "params are valid only during the hook call (keep param.raw or the values "
+                   "you need instead)")
+
+
+class Params(collections.abc.Sequence):
+    """The arguments of one launch: len(), params[i], iteration.
+
+    Nothing is read until it is used: the layout (a list of (offset, size), or a callable that
+    returns one) is asked for on the first len() or index, and an argument's bytes on the first
+    use of its Param.
+    """
+
+    __slots__ = ("_layout_source", "_layout", "_fetch", "_items", "_closed")
+
+    def __init__(self, layout=(), fetch=None):
+        """fetch(index, offset, size) -> bytes reads one argument; without it the Params is
+        empty whatever the layout says (a launch that passed no arguments)."""
+        self._layout_source = layout
+        self._layout = () if fetch is None else None if callable(layout) else \
+            _check_layout(layout)
+        self._fetch = fetch
+        self._items = {}
+        self._closed = False
+
+    @classmethod
+    def from_kernel_params(cls, layout, kernel_params_addr: int) -> Params:
+        """Arguments given as `void **kernelParams`: argument i's bytes are at the address
+        stored in kernelParams[i]."""
+        if not kernel_params_addr:
+            return cls()
+        base = int(kernel_params_addr)
+
+        def fetch(index, offset, size):
+            arg = ctypes.c_void_p.from_address(base + index * _PTR_SIZE).value
+            if not arg:
+                raise HookError(f"param {index}: kernelParams[{index}] is NULL")
+            return ctypes.string_at(arg, size)
+        return cls(layout, fetch)
+
+    @classmethod
+    def from_extra(cls, layout, extra_addr: int) -> Params:
+        """Arguments given as `void **extra`: (key, value) pairs up to CU_LAUNCH_PARAM_END that
+        give a packed buffer and its size; argument i's bytes are at buffer + offset_i."""
+        if not extra_addr:
+            return cls()
+        base = int(extra_addr)
+        found = []  # [(buffer, size)] once the pairs were walked
+
+        def fetch(index, offset, size):
+            if not found:
+                found.append(_walk_extra(base))
+            buffer, buffer_size = found[0]
+            if offset + size > buffer_size:
+                raise HookError(f"param {index} (offset {offset}, {size} bytes) lies beyond the "
+                                f"{buffer_size}-byte argument buffer that `extra` gives")
+            return ctypes.string_at(buffer + offset, size)
+        return cls(layout, fetch)
+
+    def _get_layout(self) -> tuple[tuple[int, int], ...]:
+        layout = self._layout
+        if layout is None:
+            layout = self._layout = _check_layout(self._layout_source())
+        return layout
+
+    def __len__(self) -> int:
+        return len(self._get_layout())
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        layout = self._get_layout()
+        position = operator.index(index)
+        if position < 0:
+            position += len(layout)
+        if not 0 <= position < len(layout):
+            hint = "" if layout else (" (the driver gives parameter layouts from CUDA 12.4 on, "
+                                      "and a launch without arguments has none)")
+            raise IndexError(f"param {index} out of range: {len(layout)} parameters known{hint}")
+        param = self._items.get(position)
+        if param is None:
+            offset, size = layout[position]
+            param = self._items[position] = Param(position, offset, size, self)
+        return param
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def _read(self, param: Param) -> bytes:
+        if self._closed:
+            raise HookError(_CLOSED_MESSAGE)
+        return self._fetch(param.index, param.offset, param.size)
+
+    def close(self) -> None:
+        """Forbid further reads of the program's memory (bytes already read stay readable)."""
+        self._closed = True
+
+    def __repr__(self) -> str:
+        if self._layout is None:
+            return "Params(<layout not read yet>)"
+        return f"Params({len(self._layout)} parameters)"
+
+
+def _walk_extra(base: int) -> tuple[int, int]:
+    """(buffer address, buffer size) from a `void **extra` array."""
+    buffer = size = None
+    for pair in range(_EXTRA_MAX_PAIRS):
+        key = ctypes.c_void_p.from_address(base + 2 * pair * _PTR_SIZE).value or 0
+        if key == _EXTRA_END:
+            break
+        value = ctypes.c_void_p.from_address(base + (2 * pair + 1) * _PTR_SIZE).value or 0
+        if key == _EXTRA_BUFFER_POINTER:
+            buffer = value
+        elif key == _EXTRA_BUFFER_SIZE:
+            if not value:
+                raise HookError("extra: CU_LAUNCH_PARAM_BUFFER_SIZE points to NULL")
+            size = ctypes.c_size_t.from_address(value).value
+        else:
+            raise HookError(f"extra: unknown key {key:#x} in pair {pair} (expected "
+                            "CU_LAUNCH_PARAM_BUFFER_POINTER, _BUFFER_SIZE or _END)")
+    else:
+        raise HookError(f"extra: no CU_LAUNCH_PARAM_END within {_EXTRA_MAX_PAIRS} pairs")
+    if not buffer:
+        raise HookError("extra: no CU_LAUNCH_PARAM_BUFFER_POINTER (or it is NULL)")
+    if size is None:
+        raise HookError("extra: no CU_LAUNCH_PARAM_BUFFER_SIZE")
+    return buffer, size
+
+
+# ---- the driver's parameter layouts --------------------------------------------------------------
+
+# Kernel handles from cudart are CUkernels (cuLibrary*), from cuModuleGetFunction CUfunctions;
+# the kernel query is tried first, as the spec of the launch APIs accepts either handle there.
+_PARAM_INFO_NAMES = ("cuKernelGetParamInfo", "cuFuncGetParamInfo")
+_param_info_functions_cache = None
+_layouts: dict[int, tuple[tuple[int, int], ...]] = {}
+
+
+def _load_libcuda():
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _param_info_functions() -> list:
+    global _param_info_functions_cache
+    functions = _param_info_functions_cache
+    if functions is None:
+        functions = []
+        try:
+            lib = _load_libcuda()
+        except OSError:
+            lib = None
+        for name in _PARAM_INFO_NAMES:
+            # Drivers before 12.4 lack both; the loop then leaves the list empty.
+            function = getattr(lib, name, None) if lib is not None else None
+            if function is None:
+                continue
+            function.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                 ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+            function.restype = ctypes.c_int
+            functions.append(function)
+        _param_info_functions_cache = functions
+    return functions
+
+
+def _query_layout(handle: int) -> tuple[tuple[int, int], ...]:
+    offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+    for function in _param_info_functions():
+        layout = []
+        while len(layout) < _MAX_PARAMS and \
+                function(handle, len(layout), ctypes.byref(offset), ctypes.byref(size)) == 0:
+            layout.append((offset.value, size.value))
+        if layout:
+            return tuple(layout)
+    return ()
+
+
+def driver_param_layout(handle: int) -> list[tuple[int, int]]:
+    """[(offset, size), ...] of a kernel's parameters, from the driver (CUDA 12.4+), or [] when
+    the driver cannot say. Asked once per handle."""
+    handle = int(handle)
+    if not handle:
+        return []
+    layout = _layouts.get(handle)
+    if layout is None:
+        layout = _layouts[handle] = _query_layout(handle)
+    return list(layout)
+
+
+def _clear_param_layouts() -> None:
+    # For the engine when modules are unloaded: a later function may get a freed handle's address.
+    _layouts.clear()
+
+
+driver_param_layout.cache_clear = _clear_param_layouts
+
+
+class Launch:
+    """One kernel launch as a hook sees it.
+
+    Valid only during the hook call: `params` reads the program's own argument memory, which
+    the program may free or reuse as soon as the launch call returns. Keep copies (param.raw,
+    as_int(), ...) rather than the Launch.
+    """
+
+    __slots__ = ("handle", "name", "mangled", "grid", "block", "shared_mem", "stream", "device",
+                 "context", "thread", "entry", "ptsz", "_params", "_params_source", "_closed")
+
+    def __init__(self, *, name: str = "", mangled: str = "", grid=(1, 1, 1), block=(1, 1, 1),
+                 shared_mem: int = 0, stream: int = 0, device: int = 0, context: int = 0,
+                 thread: int = 0, entry: str = "cuLaunchKernel", ptsz: bool = False,
+                 handle: int = 0, params=None):
+        """params: a Params, a callable returning one (called on first access), or None."""
+        self.handle = handle
+        self.name = name or mangled
+        self.mangled = mangled
+        self.grid = _dim3(grid)
+        self.block = _dim3(block)
+        self.shared_mem = shared_mem
+        self.stream = stream
+        self.device = device
+        self.context = context
+        self.thread = thread
+        self.entry = entry
+        self.ptsz = ptsz
+        self._closed = False
+        if params is None or isinstance(params, Params):
+            self._params, self._params_source = params, None
+        else:
+            self._params, self._params_source = None, params
+
+    @classmethod
+    def from_query(cls, *, handle: int, ctx: int, device: int, entry: int, tid: int,
+                   mangled: str, demangled: str, grid, block, shared_mem: int, stream: int,
+                   params_addr: int = 0, extra_addr: int = 0, layout=None) -> Launch:
+        """A Launch from the fields of the shim's clc_kernel_query. entry is CLC_ENTRY_*
+        (with CLC_ENTRY_PTSZ); layout is [(offset, size), ...] or a callable returning one, by
+        default the driver's for `handle`. Argument memory is kernelParams when params_addr is
+        not 0, else extra."""
+        # Made field by field rather than through __init__: an every_launch hook pays this at
+        # every launch, and nothing about the arguments is built until a hook reads them.
+        launch = cls.__new__(cls)
+        launch.handle = handle
+        launch.name = demangled or mangled
+        launch.mangled = mangled
+        launch.grid = _dim3(grid)
+        launch.block = _dim3(block)
+        launch.shared_mem = shared_mem
+        launch.stream = stream
+        launch.device = device
+        launch.context = ctx
+        launch.thread = tid
+        api = entry & ~abi.ENTRY_PTSZ
+        launch.entry = _ENTRY_NAMES.get(api) or f"entry {api}"
+        launch.ptsz = bool(entry & abi.ENTRY_PTSZ)
+        launch._params = None
+        launch._params_source = (layout, params_addr, extra_addr)
+        launch._closed = False
+        return launch
+
+    @property
+    def params(self) -> Params:
+        params = self._params
+        if params is None:
+            source = self._params_source
+            if source is None:
+                params = Params()
+            elif type(source) is tuple:  # from_query's (layout, params_addr, extra_addr)
+                layout, params_addr, extra_addr = source
+                if layout is None:
+                    handle = self.handle
+
+                    def layout():
+                        return driver_param_layout(handle)
+                params = Params.from_kernel_params(layout, params_addr) if params_addr else \
+                    Params.from_extra(layout, extra_addr)
+            else:
+                params = source()
+            self._params = params
+            if self._closed:
+                params.close()
+        return params
+
+    @property
+    def base(self) -> str:
+        """The kernel's name without return type and parameters (`vecAdd`)."""
+        return base_name(self.name)
+
+    def close(self) -> None:
+        """Called by clc when the launch call goes on: later reads of params raise HookError
+        instead of reading memory the program may have freed."""
+        self._closed = True
+        if self._params is not None:
+            self._params.close()
+
+    def __repr__(self) -> str:
+        return (f"Launch({self.name!r}, grid={tuple(self.grid)}, block={tuple(self.block)}, "
+                f"shared_mem={self.shared_mem}, stream={self.stream:#x}, device={self.device}, "
+                f"entry={self.entry!r}{', ptsz' if self.ptsz else ''})")
+
+
+# ---- hooks ---------------------------------------------------------------------------------------
+
+_MODE_NAMES = {abi.MODE_CACHED: "cached", abi.MODE_PER_SHAPE: "per_shape",
+               abi.MODE_EVERY_LAUNCH: "every_launch"}
+
+
+class Hook:
+    """A function that decides launches, with the kernels it is asked about and how often.
+
+    calls, total_ns, max_ns and last_ns are the time spent in the function (perf_counter_ns).
+    """
+
+    def __init__(self, fn, name: str, *, kernel=None, kernel_regex: str | None = None,
+                 every_launch: bool = False, per_shape: bool = False, file: str = ""):
+        self.fn = fn
+        self.name = name
+        self.file = file
+        self.kernel = _checked_globs(kernel, name)
+        self.kernel_regex = _checked_regex(kernel_regex, name)
+        for option, value in (("every_launch", every_launch), ("per_shape", per_shape)):
+            if not isinstance(value, bool):
+                raise HookError(f"@clc.on_launch on {name}: {option} must be True or False, got "
+                                f"{value!r}")
+        if every_launch and per_shape:
+            raise HookError(f"@clc.on_launch on {name}: every_launch=True and per_shape=True "
+                            "together: every_launch already asks at every shape; use one")
+        self.every_launch = every_launch
+        self.per_shape = per_shape
+        # A Rule with only name conditions: matching is then exactly the policy's.
+        self._rule = Rule(name=name, kernel=self.kernel, kernel_regex=self.kernel_regex) \
+            if self.kernel is not None or self.kernel_regex is not None else None
+        self._matches: dict[tuple[str, str], bool] = {}
+        self.calls = 0
+        self.total_ns = 0
+        self.max_ns = 0
+        self.last_ns = 0
+
+    @property
+    def mode(self) -> int:
+        """abi.MODE_*: how often clc asks this hook about a kernel's launches."""
+        if self.every_launch:
+            return abi.MODE_EVERY_LAUNCH
+        return abi.MODE_PER_SHAPE if self.per_shape else abi.MODE_CACHED
+
+    def matches(self, info: KernelInfo) -> bool:
+        """Whether this hook is asked about the kernel (a policy rule's kernel/kernel_regex)."""
+        if self._rule is None:
+            return True
+        key = (info.mangled, info.demangled)
+        hit = self._matches.get(key)
+        if hit is None:
+            hit = self._matches[key] = self._rule.check_static(info)[0]
+        return hit
+
+    def call(self, launch: Launch) -> HookDecision | None:
+        """The function's answer; its exceptions propagate (clc reports them)."""
+        start = time.perf_counter_ns()
+        try:
+            result = self.fn(launch)
+        finally:
+            # Unlocked: under the GIL a rare lost update of a statistic is cheaper than a lock
+            # on every call.
+            elapsed = time.perf_counter_ns() - start
+            self.calls += 1
+            self.total_ns += elapsed
+            self.last_ns = elapsed
+            if elapsed > self.max_ns:
+                self.max_ns = elapsed
+        if result is None or type(result) is HookDecision:
+            return result
+        raise HookError(f"hook {self.name} returned {reprlib.repr(result)}; expected "
+                        "clc.allow(...), clc.deny(...) or None")
+
+    def __repr__(self) -> str:
+        what = []
+        if self.kernel is not None:
+            what.append(f"kernel={list(self.kernel)!r}")
+        if self.kernel_regex is not None:
+            what.append(f"kernel_regex={self.kernel_regex!r}")
+        what.append(_MODE_NAMES[self.mode])
+        return f"Hook({self.name}, {', '.join(what)})"
+
+
+def _checked_globs(kernel, name: str) -> tuple[str, ...] | None:
+    if kernel is None:
+        return None
+    globs = (kernel,) if isinstance(kernel, str) else kernel
+    if not isinstance(globs, (list, tuple)):
+        raise HookError(f"@clc.on_launch on {name}: kernel must be a glob or a list of globs, "
+                        f"got {type(kernel).__name__}")
+    if not globs:
+        raise HookError(f"@clc.on_launch on {name}: kernel must not be an empty list")
+    for glob in globs:
+        if not isinstance(glob, str):
+            raise HookError(f"@clc.on_launch on {name}: each kernel glob must be a string, got "
+                            f"{glob!r}")
+        if not glob:
+            raise HookError(f"@clc.on_launch on {name}: a kernel glob must not be empty")
+        problem = _glob_problem(glob)
+        if problem:
+            raise HookError(f"@clc.on_launch on {name}: invalid glob '{glob}' in kernel: "
+                            f"{problem}")
+    return tuple(globs)
+
+
+def _checked_regex(pattern, name: str) -> str | None:
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str):
+        raise HookError(f"@clc.on_launch on {name}: kernel_regex must be a string, got "
+                        f"{type(pattern).__name__}")
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise HookError(f"@clc.on_launch on {name}: invalid regex '{pattern}' in kernel_regex: "
+                        f"{e}") from None
+    return pattern
+
+
+class _Collector:
+    """What the decorators of one hook file register while it is imported."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.hooks: list[Hook] = []
+        self.exit_functions: list = []
+
+
+# Per thread: only the thread importing a hook file collects, so a module that another thread
+# imports at the same time cannot slip its decorated functions into that file's hooks.
+_local = threading.local()
+
+
+def _collector() -> _Collector | None:
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
+def _function_name(fn) -> str:
+    """`file.py:function`, the name reports and error messages give a hook."""
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        file = os.path.basename(code.co_filename)
+    else:
+        collector = _collector()
+        file = os.path.basename(collector.path) if collector else "?"
+    function = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or \
+        type(fn).__name__
+    return f"{file}:{function}"
+
+
+def _register_launch_hook(fn, kernel, kernel_regex, every_launch, per_shape):
+    name = _function_name(fn) if callable(fn) else repr(fn)
+    if not callable(fn):
+        raise HookError(f"@clc.on_launch must decorate a function, got {reprlib.repr(fn)}")
+    if isinstance(getattr(fn, _HOOK_ATTR, None), Hook):
+        raise HookError(f"@clc.on_launch on {name}: the function is already a hook; give one "
+                        "decorator a list of globs (kernel=[...]) or write two functions")
+    collector = _collector()
+    hook = Hook(fn, name, kernel=kernel, kernel_regex=kernel_regex, every_launch=every_launch,
+                per_shape=per_shape, file=collector.path if collector else "")
+    try:
+        setattr(fn, _HOOK_ATTR, hook)
+    except (AttributeError, TypeError):
+        pass  # a callable that takes no attributes: only resolve_hook_ref loses the link
+    if collector is not None:
+        collector.hooks.append(hook)
+    return fn
+
+
+def on_launch(fn=None, *, kernel=None, kernel_regex: str | None = None,
+              every_launch: bool = False, per_shape: bool = False):
+    """Declare a launch hook: `@clc.on_launch` or `@clc.on_launch(kernel=..., ...)`.
+
+    kernel: a glob or a list of globs; kernel_regex: a regex (re.search); both are tried on
+    the mangled name, the demangled name and the bare name, as policy rules do. Without them
+    every kernel is asked about. The hook is asked once per kernel and context, or once per
+    launch shape (per_shape=True), or at every launch (every_launch=True). Returns the
+    function unchanged.
+    """
+    if fn is not None:
+        if isinstance(fn, str):
+            raise HookError(f"@clc.on_launch takes the kernel glob as a keyword: write "
+                            f"@clc.on_launch(kernel={fn!r})")
+        return _register_launch_hook(fn, kernel, kernel_regex, every_launch, per_shape)
+
+    def decorate(function):
+        return _register_launch_hook(function, kernel, kernel_regex, every_launch, per_shape)
+    return decorate
+
+
+def on_exit(fn=None):
+    """Declare a function called once when the program ends, with an ExitStats."""
+    if fn is None:
+        return on_exit
+    if not callable(fn):
+        raise HookError(f"@clc.on_exit must decorate a function, got {reprlib.repr(fn)}")
+    try:
+        setattr(fn, _EXIT_ATTR, True)
+    except (AttributeError, TypeError):
+        pass
+    collector = _collector()
+    if collector is not None:
+        collector.exit_functions.append(fn)
+    return fn
+
+
+# ---- hook files ----------------------------------------------------------------------------------
+
+@dataclass
+class HookFile:
+    """A hook file, imported once: its launch hooks and exit functions in definition order."""
+
+    path: str  # as given
+    real_path: str
+    module: object
+    hooks: list[Hook] = field(default_factory=list)
+    exit_functions: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.real_path)
+
+
+_load_lock = threading.RLock()
+_files: dict[str, HookFile] = {}
+_plain_hooks: dict[tuple[str, str], Hook] = {}
+_module_numbers = itertools.count(1)
+_IMPORT_FRAMES = 3
+
+
+def _import_failure(error: BaseException, real_path: str, shown: str) -> str:
+    lines = [f"cannot import: {type(error).__name__}: {error}"]
+    frames = traceback.extract_tb(error.__traceback__)
+    # The lines of the hook file itself say where the import went wrong in the user's terms;
+    # the innermost frame, when it lies elsewhere (a neighbour module), says where it failed.
+    mine = [frame for frame in frames if frame.filename == real_path][-_IMPORT_FRAMES:]
+    shown_frames = list(mine)
+    if frames and frames[-1].filename != real_path and \
+            not frames[-1].filename.startswith("<frozen"):
+        shown_frames.append(frames[-1])
+    for frame in shown_frames:
+        where = shown if frame.filename == real_path else frame.filename
+        lines.append(f"  {where}, line {frame.lineno}, in {frame.name}")
+        if frame.line:
+            lines.append(f"    {frame.line.strip()}")
+    if isinstance(error, SyntaxError) and error.lineno:
+        where = shown if error.filename == real_path else error.filename
+        lines.append(f"  {where}, line {error.lineno}")
+        if error.text:
+            lines.append(f"    {error.text.strip()}")
+    return "\n".join(lines)
+
+
+def _remove_from_path(directory: str) -> None:
+    if sys.path and sys.path[0] == directory:
+        del sys.path[0]
+    else:  # the file moved entries itself; take out the one inserted for it
+        try:
+            sys.path.remove(directory)
+        except ValueError:
+            pass
+
+
+def import_hook_file(path) -> HookFile:
+    """Import a file of hooks once per resolved path, whatever it holds."""
+    shown = os.fsdecode(path)
+    real_path = os.path.realpath(shown)
+    with _load_lock:
+        cached = _files.get(real_path)
+        if cached is not None:
+            return cached
+        if not os.path.exists(real_path):
+            raise HookLoadError(shown, "no such file")
+        if not os.path.isfile(real_path):
+            raise HookLoadError(shown, "not a file")
+        stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(real_path))[0])
+        module_name = f"_clc_hooks_{next(_module_numbers)}_{stem}"
+        # An explicit source loader: a hook file need not end in .py.
+        loader = importlib.machinery.SourceFileLoader(module_name, real_path)
+        spec = importlib.util.spec_from_file_location(module_name, real_path, loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        collector = _Collector(real_path)
+        stack = _local.__dict__.setdefault("stack", [])
+        directory = os.path.dirname(real_path)
+        sys.path.insert(0, directory)
+        importlib.invalidate_caches()
+        stack.append(collector)
+        # In sys.modules during its import, as a normal import is: dataclasses and pickle look
+        # their module up there.
+        sys.modules[module_name] = module
+        imported = False
+        try:
+            loader.exec_module(module)
+            imported = True
+        except (Exception, SystemExit) as e:
+            # SystemExit too: a hook file that calls sys.exit() must not end the program.
+            raise HookLoadError(shown, _import_failure(e, real_path, shown)) from e
+        finally:
+            stack.pop()
+            _remove_from_path(directory)
+            if not imported:
+                sys.modules.pop(module_name, None)
+        hook_file = HookFile(shown, real_path, module, collector.hooks, collector.exit_functions)
+        _files[real_path] = hook_file
+        return hook_file
+
+
+def load_hook_file(path) -> HookFile:
+    """Import a hook file given to clc-run --hooks (once per resolved path) and return its
+    hooks in definition order; a file without any is an error. A file that a policy rule
+    names (hook: FILE:FUNCTION) may hold plain functions only: see import_hook_file."""
+    hook_file = import_hook_file(path)
+    if not hook_file.hooks and not hook_file.exit_functions:
+        raise HookLoadError(hook_file.path, "defines no @clc.on_launch or @clc.on_exit hook")
+    return hook_file
+
+
+def resolve_hook_ref(ref: str, base_dir) -> Hook:
+    """The Hook of a policy rule's `hook: FILE:FUNCTION` (FILE relative to base_dir).
+
+    A decorated function keeps its options; a plain one becomes a hook for every kernel it
+    is asked about, cached per kernel.
+    """
+    if not isinstance(ref, str) or ":" not in ref:
+        raise HookLoadError(str(ref), "a hook reference is FILE:FUNCTION, for example "
+                                      "hooks.py:guard")
+    file_part, _, function_name = ref.rpartition(":")
+    if not file_part or not function_name:
+        raise HookLoadError(ref, "a hook reference is FILE:FUNCTION, for example hooks.py:guard")
+    path = file_part if os.path.isabs(file_part) else \
+        os.path.join(os.fsdecode(base_dir), file_part)
+    hook_file = import_hook_file(path)
+    target = hook_file.module
+    for part in function_name.split("."):
+        target = getattr(target, part, _MISSING)
+        if target is _MISSING:
+            functions = [name for name, value in vars(hook_file.module).items()
+                         if callable(value) and not name.startswith("_")]
+            close = difflib.get_close_matches(function_name, functions, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise HookLoadError(hook_file.path, f"has no function '{function_name}' (hook "
+                                                f"'{ref}'){hint}")
+    if not callable(target):
+        raise HookLoadError(hook_file.path, f"'{function_name}' is not a function, it is a "
+                                            f"{type(target).__name__} (hook '{ref}')")
+    hook = getattr(target, _HOOK_ATTR, None)
+    if isinstance(hook, Hook):
+        return hook
+    if getattr(target, _EXIT_ATTR, False):
+        raise HookLoadError(hook_file.path, f"'{function_name}' is an @clc.on_exit function, "
+                                            f"not a launch hook (hook '{ref}')")
+    key = (hook_file.real_path, function_name)
+    with _load_lock:
+        hook = _plain_hooks.get(key)
+        if hook is None:
+            hook = _plain_hooks[key] = Hook(target, f"{hook_file.name}:{function_name}",
+                                            file=hook_file.real_path)
+    return hook
+
+
+_MISSING = object()
+
+
+# ---- the end of the program ---------------------------------------------------------------------
+
+@dataclass
+class KernelStats:
+    """One kernel's counts over the whole run (all contexts and devices)."""
+
+    name: str
+    launches: int = 0
+    denied: int = 0
+    failed: int = 0
+    recorded: int = 0
+    timed: int = 0
+    graph_nodes: int = 0
+    gpu_ns: int = 0
+
+
+_KERNEL_COUNTS = ("launches", "denied", "failed", "recorded", "timed", "graph_nodes", "gpu_ns")
+
+
+@dataclass
+class HookStats:
+    """The time one hook function took, over all its calls."""
+
+    name: str
+    calls: int = 0
+    total_ns: int = 0
+    max_ns: int = 0
+
+    @property
+    def mean_ns(self) -> float:
+        return self.total_ns / self.calls if self.calls else 0.0
+
+
+class ExitStats:
+    """What an @clc.on_exit function receives.
+
+    stats["vecAdd(float const*, float const*, float*, int)"] is that kernel's KernelStats
+    (by demangled name); iterating gives every KernelStats; `in` and len() work by name;
+    stats.hooks maps each hook's name to its HookStats.
+    """
+
+    def __init__(self, kernels=(), hooks=()):
+        self.kernels: dict[str, KernelStats] = {k.name: k for k in kernels}
+        self.hooks: dict[str, HookStats] = {h.name: h for h in hooks}
+
+    @classmethod
+    def from_rows(cls, kernel_rows=(), hook_rows=()) -> ExitStats:
+        """Kernel rows are (name, launches, denied, failed, recorded, timed, graph_nodes,
+        gpu_ns) tuples or mappings with those keys; rows of one name (several contexts) are
+        added up. Hook rows are Hook objects, (name, calls, total_ns, max_ns) or mappings."""
+        stats = cls()
+        for row in kernel_rows:
+            if isinstance(row, collections.abc.Mapping):
+                name, counts = row["name"], [row.get(key, 0) for key in _KERNEL_COUNTS]
+            else:
+                name, *counts = row
+                if len(counts) != len(_KERNEL_COUNTS):
+                    raise ValueError(f"a kernel row has {len(counts) + 1} fields, expected "
+                                     f"name and {', '.join(_KERNEL_COUNTS)}")
+            kernel = stats.kernels.setdefault(name, KernelStats(name))
+            for key, value in zip(_KERNEL_COUNTS, counts):
+                setattr(kernel, key, getattr(kernel, key) + int(value))
+        for row in hook_rows:
+            if isinstance(row, Hook):
+                name, calls, total_ns, max_ns = row.name, row.calls, row.total_ns, row.max_ns
+            elif isinstance(row, collections.abc.Mapping):
+                name, calls, total_ns, max_ns = (row["name"], row.get("calls", 0),
+                                                 row.get("total_ns", 0), row.get("max_ns", 0))
+            else:
+                name, calls, total_ns, max_ns = row
+            hook = stats.hooks.setdefault(name, HookStats(name))
+            hook.calls += int(calls)
+            hook.total_ns += int(total_ns)
+            hook.max_ns = max(hook.max_ns, int(max_ns))
+        return stats
+
+    @property
+    def total(self) -> KernelStats:
+        """All kernels added up."""
+        total = KernelStats("(all kernels)")
+        for kernel in self.kernels.values():
+            for key in _KERNEL_COUNTS:
+                setattr(total, key, getattr(total, key) + getattr(kernel, key))
+        return total
+
+    def __getitem__(self, name: str) -> KernelStats:
+        return self.kernels[name]
+
+    def get(self, name: str, default=None):
+        return self.kernels.get(name, default)
+
+    def __contains__(self, name) -> bool:
+        return name in self.kernels
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+    def __iter__(self):
+        return iter(list(self.kernels.values()))
+
+    def names(self) -> list[str]:
+        return list(self.kernels)
+
+    def items(self):
+        return self.kernels.items()
+
+    def __repr__(self) -> str:
+        return f"ExitStats({len(self.kernels)} kernels, {len(self.hooks)} hooks)"
