@@ -106,17 +106,18 @@ def pytest_collection_modifyitems(config, items):
 
 # ---- running programs ---------------------------------------------------------------------
 
-def _env():
+def _env(extra=None):
     env = dict(os.environ)
     # Output reaches the pipe as it is written, so a run that dies still shows how far it got.
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
     return env
 
 
-def _run(argv, cwd=None, timeout=TIMEOUT):
+def _run(argv, cwd=None, timeout=TIMEOUT, env=None):
     argv = [str(a) for a in argv]
     try:
-        return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True,
+        return subprocess.run(argv, cwd=cwd, env=_env(env), capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
@@ -170,7 +171,8 @@ def run_clc(clc_scripts):
     """
     calls = []
 
-    def run(policy, argv, tmp_path, timeout=TIMEOUT):
+    def run(policy, argv, tmp_path, timeout=TIMEOUT, options=(), env=None):
+        """options go to clc-run before `--` (e.g. ["--hooks", FILE]); env adds variables."""
         policy = Path(policy)
         if not policy.is_absolute() and not policy.exists():
             policy = POLICIES / policy
@@ -178,8 +180,8 @@ def run_clc(clc_scripts):
         out_dir = Path(tmp_path) / f"clc-run-{len(calls)}"
         out_dir.mkdir(parents=True, exist_ok=True)
         capture = out_dir / "cap.clc"
-        proc = _run([clc_scripts.run, "--policy", policy, "-o", capture, "--force",
-                     "--no-report", "--", *argv], timeout=timeout)
+        proc = _run([clc_scripts.run, "--policy", policy, *options, "-o", capture, "--force",
+                     "--no-report", "--", *argv], timeout=timeout, env=env)
         captures = sorted(out_dir.glob("cap*.clc"))
         if not captures:
             pytest.fail(f"clc-run wrote no capture in {out_dir}\n{describe(proc)}")
