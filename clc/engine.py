@@ -74,7 +74,7 @@ class _Kernel:
     """What the engine keeps about one (kernel, context): its names, the deciders that can
     apply to it (its plan), and its hooks' answers."""
 
-    __slots__ = ("handle", "info", "plan", "answers", "messages", "_layout")
+    __slots__ = ("handle", "info", "plan", "answers", "messages", "outcomes", "_layout")
 
     def __init__(self, handle, info, plan):
         self.handle = handle
@@ -82,6 +82,7 @@ class _Kernel:
         self.plan = plan
         self.answers = {}
         self.messages = {}  # decider index -> the message of a deny a hook returned
+        self.outcomes = {}  # (id(answer), decider index) -> (answer, Outcome, clc_outcome bytes)
         self._layout = None
 
     def layout(self):
@@ -124,6 +125,8 @@ class Engine:
         self._exited = False
         if self.exit_functions or self.cli_hooks or self.rule_hooks:
             atexit.register(self.run_exit)
+        self._default = _with_bytes(self.policy.default_outcome())
+        self._on_error = _with_bytes(self.policy.on_error_outcome())
 
     def _add_exit_functions(self, hook_file):
         for fn in hook_file.exit_functions:
@@ -143,19 +146,22 @@ class Engine:
         return kernel
 
     def _plan(self, info):
-        """The deciders that can apply to a kernel, in order: (kind, index, object, outcome)
-        with the --hooks hooks that match it, then the rules whose kernel, device, process and
-        tenant conditions hold (shape conditions are checked per launch)."""
+        """The deciders that can apply to a kernel, in order, each as (kind, index, rule, hook,
+        hook mode, rule has shape conditions, rule outcome): the --hooks hooks that match it,
+        then the rules whose kernel, device, process and tenant conditions hold (their shape
+        conditions are checked per launch)."""
         rules = self.policy.rules
-        plan = [(_HOOK, len(rules) + k, hook, None)
+        plan = [(_HOOK, len(rules) + k, None, hook, hook.mode, False, None)
                 for k, hook in enumerate(self.cli_hooks) if hook.matches(info)]
         for index, rule in enumerate(rules):
             if rule.check_static(info)[0]:
                 if rule.hook is None:
-                    plan.append((_RULE, index, rule, rule.outcome(index)))
+                    plan.append((_RULE, index, rule, None, 0, rule.has_shape,
+                                 _with_bytes(rule.outcome(index))))
                 else:
-                    plan.append((_HOOK_RULE, index, rule, self.rule_hooks[index]))
-        return plan
+                    hook = self.rule_hooks[index]
+                    plan.append((_HOOK_RULE, index, rule, hook, hook.mode, rule.has_shape, None))
+        return tuple(plan)
 
     def first_sight(self, kernel, launch):
         """The decision for a new (kernel, context), and how often to ask again (a mode)."""
@@ -163,7 +169,7 @@ class Engine:
         mode = self._mode(kernel)
         try:
             if mode != abi.MODE_CACHED:
-                decision = Decision([], self._walk(kernel, launch))
+                decision = Decision([], self._walk(kernel, launch)[0])
             else:
                 decision = self._cached_decision(kernel, launch)
         except _HookFailed:
@@ -175,14 +181,15 @@ class Engine:
         return decision, mode
 
     def launch(self, kernel, launch):
-        """The outcome of one launch of a kernel whose hooks are asked per shape or always."""
+        """One launch of a kernel whose hooks are asked per shape or at every launch: its
+        outcome as clc_outcome bytes."""
         try:
-            outcome = self._walk(kernel, launch)
+            outcome, data = self._walk(kernel, launch)
         except _HookFailed:
-            return self.policy.on_error_outcome()
+            return self._on_error[1]
         if outcome.action == abi.ACTION_DENY:
             self._announce_denies(kernel, Decision([], outcome))
-        return outcome
+        return data
 
     # ---- the walk -------------------------------------------------------------------------
 
@@ -191,11 +198,9 @@ class Engine:
         """Cached, unless a hook that could decide this kernel is asked per shape or at every
         launch (a hook rule with shape conditions is asked per shape)."""
         mode = abi.MODE_CACHED
-        for kind, _, what, hook in kernel.plan:
-            if kind == _HOOK:
-                mode = max(mode, what.mode)
-            elif kind == _HOOK_RULE:
-                mode = max(mode, hook.mode, abi.MODE_PER_SHAPE if what.has_shape else 0)
+        for kind, _, _, hook, hook_mode, has_shape, _ in kernel.plan:
+            if hook is not None:
+                mode = max(mode, hook_mode, abi.MODE_PER_SHAPE if has_shape else 0)
         return mode
 
     def _cached_decision(self, kernel, launch):
@@ -204,41 +209,40 @@ class Engine:
         rules = len(self.policy.rules)
         for k, hook in enumerate(self.cli_hooks):
             if hook.matches(kernel.info):
-                answer = self._ask(kernel, hook, launch)
+                answer = self._ask(kernel, hook, hook.mode, launch)
                 if answer is not None:
-                    return Decision([], _outcome(kernel, answer, rules + k))
+                    return Decision([], _answer_outcome(kernel, answer, rules + k)[0])
         decision = self.policy.decide(kernel.info)
         while decision.pending_hook is not None:
             index = decision.pending_hook
-            answer = self._ask(kernel, self.rule_hooks[index], launch)
+            hook = self.rule_hooks[index]
+            answer = self._ask(kernel, hook, hook.mode, launch)
             decision = self.policy.resume(
-                kernel.info, decision, _outcome(kernel, answer, index) if answer else None)
+                kernel.info, decision,
+                _answer_outcome(kernel, answer, index)[0] if answer else None)
         return decision
 
     def _walk(self, kernel, launch):
-        """One launch's outcome, the kernel's deciders asked in order (answers of hooks that
-        are asked per kernel or per shape are remembered)."""
-        for kind, index, what, extra in kernel.plan:
-            if kind == _HOOK:
-                answer = self._ask(kernel, what, launch)
-            else:
-                if what.has_shape and not what.check_shape(
-                        launch.grid.blocks, launch.block.threads, launch.shared_mem)[0]:
-                    continue
-                if kind == _RULE:
-                    return extra
-                answer = self._ask(kernel, extra, launch)
+        """One launch's (Outcome, clc_outcome bytes), the kernel's deciders asked in order
+        (answers of hooks that are asked per kernel or per shape are remembered)."""
+        for kind, index, rule, hook, mode, has_shape, rule_outcome in kernel.plan:
+            if has_shape and not rule.check_shape(
+                    launch.grid.blocks, launch.block.threads, launch.shared_mem)[0]:
+                continue
+            if kind == _RULE:
+                return rule_outcome
+            answer = self._ask(kernel, hook, mode, launch)
             if answer is not None:
-                return _outcome(kernel, answer, index)
-        return self.policy.default_outcome()
+                return _answer_outcome(kernel, answer, index)
+        return self._default
 
-    def _ask(self, kernel, hook, launch):
-        if hook.mode == abi.MODE_CACHED:
-            key = hook
-        elif hook.mode == abi.MODE_PER_SHAPE:
-            key = (hook, tuple(launch.grid), tuple(launch.block), launch.shared_mem)
-        else:
+    def _ask(self, kernel, hook, mode, launch):
+        if mode == abi.MODE_EVERY_LAUNCH:
             key = None
+        elif mode == abi.MODE_PER_SHAPE:
+            key = (hook, launch.grid, launch.block, launch.shared_mem)
+        else:
+            key = hook
         if key is not None and key in kernel.answers:
             return kernel.answers[key]
         try:
@@ -350,11 +354,24 @@ class Engine:
                              f"{hook.max_ns / 1e3:.1f} us")
 
 
-def _outcome(kernel, answer, index):
-    """A hook's answer as the outcome of decider `index`, keeping a deny's message to say."""
-    if answer.action == abi.ACTION_DENY and answer.message:
-        kernel.messages.setdefault(index, answer.message)
-    return answer.outcome(index)
+def _with_bytes(outcome):
+    return outcome, _OUTCOME.pack(outcome.action, outcome.flags, outcome.error, outcome.rule, 0)
+
+
+def _answer_outcome(kernel, answer, index):
+    """A hook's answer as decider `index`'s (Outcome, clc_outcome bytes), made once per answer
+    object (clc.allow() returns shared ones; keeping the answer keeps its id unique), and a
+    deny's message kept to be said."""
+    key = (id(answer), index)
+    hit = kernel.outcomes.get(key)
+    if hit is None or hit[0] is not answer:
+        if answer.action == abi.ACTION_DENY and answer.message:
+            kernel.messages.setdefault(index, answer.message)
+        outcome = answer.outcome(index)
+        hit = kernel.outcomes[key] = (answer,) + _with_bytes(outcome)
+        if len(kernel.outcomes) > 1024:  # answers made afresh at each launch: keep a few
+            kernel.outcomes.clear()
+    return hit[1:]
 
 
 # ---- the shim's own functions, for messages and counts (exported by stage 1) -------------------
@@ -423,28 +440,17 @@ def _report_once():
 
 # clc_kernel_query and clc_outcome (shim/clc_abi.h), read and written whole: an every_launch
 # hook pays for this at every launch, and one unpack is cheaper than a dozen cffi reads.
-_QUERY = struct.Struct("<QQiII4x8x3I3IIIQQQ")
+_QUERY = struct.Struct("<QQiI4x4x8x3I3IIIQQQ")
 _OUTCOME = struct.Struct("<IIiiQ")
-_outcome_bytes = {}
 
 
 def _fill_outcome(ffi, out, outcome):
-    data = _outcome_bytes.get(outcome)
-    if data is None:
-        data = _outcome_bytes[outcome] = _OUTCOME.pack(outcome.action, outcome.flags,
-                                                       outcome.error, outcome.rule, 0)
-    ffi.memmove(out, data, _OUTCOME.size)
+    ffi.memmove(out, _with_bytes(outcome)[1], _OUTCOME.size)
 
 
 def _launch(kernel, fields):
-    (handle, ctx, device, entry, _, gx, gy, gz, bx, by, bz, shared_mem, tid, stream, params,
-     extra) = fields
     info = kernel.info
-    return Launch.from_query(handle=handle, ctx=ctx, device=device, entry=entry, tid=tid,
-                             mangled=info.mangled, demangled=info.demangled,
-                             grid=(gx, gy, gz), block=(bx, by, bz), shared_mem=shared_mem,
-                             stream=stream, params_addr=params, extra_addr=extra,
-                             layout=kernel.layout)
+    return Launch.from_fields(info.mangled, info.demangled, kernel.layout, fields)
 
 
 def bridge_decide(ffi, query, out):
@@ -485,7 +491,7 @@ def bridge_launch(ffi, query, out):
         kernel = engine.kernels[(fields[0], fields[1])]
         launch = _launch(kernel, fields)
         try:
-            _fill_outcome(ffi, out, engine.launch(kernel, launch))
+            ffi.memmove(out, engine.launch(kernel, launch), _OUTCOME.size)
         finally:
             launch.close()
         return 0

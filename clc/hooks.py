@@ -236,8 +236,10 @@ class Param:
 
     def as_int(self) -> int:
         """The argument as a signed integer (int8_t to int64_t)."""
-        self._need_int_size("as_int")
-        return int.from_bytes(self.raw, "little", signed=True)
+        if self.size not in _INT_SIZES:
+            self._need_int_size("as_int")
+        raw = self._raw
+        return int.from_bytes(raw if raw is not None else self.raw, "little", signed=True)
 
     def as_uint(self) -> int:
         """The argument as an unsigned integer (uint8_t to uint64_t, size_t)."""
@@ -374,6 +376,16 @@ class Params(collections.abc.Sequence):
         return len(self._get_layout())
 
     def __getitem__(self, index):
+        # The common case first, as cheaply as it can be: params[i] for a known i.
+        if type(index) is int and index >= 0:
+            param = self._items.get(index)
+            if param is not None:
+                return param
+            layout = self._layout if self._layout is not None else self._get_layout()
+            if index < len(layout):
+                offset, size = layout[index]
+                param = self._items[index] = Param(index, offset, size, self)
+                return param
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         layout = self._get_layout()
@@ -565,6 +577,20 @@ class Launch:
         launch._closed = False
         return launch
 
+    @classmethod
+    def from_fields(cls, mangled: str, demangled: str, layout, fields) -> Launch:
+        """from_query for the engine's hot path: `fields` is the query as the engine unpacked
+        it, (handle, ctx, device, entry, gx, gy, gz, bx, by, bz, shared_mem, tid, stream,
+        params_addr, extra_addr), and each attribute is made from it only when a hook reads
+        it: an every_launch hook pays for this at every launch."""
+        launch = _FieldsLaunch.__new__(_FieldsLaunch)
+        launch._names = (mangled, demangled)
+        launch._fields = fields
+        launch._params = None
+        launch._params_source = (layout, fields[13], fields[14])
+        launch._closed = False
+        return launch
+
     @property
     def params(self) -> Params:
         params = self._params
@@ -604,6 +630,29 @@ class Launch:
         return (f"Launch({self.name!r}, grid={tuple(self.grid)}, block={tuple(self.block)}, "
                 f"shared_mem={self.shared_mem}, stream={self.stream:#x}, device={self.device}, "
                 f"entry={self.entry!r}{', ptsz' if self.ptsz else ''})")
+
+
+class _FieldsLaunch(Launch):
+    """A Launch whose attributes come from the engine's unpacked query when first read."""
+
+    __slots__ = ("_names", "_fields")
+
+    handle = property(lambda self: self._fields[0])
+    context = property(lambda self: self._fields[1])
+    device = property(lambda self: self._fields[2])
+    mangled = property(lambda self: self._names[0])
+    name = property(lambda self: self._names[1] or self._names[0])
+    grid = property(lambda self: tuple.__new__(Dim3, self._fields[4:7]))
+    block = property(lambda self: tuple.__new__(Dim3, self._fields[7:10]))
+    shared_mem = property(lambda self: self._fields[10])
+    thread = property(lambda self: self._fields[11])
+    stream = property(lambda self: self._fields[12])
+    ptsz = property(lambda self: bool(self._fields[3] & abi.ENTRY_PTSZ))
+
+    @property
+    def entry(self):
+        api = self._fields[3] & ~abi.ENTRY_PTSZ
+        return _ENTRY_NAMES.get(api) or f"entry {api}"
 
 
 # ---- hooks ---------------------------------------------------------------------------------------

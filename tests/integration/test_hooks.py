@@ -76,8 +76,12 @@ def launches(run):
 
 def args(run):
     """(kernel, {field: value}) of every `arg` line prog_params printed, in order."""
+    return parse_args(run.stdout)
+
+
+def parse_args(stdout):
     out = []
-    for m in re.finditer(r"^arg (\S+) (.*)$", run.stdout, re.M):
+    for m in re.finditer(r"^arg (\S+) (.*)$", stdout, re.M):
         out.append((m[1], dict(kv.split("=", 1) for kv in m[2].split())))
     return out
 
@@ -135,11 +139,10 @@ def test_prog_params_runs_without_clc(native, run_native):
     fake = {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=(\d+)", proc.stdout,
                                                  re.M)}
     assert fake == {VECADD: 8, STRUCT: 2, DEBUG: 3}
-    forms = [(k, a["form"]) for k, a in
-             [(m[1], dict(kv.split("=", 1) for kv in m[2].split()))
-              for m in re.finditer(r"^arg (\S+) (.*)$", proc.stdout, re.M)]]
-    assert forms == ([(VECADD, "params")] * 4 + [(VECADD, "extra")] * 4
-                     + [(STRUCT, "params"), (STRUCT, "extra")] + [(DEBUG, "params")] * 3)
+    forms = [(k, a["form"], a["handle"]) for k, a in parse_args(proc.stdout)]
+    assert forms == ([(VECADD, "params", "kernel")] * 4 + [(VECADD, "extra", "kernel")] * 4
+                     + [(STRUCT, "params", "function"), (STRUCT, "extra", "function")]
+                     + [(DEBUG, "params", "kernel")] * 3)
 
 
 # ---- (a) each answer a hook can give -----------------------------------------------------------
@@ -641,6 +644,6 @@ def test_example_sampler_threads(clc_run, native):
     assert "threads: ok=200 failed=0" in run.stdout
     cap = run.capture()
     # 100 launches of each of the two kernels, from 4 threads: 14 recorded each
-    assert kernel_launches(cap) == {"_Z6vecAddPKfS0_Pfi": 100, DEBUG: 100}
-    assert nonzero(by_mangled(cap, "recorded")) == {"_Z6vecAddPKfS0_Pfi": 14, DEBUG: 14}
+    assert kernel_launches(cap) == {VECADD: 100, DEBUG: 100}
+    assert nonzero(by_mangled(cap, "recorded")) == {VECADD: 14, DEBUG: 14}
     assert len(cap.launches) == 28
