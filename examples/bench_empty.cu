@@ -19,22 +19,14 @@
 
 #include <cuda_runtime.h>
 
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 __global__ void empty_kernel() {}
-
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int check(const char *what) {
     cudaError_t err = cudaGetLastError();
@@ -68,17 +60,17 @@ int main(int argc, char **argv) {
     if (!per)
         return 1;
     for (int b = 0; b < bursts; ++b) {
-        double t0 = now_us();
+        double t0 = bench_now_us();
         for (int i = 0; i < burst_size; ++i)
             empty_kernel<<<1, 1>>>();
         cudaDeviceSynchronize();
-        double t1 = now_us();
+        double t1 = bench_now_us();
         per[b] = (t1 - t0) / burst_size;
         // Checked outside the timed span: a failed launch makes the number meaningless.
         if (check("burst"))
             return 1;
     }
-    qsort(per, bursts, sizeof(double), cmp_double);
+    qsort(per, bursts, sizeof(double), bench_cmp_double);
     double median = bursts % 2 ? per[bursts / 2] : 0.5 * (per[bursts / 2 - 1] + per[bursts / 2]);
     printf("us_per_launch %.4f\n", median);
     printf("us_per_launch_min %.4f\n", per[0]);

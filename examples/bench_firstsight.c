@@ -18,26 +18,13 @@
 // Exit status 0; 1 on a CUDA error.
 
 #include <cuda.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+#include "bench_util.h"
 
 #define CHECK(call)                                                                      \
     do {                                                                                 \
@@ -82,17 +69,17 @@ int main(int argc, char **argv) {
     unsigned arg = 7;
     void *params[] = {&arg};
     for (int i = 0; i < n; i++) {
-        double t0 = now_us();
+        double t0 = bench_now_us();
         CHECK(cuLaunchKernel(f[i], 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
-        double t1 = now_us();
+        double t1 = bench_now_us();
         CHECK(cuLaunchKernel(f[i], 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
-        double t2 = now_us();
+        double t2 = bench_now_us();
         CHECK(cuCtxSynchronize());
         first[i] = t1 - t0;
         second[i] = t2 - t1;
     }
     printf("info bench_firstsight kernels=%d\n", n);
-    printf("us_first_launch %.2f\n", median(first, n));
-    printf("us_second_launch %.2f\n", median(second, n));
+    printf("us_first_launch %.2f\n", bench_median(first, n));
+    printf("us_second_launch %.2f\n", bench_median(second, n));
     return 0;
 }

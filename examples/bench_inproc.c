@@ -19,9 +19,12 @@
 // Exit status 0; 1 on a CUDA error.
 
 #include <cuda.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "bench_util.h"
 
 void *bench_real_symbol(const char *name);
 
@@ -32,22 +35,6 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
 static const char PTX[] =
     ".version 8.0\n.target sm_90\n.address_size 64\n"
     ".visible .entry empty_kernel(.param .u32 n)\n{\n\tret;\n}\n";
-
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 #define CHECK(call)                                                                      \
     do {                                                                                 \
@@ -61,10 +48,10 @@ static double median(double *v, int n) {
 static double burst(launch_fn fn, CUfunction f, int n, int *failed) {
     unsigned arg = 42;
     void *params[] = {&arg};
-    double t0 = now_ns();
+    double t0 = bench_now_ns();
     for (int i = 0; i < n; ++i)
         if (fn(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) != CUDA_SUCCESS) *failed = 1;
-    double t1 = now_ns();
+    double t1 = bench_now_ns();
     cuCtxSynchronize();
     return (t1 - t0) / n;
 }
@@ -119,8 +106,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_inproc: a launch failed\n");
         return 1;
     }
-    printf("ns_per_launch_hooked %.1f\n", median(h, bursts));
-    printf("ns_per_launch_real %.1f\n", median(r, bursts));
-    printf("ns_added %.1f\n", median(d, bursts));
+    printf("ns_per_launch_hooked %.1f\n", bench_median(h, bursts));
+    printf("ns_per_launch_real %.1f\n", bench_median(r, bursts));
+    printf("ns_added %.1f\n", bench_median(d, bursts));
     return 0;
 }
