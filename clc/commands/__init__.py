@@ -2,10 +2,11 @@
 """The registry of `clc` subcommands: one module and one class each."""
 
 from clc.commands.doctor import DoctorCommand
+from clc.commands.inspect import InspectCommand
 from clc.commands.policy import PolicyCommand
 from clc.commands.report import ReportCommand
 from clc.commands.run import RunCommand
 
 __all__ = ["COMMANDS"]
 
-COMMANDS = [RunCommand, ReportCommand, PolicyCommand, DoctorCommand]
+COMMANDS = [RunCommand, ReportCommand, PolicyCommand, InspectCommand, DoctorCommand]

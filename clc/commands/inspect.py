@@ -1,0 +1,144 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`clc inspect PATH [--json]`: a CUDA file's kernels, their code, and whether clc can wrap them.
+
+Offline: nothing is loaded or run. Wrapping (issue 4) rebuilds a kernel from its PTX, so a
+kernel is wrappable when some PTX entry defines it; SASS alone cannot be rebuilt.
+"""
+
+import json
+import pathlib
+import sys
+
+from clc.demangle import demangle
+from clc.errors import EXIT_USAGE, ClcError
+from clc.fatbin import FatbinError, parse_image
+
+__all__ = ["InspectCommand", "inspect_image", "format_text"]
+
+
+class InspectCommand:
+    name = "inspect"
+    help = ("list the kernels of an executable, shared library, fatbin, cubin or PTX file: "
+            "their SASS architectures, their PTX versions and targets, and whether clc can "
+            "wrap them (it needs their PTX)")
+
+    @staticmethod
+    def add_arguments(parser):
+        parser.add_argument("path", metavar="PATH",
+                            help="executable, shared library, object, fatbin, cubin or PTX file")
+        parser.add_argument("--json", action="store_true",
+                            help="print the entries and kernels as JSON")
+
+    def run(self, args):
+        try:
+            data = pathlib.Path(args.path).read_bytes()
+        except OSError as e:
+            raise ClcError(f"{args.path}: cannot read it: {e.strerror or e}", EXIT_USAGE) from None
+        try:
+            report = inspect_image(parse_image(data), args.path)
+        except FatbinError as e:
+            raise ClcError(f"{args.path}: {e}", EXIT_USAGE) from None
+        if args.json:
+            sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        else:
+            sys.stdout.write(format_text(report))
+        return 0
+
+
+def inspect_image(image, path):
+    """The JSON-ready report of a parsed image: its entries, and its kernels by name."""
+    entries = []
+    kernels = {}
+    for index, entry in enumerate(image.entries):
+        # LTO-IR is NVVM bitcode (and stored with a dictionary clc lacks): its kernels are
+        # unknown rather than none, hence None.
+        names = entry.kernels() if entry.kind in ("ptx", "cubin") else None
+        entries.append({
+            "index": index, "kind": entry.kind, "arch": entry.arch, "variant": entry.variant,
+            "name": entry.arch_name, "compression": entry.compression, "offset": entry.offset,
+            "size": entry.size, "uncompressed_size": entry.uncompressed_size,
+            "section": entry.section,
+            "code_version": ".".join(map(str, entry.code_version)) if entry.code_version
+            else None,
+            "ptx_version": entry.ptx_version, "ptx_target": entry.ptx_target,
+            "options": entry.options.strip() if entry.options else entry.options,
+            "identifier": entry.identifier, "kernels": names,
+        })
+        for name in names or ():
+            k = kernels.setdefault(name, {"name": name, "demangled": demangle(name), "sass": [],
+                                          "ptx": [], "sections": [], "_ptx_entries": []})
+            if entry.kind == "cubin" and entry.arch_name not in k["sass"]:
+                k["sass"].append(entry.arch_name)
+            if entry.kind == "ptx":
+                ptx = {"version": entry.ptx_version, "target": entry.ptx_target,
+                       "name": entry.arch_name}
+                if ptx not in k["ptx"]:
+                    k["ptx"].append(ptx)
+                k["_ptx_entries"].append(entry)
+            if entry.section and entry.section not in k["sections"]:
+                k["sections"].append(entry.section)
+    out = []
+    sections = {e.section for e in image.entries}
+    for k in sorted(kernels.values(), key=lambda k: (k["demangled"], k["name"])):
+        k["sass"].sort(key=_arch_key)
+        k["ptx"].sort(key=lambda p: _arch_key(p["name"]))
+        k["wrappable"], k["summary"] = _wrappability(k.pop("_ptx_entries"), k["sass"])
+        # With -rdc the device link keeps only the kernels it needs in .nv_fatbin; one found
+        # only in the objects' __nv_relfatbin is not in the program's loaded code.
+        k["linked"] = not (".nv_fatbin" in sections and ".nv_fatbin" not in k["sections"])
+        out.append(k)
+    return {"path": str(path), "kind": image.kind, "description": image.description,
+            "entries": entries, "kernels": out}
+
+
+def _arch_key(name):
+    """sm_90a -> (90, "a"), for sorting arch names numerically."""
+    digits = "".join(c for c in name.split("_", 1)[-1] if c.isdigit())
+    return int(digits or 0), name
+
+
+def _wrappability(ptx_entries, sass):
+    """(wrappable, why): from the PTX entries that define a kernel."""
+    if not ptx_entries:
+        return False, f"no PTX (SASS for {', '.join(sass)} only)" if sass else "no PTX, no SASS"
+    names = sorted({e.arch_name for e in ptx_entries}, key=_arch_key)
+    generic = [e.arch for e in ptx_entries if not e.variant]
+    if generic:
+        # The driver JIT-compiles generic PTX for its own arch and every later one.
+        where = f"sm_{min(generic)} and newer"
+    else:
+        where = ", ".join(sorted({f"sm_{e.arch} only" if e.variant == "a"
+                                  else f"sm_{e.arch} family" for e in ptx_entries}))
+    why = f"PTX for {', '.join(names)} ({where})"
+    if any("--compile-only" in (e.options or "") for e in ptx_entries):
+        why += ", relocatable (-rdc)"
+    return True, why
+
+
+def format_text(report):
+    """One header, an entry summary, then one line per kernel."""
+    lines = [f"{report['path']}: {report['description']}"]
+    counts = {}
+    for e in report["entries"]:
+        label = {"cubin": "SASS", "ptx": "PTX", "ltoir": "LTO-IR"}.get(e["kind"], e["kind"])
+        name = e["name"] + (f" {e['compression']}" if e["compression"] != "none" else "")
+        counts.setdefault(label, []).append(name)
+    parts = []
+    for label, names in counts.items():
+        uniq = sorted(set(names), key=_arch_key)
+        shown = ", ".join(n if names.count(n) == 1 else f"{n} x{names.count(n)}" for n in uniq)
+        parts.append(f"{len(names)} {label} ({shown})")
+    lines.append(f"entries: {', '.join(parts) if parts else 'none'}")
+    kernels = report["kernels"]
+    lines.append(f"kernels: {len(kernels)}")
+    for k in kernels:
+        name = k["demangled"] if k["demangled"] == k["name"] else f"{k['demangled']} [{k['name']}]"
+        sass = ", ".join(k["sass"]) or "none"
+        ptx = ", ".join(f"{p['version']} for {p['target']}" for p in k["ptx"]) or "none"
+        verdict = ("wrappable: " if k["wrappable"] else "not wrappable: ") + k["summary"]
+        note = "" if k["linked"] else " (only in __nv_relfatbin: the device link dropped it)"
+        lines.append(f"{name}: SASS {sass}; PTX {ptx}; {verdict}{note}")
+    unread = [e["name"] for e in report["entries"] if e["kernels"] is None]
+    if unread:
+        lines.append(f"not read for kernels: {', '.join(unread)} (LTO-IR or unknown entries)")
+    return "\n".join(lines) + "\n"
