@@ -556,26 +556,11 @@ class Launch:
         (with CLC_ENTRY_PTSZ); layout is [(offset, size), ...] or a callable returning one, by
         default the driver's for `handle`. Argument memory is kernelParams when params_addr is
         not 0, else extra."""
-        # Made field by field rather than through __init__: an every_launch hook pays this at
-        # every launch, and nothing about the arguments is built until a hook reads them.
-        launch = cls.__new__(cls)
-        launch.handle = handle
-        launch.name = demangled or mangled
-        launch.mangled = mangled
-        launch.grid = _dim3(grid)
-        launch.block = _dim3(block)
-        launch.shared_mem = shared_mem
-        launch.stream = stream
-        launch.device = device
-        launch.context = ctx
-        launch.thread = tid
-        api = entry & ~abi.ENTRY_PTSZ
-        launch.entry = _ENTRY_NAMES.get(api) or f"entry {api}"
-        launch.ptsz = bool(entry & abi.ENTRY_PTSZ)
-        launch._params = None
-        launch._params_source = (layout, params_addr, extra_addr)
-        launch._closed = False
-        return launch
+        gx, gy, gz = grid
+        bx, by, bz = block
+        return cls.from_fields(mangled, demangled, layout,
+                               (handle, ctx, device, entry, gx, gy, gz, bx, by, bz, shared_mem,
+                                tid, stream, params_addr, extra_addr))
 
     @classmethod
     def from_fields(cls, mangled: str, demangled: str, layout, fields) -> Launch:
