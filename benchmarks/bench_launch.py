@@ -50,7 +50,8 @@ CONFIGS = ("native", "allow", "record", "time")
 TARGETS = {"native": None, "allow": 1.01, "record": 1.05, "time": None, "hook": 1.01}
 HOOKS = REPO / "benchmarks" / "hooks"
 # In-process only: Python hooks (issue 3) on top of the allow-all policy.
-HOOK_CONFIGS = {"hook": HOOKS / "cached.py", "every_launch": HOOKS / "every_launch.py"}
+HOOK_CONFIGS = {"hook": HOOKS / "cached.py", "every_launch": HOOKS / "every_launch.py",
+                "every_launch_noop": HOOKS / "every_launch_noop.py"}
 EVERY_LAUNCH_TARGET_NS = 2000
 FIRST_SIGHT_TARGET_US = 100
 
@@ -265,12 +266,15 @@ def main():
         elif c == "every_launch":
             miss = added_median[c] > EVERY_LAUNCH_TARGET_NS
             text = f"<= +{EVERY_LAUNCH_TARGET_NS} ns {'MISSED' if miss else 'met'}"
+        elif c == "every_launch_noop":
+            text, miss = "none: the floor of a call into Python per launch", False
         else:
             text, miss = verdict(c, ratio)
         if miss:
             missed.append(f"{c} (in-process)")
         label = {"hook": "hook (per kernel, cached)",
-                 "every_launch": "hook (every_launch, reads 1 arg)"}.get(c, c)
+                 "every_launch": "hook (every_launch, reads 1 arg)",
+                 "every_launch_noop": "hook (every_launch, reads nothing)"}.get(c, c)
         print(f"| {label} | {added_median[c]:+.1f} | {ratio:.3f}x | {text} |")
 
     fs = {c: statistics.median(v) for c, v in first_sight.items()}
