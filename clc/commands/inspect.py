@@ -2,7 +2,9 @@
 """`clc inspect PATH [--json]`: a CUDA file's kernels, their code, and whether clc can wrap them.
 
 Offline: nothing is loaded or run. Wrapping (issue 4) rebuilds a kernel from its PTX, so a
-kernel is wrappable when some PTX entry defines it; SASS alone cannot be rebuilt.
+kernel is wrappable when some PTX entry defines it; SASS alone cannot be rebuilt. A wrappable
+kernel is also loopable or not (clc.ptx.loop_verdict: may its body run in a persistent loop),
+judged on its best PTX: the entry of the highest arch, which the newest GPUs JIT.
 """
 
 import json
@@ -12,6 +14,7 @@ import sys
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
 from clc.fatbin import FatbinError, parse_image
+from clc.ptx import PtxError, loop_verdict, parse
 
 __all__ = ["InspectCommand", "inspect_image", "format_text"]
 
@@ -19,8 +22,9 @@ __all__ = ["InspectCommand", "inspect_image", "format_text"]
 class InspectCommand:
     name = "inspect"
     help = ("list the kernels of an executable, shared library, fatbin, cubin or PTX file: "
-            "their SASS architectures, their PTX versions and targets, and whether clc can "
-            "wrap them (it needs their PTX)")
+            "their SASS architectures, their PTX versions and targets, whether clc can "
+            "wrap them (it needs their PTX), and whether a wrapper may loop their body "
+            "(or why not)")
 
     @staticmethod
     def add_arguments(parser):
@@ -79,10 +83,13 @@ def inspect_image(image, path):
                 k["sections"].append(entry.section)
     out = []
     sections = {e.section for e in image.entries}
+    modules = {}
     for k in sorted(kernels.values(), key=lambda k: (k["demangled"], k["name"])):
         k["sass"].sort(key=_arch_key)
         k["ptx"].sort(key=lambda p: _arch_key(p["name"]))
-        k["wrappable"], k["summary"] = _wrappability(k.pop("_ptx_entries"), k["sass"])
+        ptx_entries = k.pop("_ptx_entries")
+        k["wrappable"], k["summary"] = _wrappability(ptx_entries, k["sass"])
+        k["loopable"], k["loop_reason"] = _loopability(k["name"], ptx_entries, modules)
         # With -rdc the device link keeps only the kernels it needs in .nv_fatbin; one found
         # only in the objects' __nv_relfatbin is not in the program's loaded code.
         k["linked"] = not (".nv_fatbin" in sections and ".nv_fatbin" not in k["sections"])
@@ -115,6 +122,30 @@ def _wrappability(ptx_entries, sass):
     return True, why
 
 
+def _loopability(name, ptx_entries, modules):
+    """(loopable, why) from the best PTX entry defining the kernel; (None, None) without PTX.
+
+    `modules` caches each entry's parse (or its PtxError): every kernel of an entry shares it.
+    """
+    if not ptx_entries:
+        return None, None
+    # Generic PTX before arch-specific at the same arch: it is what most GPUs would JIT.
+    best = max(ptx_entries, key=lambda e: (e.arch, not e.variant))
+    if id(best) not in modules:
+        try:
+            modules[id(best)] = parse(best.text())
+        except PtxError as e:
+            modules[id(best)] = e
+    module = modules[id(best)]
+    if isinstance(module, PtxError):
+        return False, f"its {best.arch_name} PTX does not parse: {module}"
+    entry = module.entries.get(name)
+    if entry is None:
+        return False, f"no .entry {name} in its {best.arch_name} PTX"
+    verdict = loop_verdict(entry)
+    return verdict.loopable, verdict.reason
+
+
 def format_text(report):
     """One header, an entry summary, then one line per kernel."""
     lines = [f"{report['path']}: {report['description']}"]
@@ -136,6 +167,8 @@ def format_text(report):
         sass = ", ".join(k["sass"]) or "none"
         ptx = ", ".join(f"{p['version']} for {p['target']}" for p in k["ptx"]) or "none"
         verdict = ("wrappable: " if k["wrappable"] else "not wrappable: ") + k["summary"]
+        if k["loopable"] is not None:
+            verdict += ", loopable" if k["loopable"] else f", not loopable: {k['loop_reason']}"
         note = "" if k["linked"] else " (only in __nv_relfatbin: the device link dropped it)"
         lines.append(f"{name}: SASS {sass}; PTX {ptx}; {verdict}{note}")
     unread = [e["name"] for e in report["entries"] if e["kernels"] is None]

@@ -72,22 +72,24 @@ def test_executable_with_ptx(files):
     # THEN each kernel has one line: names, SASS arches, PTX, and that it can be wrapped
     assert proc.returncode == 0, proc.stderr
     lines = kernel_lines(proc.stdout)
+    # AND whether a wrapper may loop its body (no barrier here: yes)
     assert lines[SCALE] == (f"{SCALE}: SASS sm_80, sm_90; PTX 9.0 for sm_90; "
-                            "wrappable: PTX for compute_90 (sm_90 and newer)")
+                            "wrappable: PTX for compute_90 (sm_90 and newer), loopable")
     assert lines["plain_c"] == ("plain_c: SASS sm_80, sm_90; PTX 9.0 for sm_90; "
-                                "wrappable: PTX for compute_90 (sm_90 and newer)")
+                                "wrappable: PTX for compute_90 (sm_90 and newer), loopable")
     assert proc.stdout.startswith(f"{files / 'with_ptx'}: ELF executable, .nv_fatbin:")
     assert "kernels: 2\n" in proc.stdout
-    # AND nothing is said about looping, which needs an analysis that does not exist yet
-    assert "loop" not in proc.stdout.lower()
 
 
 def test_executable_without_ptx(files):
     proc = inspect(files / "sass_only")
     assert proc.returncode == 0, proc.stderr
+    # THEN without PTX nothing is said about looping either
     assert kernel_lines(proc.stdout)["plain_c"] == (
         "plain_c: SASS sm_80, sm_90; PTX none; "
         "not wrappable: no PTX (SASS for sm_80, sm_90 only)")
+    report = json.loads(inspect(files / "sass_only", "--json").stdout)
+    assert {(k["loopable"], k["loop_reason"]) for k in report["kernels"]} == {(None, None)}
 
 
 def test_json(files):
@@ -105,6 +107,9 @@ def test_json(files):
     assert scale["ptx"] == [{"version": "9.0", "target": "sm_90", "name": "compute_90"}]
     assert scale["wrappable"] is True
     assert scale["summary"] == "PTX for compute_90 (sm_90 and newer)"
+    assert scale["loopable"] is True
+    assert scale["loop_reason"] == ("no block barrier: its exits can become branches to the "
+                                    "next step")
     ptx = [e for e in report["entries"] if e["kind"] == "ptx"]
     assert [(e["name"], e["compression"], e["section"]) for e in ptx] == [
         ("compute_90", "zstd", ".nv_fatbin")]
@@ -116,8 +121,79 @@ def test_ptx_file_json(files):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["kind"] == "ptx"
-    assert [(k["name"], k["sass"], k["wrappable"]) for k in report["kernels"]] == [
-        ("plain_c", [], True), ("_Z5scaleIfEvPT_S0_i", [], True)]
+    assert [(k["name"], k["sass"], k["wrappable"], k["loopable"])
+            for k in report["kernels"]] == [("plain_c", [], True, True),
+                                            ("_Z5scaleIfEvPT_S0_i", [], True, True)]
+
+
+# A kernel that leaves on a thread-dependent condition before a barrier, next to one whose
+# early exit is taken by whole blocks: hand-written, so no nvcc is needed.
+LOOP_PTX = """.version 9.0
+.target sm_90
+.address_size 64
+
+.visible .entry early(.param .u32 early_param_0)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<4>;
+	ld.param.u32 %r1, [early_param_0];
+	mov.u32 %r2, %tid.x;
+	setp.ge.u32 %p1, %r2, %r1;
+	@%p1 bra $L_end;
+	bar.sync 0;
+$L_end:
+	ret;
+}
+
+.visible .entry uniform(.param .u32 uniform_param_0)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<4>;
+	ld.param.u32 %r1, [uniform_param_0];
+	mov.u32 %r2, %ctaid.x;
+	setp.ge.u32 %p1, %r2, %r1;
+	@%p1 bra $L_end;
+	bar.sync 0;
+$L_end:
+	ret;
+}
+"""
+
+
+def test_loop_verdicts_in_text_and_json(tmp_path):
+    # GIVEN a PTX file with a kernel that may loop and one that may not
+    path = tmp_path / "loops.ptx"
+    path.write_text(LOOP_PTX)
+    # WHEN it is inspected
+    proc = inspect(path)
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split(":")[0]: line for line in proc.stdout.splitlines()}
+    # THEN the refusal and its reason follow the wrappability
+    reason = ("a block barrier can run after a thread-divergent exit: `@%p1 bra $L_end` "
+              "(line 12) depends on %tid.x, so some threads may leave while others reach "
+              "bar.sync at line 13; looped, they would wait at different barrier generations")
+    assert lines["early"] == ("early: SASS none; PTX 9.0 for sm_90; wrappable: PTX for "
+                              f"compute_90 (sm_90 and newer), not loopable: {reason}")
+    assert lines["uniform"].endswith("(sm_90 and newer), loopable")
+    # AND --json carries the same
+    report = json.loads(inspect(path, "--json").stdout)
+    kernels = {k["name"]: k for k in report["kernels"]}
+    assert (kernels["early"]["loopable"], kernels["early"]["loop_reason"]) == (False, reason)
+    assert kernels["uniform"]["loopable"] is True
+    assert kernels["uniform"]["loop_reason"] == ("1 block barrier, and no thread-divergent "
+                                                 "exit before one")
+
+
+def test_ptx_the_analyser_cannot_parse(tmp_path):
+    # GIVEN PTX whose kernel is found but whose body never closes
+    path = tmp_path / "broken.ptx"
+    path.write_text(".version 9.0\n.target sm_90\n.address_size 64\n"
+                    ".visible .entry k()\n{\n\tret;\n")
+    proc = inspect(path)
+    # THEN inspect still lists it, not loopable, with the parse error and where
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].endswith(
+        "not loopable: its compute_90 PTX does not parse: 5:1: '{' is never closed")
 
 
 def test_shared_library(files):
@@ -173,3 +249,4 @@ def test_registered_with_help():
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "SASS architectures" in text and "wrap" in text and "PTX" in text
+    assert "loop" in text
