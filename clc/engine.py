@@ -206,12 +206,12 @@ class Engine:
     def _cached_decision(self, kernel, launch):
         """Asked once per kernel: the --hooks hooks, then the policy (its hook rules asked as
         Policy.decide reaches them); what they answer holds for every later launch."""
-        rules = len(self.policy.rules)
-        for k, hook in enumerate(self.cli_hooks):
-            if hook.matches(kernel.info):
-                answer = self._ask(kernel, hook, hook.mode, launch)
-                if answer is not None:
-                    return Decision([], _answer_outcome(kernel, answer, rules + k)[0])
+        for kind, index, _, hook, mode, _, _ in kernel.plan:
+            if kind != _HOOK:  # the plan lists the matching --hooks hooks first
+                break
+            answer = self._ask(kernel, hook, mode, launch)
+            if answer is not None:
+                return Decision([], _answer_outcome(kernel, answer, index)[0])
         decision = self.policy.decide(kernel.info)
         while decision.pending_hook is not None:
             index = decision.pending_hook
