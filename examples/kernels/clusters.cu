@@ -25,17 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-namespace cg = cooperative_groups;
+#include "zoo.h"
 
-#define CHECK(what, call)                                                                     \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                            \
-            printf("cuda_error %s %s\n", what, cudaGetErrorName(err_));                       \
-            fflush(stdout);                                                                   \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
+namespace cg = cooperative_groups;
 
 #define BLOCK 256 // blockDim.x must be this
 

@@ -24,15 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(what, call)                                                                     \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                            \
-            printf("cuda_error %s %s\n", what, cudaGetErrorName(err_));                       \
-            fflush(stdout);                                                                   \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "zoo.h"
 
 extern "C" __global__ void reverse_dynamic_smem(int *d, int n) {
     extern __shared__ int s[];

@@ -15,17 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-// Every CUDA call is checked: a failure means the run says nothing about the kernel, so it
-// stops with its own status (2), distinct from a wrong result (1).
-#define CHECK(what, call)                                                                     \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                            \
-            printf("cuda_error %s %s\n", what, cudaGetErrorName(err_));                       \
-            fflush(stdout);                                                                   \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "zoo.h"
 
 extern "C" __global__ void grid_stride_saxpy(int n, float a, const float *x, float *y) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)

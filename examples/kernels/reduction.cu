@@ -21,15 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(what, call)                                                                     \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) {                                                            \
-            printf("cuda_error %s %s\n", what, cudaGetErrorName(err_));                       \
-            fflush(stdout);                                                                   \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "zoo.h"
 
 #define MAX_BLOCK 1024 // blockDim.x must be a power of two, at most this
 
