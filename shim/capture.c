@@ -363,13 +363,7 @@ void clc_capture_kernel(const clc_entry *e, const char *name) {
 
 static void rewrite_known_kernel(clc_entry *e, void *arg) {
     (void)arg;
-    const char *name = NULL;
-    if (g_drv.kernel_get_name && g_drv.kernel_get_name(&name, (CUkernel)(uintptr_t)e->handle) != 0)
-        name = NULL;
-    if (!name && g_drv.func_get_name &&
-        g_drv.func_get_name(&name, (CUfunction)(uintptr_t)e->handle) != 0)
-        name = NULL;
-    write_kernel_record(e, (void *)name);
+    write_kernel_record(e, (void *)clc_kernel_name(e->handle));
 }
 
 /* The process, the policy it ran under, and (in a forked child) the kernels it inherited. */

@@ -125,7 +125,7 @@ const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_o
     return scratch;
 }
 
-static const char *kernel_name(uint64_t handle) {
+const char *clc_kernel_name(uint64_t handle) {
     const char *name = NULL;
     /* cudart hands CUkernels, everything else CUfunctions; each getter refuses the other. */
     if (g_drv.kernel_get_name && g_drv.kernel_get_name(&name, (CUkernel)(uintptr_t)handle) == 0 &&
@@ -170,7 +170,7 @@ static clc_entry *table(void) {
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
                             clc_outcome *answer) {
     clc_ensure_exit_handler();
-    const char *name = kernel_name(handle);
+    const char *name = clc_kernel_name(handle);
     int device = ctx_device(ctx);
     clc_decision d;
     memset(&d, 0, sizeof d);

@@ -259,6 +259,10 @@ static inline clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
     }
     return NULL;
 }
+/* The kernel's mangled name from the driver, whether the handle is a CUkernel or a
+ * CUfunction; NULL when neither getter knows it. */
+const char *clc_kernel_name(uint64_t handle);
+
 /* Asks the engine about a new (kernel, context) and publishes its entry; `answer` gets the
  * engine's outcome for this very launch (another thread's entry may have won the insert). */
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
