@@ -21,6 +21,8 @@ __all__ = [
     "REC_PROCESS_BODY", "REC_KERNEL_BODY", "REC_LAUNCH_BODY", "REC_TIMING_BODY",
     "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
     "MSG_INFO", "MSG_WARNING", "MSG_ERROR",
+    "CAP_NONE", "CAP_SHARE", "CAP_SMS", "REPLACE_LOOPED", "SLOT_BYTES", "OCCUPANCY_WAYS",
+    "REPLACEMENT", "LAUNCH_ARG",
 ]
 
 ACTION_ALLOW = 0
@@ -39,6 +41,19 @@ MAX_CLAUSES = 8
 MODE_CACHED = 0
 MODE_PER_SHAPE = 1
 MODE_EVERY_LAUNCH = 2
+
+# clc_replacement (CLC_ACTION_REPLACE): how the shim launches a wrapped kernel
+CAP_NONE = 0
+CAP_SHARE = 1
+CAP_SMS = 2
+REPLACE_LOOPED = 1
+SLOT_BYTES = 32
+OCCUPANCY_WAYS = 4
+# function, slots, cursor, arg_offset, n_slots, n_params, cap_kind, cap_value, sm_count, flags,
+# occupancy[4]
+REPLACEMENT = struct.Struct("<QQQQIIIIII4Q")
+# slot, grid[3], flags, reserved
+LAUNCH_ARG = struct.Struct("<Q3II8x")
 
 ENTRY_LAUNCH = 0
 ENTRY_LAUNCH_EX = 1

@@ -5,7 +5,9 @@
 hooks, then the policy's rules, a hook rule asking its function, then the default; the policy
 comes from clc-run as JSON in CLC_POLICY) and return the decision that the C side caches for
 every later launch, or that it must ask again per shape or at every launch. "A module or
-library was loaded": remember where its image is (the wrap pipeline will need it).
+library was loaded": remember where its image is, for the wrap pipeline (clc.wrapengine,
+imported only when a decision wraps), which turns a `wrap` outcome into the clc_replacement
+the shim launches.
 
 Only the standard library may be imported here: the program's Python may lack clc's
 dependencies. Nothing here may raise into the shim: a failure is reported once and the shim
@@ -14,17 +16,21 @@ falls back to the policy's on_error.
 
 import atexit
 import ctypes
+import dataclasses
+import json
 import os
 import struct
 import sys
 import threading
+import time
 import traceback
 
 from clc import abi
+from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
 from clc.hooks import (ExitStats, Launch, checked_layout, driver_param_layout, import_hook_file,
                        load_hook_file, resolve_hook_ref)
-from clc.policy import Decision, KernelInfo, Policy
+from clc.policy import Decision, KernelInfo, Outcome, Policy
 
 __all__ = ["Engine", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
            "process_names"]
@@ -74,10 +80,13 @@ class _Kernel:
     """What the engine keeps about one (kernel, context): its names, the deciders that can
     apply to it (its plan), and its hooks' answers."""
 
-    __slots__ = ("handle", "info", "plan", "answers", "messages", "outcomes", "_layout")
+    __slots__ = ("handle", "ctx", "info", "plan", "answers", "messages", "outcomes", "wraps",
+                 "_layout")
 
-    def __init__(self, handle, info, plan):
+    def __init__(self, handle, info, plan, ctx=0):
         self.handle = handle
+        self.ctx = ctx
+        self.wraps = {}  # (WrapRequest, flags, rule) -> the Outcome launches get
         self.info = info
         self.plan = plan
         self.answers = {}
@@ -91,6 +100,10 @@ class _Kernel:
             self._layout = checked_layout(driver_param_layout(self.handle))
         return self._layout
 
+
+_NOT_PERMITTED = CUDA_ERRORS["CUDA_ERROR_NOT_PERMITTED"]
+# The prefix of the capture messages that carry a wrapped kernel's counts (JSON after it).
+WRAP_STATS_PREFIX = "wrap stats: "
 
 # A hook slower than this is reported once: every launch that asks it waits for it.
 SLOW_HOOK_NS = 1_000_000
@@ -125,6 +138,10 @@ class Engine:
         self._exited = False
         if self.exit_functions or self.cli_hooks or self.rule_hooks:
             atexit.register(self.run_exit)
+        # Any hook may answer clc.wrap(): then, as with a wrap rule, loads are remembered.
+        self.may_wrap = bool(self.cli_hooks or self.rule_hooks
+                             or any(rule.action == "wrap" for rule in self.policy.rules))
+        self._wrapping = None
         self._default = _with_bytes(self.policy.default_outcome())
         self._on_error = _with_bytes(self.policy.on_error_outcome())
 
@@ -142,7 +159,7 @@ class Engine:
         if kernel is None:
             info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
                               process_names=self.process_names, tenant=self.tenant)
-            kernel = self.kernels[key] = _Kernel(handle, info, self._plan(info))
+            kernel = self.kernels[key] = _Kernel(handle, info, self._plan(info), ctx)
         return kernel
 
     def _plan(self, info):
@@ -187,9 +204,73 @@ class Engine:
             outcome, data = self._walk(kernel, launch)
         except _HookFailed:
             return self._on_error[1]
+        if outcome.action == abi.ACTION_REPLACE:
+            outcome = self.resolve_wrap(kernel, outcome)
+            data = _with_bytes(outcome)[1]
         if outcome.action == abi.ACTION_DENY:
             self._announce_denies(kernel, Decision([], outcome))
         return data
+
+    # ---- wrapping ---------------------------------------------------------------------------
+
+    def wrapping(self):
+        if self._wrapping is None:
+            from clc.wrapengine import WrapEngine
+            self._wrapping = WrapEngine(self.message)
+        return self._wrapping
+
+    def resolve_decision(self, kernel, decision):
+        """The decision with each wrap outcome made launchable (or replaced by what a kernel
+        that cannot be wrapped gets)."""
+        if decision.fallback.action != abi.ACTION_REPLACE and all(
+                c.outcome.action != abi.ACTION_REPLACE for c in decision.clauses):
+            return decision
+        clauses = [dataclasses.replace(c, outcome=self.resolve_wrap(kernel, c.outcome))
+                   for c in decision.clauses]
+        return dataclasses.replace(decision, clauses=clauses,
+                                   fallback=self.resolve_wrap(kernel, decision.fallback))
+
+    def resolve_wrap(self, kernel, outcome):
+        """A wrap Outcome with its clc_replacement (built, loaded, made once per kernel,
+        context and request); on_unwrappable or on_error when that cannot be."""
+        if outcome.action != abi.ACTION_REPLACE or outcome.replacement:
+            return outcome
+        key = (outcome.wrap, outcome.flags, outcome.rule)
+        hit = kernel.wraps.get(key)
+        if hit is None:
+            hit = kernel.wraps[key] = self._wrap(kernel, outcome)
+        return hit
+
+    def _wrap(self, kernel, outcome):
+        from clc.splice import Unwrappable
+        from clc.wrapengine import spec_for
+        info, request = kernel.info, outcome.wrap
+        label = request.label if request is not None else "?"
+        try:
+            if request is None:
+                raise RuntimeError("a wrap outcome without its wrapper")
+            start = time.perf_counter()
+            address = self.wrapping().replacement(
+                mangled=info.mangled, name=info.demangled, ctx=kernel.ctx, device=info.device,
+                spec=spec_for(request), layout=kernel.layout())
+            if self.verbose:
+                self.message(abi.MSG_INFO, f"wrapped {info.demangled} with {label} in "
+                             f"{(time.perf_counter() - start) * 1e3:.1f} ms", stderr=True)
+            return dataclasses.replace(outcome, replacement=address)
+        except Unwrappable as e:
+            deny = request.on_unwrappable == "deny"
+            self._report_once(("unwrappable", info.mangled, label),
+                              f"{info.demangled} cannot be wrapped with {label}: {e}; its "
+                              f"launches are {'denied' if deny else 'let through unwrapped'} "
+                              f"(on_unwrappable: {request.on_unwrappable})")
+            return Outcome(abi.ACTION_DENY if deny else abi.ACTION_ALLOW, outcome.flags,
+                           _NOT_PERMITTED if deny else 0, outcome.rule)
+        except Exception as e:
+            self._report_once(("wrap-failed", info.mangled, label),
+                              f"wrapping {info.demangled} with {label} failed: "
+                              f"{type(e).__name__}: {e}; its launches get on_error="
+                              f"{self.policy.on_error}")
+            return self.policy.on_error_outcome()
 
     # ---- the walk -------------------------------------------------------------------------
 
@@ -325,9 +406,36 @@ class Engine:
     def module_event(self, api, handle, image_kind, image_ptr, image_size, preserved, path):
         if abi.LOAD_NAMES.get(api, "").endswith("Unload"):
             self.modules.pop(handle, None)
+            if self._wrapping is not None:
+                self._wrapping.forget(handle)
             return
+        if self.may_wrap:
+            self.wrapping().note_load(handle, image_kind, image_ptr, image_size, preserved)
         self.modules[handle] = {"api": api, "image": image_kind, "ptr": image_ptr,
                                 "size": image_size, "preserved": bool(preserved), "path": path}
+
+    def _wrap_exit(self):
+        """Each wrapped kernel's counts (its clc_stats), the builds and the library loads, into
+        the capture."""
+        wrapping = self._wrapping
+        try:
+            rows = wrapping.exit_stats()
+        except Exception as e:
+            rows = []
+            self.message(abi.MSG_WARNING, f"the wrapped kernels' counts could not be read: {e}")
+        for name, spec, counts in rows:
+            label = os.path.basename(spec.name) + "".join(f" {k}={v}" for k, v in spec.params)
+            self.message(abi.MSG_INFO, WRAP_STATS_PREFIX + json.dumps(
+                {"kernel": name, "wrapper": label, **counts}, sort_keys=True))
+            if counts["skipped"]:
+                self.message(abi.MSG_WARNING, f"{name}: the deadline wrapper skipped "
+                             f"{counts['skipped']} blocks (of {counts['skipped'] + counts['blocks']})")
+        for name, wrapper, source, ms in wrapping.timings:
+            self.message(abi.MSG_INFO, f"wrap build: {name} with {os.path.basename(wrapper)}: "
+                         f"{source} in {ms:.1f} ms")
+        libs = wrapping.libraries.stats()
+        self.message(abi.MSG_INFO, f"wrap libraries: {libs['loads']} cuLibraryLoadData calls, "
+                     f"{len(wrapping.contexts())} contexts")
 
     def run_exit(self):
         """Once: the on_exit hooks get the counts so far, and each hook's time is reported."""
@@ -338,6 +446,8 @@ class Engine:
         rows = [(names.get((c.handle, c.ctx), f"<kernel {c.kernel_id}>"), c.launches, c.denied,
                  c.failed, c.recorded, c.timed, c.graph_nodes, c.gpu_ns)
                 for c in _shim_kernel_counts()]
+        if self._wrapping is not None:
+            self._wrap_exit()
         hooks = list(dict.fromkeys(self.cli_hooks + list(self.rule_hooks.values())))
         stats = ExitStats.from_rows(rows, hooks)
         for fn in self.exit_functions:
@@ -355,7 +465,8 @@ class Engine:
 
 
 def _with_bytes(outcome):
-    return outcome, _OUTCOME.pack(outcome.action, outcome.flags, outcome.error, outcome.rule, 0)
+    return outcome, _OUTCOME.pack(outcome.action, outcome.flags, outcome.error, outcome.rule,
+                                  outcome.replacement)
 
 
 def _answer_outcome(kernel, answer, index):
@@ -465,6 +576,7 @@ def bridge_decide(ffi, query, out):
             decision, mode = engine.first_sight(kernel, launch)
         finally:
             launch.close()
+        decision = engine.resolve_decision(kernel, decision)
         if len(decision.clauses) > abi.MAX_CLAUSES:
             raise RuntimeError(f"{len(decision.clauses)} shape clauses for {name}, "
                                f"at most {abi.MAX_CLAUSES} fit")

@@ -43,7 +43,7 @@ from clc import abi
 from clc.cuda_errors import CUDA_ERRORS, error_name
 # _glob_problem is the policy loader's own glob check: sharing it keeps a glob that a policy
 # refuses from being accepted in a hook (and the other way round).
-from clc.policy import KernelInfo, Outcome, Rule, _glob_problem, base_name
+from clc.policy import KernelInfo, Outcome, Rule, WrapRequest, _glob_problem, base_name
 
 __all__ = [
     "on_launch", "on_exit", "allow", "deny", "wrap", "HookDecision", "HookError",
@@ -91,6 +91,7 @@ class HookDecision:
     flags: int = 0  # abi.FLAG_*
     error: int = 0  # the CUresult a denied launch returns, 0 for allow
     message: str = ""  # a deny's reason, printed once per kernel
+    wrap: WrapRequest | None = None  # clc.wrap()'s wrapper
 
     @property
     def allowed(self) -> bool:
@@ -106,11 +107,13 @@ class HookDecision:
 
     def outcome(self, rule_index: int) -> Outcome:
         """The clc_outcome the shim gets; rule_index says which rule (or hook) decided."""
-        return Outcome(self.action, self.flags, self.error, rule_index)
+        return Outcome(self.action, self.flags, self.error, rule_index, self.wrap)
 
     def __repr__(self) -> str:
         if self.action == abi.ACTION_DENY:
             return f"clc.deny({self.message!r}, error={error_name(self.error)!r})"
+        if self.action == abi.ACTION_REPLACE and self.wrap is not None:
+            return f"clc.wrap({self.wrap.label}, on_unwrappable={self.wrap.on_unwrappable!r})"
         options = [name for name, on in (("record", self.record and not self.time),
                                          ("time", self.time)) if on]
         return "clc.allow(" + ", ".join(f"{name}=True" for name in options) + ")"
@@ -162,10 +165,26 @@ def _error_code(error) -> int:
     return code
 
 
-def wrap(*args, **kwargs):
-    """Reserved for wrapped kernels, which come with a later version of clc."""
-    raise HookError("clc.wrap() is not available yet: wrapped kernels come with a later version "
-                    "of clc; return clc.allow() or clc.deny() instead")
+def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, **params) -> HookDecision:
+    """Run the kernel's launches wrapped: `wrapper` is sm_share, block_count, deadline or a .cu
+    device policy (a relative path is taken from the directory of the hook's file), `params`
+    its parameters (share=0.25, ms=5, ...). A kernel that cannot be wrapped gets
+    on_unwrappable ("allow" or "deny"), said once."""
+    from clc.wrapbuild import wrapper_spec
+    if on_unwrappable not in ("allow", "deny"):
+        raise HookError(f"clc.wrap(): on_unwrappable must be 'allow' or 'deny', got "
+                        f"{on_unwrappable!r}")
+    base = None
+    if isinstance(wrapper, (str, os.PathLike)) and str(wrapper).endswith(".cu"):
+        base = os.path.dirname(os.path.abspath(sys._getframe(1).f_code.co_filename))
+    try:
+        spec = wrapper_spec(str(wrapper) if isinstance(wrapper, os.PathLike) else wrapper,
+                            params, base)
+    except ValueError as e:
+        raise HookError(f"clc.wrap(): {e}") from None
+    flags = (abi.FLAG_RECORD | abi.FLAG_TIME) if time else abi.FLAG_RECORD if record else 0
+    return HookDecision(abi.ACTION_REPLACE, flags, 0, "",
+                        WrapRequest(spec.name, spec.params, on_unwrappable))
 
 
 # ---- what a hook sees ---------------------------------------------------------------------------

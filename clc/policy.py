@@ -47,10 +47,11 @@ ANY_RANGE = (0, _U64_MAX)
 _INT32_MAX = 2**31 - 1
 
 _ACTIONS = ("allow", "deny")  # the verdicts of default and on_error
-_RULE_ACTIONS = ("allow", "deny", "hook")
-_PLANNED_ACTIONS = ("wrap",)
+_RULE_ACTIONS = ("allow", "deny", "hook", "wrap")
 _TOP_KEYS = ("version", "default", "on_error", "rules")
-_RULE_KEYS = ("name", "match", "action", "hook", "message", "error", "record", "time")
+_RULE_KEYS = ("name", "match", "action", "hook", "message", "error", "record", "time",
+              "wrapper", "params", "on_unwrappable")
+_WRAP_KEYS = ("wrapper", "params", "on_unwrappable")
 # What a hook rule's hook answers itself, so the rule may not set it.
 _HOOK_ANSWERS = ("message", "error", "record", "time")
 _HOOK_FORM = "FILE.py:FUNCTION"
@@ -216,6 +217,26 @@ class Outcome:
     flags: int  # abi.FLAG_*
     error: int  # CUresult returned for a deny, 0 otherwise
     rule: int  # index into Policy.rules, or abi.RULE_DEFAULT / abi.RULE_ON_ERROR
+    # ACTION_REPLACE: what to wrap with, as the engine is to build it, and the address of the
+    # clc_replacement it made (0 until it has).
+    wrap: WrapRequest | None = None
+    replacement: int = 0
+
+
+@dataclass(frozen=True)
+class WrapRequest:
+    """A `wrap` rule's (or a hook's clc.wrap) wrapper: a built-in name or an absolute .cu path,
+    its params as sorted (name, value) pairs, and what a kernel that cannot be wrapped gets."""
+
+    wrapper: str
+    params: tuple = ()
+    on_unwrappable: str = "allow"
+
+    @property
+    def label(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.params)
+        return f"{os.path.basename(self.wrapper)}({args})" if args else \
+            os.path.basename(self.wrapper)
 
 
 @dataclass(frozen=True)
@@ -350,6 +371,7 @@ class Rule:
     time: bool = False
     hook: HookRef | None = None  # set exactly when action is "hook"
     line: int = 0  # 1-based line of the rule in its policy file
+    wrap: WrapRequest | None = None  # set exactly when action is "wrap"
 
     @property
     def has_shape(self) -> bool:
@@ -370,6 +392,8 @@ class Rule:
             raise ValueError(f"rule '{self.name}' has no outcome of its own: its hook answers")
         if self.action == "deny":
             return Outcome(abi.ACTION_DENY, self.flags, self.error, index)
+        if self.action == "wrap":
+            return Outcome(abi.ACTION_REPLACE, self.flags, 0, index, self.wrap)
         return Outcome(abi.ACTION_ALLOW, self.flags, 0, index)
 
     def check_static(self, info: KernelInfo) -> tuple[bool, list[str]]:
@@ -466,6 +490,9 @@ class Explanation:
         text = abi.ACTION_NAMES[outcome.action]
         if outcome.action == abi.ACTION_DENY:
             text += f" ({error_name(outcome.error)})"
+        if outcome.action == abi.ACTION_REPLACE and outcome.wrap is not None:
+            text = (f"wrap with {outcome.wrap.label} (a kernel that cannot be wrapped: "
+                    f"{outcome.wrap.on_unwrappable})")
         text += " by default" if outcome.rule == abi.RULE_DEFAULT else \
             f" by rule '{self.deciding_rule}'"
         if outcome.flags & abi.FLAG_TIME:
@@ -522,6 +549,10 @@ def _rule_from_dict(fields: dict) -> Rule:
             fields[key] = tuple((op, bound) for op, bound in fields[key])
     if fields.get("hook") is not None:
         fields["hook"] = HookRef(**fields["hook"])
+    if fields.get("wrap") is not None:
+        wrap = fields["wrap"]
+        fields["wrap"] = WrapRequest(wrap["wrapper"], tuple(tuple(p) for p in wrap["params"]),
+                                     wrap["on_unwrappable"])
     return Rule(**fields)
 
 
@@ -969,10 +1000,6 @@ class _Loader:
                                    + ", ".join(_RULE_ACTIONS) + ")")
         action_node = pairs["action"][1]
         action = self.string(action_node, "action")
-        if action in _PLANNED_ACTIONS:
-            raise self.error(action_node, f"action '{action}' is not supported in policy version "
-                                          f"{_SUPPORTED_VERSION} (expected one of: "
-                                          + ", ".join(_RULE_ACTIONS) + ")")
         if action not in _RULE_ACTIONS:
             raise self.error(action_node, f"unknown action '{action}' "
                                           f"({_suggestion(action, _RULE_ACTIONS)})")
@@ -990,11 +1017,19 @@ class _Loader:
         elif "hook" in pairs:
             raise self.error(pairs["hook"][0], f"'hook' is only allowed on a hook rule (rule "
                                                f"'{name}' has action: {action})")
-        if action == "allow":
+        if action in ("allow", "wrap"):
             for key in ("message", "error"):
                 if key in pairs:
                     raise self.error(pairs[key][0], f"'{key}' is only allowed on a deny rule "
                                                     f"(rule '{name}' has action: {action})")
+        wrap = None
+        if action == "wrap":
+            wrap = self.wrap(node, pairs, name)
+        else:
+            for key, (key_node, _) in pairs.items():
+                if key in _WRAP_KEYS:
+                    raise self.error(key_node, f"'{key}' is only allowed on a wrap rule (rule "
+                                               f"'{name}' has action: {action})")
 
         fields = {}
         if "match" in pairs:
@@ -1017,7 +1052,42 @@ class _Loader:
             if action == "deny" else 0,
             record=self.boolean(pairs["record"][1], "record") if "record" in pairs else False,
             time=self.boolean(pairs["time"][1], "time") if "time" in pairs else False,
-            hook=hook, **fields)
+            hook=hook, wrap=wrap, **fields)
+
+    def wrap(self, node, pairs, name) -> WrapRequest:
+        """`wrapper:` (a built-in or a .cu path relative to the policy), `params:`, and
+        `on_unwrappable:`, checked as the wrap pipeline will use them."""
+        from clc.wrapbuild import wrapper_spec   # stdlib-only, like this module
+        if "wrapper" not in pairs:
+            raise self.error(node, f"rule '{name}' has action: wrap but no 'wrapper' (expected "
+                                   "sm_share, block_count, deadline or a .cu file)")
+        wrapper_node = pairs["wrapper"][1]
+        wrapper = self.string(wrapper_node, "wrapper")
+        params = {}
+        if "params" in pairs:
+            params_node = pairs["params"][1]
+            if params_node.id != "mapping":
+                raise self.type_error(params_node, "params", "a mapping")
+            for key_node, value_node in params_node.value:
+                kind, value = self.kind(value_node)
+                if kind not in ("int", "float"):
+                    raise self.type_error(value_node, f"params.{key_node.value}", "a number")
+                params[key_node.value] = float(value) if kind == "float" else value
+        on_unwrappable = self.choice(pairs["on_unwrappable"][1], "on_unwrappable") \
+            if "on_unwrappable" in pairs else "allow"
+        try:
+            spec = wrapper_spec(wrapper, params, self.directory)
+        except ValueError as e:
+            text = str(e)
+            at = wrapper_node
+            if "params" in pairs and not text.startswith("unknown wrapper") \
+                    and "cannot read" not in text:
+                at = pairs["params"][1]
+                for key_node, value_node in at.value:     # the value the message names
+                    if f" {key_node.value} must" in text:
+                        at = value_node
+            raise self.error(at, text) from None
+        return WrapRequest(spec.name, spec.params, on_unwrappable)
 
     def hook(self, node) -> HookRef:
         """`hook: FILE.py:FUNCTION`, FILE relative to the policy's directory."""

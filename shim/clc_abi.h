@@ -55,8 +55,44 @@ typedef struct clc_outcome {
     uint32_t flags;       /* CLC_FLAG_* */
     int32_t error;        /* CUresult returned for a deny */
     int32_t rule;         /* index into the policy's rules, or CLC_RULE_* */
-    uint64_t replacement; /* CUfunction/CUkernel launched instead (CLC_ACTION_REPLACE) */
+    uint64_t replacement; /* const clc_replacement * (CLC_ACTION_REPLACE), else 0 */
 } clc_outcome; /* 24 bytes */
+
+/* A wrapped kernel (CLC_ACTION_REPLACE: clc_outcome.replacement points to one of these, made by
+ * the engine for one (kernel, context) and kept for the life of the process). The shim
+ * launches `function` with the program's arguments and one more, a clc_launch_arg naming the
+ * launch's own slot in the context's ring (slots are reset by the kernel's last block); a
+ * looped wrapper with a cap gets at most cap blocks, which claim the program's grid. */
+#define CLC_CAP_NONE 0  /* the program's grid */
+#define CLC_CAP_SHARE 1 /* ceil(cap_value / 1e6 x sm_count x blocks per SM) */
+#define CLC_CAP_SMS 2   /* cap_value x blocks per SM */
+#define CLC_REPLACE_LOOPED 1
+#define CLC_SLOT_BYTES 32
+#define CLC_OCCUPANCY_WAYS 4
+
+typedef struct clc_replacement {
+    uint64_t function;   /* CUfunction (of the decision's context) launched instead */
+    uint64_t slots;      /* CUdeviceptr of n_slots zeroed slots of CLC_SLOT_BYTES */
+    uint64_t cursor;     /* the next slot; the shim adds 1 per launch, atomically */
+    uint64_t arg_offset; /* where clc_launch_arg goes in an `extra` argument buffer */
+    uint32_t n_slots;    /* a power of two */
+    uint32_t n_params;   /* the kernel's own parameters (kernelParams has one more) */
+    uint32_t cap_kind;   /* CLC_CAP_* */
+    uint32_t cap_value;  /* millionths of the GPU (SHARE) or SMs (SMS) */
+    uint32_t sm_count;
+    uint32_t flags;      /* CLC_REPLACE_* */
+    uint64_t occupancy[CLC_OCCUPANCY_WAYS]; /* the shim's: 1 | threads << 1 | shared << 12 |
+                                                 blocks per SM << 48 */
+} clc_replacement; /* 88 bytes */
+
+/* The argument appended to a wrapped kernel's launch (struct clc_launch_arg in
+ * clc/wrappers/runtime.cu; `__clc_arg` in the spliced PTX). */
+typedef struct clc_launch_arg {
+    uint64_t slot;    /* CUdeviceptr of the launch's slot */
+    uint32_t grid[3]; /* the program's grid: the virtual blocks */
+    uint32_t flags;
+    uint64_t reserved;
+} clc_launch_arg; /* 32 bytes */
 
 /* One rule whose match depends on the launch shape: the first clause whose three ranges all
  * contain the launch's values decides; when none does, `fallback` decides. */

@@ -155,6 +155,7 @@ int clc_driver_load(void) {
             g_drv.stream_is_capturing = driver_sym(h, "cuStreamIsCapturing", NULL);
             g_drv.stream_is_capturing_ptsz =
                 driver_sym(h, "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing");
+            g_drv.occupancy = driver_sym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL);
             g_hot.ctx_get_current = g_drv.ctx_get_current;
             atomic_store_explicit(&g_hot.driver_ready, 1, memory_order_release);
         }
@@ -398,10 +399,20 @@ static CUresult gate_exit(gate *g, CUresult result) {
     return result;
 }
 
-/* The launched function: the replacement when the policy wraps, else the original. */
-static inline CUfunction target(const gate *g, CUfunction f) {
-    return g->outcome->action == CLC_ACTION_REPLACE ? (CUfunction)(uintptr_t)g->outcome->replacement
-                                                    : f;
+/* A wrapped kernel's launch that cannot be rewritten runs the original: said once. */
+__attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, unsigned gx,
+                                                   unsigned gy, unsigned gz, unsigned bx,
+                                                   unsigned by, unsigned bz, unsigned shmem,
+                                                   void **params, void **extra) {
+    static _Atomic int said;
+    const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
+    CUresult e = rep ? clc_replace_begin(r, rep, gx, gy, gz, bx, by, bz, shmem, params, extra)
+                     : CUDA_ERROR_INVALID_HANDLE;
+    if (e == CUDA_SUCCESS) return 1;
+    if (!atomic_exchange(&said, 1))
+        clc_log(CLC_MSG_WARNING, "a wrapped kernel's launch could not be rewritten (CUresult %d): "
+                                 "it runs unwrapped", (int)e);
+    return 0;
 }
 
 #define CLC_LAUNCH_HOOK(name, entry_point)                                                       \
@@ -414,8 +425,15 @@ static inline CUfunction target(const gate *g, CUfunction f) {
                                params, extra)))                                                  \
             return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
-        return gate_exit(&g, real(target(&g, f), gx, gy, gz, bx, by, bz, shmem, stream, params,  \
-                                  extra));                                                       \
+        clc_replaced r;                                                                          \
+        if (g.outcome->action == CLC_ACTION_REPLACE &&                                           \
+            replace_begin(&g, &r, gx, gy, gz, bx, by, bz, shmem, params, extra)) {               \
+            CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream, \
+                                r.params, r.extra);                                              \
+            clc_replace_end(&r);                                                                 \
+            return gate_exit(&g, res);                                                           \
+        }                                                                                        \
+        return gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra));     \
     }
 CLC_LAUNCH_HOOK(cuLaunchKernel, CLC_ENTRY_LAUNCH)
 CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
@@ -430,7 +448,15 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
                                params, NULL)))                                                   \
             return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));    \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
-        return gate_exit(&g, real(target(&g, f), gx, gy, gz, bx, by, bz, shmem, stream, params)); \
+        clc_replaced r;                                                                          \
+        if (g.outcome->action == CLC_ACTION_REPLACE && params &&                                 \
+            replace_begin(&g, &r, gx, gy, gz, bx, by, bz, shmem, params, NULL)) {                \
+            CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream, \
+                                r.params);                                                       \
+            clc_replace_end(&r);                                                                 \
+            return gate_exit(&g, res);                                                           \
+        }                                                                                        \
+        return gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));            \
     }
 CLC_COOP_HOOK(cuLaunchCooperativeKernel, CLC_ENTRY_LAUNCH_COOPERATIVE)
 CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC_ENTRY_PTSZ)
@@ -447,7 +473,18 @@ CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC
                                params, extra)))                                                  \
             return count_failure(&g, real(config, f, params, extra));                            \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
-        return gate_exit(&g, real(config, target(&g, f), params, extra));                        \
+        clc_replaced r;                                                                          \
+        if (g.outcome->action == CLC_ACTION_REPLACE &&                                           \
+            replace_begin(&g, &r, config->gridDimX, config->gridDimY, config->gridDimZ,          \
+                          config->blockDimX, config->blockDimY, config->blockDimZ,               \
+                          config->sharedMemBytes, params, extra)) {                              \
+            CUlaunchConfig c = *config;                                                          \
+            c.gridDimX = r.grid[0], c.gridDimY = r.grid[1], c.gridDimZ = r.grid[2];              \
+            CUresult res = real(&c, r.f, r.params, r.extra);                                     \
+            clc_replace_end(&r);                                                                 \
+            return gate_exit(&g, res);                                                           \
+        }                                                                                        \
+        return gate_exit(&g, real(config, f, params, extra));                                    \
     }
 CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx, CLC_ENTRY_LAUNCH_EX)
 CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, CLC_ENTRY_LAUNCH_EX | CLC_ENTRY_PTSZ)
@@ -462,6 +499,12 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
                         p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL,
                         p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return gate_exit(g, g->outcome->error);
+    if (*gated && g->outcome->action == CLC_ACTION_REPLACE) {
+        static _Atomic int said;
+        if (!atomic_exchange(&said, 1))
+            clc_log(CLC_MSG_WARNING, "a wrapped kernel was put in a CUDA graph: graph nodes run "
+                                     "the original kernel (wrapping graph nodes is not supported)");
+    }
     return CUDA_SUCCESS;
 }
 

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "clc_abi.h"
 
@@ -41,6 +42,12 @@ typedef uint64_t cuuint64_t;
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_INVALID_HANDLE 400
+#define CU_LAUNCH_PARAM_END ((void *)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
 #define CU_LIBRARY_BINARY_IS_PRESERVED 1
 #define CU_EVENT_DEFAULT 0
@@ -170,9 +177,31 @@ typedef struct {
     CUresult (*event_destroy)(CUevent);
     CUresult (*stream_is_capturing)(CUstream, int *);
     CUresult (*stream_is_capturing_ptsz)(CUstream, int *);
+    CUresult (*occupancy)(int *, CUfunction, int, size_t);
 } clc_driver;
 extern clc_driver g_drv;
 int clc_driver_load(void); /* fills g_drv; 1 when done */
+
+/* A wrapped kernel's launch (replace.c): the function, grid and arguments to give the driver
+ * instead of the program's. clc_replace_begin returns CUDA_SUCCESS, or an error for a launch
+ * it cannot rewrite (the caller then applies on_error); clc_replace_end frees what it made. */
+typedef struct {
+    CUfunction f;
+    unsigned grid[3];
+    void **params;
+    void **extra;
+    void *heap;
+    clc_launch_arg arg;
+    size_t extra_size;
+    void *extra_pairs[5];
+    void *small[33];
+} clc_replaced;
+CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *rep, unsigned gx, unsigned gy,
+                           unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                           void **params, void **extra);
+static inline void clc_replace_end(clc_replaced *r) {
+    if (r->heap) free(r->heap);
+}
 
 /* ---- process-wide settings, read from the environment once --------------------------------- */
 typedef struct {

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The registry of `clc` subcommands: one module and one class each."""
 
+from clc.commands.cache import CacheCommand
 from clc.commands.doctor import DoctorCommand
 from clc.commands.inspect import InspectCommand
 from clc.commands.policy import PolicyCommand
@@ -9,4 +10,5 @@ from clc.commands.run import RunCommand
 
 __all__ = ["COMMANDS"]
 
-COMMANDS = [RunCommand, ReportCommand, PolicyCommand, InspectCommand, DoctorCommand]
+COMMANDS = [RunCommand, ReportCommand, PolicyCommand, InspectCommand, DoctorCommand,
+            CacheCommand]

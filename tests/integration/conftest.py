@@ -1,6 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixtures for the shim tests: the fake driver and programs, built once, and runners."""
 
+import concurrent.futures
+import os
+import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -9,6 +13,42 @@ from clc.shim import bridge_path, preload_path
 from harness import Run, clc_command, env_for
 
 from build import build_native  # tests/native, put on sys.path by harness
+
+ZOO = pathlib.Path(__file__).resolve().parents[2] / "examples" / "kernels"
+FILES = sorted(p.name for p in ZOO.glob("*.cu"))
+
+
+def cuda_tool(name):
+    path = shutil.which(name) or f"/usr/local/cuda/bin/{name}"
+    return path if os.access(path, os.X_OK) else None
+
+
+@pytest.fixture(scope="session")
+def zoo_ptx(tmp_path_factory):
+    """{file name: PTX text}, every zoo program compiled with nvcc -ptx -arch=sm_90 at once."""
+    nvcc = cuda_tool("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): the zoo is compiled with it")
+    out = tmp_path_factory.mktemp("zoo_ptx")
+
+    def build(name):
+        target = out / name.replace(".cu", ".ptx")
+        proc = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-I", str(ZOO), str(ZOO / name),
+                               "-o", str(target)], capture_output=True, text=True, timeout=300)
+        return name, (target.read_text() if proc.returncode == 0 else proc)
+
+    present = [f for f in FILES if (ZOO / f).exists()]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(present) or 1)) as pool:
+        return dict(pool.map(build, present))
+
+
+def zoo_ptx_text(zoo_ptx, name):
+    if name not in zoo_ptx:
+        pytest.skip(f"examples/kernels/{name} does not exist (yet)")
+    ptx = zoo_ptx[name]
+    if not isinstance(ptx, str):
+        pytest.fail(f"nvcc -ptx -arch=sm_90 {name} failed:\n{ptx.stderr}")
+    return ptx
 
 
 @pytest.fixture(scope="session")

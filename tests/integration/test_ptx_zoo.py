@@ -3,18 +3,14 @@
 printed back (ptxas must still take it), and each kernel gets the loop verdict that
 examples/kernels/README.md promises. No GPU needed; skipped without nvcc."""
 
-import concurrent.futures
 import os
-import pathlib
-import shutil
 import subprocess
 
 import pytest
 
+from conftest import FILES, cuda_tool, zoo_ptx_text
 from clc.ptx import (barriers, calls, cluster_directives, ctaid_reads, envreg_reads,
                      loop_verdict, nctaid_reads, parse, remap_verdict)
-
-ZOO = pathlib.Path(__file__).resolve().parents[2] / "examples" / "kernels"
 
 # file -> {PTX entry: (loopable, a phrase of the reason)}. Loopable kernels with a barrier
 # say "no thread-divergent exit", those without "no block barrier": the phrase checks that
@@ -35,50 +31,16 @@ EXPECTED = {
     "printf_kernel.cu": {"hello_printf": (True, "no block barrier")},
     "atomics.cu": {"histogram_atomic": (True, "no block barrier")},
 }
-FILES = sorted(set(EXPECTED) | {p.name for p in ZOO.glob("*.cu")})
 KERNELS = [(f, k) for f in EXPECTED for k in EXPECTED[f]]
-
-
-def _tool(name):
-    path = shutil.which(name) or f"/usr/local/cuda/bin/{name}"
-    return path if os.access(path, os.X_OK) else None
-
-
-@pytest.fixture(scope="session")
-def zoo_ptx(tmp_path_factory):
-    """{file name: PTX text}, every zoo program compiled with nvcc -ptx -arch=sm_90 at once."""
-    nvcc = _tool("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): the zoo is compiled with it")
-    out = tmp_path_factory.mktemp("zoo_ptx")
-
-    def build(name):
-        target = out / name.replace(".cu", ".ptx")
-        proc = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-I", str(ZOO), str(ZOO / name),
-                               "-o", str(target)], capture_output=True, text=True, timeout=300)
-        return name, (target.read_text() if proc.returncode == 0 else proc)
-
-    present = [f for f in FILES if (ZOO / f).exists()]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(present) or 1)) as pool:
-        return dict(pool.map(build, present))
-
-
-def _ptx(zoo_ptx, name):
-    if name not in zoo_ptx:
-        pytest.skip(f"examples/kernels/{name} does not exist (yet)")
-    ptx = zoo_ptx[name]
-    if not isinstance(ptx, str):
-        pytest.fail(f"nvcc -ptx -arch=sm_90 {name} failed:\n{ptx.stderr}")
-    return ptx
 
 
 @pytest.mark.parametrize("name", FILES)
 def test_round_trip_assembles(zoo_ptx, name, tmp_path):
     # GIVEN a zoo program's PTX WHEN it is parsed and printed back
-    text = str(parse(_ptx(zoo_ptx, name)))
+    text = str(parse(zoo_ptx_text(zoo_ptx, name)))
     # THEN printing is stable, and ptxas still assembles it (when ptxas is installed)
     assert str(parse(text)) == text
-    ptxas = _tool("ptxas")
+    ptxas = cuda_tool("ptxas")
     if ptxas is not None:
         path = tmp_path / "rt.ptx"
         path.write_text(text)
@@ -90,13 +52,13 @@ def test_round_trip_assembles(zoo_ptx, name, tmp_path):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_entries_are_the_tables(zoo_ptx, name):
     # THEN each file defines exactly the kernels the README's table names
-    assert set(parse(_ptx(zoo_ptx, name)).entries) == set(EXPECTED[name])
+    assert set(parse(zoo_ptx_text(zoo_ptx, name)).entries) == set(EXPECTED[name])
 
 
 @pytest.mark.parametrize("name,kernel", KERNELS)
 def test_loop_verdict(zoo_ptx, name, kernel):
     # GIVEN a zoo kernel WHEN its loop verdict is asked
-    entry = parse(_ptx(zoo_ptx, name)).entries.get(kernel)
+    entry = parse(zoo_ptx_text(zoo_ptx, name)).entries.get(kernel)
     assert entry is not None, f"no .entry {kernel} in {name}'s PTX"
     verdict = loop_verdict(entry)
     loopable, phrase = EXPECTED[name][kernel]
@@ -109,7 +71,7 @@ def test_loop_verdict(zoo_ptx, name, kernel):
 def test_queries_see_what_the_readme_lists(zoo_ptx):
     # GIVEN the zoo kernels whose README entries name PTX features
     def entry(name, kernel):
-        return parse(_ptx(zoo_ptx, name)).entries[kernel]
+        return parse(zoo_ptx_text(zoo_ptx, name)).entries[kernel]
 
     # THEN the 3D kernel's block index and grid size reads are all found
     volume = entry("grid2d3d.cu", "volume3d")

@@ -25,8 +25,10 @@ SCALARS = {
     "pointer": (8, 8, "P"),
 }
 
-# The Python struct for each C struct that the capture file holds.
+# The Python struct for each C struct that the capture file or the engine reads or writes.
 MIRRORS = {
+    "REPLACEMENT": "clc_replacement",
+    "LAUNCH_ARG": "clc_launch_arg",
     "CAPTURE_HEADER": "clc_capture_header",
     "RECORD_HEADER": "clc_record_header",
     **{name: "clc_rec_" + name[len("REC_"):-len("_BODY")].lower()
@@ -203,7 +205,8 @@ def test_name_dicts_cover_exactly_the_headers_values(prefix, dict_name, defines)
 
 def test_every_record_struct_is_mirrored(structs):
     c_records = {n for n in structs if n.startswith("clc_rec_")}
-    c_records |= {"clc_capture_header", "clc_record_header"}
+    c_records |= {"clc_capture_header", "clc_record_header", "clc_replacement",
+                  "clc_launch_arg"}
     assert set(MIRRORS.values()) == c_records
 
 

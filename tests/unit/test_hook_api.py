@@ -234,14 +234,29 @@ def test_deny_refuses_bad_errors(kwargs, fragment):
     assert fragment in str(caught.value)
 
 
-def test_wrap_is_not_available_yet():
-    # WHEN a hook asks for a wrapped kernel
+def test_wrap_answers_a_checked_wrap_request(tmp_path):
+    # WHEN a hook asks for a built-in wrapper with its parameters
+    answer = clc.wrap("sm_share", share=0.5, on_unwrappable="deny", record=True)
+    # THEN the answer is a replace carrying the checked request
+    assert answer.action == abi.ACTION_REPLACE and answer.record and not answer.time
+    assert answer.wrap.wrapper == "sm_share" and answer.wrap.params == (("share", 0.5),)
+    assert answer.outcome(3).wrap == answer.wrap and answer.outcome(3).rule == 3
+    assert repr(answer) == "clc.wrap(sm_share(share=0.5), on_unwrappable='deny')"
+
+
+@pytest.mark.parametrize("args,kwargs,fragment", [
+    (("anything",), {}, "clc.wrap(): unknown wrapper 'anything'"),
+    (("sm_share",), {"share": 2}, "share must be > 0 and <= 1, got 2"),
+    (("deadline",), {}, "params must be {ms: N}"),
+    (("block_count",), {"on_unwrappable": "skip"}, "on_unwrappable must be 'allow' or 'deny'"),
+    (("missing_policy.cu",), {}, "cannot read"),
+])
+def test_wrap_refuses_what_cannot_be_built(args, kwargs, fragment):
+    # WHEN a hook asks for a wrapper that does not exist or with bad parameters
     with pytest.raises(HookError) as caught:
-        clc.wrap("anything", replacement=1)
-    # THEN it is told what to return instead
-    assert str(caught.value) == (
-        "clc.wrap() is not available yet: wrapped kernels come with a later version of clc; "
-        "return clc.allow() or clc.deny() instead")
+        clc.wrap(*args, **kwargs)
+    # THEN it is told what is wrong
+    assert fragment in str(caught.value)
 
 
 # ---- arguments ---------------------------------------------------------------------------------

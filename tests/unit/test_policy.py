@@ -330,18 +330,53 @@ ERRORS = [
         version: 1
         rules:
           - action: permit
-        """, "p.yaml:3:13: unknown action 'permit' (expected one of: allow, deny, hook)"),
+        """, "p.yaml:3:13: unknown action 'permit' (expected one of: allow, deny, hook, wrap)"),
     ("unknown-action-close", """\
         version: 1
         rules:
           - action: Deny
         """, "p.yaml:3:13: unknown action 'Deny' (did you mean 'deny'?)"),
-    ("planned-action-wrap", """\
+    ("wrap-without-wrapper", """\
         version: 1
         rules:
           - action: wrap
-        """, "p.yaml:3:13: action 'wrap' is not supported in policy version 1 (expected one "
-             "of: allow, deny, hook)"),
+        """, "p.yaml:3:5: rule 'rule-1' has action: wrap but no 'wrapper' (expected sm_share, "
+             "block_count, deadline or a .cu file)"),
+    ("wrap-unknown-wrapper", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: sm_shares
+        """, "p.yaml:4:14: unknown wrapper 'sm_shares': expected one of sm_share, block_count, "
+             "deadline or the path of a .cu file with a device policy"),
+    ("wrap-share-out-of-range", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: sm_share
+            params: {share: 0}
+        """, "p.yaml:5:21: wrapper sm_share: share must be > 0 and <= 1, got 0"),
+    ("wrap-param-not-a-number", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: deadline
+            params: {ms: soon}
+        """, "p.yaml:5:18: params.ms must be a number, got the string 'soon'"),
+    ("wrapper-on-allow", """\
+        version: 1
+        rules:
+          - action: allow
+            wrapper: sm_share
+        """, "p.yaml:4:5: 'wrapper' is only allowed on a wrap rule (rule 'rule-1' has action: "
+             "allow)"),
+    ("on-unwrappable-bad", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: block_count
+            on_unwrappable: skip
+        """, "p.yaml:5:21: on_unwrappable must be 'allow' or 'deny', got the string 'skip'"),
     ("unknown-action-close-to-hook", """\
         version: 1
         rules:
@@ -352,7 +387,7 @@ ERRORS = [
         rules:
           - name: r
             match: {kernel: "*"}
-        """, "p.yaml:3:5: rule 'r' has no 'action' (expected one of: allow, deny, hook)"),
+        """, "p.yaml:3:5: rule 'r' has no 'action' (expected one of: allow, deny, hook, wrap)"),
     ("message-on-allow", """\
         version: 1
         rules:
@@ -641,6 +676,44 @@ def test_error_points_at_the_offending_node(text, expected):
     assert str(caught.value) == expected
     error = caught.value
     assert f"{error.path}:{error.line}:{error.column}: {error.message}" == expected
+
+
+def test_wrap_rule_with_a_missing_policy_file_names_it(tmp_path):
+    # GIVEN a wrap rule whose device policy file does not exist
+    path = tmp_path / "p.yaml"
+    path.write_text("version: 1\nrules:\n  - action: wrap\n    wrapper: nothere/policy.cu\n")
+    # WHEN it is loaded
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    # THEN the error points at the wrapper and says which file was looked for
+    assert str(caught.value).startswith(f"{path}:4:14: wrapper nothere/policy.cu: cannot read "
+                                        f"{tmp_path / 'nothere' / 'policy.cu'}")
+
+
+def test_wrap_rule_round_trips_through_json_and_explains(tmp_path):
+    # GIVEN a wrap rule with params and on_unwrappable
+    p = policy("""\
+        version: 1
+        rules:
+          - name: quarter
+            match: {kernel: "*gemm*"}
+            action: wrap
+            wrapper: sm_share
+            params: {share: 0.25}
+            on_unwrappable: deny
+        """)
+    rule = p.rules[0]
+    # THEN the rule keeps the checked wrapper, and the JSON the program gets keeps it too
+    assert rule.wrap.wrapper == "sm_share" and rule.wrap.params == (("share", 0.25),)
+    assert rule.wrap.on_unwrappable == "deny"
+    assert Policy.from_json(p.to_json()).rules[0] == rule
+    # AND its outcome is a replace carrying the request
+    outcome = rule.outcome(0)
+    assert outcome.action == abi.ACTION_REPLACE and outcome.wrap == rule.wrap
+    # AND explain says what happens
+    text = p.explain(KernelInfo(mangled="_Z4gemmv", demangled="gemm()", device=0)).format()
+    assert "wrap with sm_share(share=0.25) (a kernel that cannot be wrapped: deny) by rule " \
+           "'quarter'" in text
 
 
 def test_shape_rule_limit_counts_only_shape_rules():

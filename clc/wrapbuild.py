@@ -1,0 +1,332 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The wrap pipeline: a kernel's PTX spliced (clc.splice), the wrapper's device code compiled by
+NVRTC, both linked by nvJitLink into a cubin. Needs no GPU.
+
+    wrapper = wrapper_spec("sm_share", {"share": 0.25})   # or the path of a .cu policy
+    built = build(ptx_text, "_Z6vecAddPKfS0_Pfi", wrapper, arch=90)
+    built.cubin, built.looped, built.build_ms
+
+Built-in wrappers (their device code is clc/wrappers/runtime.cu, configured by -D):
+- sm_share (`share: 0<x<=1` or `sms: N`): the body loops; the shim launches at most
+  ceil(share x SMs x blocks-per-SM) blocks (or N x blocks-per-SM), which claim the virtual
+  blocks from the launch's counter. A kernel whose body may not loop cannot be wrapped.
+- block_count: counts the virtual blocks and threads that ran (clc_stats, read at exit).
+- deadline (`ms: N`): virtual blocks that would start more than N ms after the launch's first
+  block are skipped and counted.
+- a user policy, `wrapper: path/to/policy.cu`: either the nvJitLink CLC demo interface
+  (extern "C" Policy_init(void *state), Policy_should_try_steal(void *state, int block)) or
+  clc's own (extern "C" clc_policy_init(void *state), clc_policy_begin(void *state,
+  unsigned long long vblock), clc_policy_end(...); any of the three). Its `params` are given to
+  it as -D CLC_PARAM_<NAME>=<value>. The launch keeps its grid; a block claims more virtual
+  blocks only when the body may loop and the policy says so.
+A compile or link error raises WrapBuildError with the NVRTC/nvJitLink log.
+"""
+
+import dataclasses
+import pathlib
+import re
+import struct
+import threading
+import time
+
+from clc.fatbin import _Elf, cubin_kernels
+from clc.splice import Unwrappable, splice
+
+__all__ = ["WrapBuildError", "Wrapper", "Built", "BUILTIN_WRAPPERS", "wrapper_spec", "build",
+           "toolchain_versions", "cubin_resources", "RUNTIME_SOURCE"]
+
+RUNTIME_SOURCE = pathlib.Path(__file__).resolve().parent / "wrappers" / "runtime.cu"
+BUILTIN_WRAPPERS = ("sm_share", "block_count", "deadline")
+
+_DEMO_FUNCTIONS = ("Policy_init", "Policy_should_try_steal")
+_HOOK_FUNCTIONS = ("clc_policy_init", "clc_policy_begin", "clc_policy_end")
+_PARAM_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+class WrapBuildError(Exception):
+    """A wrapper that does not compile or a kernel that does not link, with the tool's log."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Wrapper:
+    """A wrapper and its parameters, checked. `cap` is how the shim sizes a launch:
+    ("share", x) or ("sms", n) for sm_share, None to keep the program's grid."""
+
+    name: str                        # "sm_share" | "block_count" | "deadline" | the .cu path
+    params: tuple                    # ((name, value), ...) sorted
+    loop: str                        # "required" | "optional" | "never"
+    defines: tuple                   # -D options for runtime.cu
+    cap: tuple | None = None
+    source: str | None = None        # a user policy's text
+    steal: bool = False              # a user policy decides whether blocks claim again
+
+    @property
+    def key_text(self):
+        return repr((self.name, self.params, self.loop, self.defines, self.cap, self.source))
+
+
+def _number(wrapper, name, value, lo, hi, integer=False, lo_open=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (integer and not isinstance(value, int)):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"wrapper {wrapper}: {name} must be {kind}, got {value!r}")
+    if value < lo or (lo_open and value == lo) or (hi is not None and value > hi):
+        bound = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi is not None else "")
+        raise ValueError(f"wrapper {wrapper}: {name} must be {bound}, got {value!r}")
+    return value
+
+
+def wrapper_spec(name, params=None, base_dir=None):
+    """A checked Wrapper for `wrapper:` `name` with `params:` (ValueError says what is wrong).
+    A name that is not built in is a .cu path, relative to `base_dir`."""
+    params = dict(params or {})
+    if name == "sm_share":
+        unknown = set(params) - {"share", "sms"}
+        if unknown or len(params) != 1:
+            raise ValueError("wrapper sm_share: give exactly one of share (0 < share <= 1, of "
+                             f"the GPU's block slots) or sms (a count of SMs); got "
+                             f"{sorted(params) or 'neither'}")
+        if "share" in params:
+            cap = ("share", float(_number(name, "share", params["share"], 0, 1, lo_open=True)))
+        else:
+            cap = ("sms", _number(name, "sms", params["sms"], 1, None, integer=True))
+        return Wrapper(name, tuple(sorted(params.items())), "required", (), cap)
+    if name == "block_count":
+        if params:
+            raise ValueError(f"wrapper block_count takes no params, got {sorted(params)}")
+        return Wrapper(name, (), "never", ())
+    if name == "deadline":
+        if set(params) != {"ms"}:
+            raise ValueError(f"wrapper deadline: params must be {{ms: N}} (milliseconds after the "
+                             f"launch's first block), got {sorted(params) or 'none'}")
+        ms = _number(name, "ms", params["ms"], 0, None, lo_open=True)
+        return Wrapper(name, (("ms", ms),), "never",
+                       (f"-DCLC_DEADLINE_NS={int(ms * 1_000_000)}ull",))
+    if not str(name).endswith(".cu"):
+        raise ValueError(f"unknown wrapper {name!r}: expected one of {', '.join(BUILTIN_WRAPPERS)}"
+                         " or the path of a .cu file with a device policy")
+    path = pathlib.Path(name)
+    if base_dir is not None and not path.is_absolute():
+        path = pathlib.Path(base_dir) / path
+    try:
+        source = path.read_text()
+    except OSError as e:
+        raise ValueError(f"wrapper {name}: cannot read {path}: {e.strerror}") from None
+    for key, value in params.items():
+        if not _PARAM_NAME.fullmatch(str(key)):
+            raise ValueError(f"wrapper {name}: parameter name {key!r} is not a C identifier")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"wrapper {name}: parameter {key} must be a number, got {value!r}")
+    defines = tuple(f"-DCLC_PARAM_{k}={v!r}" for k, v in sorted(params.items()))
+    return Wrapper(str(path), tuple(sorted(params.items())), "optional", defines, None, source,
+                   steal=True)
+
+
+@dataclasses.dataclass
+class Built:
+    cubin: bytes
+    kernel: str
+    looped: bool
+    reason: str
+    params: int          # the kernel's own parameter count
+    arch: int
+    key: str
+    build_ms: float
+    wrapper: Wrapper
+
+
+_lock = threading.Lock()
+_compiled = {}           # (source, options) -> PTX bytes
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as e:
+        raise WrapBuildError("wrapping needs cuda-python's NVRTC (pip install 'clc[wrap]': "
+                             f"cuda-bindings and nvidia-cuda-nvrtc): {e}") from None
+    return nvrtc
+
+
+def _nvjitlink():
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError as e:
+        raise WrapBuildError("wrapping needs cuda-python's nvJitLink (pip install 'clc[wrap]': "
+                             f"cuda-bindings and nvidia-nvjitlink): {e}") from None
+    return nvjitlink
+
+
+def toolchain_versions():
+    """(NVRTC version, nvJitLink version) as strings, for cache keys and reports."""
+    nvrtc = _nvrtc()
+    _, major, minor = nvrtc.nvrtcVersion()
+    try:
+        link = _nvjitlink().version()
+        link = f"{link[0]}.{link[1]}" if isinstance(link, tuple) else str(link)
+    except Exception:  # older bindings have no version(): the NVRTC one stands for both
+        link = f"{major}.{minor}"
+    return f"{major}.{minor}", link
+
+
+def compile_cuda(source, name, arch, options=()):
+    """PTX (bytes) of CUDA C `source`, relocatable (-rdc), for compute_`arch`."""
+    opts = (f"--gpu-architecture=compute_{arch}", "-rdc=true", "-std=c++17") + tuple(options)
+    key = (source, name, opts)
+    with _lock:
+        hit = _compiled.get(key)
+    if hit is not None:
+        return hit
+    nvrtc = _nvrtc()
+    data = source.encode() if isinstance(source, str) else source
+    err, prog = nvrtc.nvrtcCreateProgram(data, name.encode(), 0, [], [])
+    _nvrtc_check(nvrtc, err, "nvrtcCreateProgram", name)
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise WrapBuildError(f"NVRTC could not compile {name}:\n"
+                                 f"{log.rstrip(bytes(1)).decode(errors='replace').strip()}")
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        _nvrtc_check(nvrtc, err, "nvrtcGetPTXSize", name)
+        ptx = b" " * size
+        (err,) = nvrtc.nvrtcGetPTX(prog, ptx)
+        _nvrtc_check(nvrtc, err, "nvrtcGetPTX", name)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    ptx = ptx.rstrip(b"\0")
+    with _lock:
+        _compiled[key] = ptx
+    return ptx
+
+
+def _nvrtc_check(nvrtc, err, what, name):
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise WrapBuildError(f"{what} failed for {name}: {err}")
+
+
+def link(ptx_inputs, arch, what="the wrapped kernel"):
+    """A cubin for sm_`arch` linked by nvJitLink from [(name, PTX bytes), ...]."""
+    nvjitlink = _nvjitlink()
+    handle = nvjitlink.create(1, [f"-arch=sm_{arch}"])
+    try:
+        try:
+            for name, ptx in ptx_inputs:
+                data = ptx if isinstance(ptx, bytes) else ptx.encode()
+                nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), name)
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as e:
+            size = nvjitlink.get_error_log_size(handle)
+            log = bytearray(size)
+            nvjitlink.get_error_log(handle, log)
+            raise WrapBuildError(f"nvJitLink could not link {what} for sm_{arch} ({e}):\n"
+                                 f"{bytes(log).rstrip(bytes(1)).decode(errors='replace')}"
+                                 ) from None
+        size = nvjitlink.get_linked_cubin_size(handle)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, cubin)
+        return bytes(cubin)
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _policy_interface(ptx):
+    text = ptx.decode(errors="replace")
+    defined = set(re.findall(r"^\s*\.visible\s+\.func\s+(?:\([^)]*\)\s*)?(\w+)", text, re.M))
+    demo = [f for f in _DEMO_FUNCTIONS if f in defined]
+    hooks = [f for f in _HOOK_FUNCTIONS if f in defined]
+    return demo, hooks
+
+
+def runtime_inputs(wrapper, arch):
+    """[(name, PTX)] of the wrapper's device code (runtime.cu, and a user policy's file)."""
+    runtime = RUNTIME_SOURCE.read_text()
+    if wrapper.source is None:
+        return [("clc_runtime.ptx", compile_cuda(runtime, "clc_runtime.cu", arch,
+                                                 wrapper.defines))]
+    policy = compile_cuda(wrapper.source, pathlib.Path(wrapper.name).name, arch, wrapper.defines)
+    demo, hooks = _policy_interface(policy)
+    if demo and hooks:
+        raise WrapBuildError(f"{wrapper.name} defines both the demo interface ({', '.join(demo)}) "
+                             f"and clc's ({', '.join(hooks)}): use one")
+    if demo and len(demo) != len(_DEMO_FUNCTIONS):
+        raise WrapBuildError(f"{wrapper.name} defines {demo[0]} but not "
+                             f"{(set(_DEMO_FUNCTIONS) - set(demo)).pop()}: the demo interface is "
+                             'extern "C" __device__ void Policy_init(void *state) and bool '
+                             "Policy_should_try_steal(void *state, int current_block)")
+    if not demo and not hooks:
+        raise WrapBuildError(
+            f'{wrapper.name} defines no policy function: expected extern "C" __device__ '
+            "Policy_init and Policy_should_try_steal (the nvJitLink CLC demo interface), or any "
+            "of clc_policy_init, clc_policy_begin, clc_policy_end (clc's)")
+    defines = list(wrapper.defines)
+    if demo:
+        defines.append("-DCLC_POLICY_DEMO")
+    else:
+        defines.append("-DCLC_POLICY_HOOKS")
+        stub = "".join(f'extern "C" __device__ void {f}(void *s{", unsigned long long" if f != "clc_policy_init" else ""}) {{}}\n'
+                       for f in _HOOK_FUNCTIONS if f not in hooks)
+        runtime += stub
+    return [("clc_runtime.ptx", compile_cuda(runtime, "clc_runtime.cu", arch, tuple(defines))),
+            (pathlib.Path(wrapper.name).name + ".ptx", policy)]
+
+
+def build_key(ptx, kernel, wrapper, arch):
+    """The cache key of a build: everything its cubin depends on."""
+    from clc.wrapcache import cache_key
+    return cache_key(ptx, kernel, wrapper.key_text, RUNTIME_SOURCE.read_bytes(), str(arch),
+                     *toolchain_versions())
+
+
+def build(ptx, kernel, wrapper, arch):
+    """Splice `kernel` of `ptx`, link it with `wrapper`'s device code for sm_`arch`: a Built.
+    Unwrappable when the splice refuses (or the wrapper needs a loop the body cannot take)."""
+    start = time.perf_counter()
+    text = ptx if isinstance(ptx, str) else bytes(ptx).split(b"\0", 1)[0].decode(errors="replace")
+    spliced = splice(text, kernel, loop=wrapper.loop != "never")
+    if wrapper.loop == "required" and not spliced.looped:
+        raise Unwrappable(f"{wrapper.name} runs the body in a loop, and this kernel's may not "
+                          f"loop: {spliced.reason}")
+    inputs = [("kernel.ptx", spliced.ptx)] + runtime_inputs(wrapper, arch)
+    cubin = link(inputs, arch, f"{kernel} with {wrapper.name}")
+    return Built(cubin, kernel, spliced.looped, spliced.reason, spliced.params, arch,
+                 build_key(text, kernel, wrapper, arch), (time.perf_counter() - start) * 1e3,
+                 wrapper)
+
+
+def cubin_resources(cubin):
+    """{kernel: {"registers": n, "shared": static bytes, "stack": bytes}} of a cubin: registers
+    and stack from the EIATTR_REGCOUNT / EIATTR_MAX_STACK_SIZE attributes of .nv.info (keyed by
+    symbol index), static shared memory from the .nv.shared.<kernel> sections."""
+    elf = _Elf(cubin)
+    symbols = []
+    for symtab in elf.sections:
+        if symtab.type == 2 and 0 < symtab.link < len(elf.sections):
+            syms = elf.section_data(symtab)
+            strtab = elf.section_data(elf.sections[symtab.link])
+            for at in range(0, len(syms) - 23, symtab.entsize or 24):
+                (name,) = struct.unpack_from("<I", syms, at)
+                symbols.append(strtab[name:strtab.index(b"\0", name)].decode(errors="replace"))
+    kernels = set(cubin_kernels(cubin))
+    out = {k: {"registers": None, "shared": 0, "stack": 0} for k in kernels}
+    for section in elf.sections:
+        if section.name == ".nv.info" or section.name.startswith(".nv.info."):
+            data = elf.section_data(section)
+            at = 0
+            while at + 4 <= len(data):
+                fmt, attr, size = struct.unpack_from("<BBH", data, at)
+                if fmt != 0x04:          # EIFMT_NVAL/BVAL/HVAL: 4 bytes in all
+                    at += 4
+                    continue
+                payload = data[at + 4:at + 4 + size]
+                at += 4 + size
+                field = {0x2F: "registers", 0x23: "stack"}.get(attr)
+                if field and len(payload) >= 8:
+                    index, value = struct.unpack_from("<II", payload)
+                    if index < len(symbols) and symbols[index] in out:
+                        out[symbols[index]][field] = value
+        elif section.name.startswith(".nv.shared.") and section.name[11:] in out:
+            out[section.name[11:]]["shared"] = section.size
+    return out

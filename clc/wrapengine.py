@@ -1,0 +1,328 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Wrapping inside the traced program: from a `wrap` decision to the clc_replacement the shim
+launches (engine side of issue 4).
+
+At the first sight of a kernel in a context whose decision wraps it, `WrapEngine.replacement`:
+1. finds the kernel's PTX among the images the shim reported loading (fatbin wrapper, fatbin,
+   cubin, PTX; images the program may free are copied at load time when the policy wraps),
+   the best PTX entry for the device's arch (highest arch <= the device's);
+2. gets the linked cubin from the in-memory table, else from the disk cache ($CLC_CACHE_DIR),
+   else builds it (clc.wrapbuild.build: splice, NVRTC, nvJitLink) and stores it there;
+3. loads it once per process with cuLibraryLoadData (context-independent: every context uses
+   the same CUlibrary), takes the CUkernel and this context's CUfunction;
+4. gives the context its slot ring (device memory, zeroed on a private stream) once;
+5. packs a clc_replacement (clc/abi.py) into memory it keeps for the life of the process and
+   returns its address for clc_outcome.replacement.
+Unwrappable (no PTX, a kernel the splice refuses) and build or driver failures raise; the
+engine turns them into on_unwrappable / on_error and says why once.
+At exit, each wrapped library's clc_stats (a __managed__ variable) is read back.
+"""
+
+import ctypes
+import struct
+import threading
+import time
+
+from clc import abi
+from clc.fatbin import FatbinError, parse_image
+from clc.splice import Unwrappable
+from clc.wrapbuild import WrapBuildError, build, build_key, wrapper_spec
+from clc.wrapcache import DiskCache, LibraryCache
+
+__all__ = ["WrapEngine", "DriverError", "N_SLOTS", "STATS"]
+
+N_SLOTS = 16384
+# clc_stats_t in clc/wrappers/runtime.cu: blocks, threads, skipped, launches, max_resident
+STATS = struct.Struct("<QQQQI4x")
+_LIBRARY_CACHE_BYTES = 256 << 20
+
+_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+_CU_STREAM_NON_BLOCKING = 1
+
+
+class DriverError(RuntimeError):
+    """A driver call of the wrap path failed."""
+
+
+class _Driver:
+    """The few driver functions wrapping needs, through ctypes. Called while the shim's
+    recursion guard is up (from a first sight), so its hooks pass them straight through."""
+
+    _SIGNATURES = {
+        "cuLibraryLoadData": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_uint],
+        "cuLibraryUnload": [ctypes.c_void_p],
+        "cuLibraryGetKernel": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                               ctypes.c_char_p],
+        "cuLibraryGetManaged": [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
+                                ctypes.c_void_p, ctypes.c_char_p],
+        "cuKernelGetFunction": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],
+        "cuDeviceGet": [ctypes.POINTER(ctypes.c_int), ctypes.c_int],
+        "cuDeviceGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int],
+        "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+        "cuMemsetD8Async": [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t, ctypes.c_void_p],
+        "cuStreamCreate": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint],
+        "cuStreamSynchronize": [ctypes.c_void_p],
+        "cuStreamDestroy_v2": [ctypes.c_void_p],
+        "cuCtxSynchronize": [],
+    }
+
+    def __init__(self):
+        lib = ctypes.CDLL("libcuda.so.1")
+        for name, argtypes in self._SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes = argtypes
+            fn.restype = ctypes.c_int
+            setattr(self, name, fn)
+
+    def call(self, name, *args):
+        r = getattr(self, name)(*args)
+        if r != 0:
+            raise DriverError(f"{name} returned CUresult {r}")
+
+
+class WrapEngine:
+    def __init__(self, say):
+        self._say = say                 # say(level, text)
+        self._lock = threading.RLock()
+        self._driver = None
+        self.images = {}                # handle -> (kind, bytes) of a load
+        self._parsed = {}               # handle -> clc.fatbin.Image, or the FatbinError
+        self._disk = None
+        self._disk_failed = False
+        self.libraries = LibraryCache(self._load, self._unload, _LIBRARY_CACHE_BYTES)
+        self._built = {}                # build key -> (cubin, looped, params) or Unwrappable
+        self._slots = {}                # ctx -> device address of its slot ring
+        self._arch = {}                 # device ordinal -> (arch, SM count)
+        self._keep = []                 # clc_replacement buffers: the shim reads them
+        self.wrapped = []               # (kernel name, wrapper label, key, library handle)
+        self.timings = []               # (kernel name, wrapper label, source, ms)
+
+    # ---- loads ------------------------------------------------------------------------------
+
+    def note_load(self, handle, image_kind, image_ptr, image_size, preserved):
+        """Keep what is needed to read a loaded image's code later: the bytes themselves when
+        the program may free them (a copy), else nothing (they are read when needed)."""
+        if not image_ptr or not image_size:
+            return
+        if image_kind == 1:      # fatbin wrapper: {magic, version, data, filename}
+            data = ctypes.c_uint64.from_address(image_ptr + 8).value
+            kind, ptr = "fatbin", data
+        elif image_kind in (2, 3, 4):
+            kind, ptr = {2: "fatbin", 3: "cubin", 4: "ptx"}[image_kind], image_ptr
+        else:
+            return
+        with self._lock:
+            if preserved:
+                self.images[handle] = (kind, ptr, image_size, None)
+            else:
+                self.images[handle] = (kind, ptr, image_size,
+                                       ctypes.string_at(ptr, image_size))
+            self._parsed.pop(handle, None)
+
+    def forget(self, handle):
+        with self._lock:
+            self.images.pop(handle, None)
+            self._parsed.pop(handle, None)
+
+    def _image(self, handle):
+        hit = self._parsed.get(handle)
+        if hit is None:
+            kind, ptr, size, data = self.images[handle]
+            if data is None:
+                data = ctypes.string_at(ptr, size)
+            try:
+                hit = parse_image(data)
+            except FatbinError as e:
+                hit = e
+            self._parsed[handle] = hit
+        return hit
+
+    def find_ptx(self, mangled, arch):
+        """(PTX text, where) of `mangled` for sm_`arch`, from the most recent load defining it;
+        Unwrappable says why there is none."""
+        with self._lock:
+            handles = list(self.images)[::-1]
+        sass_only = None
+        for handle in handles:
+            image = self._image(handle)
+            if isinstance(image, FatbinError):
+                continue
+            defines = [e for e in image.entries if mangled in e.kernels()]
+            if not defines:
+                continue
+            ptx = [e for e in defines if e.kind == "ptx" and e.arch <= arch and e.runs_on(arch)]
+            if ptx:
+                best = max(ptx, key=lambda e: e.arch)
+                return best.text(), f"{image.kind} {best.arch_name}"
+            sass_only = ", ".join(sorted({e.arch_name for e in defines}))
+        if sass_only:
+            raise Unwrappable(f"no PTX for sm_{arch}: its image has only {sass_only}, and "
+                              "wrapping rebuilds a kernel from its PTX")
+        raise Unwrappable("its code is not in any image clc saw loaded (loads made before "
+                          "clc started, or from a file it could not read)")
+
+    # ---- building ---------------------------------------------------------------------------
+
+    def _cache(self):
+        if self._disk is None and not self._disk_failed:
+            try:
+                self._disk = DiskCache()
+            except Exception as e:
+                self._disk_failed = True
+                self._say(abi.MSG_WARNING, f"the wrapped-kernel disk cache is off: {e}")
+        return self._disk
+
+    def cubin(self, ptx, mangled, spec, arch, name=""):
+        """(cubin, looped, params, key): from memory, the disk cache, or built now."""
+        key = build_key(ptx, mangled, spec, arch)
+        with self._lock:
+            hit = self._built.get(key)
+        if isinstance(hit, Unwrappable):
+            raise hit
+        if hit is not None:
+            return hit + (key,)
+        start = time.perf_counter()
+        disk = self._cache()
+        entry = disk.get_entry(key) if disk is not None else None
+        if entry is not None:
+            cubin, meta = entry
+            hit = (cubin, bool(meta.get("looped")), int(meta.get("params", 0)))
+            source = "disk cache"
+        else:
+            try:
+                built = build(ptx, mangled, spec, arch)
+            except Unwrappable as e:
+                with self._lock:
+                    self._built[key] = e
+                raise
+            hit = (built.cubin, built.looped, built.params)
+            source = "built"
+            if disk is not None:
+                disk.put(key, built.cubin, {"kernel": mangled, "wrapper": spec.name,
+                                            "arch": f"sm_{arch}", "looped": built.looped,
+                                            "params": built.params,
+                                            "build_ms": round(built.build_ms, 1)})
+        with self._lock:
+            self._built[key] = hit
+            self.timings.append((name or mangled, spec.name, source,
+                                 (time.perf_counter() - start) * 1e3))
+        return hit + (key,)
+
+    # ---- the driver side ----------------------------------------------------------------------
+
+    def driver(self):
+        if self._driver is None:
+            self._driver = _Driver()
+        return self._driver
+
+    def _load(self, key, data):
+        lib = ctypes.c_void_p()
+        self.driver().call("cuLibraryLoadData", ctypes.byref(lib), data, None, None, 0, None,
+                           None, 0)
+        return lib.value
+
+    def _unload(self, handle):
+        self.driver().call("cuLibraryUnload", handle)
+
+    def device_arch(self, ordinal):
+        hit = self._arch.get(ordinal)
+        if hit is None:
+            d = self.driver()
+            dev, major, minor, sms = (ctypes.c_int() for _ in range(4))
+            d.call("cuDeviceGet", ctypes.byref(dev), ordinal)
+            d.call("cuDeviceGetAttribute", ctypes.byref(major),
+                   _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+            d.call("cuDeviceGetAttribute", ctypes.byref(minor),
+                   _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+            d.call("cuDeviceGetAttribute", ctypes.byref(sms),
+                   _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
+            hit = self._arch[ordinal] = (major.value * 10 + minor.value, sms.value)
+        return hit
+
+    def slots(self, ctx):
+        """The context's slot ring, made (and zeroed, waited for) at its first wrapped kernel.
+        Called with the context current."""
+        with self._lock:
+            ring = self._slots.get(ctx)
+            if ring is None:
+                d = self.driver()
+                ptr, stream = ctypes.c_uint64(), ctypes.c_void_p()
+                size = N_SLOTS * abi.SLOT_BYTES
+                d.call("cuMemAlloc_v2", ctypes.byref(ptr), size)
+                d.call("cuStreamCreate", ctypes.byref(stream), _CU_STREAM_NON_BLOCKING)
+                try:
+                    d.call("cuMemsetD8Async", ptr.value, 0, size, stream)
+                    d.call("cuStreamSynchronize", stream)
+                finally:
+                    d.cuStreamDestroy_v2(stream)
+                ring = self._slots[ctx] = ptr.value
+        return ring
+
+    def replacement(self, *, mangled, name, ctx, device, spec, layout):
+        """The address of a clc_replacement launching `mangled` wrapped with `spec` in `ctx`
+        (current), for a kernel whose parameter layout is `layout` [(offset, size), ...]."""
+        arch, sm_count = self.device_arch(device)
+        ptx, _ = self.find_ptx(mangled, arch)
+        cubin, looped, n_params, key = self.cubin(ptx, mangled, spec, arch, name)
+        if layout and len(layout) != n_params:
+            raise Unwrappable(f"the driver gives {len(layout)} parameters and the PTX "
+                              f"{n_params}: refused rather than guess")
+        library = self.libraries.acquire(key, lambda: cubin)
+        d = self.driver()
+        kernel, function = ctypes.c_void_p(), ctypes.c_void_p()
+        d.call("cuLibraryGetKernel", ctypes.byref(kernel), library, mangled.encode())
+        d.call("cuKernelGetFunction", ctypes.byref(function), kernel)
+        ring = self.slots(ctx)
+        end = max((o + s for o, s in layout), default=0)
+        arg_offset = (end + 7) // 8 * 8 if (layout or not n_params) else 0
+        cap_kind, cap_value = abi.CAP_NONE, 0
+        if spec.cap is not None:
+            kind, value = spec.cap
+            cap_kind = abi.CAP_SHARE if kind == "share" else abi.CAP_SMS
+            cap_value = round(value * 1_000_000) if kind == "share" else int(value)
+        packed = abi.REPLACEMENT.pack(function.value, ring, 0, arg_offset, N_SLOTS, n_params,
+                                      cap_kind, cap_value, sm_count,
+                                      abi.REPLACE_LOOPED if looped else 0, 0, 0, 0, 0)
+        buf = ctypes.create_string_buffer(packed, len(packed))
+        with self._lock:
+            self._keep.append(buf)
+            if all(w[2] != key for w in self.wrapped):
+                self.wrapped.append((name or mangled, spec, key, library))
+        return ctypes.addressof(buf)
+
+    def contexts(self):
+        with self._lock:
+            return list(self._slots)
+
+    # ---- exit ---------------------------------------------------------------------------------
+
+    def exit_stats(self):
+        """[(kernel, wrapper label, {blocks, threads, skipped, launches, max_resident})] read
+        from each wrapped library's clc_stats."""
+        out = []
+        if not self.wrapped:
+            return out
+        d = self.driver()
+        d.cuCtxSynchronize()
+        for name, spec, key, library in self.wrapped:
+            ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+            if d.cuLibraryGetManaged(ctypes.byref(ptr), ctypes.byref(size), library,
+                                     b"clc_stats") != 0 or size.value < STATS.size:
+                continue
+            blocks, threads, skipped, launches, resident = STATS.unpack(
+                ctypes.string_at(ptr.value, STATS.size))
+            out.append((name, spec, {"blocks": blocks, "threads": threads, "skipped": skipped,
+                                     "launches": launches, "max_resident": resident}))
+        return out
+
+
+def spec_for(request, base_dir=None):
+    """The checked Wrapper for a policy's WrapRequest."""
+    return wrapper_spec(request.wrapper, dict(request.params), base_dir)
+
+
+__all__ += ["spec_for", "WrapBuildError"]

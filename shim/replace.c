@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * replace.c: the launch of a wrapped kernel (CLC_ACTION_REPLACE), on the fast path.
+ *
+ * The engine made the clc_replacement once (clc/engine.py, clc/wrap.py); here, per launch:
+ * take the next slot of the context's ring (one atomic add), append the clc_launch_arg to the
+ * program's arguments (a copy of kernelParams with one more pointer, or of the `extra`
+ * buffer with the argument at arg_offset), and, for a looped wrapper with a cap, launch
+ * min(cap, virtual blocks) blocks. The cap needs the kernel's blocks per SM at the launch's
+ * block size and shared memory: asked of the driver once per shape and kept in a small
+ * lock-free cache in the replacement (a race only asks twice).
+ */
+#include "shim.h"
+
+#include <string.h>
+
+static unsigned blocks_per_sm(clc_replacement *rep, unsigned threads, unsigned shmem) {
+    uint64_t key = 1 | (uint64_t)(threads & 0x7ff) << 1 | (uint64_t)(shmem & 0xfffffffful) << 12;
+    unsigned way = (threads * 31u + shmem) % CLC_OCCUPANCY_WAYS;
+    _Atomic uint64_t *cell = (_Atomic uint64_t *)&rep->occupancy[way];
+    uint64_t v = atomic_load_explicit(cell, memory_order_relaxed);
+    if (v && (v & ((1ull << 48) - 1)) == key) return (unsigned)(v >> 48);
+    int n = 0;
+    if (!g_drv.occupancy ||
+        g_drv.occupancy(&n, (CUfunction)(uintptr_t)rep->function, (int)threads, shmem) !=
+            CUDA_SUCCESS ||
+        n < 1)
+        n = 1;
+    atomic_store_explicit(cell, key | (uint64_t)n << 48, memory_order_relaxed);
+    return (unsigned)n;
+}
+
+static unsigned launch_blocks(clc_replacement *rep, uint64_t total, unsigned threads,
+                              unsigned shmem) {
+    if (!(rep->flags & CLC_REPLACE_LOOPED) || rep->cap_kind == CLC_CAP_NONE) return 0;
+    uint64_t per_sm = blocks_per_sm(rep, threads, shmem), cap;
+    if (rep->cap_kind == CLC_CAP_SMS)
+        cap = (uint64_t)rep->cap_value * per_sm;
+    else
+        cap = ((uint64_t)rep->cap_value * rep->sm_count * per_sm + 999999) / 1000000;
+    if (cap < 1) cap = 1;
+    return (unsigned)(cap < total ? cap : total);
+}
+
+CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigned gx, unsigned gy,
+                           unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                           void **params, void **extra) {
+    clc_replacement *rep = (clc_replacement *)crep;
+    r->heap = NULL;
+    r->f = (CUfunction)(uintptr_t)rep->function;
+    uint64_t i = atomic_fetch_add_explicit((_Atomic uint64_t *)&rep->cursor, 1,
+                                           memory_order_relaxed);
+    r->arg = (clc_launch_arg){.slot = rep->slots + (i & (rep->n_slots - 1)) * CLC_SLOT_BYTES,
+                              .grid = {gx, gy, gz}};
+    unsigned n = launch_blocks(rep, (uint64_t)gx * gy * gz, bx * by * bz, shmem);
+    if (n) {
+        r->grid[0] = n, r->grid[1] = 1, r->grid[2] = 1;
+    } else {
+        r->grid[0] = gx, r->grid[1] = gy, r->grid[2] = gz;
+    }
+    if (params) {
+        uint32_t np = rep->n_params;
+        void **p = r->small;
+        if (np + 1 > sizeof r->small / sizeof r->small[0]) {
+            p = r->heap = malloc((np + 1) * sizeof *p);
+            if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if (np) memcpy(p, params, np * sizeof *p);
+        p[np] = &r->arg;
+        r->params = p;
+        r->extra = NULL;
+        return CUDA_SUCCESS;
+    }
+    if (!extra) return CUDA_ERROR_INVALID_VALUE;
+    void *buffer = NULL;
+    size_t size = 0;
+    for (int k = 0; k < 64 && extra[k] != CU_LAUNCH_PARAM_END; k += 2) {
+        if (extra[k] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buffer = extra[k + 1];
+        else if (extra[k] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[k + 1])
+            size = *(size_t *)extra[k + 1];
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!buffer && size) return CUDA_ERROR_INVALID_VALUE;
+    if (size > rep->arg_offset) return CUDA_ERROR_INVALID_VALUE;
+    r->extra_size = rep->arg_offset + sizeof r->arg;
+    unsigned char *b = r->heap = calloc(1, r->extra_size);
+    if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (size) memcpy(b, buffer, size);
+    memcpy(b + rep->arg_offset, &r->arg, sizeof r->arg);
+    r->extra_pairs[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+    r->extra_pairs[1] = b;
+    r->extra_pairs[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+    r->extra_pairs[3] = &r->extra_size;
+    r->extra_pairs[4] = CU_LAUNCH_PARAM_END;
+    r->params = NULL;
+    r->extra = r->extra_pairs;
+    return CUDA_SUCCESS;
+}
