@@ -40,6 +40,7 @@ gpu-test: gpu-install
 
 bench: gpu-install
 	$(PYTHON) benchmarks/bench_launch.py
+	$(PYTHON) benchmarks/bench_wrap.py
 
 clean:
 	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/_bridge*.so clc/_bridge.c .pytest_cache

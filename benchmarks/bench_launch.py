@@ -53,6 +53,11 @@ HOOKS = REPO / "benchmarks" / "hooks"
 HOOK_CONFIGS = {"hook": HOOKS / "cached.py", "every_launch": HOOKS / "every_launch.py",
                 "every_launch_noop": HOOKS / "every_launch_noop.py"}
 EVERY_LAUNCH_TARGET_NS = 2000
+# In-process only: the kernel wrapped (issue 4): the launch goes to the wrapped kernel with one
+# more argument, the replace path of the shim (its per-launch cost is this line's figure).
+WRAP_POLICY = ("version: 1\ndefault: allow\nrules:\n  - name: wrap\n"
+               "    match: {kernel: empty_kernel}\n    action: wrap\n"
+               "    wrapper: block_count\n")
 FIRST_SIGHT_TARGET_US = 100
 
 
@@ -159,8 +164,10 @@ def main():
             sys.exit(f"bench_launch: building bench_empty failed\n{build.stdout}{build.stderr}")
         allow = tmp / "allow-all.yaml"
         allow.write_text("version: 1\ndefault: allow\n")
+        wrap = tmp / "wrap.yaml"
+        wrap.write_text(WRAP_POLICY)
         policies = {"allow": allow, "record": POLICIES / "audit.yaml",
-                    "time": POLICIES / "time-all.yaml"}
+                    "time": POLICIES / "time-all.yaml", "wrap": wrap}
         program = [exe, args.bursts, args.burst_size]
 
         def argv_for(config):
@@ -194,7 +201,7 @@ def main():
             print(f"round {r + 1}: " + ", ".join(f"{c} {samples[c][-1]:.3f}" for c in CONFIGS),
                   file=sys.stderr, flush=True)
 
-        inproc_configs = CONFIGS + tuple(HOOK_CONFIGS)
+        inproc_configs = CONFIGS + tuple(HOOK_CONFIGS) + ("wrap",)
         added = {c: [] for c in inproc_configs}
         real_ns = []
 
@@ -268,13 +275,16 @@ def main():
             text = f"<= +{EVERY_LAUNCH_TARGET_NS} ns {'MISSED' if miss else 'met'}"
         elif c == "every_launch_noop":
             text, miss = "none: the floor of a call into Python per launch", False
+        elif c == "wrap":
+            text, miss = "none: the replace path (wrapped kernel, one more argument)", False
         else:
             text, miss = verdict(c, ratio)
         if miss:
             missed.append(f"{c} (in-process)")
         label = {"hook": "hook (per kernel, cached)",
                  "every_launch": "hook (every_launch, reads 1 arg)",
-                 "every_launch_noop": "hook (every_launch, reads nothing)"}.get(c, c)
+                 "every_launch_noop": "hook (every_launch, reads nothing)",
+                 "wrap": "wrap (block_count, in-memory hit)"}.get(c, c)
         print(f"| {label} | {added_median[c]:+.1f} | {ratio:.3f}x | {text} |")
 
     fs = {c: statistics.median(v) for c, v in first_sight.items()}

@@ -252,7 +252,7 @@ class Engine:
             start = time.perf_counter()
             address = self.wrapping().replacement(
                 mangled=info.mangled, name=info.demangled, ctx=kernel.ctx, device=info.device,
-                spec=spec_for(request), layout=kernel.layout())
+                spec=spec_for(request), layout=kernel.layout(), original=kernel.handle)
             if self.verbose:
                 self.message(abi.MSG_INFO, f"wrapped {info.demangled} with {label} in "
                              f"{(time.perf_counter() - start) * 1e3:.1f} ms", stderr=True)

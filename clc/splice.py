@@ -16,9 +16,10 @@ entries, and changes three things (clc/wrappers/runtime.cu has the runtime's sid
   thread-divergent exit before a barrier, grid sync) or `loop=False`, it runs once, 1:1,
   its exits branching to the end, where `clc_finish` frees the launch's slot.
 
-A kernel the splice must refuse raises `Unwrappable` with the reason: clusters, module
-variables shared with the rest of the program (a wrapped copy would not see the program's
-writes), %ctaid read inside called functions, a bare vector %ctaid read.
+A kernel the splice must refuse raises `Unwrappable` with the reason: clusters, cooperative
+kernels (grid sync), module variables shared with the rest of the program (a wrapped copy
+would not see the program's writes), %ctaid read inside called functions, a bare vector
+%ctaid read.
 """
 
 from dataclasses import dataclass
@@ -184,6 +185,12 @@ def splice(ptx, kernel, loop=True):
     why = _shared_variable_reason(module, [fn] + reached)
     if why:
         raise Unwrappable(why)
+    for f in [fn] + reached:
+        for read in special_reads(f, ("%envreg",)):
+            raise Unwrappable(f"cooperative kernel: reads {read.register} (line "
+                              f"{read.instruction.line}), the grid-sync workspace; the program "
+                              "sizes a cooperative grid by the original kernel's occupancy, "
+                              "which a wrapped copy does not have")
     verdict = loop_verdict(fn)
     looped = loop and verdict.ok
     if not verdict.ok and not looped:

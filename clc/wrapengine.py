@@ -40,6 +40,9 @@ _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 _CU_STREAM_NON_BLOCKING = 1
+# Function attributes a program sets (cudaFuncSetAttribute) that its launches depend on:
+# copied from the original onto the replacement when it is made.
+_REPLAYED_ATTRIBUTES = {8: "MAX_DYNAMIC_SHARED_SIZE_BYTES", 9: "PREFERRED_SHARED_MEMORY_CARVEOUT"}
 
 
 class DriverError(RuntimeError):
@@ -68,6 +71,10 @@ class _Driver:
         "cuStreamSynchronize": [ctypes.c_void_p],
         "cuStreamDestroy_v2": [ctypes.c_void_p],
         "cuCtxSynchronize": [],
+        "cuFuncGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_void_p],
+        "cuFuncSetAttribute": [ctypes.c_void_p, ctypes.c_int, ctypes.c_int],
+        "cuKernelGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_void_p,
+                                 ctypes.c_int],
     }
 
     def __init__(self):
@@ -262,7 +269,27 @@ class WrapEngine:
                 ring = self._slots[ctx] = ptr.value
         return ring
 
-    def replacement(self, *, mangled, name, ctx, device, spec, layout):
+    def replay_attributes(self, original, function, device):
+        """Copy the attributes in _REPLAYED_ATTRIBUTES from the program's kernel (a CUkernel or
+        a CUfunction) onto the wrapped CUfunction; [(name, value)] of those that differ from
+        the replacement's own."""
+        d = self.driver()
+        dev = ctypes.c_int()
+        d.call("cuDeviceGet", ctypes.byref(dev), device)
+        replayed = []
+        for attribute, label in _REPLAYED_ATTRIBUTES.items():
+            value, mine = ctypes.c_int(), ctypes.c_int()
+            if d.cuKernelGetAttribute(ctypes.byref(value), attribute, original, dev) != 0 and \
+                    d.cuFuncGetAttribute(ctypes.byref(value), attribute, original) != 0:
+                continue
+            if d.cuFuncGetAttribute(ctypes.byref(mine), attribute, function) == 0 and \
+                    mine.value == value.value:
+                continue
+            d.call("cuFuncSetAttribute", function, attribute, value.value)
+            replayed.append((label, value.value))
+        return replayed
+
+    def replacement(self, *, mangled, name, ctx, device, spec, layout, original=0):
         """The address of a clc_replacement launching `mangled` wrapped with `spec` in `ctx`
         (current), for a kernel whose parameter layout is `layout` [(offset, size), ...]."""
         arch, sm_count = self.device_arch(device)
@@ -276,6 +303,8 @@ class WrapEngine:
         kernel, function = ctypes.c_void_p(), ctypes.c_void_p()
         d.call("cuLibraryGetKernel", ctypes.byref(kernel), library, mangled.encode())
         d.call("cuKernelGetFunction", ctypes.byref(function), kernel)
+        if original:
+            self.replay_attributes(original, function.value, device)
         ring = self.slots(ctx)
         end = max((o + s for o, s in layout), default=0)
         arg_offset = (end + 7) // 8 * 8 if (layout or not n_params) else 0

@@ -415,6 +415,15 @@ __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, uns
     return 0;
 }
 
+/* The driver refused the wrapped kernel's launch (a cooperative grid sized for the original,
+ * a resource limit the wrapper crosses): the original is launched instead, said once. */
+__attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        clc_log(CLC_MSG_WARNING, "the driver refused a wrapped kernel's launch (CUresult %d): "
+                                 "the original kernel was launched instead", (int)e);
+}
+
 #define CLC_LAUNCH_HOOK(name, entry_point)                                                       \
     CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
@@ -431,6 +440,10 @@ __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, uns
             CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream, \
                                 r.params, r.extra);                                              \
             clc_replace_end(&r);                                                                 \
+            if (unlikely(res != CUDA_SUCCESS)) {                                                 \
+                replaced_launch_failed(res);                                                     \
+                res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);             \
+            }                                                                                    \
             return gate_exit(&g, res);                                                           \
         }                                                                                        \
         return gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra));     \
@@ -454,6 +467,10 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
             CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream, \
                                 r.params);                                                       \
             clc_replace_end(&r);                                                                 \
+            if (unlikely(res != CUDA_SUCCESS)) {                                                 \
+                replaced_launch_failed(res);                                                     \
+                res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                    \
+            }                                                                                    \
             return gate_exit(&g, res);                                                           \
         }                                                                                        \
         return gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));            \
@@ -482,6 +499,10 @@ CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC
             c.gridDimX = r.grid[0], c.gridDimY = r.grid[1], c.gridDimZ = r.grid[2];              \
             CUresult res = real(&c, r.f, r.params, r.extra);                                     \
             clc_replace_end(&r);                                                                 \
+            if (unlikely(res != CUDA_SUCCESS)) {                                                 \
+                replaced_launch_failed(res);                                                     \
+                res = real(config, f, params, extra);                                            \
+            }                                                                                    \
             return gate_exit(&g, res);                                                           \
         }                                                                                        \
         return gate_exit(&g, real(config, f, params, extra));                                    \

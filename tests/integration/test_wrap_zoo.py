@@ -35,7 +35,8 @@ CASES = {
     ("atomics.cu", "histogram_atomic"): {},
     ("divergent_exit.cu", "divergent_exit_then_barrier"): {
         "sm_share": _LOOP + ": a block barrier can run after a thread-divergent exit"},
-    ("cooperative.cu", "grid_sync_kernel"): {"sm_share": _LOOP + ": cooperative kernel"},
+    ("cooperative.cu", "grid_sync_kernel"): {w: "cooperative kernel: reads %envreg"
+                                             for w in WRAPPERS},
     ("clusters.cu", "cluster_kernel"): {w: "cluster kernel" for w in WRAPPERS},
     ("printf_kernel.cu", "hello_printf"): {w: _SHARED + " g_printed" for w in WRAPPERS},
 }

@@ -1,0 +1,277 @@
+# SPDX-License-Identifier: Apache-2.0
+"""bench_wrap: what wrapping costs and what sm_share gives (issue 4), on a GPU machine.
+
+    python3 benchmarks/bench_wrap.py [--rounds 3] [--json FILE]
+
+1. Build: for each kernel of the zoo (examples/kernels), splice + link (the wrapper runtime
+   compiled by NVRTC once, then reused) and the full cold build with NVRTC; a warm load: the
+   disk cache's read plus cuLibraryLoadData. Targets: cold build per kernel <= 150 ms, warm
+   load <= 2 ms.
+2. Overhead: examples/bench_wrap.cu's kernels (1 ms or more each, CUDA events, median of 20)
+   natively, under sm_share share 1.0 and under block_count, `--rounds` interleaved rounds.
+   Target <= 1.03x.
+3. Sharing: tenant_a and tenant_b (each fills the GPU alone) on two streams of one program,
+   tenant_b wrapped with sm_share 0.25: each one's throughput together, relative to its solo
+   throughput unwrapped. Targets: tenant_a >= 70 %, tenant_b >= 20 %.
+4. Contexts: examples/contexts.c, 32 contexts needing one cubin: 32 cuModuleLoadData against
+   one cuLibraryLoadData: load calls, wall time and device memory, side by side.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+EXAMPLES = REPO / "examples"
+ZOO = EXAMPLES / "kernels"
+
+from benchmarks.bench_launch import device_name, find_nvcc, find_script  # noqa: E402
+
+COLD_TARGET_MS = 150
+WARM_TARGET_MS = 2
+OVERHEAD_TARGET = 1.03
+SHARE_TARGETS = {"tenant_a": 0.70, "tenant_b": 0.20}
+
+
+def run(argv, env=None, check=True):
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        sys.exit(f"bench_wrap: failed (exit {proc.returncode}): {' '.join(map(str, argv))}\n"
+                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def values(stdout, prefix):
+    out = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == prefix:
+            out[parts[1]] = float(parts[2])
+    return out
+
+
+def policy_file(path, rules):
+    lines = ["version: 1", "default: allow", "rules:"]
+    for i, (kernel, wrapper, params) in enumerate(rules):
+        lines += [f"  - name: r{i}", f"    match: {{kernel: \"{kernel}\"}}", "    action: wrap",
+                  f"    wrapper: {wrapper}"]
+        if params:
+            lines.append("    params: {" + ", ".join(f"{k}: {v}" for k, v in params.items()) + "}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def bench_build(nvcc, tmp):
+    from clc import wrapbuild
+    from clc.ptx import parse
+    from clc.splice import Unwrappable
+    from clc.wrapcache import DiskCache
+    spec = wrapbuild.wrapper_spec("sm_share", {"share": 1.0})
+    kernels = []
+    for cu in sorted(ZOO.glob("*.cu")):
+        ptx = tmp / (cu.stem + ".ptx")
+        run([nvcc, "-ptx", "-arch=sm_90", "-I", ZOO, "-o", ptx, cu])
+        text = ptx.read_text()
+        kernels += [(text, name) for name in parse(text).entries]
+    # The wrapper runtime, compiled by NVRTC (once per wrapper configuration and process).
+    wrapbuild._compiled.clear()
+    t = time.perf_counter()
+    wrapbuild.runtime_inputs(spec, 90)
+    nvrtc_ms = (time.perf_counter() - t) * 1e3
+    per_kernel, cold, refused = [], [], 0
+    disk = DiskCache(root=tmp / "cache")
+    keys = []
+    for text, name in kernels:
+        try:
+            built = wrapbuild.build(text, name, spec, 90)
+        except Unwrappable:
+            refused += 1
+            continue
+        per_kernel.append(built.build_ms)
+        disk.put(built.key, built.cubin, {"kernel": name})
+        keys.append((built.key, built.cubin))
+    for text, name in kernels[:3]:
+        wrapbuild._compiled.clear()
+        try:
+            cold.append(wrapbuild.build(text, name, spec, 90).build_ms)
+        except Unwrappable:
+            pass
+    warm_read = []
+    for key, _ in keys:
+        t = time.perf_counter()
+        disk.get(key)
+        warm_read.append((time.perf_counter() - t) * 1e3)
+    load_ms = library_load_ms([cubin for _, cubin in keys])
+    return {"kernels": len(per_kernel), "refused": refused, "nvrtc_runtime_ms": nvrtc_ms,
+            "splice_link_ms": per_kernel, "cold_ms": cold, "disk_read_ms": warm_read,
+            "library_load_ms": load_ms}
+
+
+def library_load_ms(cubins):
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuInit(0)
+    out = []
+    for cubin in cubins:
+        lib = ctypes.c_void_p()
+        t = time.perf_counter()
+        r = cuda.cuLibraryLoadData(ctypes.byref(lib), cubin, None, None, 0, None, None, 0)
+        out.append((time.perf_counter() - t) * 1e3)
+        if r == 0:
+            cuda.cuLibraryUnload(lib)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    nvcc = find_nvcc()
+    clc_run = find_script("clc-run")
+    if not nvcc or not clc_run:
+        sys.exit("bench_wrap: needs nvcc and clc-run (pip install -e .)")
+    results = {"device": device_name()}
+    print(f"device: {results['device']}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="clc-bench-wrap-") as tmp:
+        tmp = Path(tmp)
+        env = {"CLC_CACHE_DIR": str(tmp / "clc-cache")}
+        exe = tmp / "bench_wrap"
+        run([nvcc, "-O2", "-arch=sm_90", "-o", exe, EXAMPLES / "bench_wrap.cu"])
+        contexts = tmp / "contexts"
+        run([nvcc, "-O2", "-o", contexts, EXAMPLES / "contexts.c", "-lcuda"])
+        cubin = tmp / "driver_kernels.cubin"
+        run([nvcc, "-cubin", "-arch=sm_90", "-o", cubin, EXAMPLES / "driver_kernels.cu"])
+
+        results["build"] = build = bench_build(nvcc, tmp)
+        print("build done", file=sys.stderr, flush=True)
+
+        kernels = "saxpy_1to1|fma_heavy|reduce_sum"
+        configs = {
+            "native": None,
+            "sm_share 1.0": policy_file(tmp / "share1.yaml",
+                                        [(k, "sm_share", {"share": 1.0})
+                                         for k in kernels.split("|")]),
+            "block_count": policy_file(tmp / "count.yaml",
+                                       [(k, "block_count", {}) for k in kernels.split("|")]),
+        }
+        times = {c: {} for c in configs}
+        for r in range(args.rounds):
+            for config, policy in configs.items():
+                argv = [exe, 20] if policy is None else [
+                    clc_run, "--policy", policy, "-o", tmp / "o.clc", "--force", "--no-report",
+                    "--", exe, 20]
+                proc = run(argv, env)
+                for k, v in values(proc.stdout, "time_ms").items():
+                    times[config].setdefault(k, []).append(v)
+            print(f"overhead round {r + 1} done", file=sys.stderr, flush=True)
+        results["overhead_ms"] = times
+
+        share_policy = policy_file(tmp / "tenant.yaml", [("tenant_b", "sm_share",
+                                                          {"share": 0.25})])
+        share = {}
+        for config, policy in (("native", None), ("tenant_b sm_share 0.25", share_policy)):
+            rows = []
+            for r in range(args.rounds):
+                argv = [exe, "share"] if policy is None else [
+                    clc_run, "--policy", policy, "-o", tmp / "s.clc", "--force", "--no-report",
+                    "--", exe, "share"]
+                proc = run(argv, env)
+                rows.append({"solo": values(proc.stdout, "solo_ms"),
+                             "together": values(proc.stdout, "together_ms")})
+            share[config] = rows
+        results["share"] = share
+
+        ctx = {}
+        for mode in ("module", "library"):
+            proc = run([contexts, "bench", cubin, 32, mode])
+            ctx[mode] = {k: float(v) for k, v in
+                         re.findall(r"^(load_calls|load_ms|device_bytes) (\S+)$", proc.stdout,
+                                    re.M)}
+        results["contexts"] = ctx
+
+    # ---- the tables ----
+    med = statistics.median
+    b = build
+    print()
+    print(f"Build ({b['kernels']} zoo kernels wrapped with sm_share, {b['refused']} refused):")
+    print()
+    print("| step | median ms | max ms | target |")
+    print("|---|---:|---:|---|")
+    print(f"| NVRTC: wrapper runtime (once per wrapper and process) | {b['nvrtc_runtime_ms']:.1f} "
+          f"| {b['nvrtc_runtime_ms']:.1f} | - |")
+    sl = b["splice_link_ms"]
+    ok = max(sl) <= COLD_TARGET_MS
+    print(f"| splice + nvJitLink, per kernel | {med(sl):.1f} | {max(sl):.1f} | <= {COLD_TARGET_MS} "
+          f"{'met' if ok else 'MISSED'} |")
+    cold = b["cold_ms"]
+    ok = max(cold) <= COLD_TARGET_MS
+    print(f"| cold: NVRTC + splice + nvJitLink | {med(cold):.1f} | {max(cold):.1f} | "
+          f"<= {COLD_TARGET_MS} {'met' if ok else 'MISSED'} |")
+    warm = [r + l for r, l in zip(b["disk_read_ms"], b["library_load_ms"])]
+    ok = max(warm) <= WARM_TARGET_MS
+    print(f"| warm: disk cache read + cuLibraryLoadData | {med(warm):.2f} | {max(warm):.2f} | "
+          f"<= {WARM_TARGET_MS} {'met' if ok else 'MISSED'} |")
+    print(f"| (of which disk cache read) | {med(b['disk_read_ms']):.2f} | "
+          f"{max(b['disk_read_ms']):.2f} | |")
+
+    print()
+    print(f"Wrapped against original (examples/bench_wrap.cu, median of 20 launches, median of "
+          f"{args.rounds} runs):")
+    print()
+    print("| kernel | native ms | sm_share 1.0 | block_count | target |")
+    print("|---|---:|---:|---:|---|")
+    for k in sorted(times["native"]):
+        n = med(times["native"][k])
+        cells = []
+        worst = 0
+        for c in ("sm_share 1.0", "block_count"):
+            v = med(times[c][k])
+            worst = max(worst, v / n)
+            cells.append(f"{v:.3f} ({v / n:.3f}x)")
+        print(f"| {k} | {n:.3f} | {cells[0]} | {cells[1]} | <= {OVERHEAD_TARGET}x "
+              f"{'met' if worst <= OVERHEAD_TARGET else 'MISSED'} |")
+
+    print()
+    print("Sharing (one program, two streams; throughput together / solo unwrapped):")
+    print()
+    print("| config | tenant_a | tenant_b |")
+    print("|---|---:|---:|")
+    native_solo = {k: med([r["solo"][k] for r in share["native"]]) for k in SHARE_TARGETS}
+    for config, rows in share.items():
+        cells = []
+        for k, target in SHARE_TARGETS.items():
+            together = med([r["together"][k] for r in rows])
+            frac = native_solo[k] / together
+            mark = "" if config == "native" else \
+                f" (>= {target:.0%} {'met' if frac >= target else 'MISSED'})"
+            cells.append(f"{frac:.0%}{mark}")
+        print(f"| {config} | {cells[0]} | {cells[1]} |")
+
+    print()
+    print("32 contexts needing one cubin:")
+    print()
+    print("| way | load calls | load ms | device memory used |")
+    print("|---|---:|---:|---:|")
+    for mode, label in (("module", "cuModuleLoadData per context"),
+                        ("library", "one cuLibraryLoadData")):
+        c = ctx[mode]
+        print(f"| {label} | {int(c['load_calls'])} | {c['load_ms']:.2f} | "
+              f"{c['device_bytes'] / 2**20:.1f} MiB |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

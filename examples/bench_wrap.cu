@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// bench_wrap: kernels that run for about a millisecond or more, timed with CUDA events, to
+// measure what a wrapper costs (benchmarks/bench_wrap.py runs this natively and under wrap
+// policies).
+//
+//   bench_wrap [repeats]            each kernel: 2 warm-up launches, then `repeats` timed ones
+//   bench_wrap share [ms]           the sharing benchmark's program (see below)
+//
+// Kernels (extern "C"):
+//   saxpy_1to1   one element per thread, 1 << 26 elements: 262144 blocks of 256; the worst
+//                case for a per-block claim (its blocks are short)
+//   fma_heavy    8192 dependent FMAs per thread, 65536 blocks of 256: compute bound
+//   reduce_sum   shared-memory tree reduction with barriers, 1 << 26 elements, 262144 blocks
+// Output: time_ms <kernel> <median ms>, checksum <kernel> <value>.
+//
+// `share`: tenant_a and tenant_b (the same compute-bound kernel, 16 x SMs x 8 blocks each) are
+// timed alone, then launched together on two streams; each one's throughput (blocks per ms,
+// from its own stream's events) alone and together:
+//   solo_ms <kernel> <ms>
+//   together_ms <kernel> <ms>
+// A policy that wraps tenant_b with sm_share 0.25 should leave tenant_a most of the GPU.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define CHECK(call)                                                                       \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            printf("cuda_error %s %s\n", #call, cudaGetErrorName(e_));                   \
+            exit(2);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+extern "C" __global__ void saxpy_1to1(int n, float a, const float *x, float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+
+extern "C" __global__ void fma_heavy(float *out, int iters) {
+    float v = threadIdx.x * 1e-3f, w = blockIdx.x * 1e-6f;
+    for (int k = 0; k < iters; ++k) v = fmaf(v, 0.999f, w);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+extern "C" __global__ void reduce_sum(const float *x, float *partial, int n) {
+    __shared__ float s[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+
+extern "C" __global__ void tenant_a(float *out, int iters) {
+    float v = threadIdx.x * 1e-3f;
+    for (int k = 0; k < iters; ++k) v = fmaf(v, 0.999f, 1e-3f);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+extern "C" __global__ void tenant_b(float *out, int iters) {
+    float v = threadIdx.x * 1e-3f;
+    for (int k = 0; k < iters; ++k) v = fmaf(v, 0.999f, 1e-3f);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+template <typename F> static float time_ms(F launch, cudaStream_t s = 0) {
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    CHECK(cudaEventRecord(a, s));
+    launch();
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    CHECK(cudaEventDestroy(a));
+    CHECK(cudaEventDestroy(b));
+    return ms;
+}
+
+template <typename F> static void bench(const char *name, int repeats, F launch) {
+    launch();
+    launch();
+    CHECK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int r = 0; r < repeats; ++r) t.push_back(time_ms(launch));
+    std::sort(t.begin(), t.end());
+    printf("time_ms %s %.4f\n", name, t[t.size() / 2]);
+}
+
+static double checksum(const float *d, int n) {
+    std::vector<float> h(n);
+    CHECK(cudaMemcpy(h.data(), d, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    double s = 0;
+    for (int i = 0; i < n; ++i) s += h[i];
+    return s;
+}
+
+static int share(int iters) {
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int blocks = 16 * sms * 8, threads = 256;
+    float *oa, *ob;
+    CHECK(cudaMalloc(&oa, sizeof(float) * blocks * threads));
+    CHECK(cudaMalloc(&ob, sizeof(float) * blocks * threads));
+    cudaStream_t sa, sb;
+    CHECK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+    auto run_a = [&] { tenant_a<<<blocks, threads, 0, sa>>>(oa, iters); };
+    auto run_b = [&] { tenant_b<<<blocks, threads, 0, sb>>>(ob, iters); };
+    run_a();
+    run_b();
+    CHECK(cudaDeviceSynchronize());
+    printf("solo_ms tenant_a %.3f\n", time_ms(run_a, sa));
+    printf("solo_ms tenant_b %.3f\n", time_ms(run_b, sb));
+    cudaEvent_t a0, a1, b0, b1;
+    CHECK(cudaEventCreate(&a0));
+    CHECK(cudaEventCreate(&a1));
+    CHECK(cudaEventCreate(&b0));
+    CHECK(cudaEventCreate(&b1));
+    CHECK(cudaEventRecord(a0, sa));
+    CHECK(cudaEventRecord(b0, sb));
+    run_a();
+    run_b();
+    CHECK(cudaEventRecord(a1, sa));
+    CHECK(cudaEventRecord(b1, sb));
+    CHECK(cudaDeviceSynchronize());
+    float ta, tb;
+    CHECK(cudaEventElapsedTime(&ta, a0, a1));
+    CHECK(cudaEventElapsedTime(&tb, b0, b1));
+    printf("together_ms tenant_a %.3f\ntogether_ms tenant_b %.3f\n", ta, tb);
+    printf("checksum tenant_a %.6e\nchecksum tenant_b %.6e\n", checksum(oa, blocks * threads),
+           checksum(ob, blocks * threads));
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "share")) return share(argc > 2 ? atoi(argv[2]) : 20000);
+    int repeats = argc > 1 ? atoi(argv[1]) : 20;
+    const int n = 1 << 26, threads = 256, blocks = n / threads;
+    float *x, *y, *out, *partial;
+    CHECK(cudaMalloc(&x, sizeof(float) * n));
+    CHECK(cudaMalloc(&y, sizeof(float) * n));
+    CHECK(cudaMalloc(&out, sizeof(float) * 65536 * threads));
+    CHECK(cudaMalloc(&partial, sizeof(float) * blocks));
+    std::vector<float> h(n);
+    for (int i = 0; i < n; ++i) h[i] = (float)(1 + i % 7);
+    CHECK(cudaMemcpy(x, h.data(), sizeof(float) * n, cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(y, 0, sizeof(float) * n));
+
+    bench("saxpy_1to1", repeats, [&] { saxpy_1to1<<<blocks, threads>>>(n, 0.5f, x, y); });
+    bench("fma_heavy", repeats, [&] { fma_heavy<<<65536, threads>>>(out, 8192); });
+    bench("reduce_sum", repeats, [&] { reduce_sum<<<blocks, threads>>>(x, partial, n); });
+    CHECK(cudaDeviceSynchronize());
+    printf("checksum fma_heavy %.6e\n", checksum(out, 65536 * threads));
+    printf("checksum reduce_sum %.6e\n", checksum(partial, blocks));
+    return 0;
+}

@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Wrapped kernels on a real GPU (issue 4): the kernel zoo under every built-in wrapper prints
+what it prints unwrapped; sm_share holds a kernel to its cap of resident blocks; the wrapped
+library is loaded once for many contexts; a device policy in the nvJitLink CLC demo interface
+runs unchanged; the disk cache serves a second run."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, _build, _run, describe, probe_driver, report_summary
+
+ZOO = EXAMPLES / "kernels"
+ZOO_PROGRAMS = sorted(p.stem for p in ZOO.glob("*.cu"))
+WRAPPERS = {"sm_share": {"share": 0.25}, "block_count": {}, "deadline": {"ms": 10000}}
+# Kernels the splice refuses, with the reason the run must give (on_unwrappable: allow lets
+# them run unwrapped): see tests/integration/test_wrap_zoo.py for the whole table.
+REFUSED = {
+    ("clusters", "sm_share"): "cluster kernel", ("clusters", "block_count"): "cluster kernel",
+    ("clusters", "deadline"): "cluster kernel",
+    ("printf_kernel", "sm_share"): "uses the module variable",
+    ("printf_kernel", "block_count"): "uses the module variable",
+    ("printf_kernel", "deadline"): "uses the module variable",
+    ("divergent_exit", "sm_share"): "may not loop",
+    ("cooperative", "sm_share"): "cooperative kernel",
+    ("cooperative", "block_count"): "cooperative kernel",
+    ("cooperative", "deadline"): "cooperative kernel",
+}
+
+
+def _policy(path, wrapper, params, kernel="*", on_unwrappable="allow"):
+    lines = ["version: 1", "default: allow", "rules:", "  - name: wrap-it",
+             f"    match: {{kernel: {json.dumps(kernel)}}}", "    action: wrap",
+             f"    wrapper: {wrapper}", f"    on_unwrappable: {on_unwrappable}"]
+    if params:
+        lines.append("    params: {" + ", ".join(f"{k}: {v}" for k, v in params.items()) + "}")
+    Path(path).write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _wrap_stats(report):
+    out = []
+    for m in report.get("messages", []):
+        text = m["text"] if isinstance(m, dict) else str(m)
+        if text.startswith("wrap stats: "):
+            out.append(json.loads(text[len("wrap stats: "):]))
+    return out
+
+
+def _results(text):
+    return [ln for ln in (text or "").splitlines() if ln.startswith(("result ", "checksum "))]
+
+
+@pytest.fixture(scope="session")
+def zoo_bins(nvcc, cuda_arch, build_dir):
+    bins = {}
+    for name in ZOO_PROGRAMS:
+        exe = build_dir / f"zoo_{name}"
+        _build(name, [[nvcc, "-O2", f"-arch={cuda_arch}", "-I", ZOO, "-o", exe,
+                       ZOO / f"{name}.cu"]])
+        bins[name] = exe
+    return bins
+
+
+@pytest.fixture(scope="session")
+def contexts_bin(nvcc, build_dir):
+    exe = build_dir / "contexts"
+    _build("contexts", [[nvcc, "-O2", "-o", exe, EXAMPLES / "contexts.c", "-lcuda"]])
+    return exe
+
+
+@pytest.fixture
+def cache_env(tmp_path):
+    return {"CLC_CACHE_DIR": str(tmp_path / "cache")}
+
+
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+@pytest.mark.parametrize("program", ZOO_PROGRAMS)
+def test_zoo_program_prints_the_same_wrapped(zoo_bins, run_native, run_clc, tmp_path, program,
+                                             wrapper, cache_env):
+    native = run_native([zoo_bins[program]])
+    assert native.returncode == 0, describe(native)
+    # WHEN the program runs with every kernel wrapped
+    policy = _policy(tmp_path / "wrap.yaml", wrapper, WRAPPERS[wrapper])
+    proc, report = run_clc(policy, [zoo_bins[program]], tmp_path, env=cache_env)
+    # THEN it prints the same results and checksums, and exits the same way
+    assert proc.returncode == 0, describe(proc) + "\n" + report_summary(report)
+    assert _results(proc.stdout) == _results(native.stdout), describe(proc)
+    stats = _wrap_stats(report)
+    refused = REFUSED.get((program, wrapper))
+    if refused:
+        # AND a kernel that cannot be wrapped ran unwrapped, and the run said why
+        assert refused in proc.stderr, describe(proc)
+    else:
+        # AND the wrapped kernels really ran: their virtual blocks were counted
+        assert stats and all(s["blocks"] > 0 for s in stats), report_summary(report)
+
+
+def test_block_count_counts_every_block_and_thread(zoo_bins, run_clc, tmp_path, cache_env):
+    # grid_stride launches 600 and 16385 blocks of 256 threads
+    policy = _policy(tmp_path / "count.yaml", "block_count", {})
+    proc, report = run_clc(policy, [zoo_bins["grid_stride"]], tmp_path, env=cache_env)
+    assert proc.returncode == 0, describe(proc)
+    (stats,) = _wrap_stats(report)
+    assert stats["blocks"] == 600 + 16385
+    assert stats["threads"] == (600 + 16385) * 256
+    assert stats["launches"] == 2 and stats["skipped"] == 0
+
+
+def test_sm_share_caps_resident_blocks(zoo_bins, run_clc, tmp_path, cache_env):
+    info, _ = probe_driver()
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+    sms = ctypes.c_int()
+    cuda.cuDeviceGetAttribute(ctypes.byref(sms), 16, 0)
+    # grid_stride: 256 threads, few registers: 8 blocks per SM (2048 threads) are resident
+    cap = math.ceil(0.25 * sms.value * 8)
+    # WHEN it runs under sm_share 0.25, and 1:1 under block_count
+    shared, rep_shared = run_clc(_policy(tmp_path / "s.yaml", "sm_share", {"share": 0.25}),
+                                 [zoo_bins["grid_stride"]], tmp_path, env=cache_env)
+    full, rep_full = run_clc(_policy(tmp_path / "c.yaml", "block_count", {}),
+                             [zoo_bins["grid_stride"]], tmp_path, env=cache_env)
+    assert shared.returncode == 0 and full.returncode == 0, describe(shared) + describe(full)
+    (s,), (f,) = _wrap_stats(rep_shared), _wrap_stats(rep_full)
+    # THEN at most the cap's blocks were ever resident at once (counted in the kernel), while
+    # the unwrapped grid fills the GPU; every virtual block still ran
+    assert 0 < s["max_resident"] <= cap, (s, cap)
+    assert f["max_resident"] > cap, (f, cap)
+    assert s["blocks"] == f["blocks"] == 600 + 16385
+
+
+def test_wrapped_library_loads_once_for_many_contexts(contexts_bin, driver_api_bin, run_clc,
+                                                      tmp_path, cache_env):
+    _, ptx = driver_api_bin
+    policy = _policy(tmp_path / "w.yaml", "block_count", {}, kernel="fill")
+    # WHEN 4 contexts each load the module and launch the wrapped kernel
+    proc, report = run_clc(policy, [contexts_bin, "run", ptx, 4], tmp_path, env=cache_env)
+    # THEN every context's result is right, and clc loaded one library for the 4 contexts
+    assert proc.returncode == 0, describe(proc)
+    assert proc.stdout.count(" ok") == 4, describe(proc)
+    texts = [m["text"] for m in report.get("messages", [])]
+    assert "wrap libraries: 1 cuLibraryLoadData calls, 4 contexts" in texts, texts
+    (stats,) = _wrap_stats(report)
+    assert stats["blocks"] == 4 * ((1 << 20) // 256)
+
+
+def test_demo_interface_policy_runs_unchanged(zoo_bins, run_native, run_clc, tmp_path,
+                                              cache_env):
+    native = run_native([zoo_bins["grid_stride"]])
+    policy = _policy(tmp_path / "p.yaml", str(EXAMPLES / "wrappers" / "max_steals.cu"),
+                     {"MAX_STEALS": 2})
+    proc, report = run_clc(policy, [zoo_bins["grid_stride"]], tmp_path, env=cache_env)
+    assert proc.returncode == 0, describe(proc)
+    assert _results(proc.stdout) == _results(native.stdout)
+    (stats,) = _wrap_stats(report)
+    # Each block ran its own block and stole at most 2 more: fewer blocks than the grid
+    # were resident in all, every virtual block still ran
+    assert stats["blocks"] == 600 + 16385
+
+
+def test_second_run_loads_from_the_disk_cache(zoo_bins, run_clc, tmp_path, cache_env):
+    policy = _policy(tmp_path / "s.yaml", "sm_share", {"share": 0.5})
+    first, rep1 = run_clc(policy, [zoo_bins["templates"]], tmp_path, env=cache_env)
+    second, rep2 = run_clc(policy, [zoo_bins["templates"]], tmp_path, env=cache_env)
+    assert first.returncode == 0 and second.returncode == 0
+    builds1 = [m["text"] for m in rep1["messages"] if m["text"].startswith("wrap build: ")]
+    builds2 = [m["text"] for m in rep2["messages"] if m["text"].startswith("wrap build: ")]
+    assert builds1 and all(": built in " in t for t in builds1), builds1
+    assert builds2 and all(": disk cache in " in t for t in builds2), builds2
+    assert os.listdir(cache_env["CLC_CACHE_DIR"])
