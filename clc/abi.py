@@ -52,7 +52,7 @@ OCCUPANCY_WAYS = 4
 # function, slots, cursor, arg_offset, n_slots, n_params, cap_kind, cap_value, sm_count, flags,
 # occupancy[4]
 REPLACEMENT = struct.Struct("<QQQQIIIIII4Q")
-# slot, grid[3], flags, reserved
+# slot, grid[3], seq, reserved
 LAUNCH_ARG = struct.Struct("<Q3II8x")
 
 ENTRY_LAUNCH = 0

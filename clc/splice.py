@@ -8,13 +8,15 @@ entries, and changes three things (clc/wrappers/runtime.cu has the runtime's sid
 
 - one parameter is appended, `.param .align 8 .b8 __clc_arg[32]` (struct clc_launch_arg: the
   launch's slot address and virtual grid), which the shim adds to each launch;
-- reads of %ctaid.{x,y,z} and %nctaid.{x,y,z} take registers holding the virtual block's
-  coordinates and the virtual grid;
-- the body runs under a claim loop: at the top every thread calls `clc_next`, which returns
-  the next virtual block for the whole block (or -1: done), and each `ret`/`exit` becomes a
-  branch to the loop's next step. When the body may not loop (clc.ptx.loop_verdict: a
-  thread-divergent exit before a barrier, grid sync) or `loop=False`, it runs once, 1:1,
-  its exits branching to the end, where `clc_finish` frees the launch's slot.
+- in the claim loop, reads of %ctaid.{x,y,z} and %nctaid.{x,y,z} take registers holding the
+  virtual block's coordinates and the program's grid (a 1:1 kernel keeps its own);
+- the body runs under a claim loop: every thread calls `clc_claim` for a batch of virtual
+  blocks [base, end), runs the body once per virtual block of it, and each `ret`/`exit`
+  becomes a branch to the loop's next step. When the body may not loop (clc.ptx.loop_verdict:
+  a thread-divergent exit before a barrier) or `loop=False`, it runs once, 1:1, for the
+  index `clc_enter` gives (its own, or -1: skip), its exits branching to the end, where
+  `clc_finish` adds the block's counts.
+clc/wrappers/runtime.cu describes the protocol and its costs.
 
 A kernel the splice must refuse raises `Unwrappable` with the reason: clusters, cooperative
 kernels (grid sync), module variables shared with the rest of the program (a wrapped copy
@@ -31,80 +33,174 @@ __all__ = ["Spliced", "Unwrappable", "splice", "ARG_NAME", "ARG_SIZE", "RUNTIME_
 
 ARG_NAME = "__clc_arg"
 ARG_SIZE = 32
-RUNTIME_FUNCTIONS = ("clc_next", "clc_finish")
+RUNTIME_FUNCTIONS = ("clc_claim", "clc_enter", "clc_finish")
 
 _PREFIX = "__clc_"
 _AXES = ("x", "y", "z")
 
 _EXTERNS = """
-.extern .func (.param .b64 func_retval0) clc_next(.param .b64 slot, .param .b32 grid_x,
-    .param .b32 grid_y, .param .b32 grid_z, .param .b32 iter, .param .b64 prev);
-.extern .func clc_finish(.param .b64 slot);
+.extern .func (.param .align 8 .b8 func_retval0[16]) clc_claim(.param .b64 slot,
+    .param .b32 grid_x, .param .b32 grid_y, .param .b32 grid_z, .param .b32 seq,
+    .param .b32 batch, .param .b64 prev);
+.extern .func (.param .b64 func_retval0) clc_enter(.param .b64 slot, .param .b32 grid_x,
+    .param .b32 grid_y, .param .b32 grid_z, .param .b32 seq);
+.extern .func clc_finish(.param .b64 slot, .param .b32 seq, .param .b64 last);
+.extern .global .attribute(.managed) .align 128 .b8 clc_stats[4224];
 """
 
 _DECLS = """
+.reg .pred %__clc_p1d;
 .reg .b32 %__clc_v<3>;
 .reg .b32 %__clc_g<3>;
-.reg .b32 %__clc_iter;
+.reg .b32 %__clc_seq;
+.reg .b32 %__clc_batch;
+.reg .b32 %__clc_t<3>;
 .reg .b64 %__clc_slot;
 .reg .b64 %__clc_vb;
-.reg .b64 %__clc_prev;
-.reg .b64 %__clc_t<4>;
+.reg .b64 %__clc_end;
+.reg .b64 %__clc_last;
 .reg .pred %__clc_p;
 """
 
-_PROLOGUE = """
+_ARGS = """
 ld.param.u64 %__clc_slot, [__clc_arg];
 ld.param.u32 %__clc_g0, [__clc_arg+8];
 ld.param.u32 %__clc_g1, [__clc_arg+12];
 ld.param.u32 %__clc_g2, [__clc_arg+16];
-mov.u32 %__clc_iter, 0;
-mov.s64 %__clc_prev, -1;
+ld.param.u32 %__clc_seq, [__clc_arg+20];
+"""
+
+# The virtual block's coordinates from its linear index (the shim keeps grids below 2^31
+# blocks, so 32-bit arithmetic holds); a 1D grid needs no division.
+_COORDS = """
+cvt.u32.u64 %__clc_t0, %__clc_vb;
+@!%__clc_p1d bra.uni __clc_coords3;
+mov.u32 %__clc_v0, %__clc_t0;
+mov.u32 %__clc_v1, 0;
+mov.u32 %__clc_v2, 0;
+bra.uni __clc_coords;
+__clc_coords3:
+rem.u32 %__clc_v0, %__clc_t0, %__clc_g0;
+div.u32 %__clc_t1, %__clc_t0, %__clc_g0;
+rem.u32 %__clc_v1, %__clc_t1, %__clc_g1;
+div.u32 %__clc_v2, %__clc_t1, %__clc_g1;
+__clc_coords:
+"""
+
+_LOOP_HEAD = _ARGS + """
+setp.eq.u32 %__clc_p1d, %__clc_g1, 1;
+setp.eq.and.u32 %__clc_p1d, %__clc_g2, 1, %__clc_p1d;
+mov.u32 %__clc_batch, 0;
+mov.s64 %__clc_vb, -1;
+mov.s64 %__clc_end, -1;
 __clc_loop:
+add.s64 %__clc_vb, %__clc_vb, 1;
+setp.lt.s64 %__clc_p, %__clc_vb, %__clc_end;
+@%__clc_p bra.uni __clc_body;
+sub.s64 %__clc_last, %__clc_vb, 1;
 {
 .param .b64 __clc_a0;
 .param .b32 __clc_a1;
 .param .b32 __clc_a2;
 .param .b32 __clc_a3;
 .param .b32 __clc_a4;
-.param .b64 __clc_a5;
+.param .b32 __clc_a5;
+.param .b64 __clc_a6;
+.param .align 8 .b8 __clc_r0[16];
+st.param.b64 [__clc_a0], %__clc_slot;
+st.param.b32 [__clc_a1], %__clc_g0;
+st.param.b32 [__clc_a2], %__clc_g1;
+st.param.b32 [__clc_a3], %__clc_g2;
+st.param.b32 [__clc_a4], %__clc_seq;
+st.param.b32 [__clc_a5], %__clc_batch;
+st.param.b64 [__clc_a6], %__clc_last;
+call.uni (__clc_r0), clc_claim, (__clc_a0, __clc_a1, __clc_a2, __clc_a3, __clc_a4, __clc_a5,
+    __clc_a6);
+ld.param.b64 %__clc_vb, [__clc_r0];
+ld.param.b64 %__clc_end, [__clc_r0+8];
+}
+add.u32 %__clc_batch, %__clc_batch, 1;
+setp.lt.s64 %__clc_p, %__clc_vb, 0;
+@%__clc_p bra.uni __clc_done;
+__clc_body:
+""" + _COORDS
+
+_ONCE_HEAD = _ARGS + """
+{
+.param .b64 __clc_a0;
+.param .b32 __clc_a1;
+.param .b32 __clc_a2;
+.param .b32 __clc_a3;
+.param .b32 __clc_a4;
 .param .b64 __clc_r0;
 st.param.b64 [__clc_a0], %__clc_slot;
 st.param.b32 [__clc_a1], %__clc_g0;
 st.param.b32 [__clc_a2], %__clc_g1;
 st.param.b32 [__clc_a3], %__clc_g2;
-st.param.b32 [__clc_a4], %__clc_iter;
-st.param.b64 [__clc_a5], %__clc_prev;
-call.uni (__clc_r0), clc_next, (__clc_a0, __clc_a1, __clc_a2, __clc_a3, __clc_a4, __clc_a5);
+st.param.b32 [__clc_a4], %__clc_seq;
+call.uni (__clc_r0), clc_enter, (__clc_a0, __clc_a1, __clc_a2, __clc_a3, __clc_a4);
 ld.param.b64 %__clc_vb, [__clc_r0];
 }
+mov.b64 %__clc_last, %__clc_vb;
 setp.lt.s64 %__clc_p, %__clc_vb, 0;
-@%__clc_p bra __clc_done;
-cvt.u64.u32 %__clc_t0, %__clc_g0;
-cvt.u64.u32 %__clc_t1, %__clc_g1;
-rem.u64 %__clc_t2, %__clc_vb, %__clc_t0;
-cvt.u32.u64 %__clc_v0, %__clc_t2;
-div.u64 %__clc_t3, %__clc_vb, %__clc_t0;
-rem.u64 %__clc_t2, %__clc_t3, %__clc_t1;
-cvt.u32.u64 %__clc_v1, %__clc_t2;
-div.u64 %__clc_t2, %__clc_t3, %__clc_t1;
-cvt.u32.u64 %__clc_v2, %__clc_t2;
+@%__clc_p bra.uni __clc_done;
+"""
+
+_PLAIN_HEAD = """
+"""
+
+# A 1:1 kernel without clc_enter counts its block inline, with no call (thread 0 adds 1 block
+# and its threads to the stripe of its %ctaid.x, as clc_finish would).
+_PLAIN_EPILOGUE = """
+__clc_done:
+mov.u32 %__clc_t0, %tid.x;
+mov.u32 %__clc_t1, %tid.y;
+or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
+mov.u32 %__clc_t1, %tid.z;
+or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
+setp.ne.u32 %__clc_p, %__clc_t0, 0;
+@%__clc_p bra __clc_exit;
+mov.u32 %__clc_t0, %ctaid.x;
+and.b32 %__clc_t0, %__clc_t0, 31;
+mul.wide.u32 %__clc_vb, %__clc_t0, 128;
+mov.u64 %__clc_slot, clc_stats;
+add.u64 %__clc_slot, %__clc_slot, %__clc_vb;
+red.global.add.u64 [%__clc_slot], 1;
+mov.u32 %__clc_t0, %ntid.x;
+mov.u32 %__clc_t1, %ntid.y;
+mul.lo.u32 %__clc_t0, %__clc_t0, %__clc_t1;
+mov.u32 %__clc_t1, %ntid.z;
+mul.lo.u32 %__clc_t0, %__clc_t0, %__clc_t1;
+cvt.u64.u32 %__clc_vb, %__clc_t0;
+red.global.add.u64 [%__clc_slot+8], %__clc_vb;
+__clc_exit:
+ret;
 """
 
 _STEP = """
 __clc_step:
-mov.u64 %__clc_prev, %__clc_vb;
-add.u32 %__clc_iter, %__clc_iter, 1;
 bra.uni __clc_loop;
 """
 
 _EPILOGUE = """
 __clc_done:
+mov.u32 %__clc_t0, %tid.x;
+mov.u32 %__clc_t1, %tid.y;
+or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
+mov.u32 %__clc_t1, %tid.z;
+or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
+setp.ne.u32 %__clc_p, %__clc_t0, 0;
+@%__clc_p bra __clc_exit;
 {
 .param .b64 __clc_f0;
+.param .b32 __clc_f1;
+.param .b64 __clc_f2;
 st.param.b64 [__clc_f0], %__clc_slot;
-call.uni clc_finish, (__clc_f0);
+st.param.b32 [__clc_f1], %__clc_seq;
+st.param.b64 [__clc_f2], %__clc_last;
+call clc_finish, (__clc_f0, __clc_f1, __clc_f2);
 }
+__clc_exit:
 ret;
 """
 
@@ -162,8 +258,10 @@ def _shared_variable_reason(module, functions):
     return None
 
 
-def splice(ptx, kernel, loop=True):
-    """The spliced PTX of entry `kernel` of PTX text `ptx` (str or bytes)."""
+def splice(ptx, kernel, loop=True, enter=False):
+    """The spliced PTX of entry `kernel` of PTX text `ptx` (str or bytes). A kernel that runs
+    1:1 keeps its %ctaid reads and calls clc_enter only when `enter` (a wrapper that may skip
+    a block or that tells a policy about it)."""
     if isinstance(ptx, (bytes, bytearray)):
         ptx = bytes(ptx).split(b"\0", 1)[0].decode("utf-8", "replace")
     module = parse(ptx)
@@ -199,20 +297,23 @@ def splice(ptx, kernel, loop=True):
                 raise Unwrappable(f"calls {f.name}, which executes exit: the block could not "
                                   "free its launch slot")
 
-    _rewrite_specials(fn)
+    if looped:
+        _rewrite_specials(fn)
     _rewrite_exits(fn, "__clc_step" if looped else "__clc_done")
     fn.params.append(_snippet(f".entry __clc_snippet({_ARG_PARAM})\n{{\nret;\n}}\n")[0].params[0])
 
     statements = fn.body.statements
     first = next((i for i, s in enumerate(statements)
                   if not (isinstance(s, Directive) and s.name != ".loc")), len(statements))
-    prologue = _statements(_PROLOGUE)
+    prologue = _statements(_LOOP_HEAD if looped else _ONCE_HEAD if enter else _PLAIN_HEAD)
     fn.body.statements = (_statements(_DECLS) + statements[:first] + prologue
                           + statements[first:]
-                          + (_statements(_STEP) if looped else []) + _statements(_EPILOGUE))
+                          + (_statements(_STEP) if looped else [])
+                          + _statements(_EPILOGUE if looped or enter else _PLAIN_EPILOGUE))
 
     # Only this entry: the others would be compiled for nothing (their functions stay).
-    externs = _snippet(_EXTERNS)
+    externs = [i for i in parse(".version 7.0\n.target sm_70\n.address_size 64\n"
+                                + _EXTERNS).items if not isinstance(i, Directive)]
     items = [i for i in module.items if not (isinstance(i, Function) and i.is_entry
                                              and i is not fn)]
     at = next((k for k, i in enumerate(items) if not isinstance(i, Directive)

@@ -59,10 +59,13 @@ class Wrapper:
     cap: tuple | None = None
     source: str | None = None        # a user policy's text
     steal: bool = False              # a user policy decides whether blocks claim again
+    enter: bool = False              # a 1:1 kernel asks clc_enter whether to run (deadline,
+                                     # policies)
 
     @property
     def key_text(self):
-        return repr((self.name, self.params, self.loop, self.defines, self.cap, self.source))
+        return repr((self.name, self.params, self.loop, self.defines, self.cap, self.source,
+                     self.enter))
 
 
 def _number(wrapper, name, value, lo, hi, integer=False, lo_open=False):
@@ -101,7 +104,7 @@ def wrapper_spec(name, params=None, base_dir=None):
                              f"launch's first block), got {sorted(params) or 'none'}")
         ms = _number(name, "ms", params["ms"], 0, None, lo_open=True)
         return Wrapper(name, (("ms", ms),), "never",
-                       (f"-DCLC_DEADLINE_NS={int(ms * 1_000_000)}ull",))
+                       (f"-DCLC_DEADLINE_NS={int(ms * 1_000_000)}ull",), enter=True)
     if not str(name).endswith(".cu"):
         raise ValueError(f"unknown wrapper {name!r}: expected one of {', '.join(BUILTIN_WRAPPERS)}"
                          " or the path of a .cu file with a device policy")
@@ -119,7 +122,7 @@ def wrapper_spec(name, params=None, base_dir=None):
             raise ValueError(f"wrapper {name}: parameter {key} must be a number, got {value!r}")
     defines = tuple(f"-DCLC_PARAM_{k}={v!r}" for k, v in sorted(params.items()))
     return Wrapper(str(path), tuple(sorted(params.items())), "optional", defines, None, source,
-                   steal=True)
+                   steal=True, enter=True)
 
 
 @dataclasses.dataclass
@@ -240,12 +243,14 @@ def _policy_interface(ptx):
     return demo, hooks
 
 
-def runtime_inputs(wrapper, arch):
-    """[(name, PTX)] of the wrapper's device code (runtime.cu, and a user policy's file)."""
+def runtime_inputs(wrapper, arch, looped=False):
+    """[(name, PTX)] of the wrapper's device code (runtime.cu, and a user policy's file), for a
+    kernel spliced with the claim loop (looped) or 1:1."""
     runtime = RUNTIME_SOURCE.read_text()
+    mode = ("-DCLC_LOOPED",) if looped else ("-DCLC_ENTER",) if wrapper.enter else ()
     if wrapper.source is None:
         return [("clc_runtime.ptx", compile_cuda(runtime, "clc_runtime.cu", arch,
-                                                 wrapper.defines))]
+                                                 wrapper.defines + mode))]
     policy = compile_cuda(wrapper.source, pathlib.Path(wrapper.name).name, arch, wrapper.defines)
     demo, hooks = _policy_interface(policy)
     if demo and hooks:
@@ -261,7 +266,7 @@ def runtime_inputs(wrapper, arch):
             f'{wrapper.name} defines no policy function: expected extern "C" __device__ '
             "Policy_init and Policy_should_try_steal (the nvJitLink CLC demo interface), or any "
             "of clc_policy_init, clc_policy_begin, clc_policy_end (clc's)")
-    defines = list(wrapper.defines)
+    defines = list(wrapper.defines + mode)
     if demo:
         defines.append("-DCLC_POLICY_DEMO")
     else:
@@ -285,11 +290,11 @@ def build(ptx, kernel, wrapper, arch):
     Unwrappable when the splice refuses (or the wrapper needs a loop the body cannot take)."""
     start = time.perf_counter()
     text = ptx if isinstance(ptx, str) else bytes(ptx).split(b"\0", 1)[0].decode(errors="replace")
-    spliced = splice(text, kernel, loop=wrapper.loop != "never")
+    spliced = splice(text, kernel, loop=wrapper.loop != "never", enter=wrapper.enter)
     if wrapper.loop == "required" and not spliced.looped:
         raise Unwrappable(f"{wrapper.name} runs the body in a loop, and this kernel's may not "
                           f"loop: {spliced.reason}")
-    inputs = [("kernel.ptx", spliced.ptx)] + runtime_inputs(wrapper, arch)
+    inputs = [("kernel.ptx", spliced.ptx)] + runtime_inputs(wrapper, arch, spliced.looped)
     cubin = link(inputs, arch, f"{kernel} with {wrapper.name}")
     return Built(cubin, kernel, spliced.looped, spliced.reason, spliced.params, arch,
                  build_key(text, kernel, wrapper, arch), (time.perf_counter() - start) * 1e3,

@@ -32,8 +32,10 @@ from clc.wrapcache import DiskCache, LibraryCache
 __all__ = ["WrapEngine", "DriverError", "N_SLOTS", "STATS"]
 
 N_SLOTS = 16384
-# clc_stats_t in clc/wrappers/runtime.cu: blocks, threads, skipped, launches, max_resident
-STATS = struct.Struct("<QQQQI4x")
+# clc_stats_t in clc/wrappers/runtime.cu: 32 stripes of 128 bytes (blocks, threads, pad), then
+# skipped, max_resident
+_STRIPES = 32
+STATS = struct.Struct("<" + "QQ112x" * _STRIPES + "QI4x")
 _LIBRARY_CACHE_BYTES = 256 << 20
 
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
@@ -251,8 +253,9 @@ class WrapEngine:
         return hit
 
     def slots(self, ctx):
-        """The context's slot ring, made (and zeroed, waited for) at its first wrapped kernel.
-        Called with the context current."""
+        """The context's slot ring and its cursor (one for all the context's wrapped kernels,
+        so that no two launches take the same slot in one lap), made (and zeroed, waited for)
+        at its first wrapped kernel. Called with the context current."""
         with self._lock:
             ring = self._slots.get(ctx)
             if ring is None:
@@ -266,7 +269,8 @@ class WrapEngine:
                     d.call("cuStreamSynchronize", stream)
                 finally:
                     d.cuStreamDestroy_v2(stream)
-                ring = self._slots[ctx] = ptr.value
+                cursor = ctypes.c_uint64(0)   # read and written by the shim
+                ring = self._slots[ctx] = (ptr.value, cursor)
         return ring
 
     def replay_attributes(self, original, function, device):
@@ -305,7 +309,7 @@ class WrapEngine:
         d.call("cuKernelGetFunction", ctypes.byref(function), kernel)
         if original:
             self.replay_attributes(original, function.value, device)
-        ring = self.slots(ctx)
+        ring, cursor = self.slots(ctx)
         end = max((o + s for o, s in layout), default=0)
         arg_offset = (end + 7) // 8 * 8 if (layout or not n_params) else 0
         cap_kind, cap_value = abi.CAP_NONE, 0
@@ -313,7 +317,8 @@ class WrapEngine:
             kind, value = spec.cap
             cap_kind = abi.CAP_SHARE if kind == "share" else abi.CAP_SMS
             cap_value = round(value * 1_000_000) if kind == "share" else int(value)
-        packed = abi.REPLACEMENT.pack(function.value, ring, 0, arg_offset, N_SLOTS, n_params,
+        packed = abi.REPLACEMENT.pack(function.value, ring, ctypes.addressof(cursor), arg_offset,
+                                      N_SLOTS, n_params,
                                       cap_kind, cap_value, sm_count,
                                       abi.REPLACE_LOOPED if looped else 0, 0, 0, 0, 0)
         buf = ctypes.create_string_buffer(packed, len(packed))
@@ -330,8 +335,8 @@ class WrapEngine:
     # ---- exit ---------------------------------------------------------------------------------
 
     def exit_stats(self):
-        """[(kernel, wrapper label, {blocks, threads, skipped, launches, max_resident})] read
-        from each wrapped library's clc_stats."""
+        """[(kernel, wrapper label, {blocks, threads, skipped, max_resident})] read from each
+        wrapped library's clc_stats."""
         out = []
         if not self.wrapped:
             return out
@@ -342,10 +347,12 @@ class WrapEngine:
             if d.cuLibraryGetManaged(ctypes.byref(ptr), ctypes.byref(size), library,
                                      b"clc_stats") != 0 or size.value < STATS.size:
                 continue
-            blocks, threads, skipped, launches, resident = STATS.unpack(
-                ctypes.string_at(ptr.value, STATS.size))
+            fields = STATS.unpack(ctypes.string_at(ptr.value, STATS.size))
+            blocks = sum(fields[0:2 * _STRIPES:2])
+            threads = sum(fields[1:2 * _STRIPES:2])
+            skipped, resident = fields[2 * _STRIPES:]
             out.append((name, spec, {"blocks": blocks, "threads": threads, "skipped": skipped,
-                                     "launches": launches, "max_resident": resident}))
+                                     "max_resident": resident}))
         return out
 
 

@@ -15,8 +15,8 @@
 // Output: time_ms <kernel> <median ms>, checksum <kernel> <value>.
 //
 // `share`: tenant_a and tenant_b (the same compute-bound kernel, 16 x SMs x 8 blocks each) are
-// timed alone, then launched together on two streams; each one's throughput (blocks per ms,
-// from its own stream's events) alone and together:
+// timed alone, then launched together on two streams, tenant_b first; each one's time from
+// its own stream's events, alone and together:
 //   solo_ms <kernel> <ms>
 //   together_ms <kernel> <ms>
 // A policy that wraps tenant_b with sm_share 0.25 should leave tenant_a most of the GPU.
@@ -129,12 +129,13 @@ static int share(int iters) {
     CHECK(cudaEventCreate(&a1));
     CHECK(cudaEventCreate(&b0));
     CHECK(cudaEventCreate(&b1));
-    CHECK(cudaEventRecord(a0, sa));
+    // tenant_b first: unwrapped, it takes the whole GPU before tenant_a's blocks can start.
     CHECK(cudaEventRecord(b0, sb));
-    run_a();
     run_b();
-    CHECK(cudaEventRecord(a1, sa));
     CHECK(cudaEventRecord(b1, sb));
+    CHECK(cudaEventRecord(a0, sa));
+    run_a();
+    CHECK(cudaEventRecord(a1, sa));
     CHECK(cudaDeviceSynchronize());
     float ta, tb;
     CHECK(cudaEventElapsedTime(&ta, a0, a1));

@@ -61,8 +61,9 @@ typedef struct clc_outcome {
 /* A wrapped kernel (CLC_ACTION_REPLACE: clc_outcome.replacement points to one of these, made by
  * the engine for one (kernel, context) and kept for the life of the process). The shim
  * launches `function` with the program's arguments and one more, a clc_launch_arg naming the
- * launch's own slot in the context's ring (slots are reset by the kernel's last block); a
- * looped wrapper with a cap gets at most cap blocks, which claim the program's grid. */
+ * launch's own slot in the context's ring and its lap of the ring (the slot's words carry the
+ * lap that wrote them: never reset); a looped wrapper with a cap gets at most cap blocks,
+ * which claim the program's grid. Grids of 2^31 blocks or more are launched unwrapped. */
 #define CLC_CAP_NONE 0  /* the program's grid */
 #define CLC_CAP_SHARE 1 /* ceil(cap_value / 1e6 x sm_count x blocks per SM) */
 #define CLC_CAP_SMS 2   /* cap_value x blocks per SM */
@@ -73,7 +74,8 @@ typedef struct clc_outcome {
 typedef struct clc_replacement {
     uint64_t function;   /* CUfunction (of the decision's context) launched instead */
     uint64_t slots;      /* CUdeviceptr of n_slots zeroed slots of CLC_SLOT_BYTES */
-    uint64_t cursor;     /* the next slot; the shim adds 1 per launch, atomically */
+    uint64_t cursor;     /* address of the context's uint64_t slot cursor, shared by all its
+                            wrapped kernels: the shim adds 1 per launch, atomically */
     uint64_t arg_offset; /* where clc_launch_arg goes in an `extra` argument buffer */
     uint32_t n_slots;    /* a power of two */
     uint32_t n_params;   /* the kernel's own parameters (kernelParams has one more) */
@@ -90,7 +92,7 @@ typedef struct clc_replacement {
 typedef struct clc_launch_arg {
     uint64_t slot;    /* CUdeviceptr of the launch's slot */
     uint32_t grid[3]; /* the program's grid: the virtual blocks */
-    uint32_t flags;
+    uint32_t seq;     /* the launch's lap of the slot ring, from 1: tells launches apart */
     uint64_t reserved;
 } clc_launch_arg; /* 32 bytes */
 

@@ -2,8 +2,9 @@
  *
  * replace.c: the launch of a wrapped kernel (CLC_ACTION_REPLACE), on the fast path.
  *
- * The engine made the clc_replacement once (clc/engine.py, clc/wrap.py); here, per launch:
- * take the next slot of the context's ring (one atomic add), append the clc_launch_arg to the
+ * The engine made the clc_replacement once (clc/engine.py, clc/wrapengine.py); here, per
+ * launch: take the next slot of the context's ring and its lap (one atomic add), append the
+ * clc_launch_arg to the
  * program's arguments (a copy of kernelParams with one more pointer, or of the `extra`
  * buffer with the argument at arg_offset), and, for a looped wrapper with a cap, launch
  * min(cap, virtual blocks) blocks. The cap needs the kernel's blocks per SM at the launch's
@@ -48,11 +49,14 @@ CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigne
     clc_replacement *rep = (clc_replacement *)crep;
     r->heap = NULL;
     r->f = (CUfunction)(uintptr_t)rep->function;
-    uint64_t i = atomic_fetch_add_explicit((_Atomic uint64_t *)&rep->cursor, 1,
+    uint64_t i = atomic_fetch_add_explicit((_Atomic uint64_t *)(uintptr_t)rep->cursor, 1,
                                            memory_order_relaxed);
+    uint64_t total = (uint64_t)gx * gy * gz;
+    if (total >= (1ull << 31)) return CUDA_ERROR_INVALID_VALUE; /* the runtime counts in 32 bits */
     r->arg = (clc_launch_arg){.slot = rep->slots + (i & (rep->n_slots - 1)) * CLC_SLOT_BYTES,
-                              .grid = {gx, gy, gz}};
-    unsigned n = launch_blocks(rep, (uint64_t)gx * gy * gz, bx * by * bz, shmem);
+                              .grid = {gx, gy, gz},
+                              .seq = (uint32_t)(i / rep->n_slots) + 1};
+    unsigned n = launch_blocks(rep, total, bx * by * bz, shmem);
     if (n) {
         r->grid[0] = n, r->grid[1] = 1, r->grid[2] = 1;
     } else {

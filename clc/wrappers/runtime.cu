@@ -3,67 +3,85 @@
 // clc's wrapper runtime: the device side of a wrapped kernel, compiled by NVRTC (-rdc) and
 // linked by nvJitLink with the kernel's spliced PTX (clc/splice.py).
 //
-// The spliced kernel runs its original body once per *virtual block* that it claims:
+// The spliced kernel calls these functions, with every thread of the block:
 //
-//     iter = 0; prev = -1
-//     loop: v = clc_next(slot, grid, iter, prev) every thread of the block calls it
-//           if v < 0: goto done
-//           <body, its %ctaid/%nctaid reads taking v's coordinates and the virtual grid;
-//            its ret/exit branch to step>
-//     step: prev = v; iter += 1; goto loop      (a 1:1 remap, for a kernel whose body may
-//     done: clc_finish(slot)                      not loop, runs the body once: no step)
+//   looped (sm_share, and a user policy when the body may loop): the launch has fewer
+//   blocks than the program's grid; each block claims *batches* of virtual blocks and runs
+//   the body once per virtual block, its ret/exit branching to the next one:
+//       v = -1; end = -1; batch = 0
+//       loop: v += 1
+//             if v >= end: (v, end) = clc_claim(slot, grid, seq, batch, v - 1); batch += 1
+//                          if v < 0: goto done
+//             <body with %ctaid/%nctaid reading v's coordinates and the program's grid>
+//             goto loop
+//       done: clc_finish(slot, seq, v - 1)
+//   1:1 (block_count, deadline, and kernels whose body may not loop): the launch keeps its
+//   grid and each block runs the body once for its own index (%ctaid is not remapped):
+//       v = clc_enter(slot, grid, seq); if v < 0: goto done    (deadline and policies only)
+//       <body, its ret/exit branching to done>
+//       done: if thread 0: clc_finish(slot, seq, v)
 //
-// `arg` is the 32-byte parameter the shim appends to each launch (struct clc_launch_arg): the
-// virtual grid, and the address of the launch's own slot (struct clc_slot) in a ring that the
-// shim keeps per context, so that two launches in flight never share a block counter. The
-// last hardware block to finish resets its slot for the launch that reuses it.
+// `slot` is the launch's own 32 bytes in a ring of device memory that the shim keeps per
+// context, and `seq` the launch's lap of the ring (never 0). A slot is never reset: its
+// words carry the lap of the launch that last wrote them, so the first block of a new launch
+// to touch one starts it afresh (a compare-and-swap), and two launches in flight never share
+// a word (the shim hands out consecutive slots of a 16384-slot ring).
 //
-// Thread 0 decides and the block learns the answer through shared memory, one barrier per
-// claim: clc_next is called by every thread at the loop head (the body's exits are branches
-// to it), and its two answer words alternate so that a claim never overwrites an answer that
-// a slow thread has still to read. clc_finish needs no barrier (threads reach it whenever
-// they leave, as they would have left the kernel).
+// Costs per virtual block are kept off the global atomics that thousands of short blocks
+// would queue on: a looped block claims a batch of virtual blocks with one compare-and-swap
+// (about total / (16 x resident blocks), at most 64; one at a time when a policy decides
+// per block) and learns it through shared memory at one barrier per batch; a 1:1 block
+// computes its index and needs no barrier unless a deadline or a policy decides for it. The
+// counts are added once per hardware block, into 32 stripes.
 //
-// Configuration (-D): CLC_DEADLINE_NS (deadline wrapper: virtual blocks not started within
-// that many ns of the kernel's first block are skipped and counted), CLC_POLICY_DEMO (a user
-// policy in the nvJitLink CLC demo interface: Policy_init / Policy_should_try_steal),
-// CLC_POLICY_HOOKS (clc's own: clc_policy_init / clc_policy_begin / clc_policy_end).
-// As with the hardware's Cluster Launch Control, a block always runs the first virtual block
-// it claims; Policy_should_try_steal(state, the virtual block just run) decides whether it
-// claims another. The launch has as many blocks as the original, so work a block declines
-// is claimed by a block that starts later.
+// Configuration (-D): CLC_LOOPED (the claim loop is used), CLC_ENTER (1:1 kernels call
+// clc_enter: deadline and policies), CLC_DEADLINE_NS (deadline: a
+// virtual block that would start more than that many ns after the launch's first is skipped
+// and counted), CLC_POLICY_DEMO (a policy in the nvJitLink CLC demo interface:
+// Policy_init / Policy_should_try_steal), CLC_POLICY_HOOKS (clc's own: clc_policy_init /
+// clc_policy_begin / clc_policy_end). As with the hardware's Cluster Launch Control, a block
+// always runs the first virtual block it claims; Policy_should_try_steal(state, the virtual
+// block just run) decides whether it claims another; the launch then keeps the program's
+// grid, so work a block declines is claimed by a block that starts later.
 //
-// Counters (clc_stats, a __managed__ variable the host reads with cuLibraryGetManaged):
-// virtual blocks run and their threads, blocks skipped by a deadline, and the most hardware
-// blocks resident at once (what sm_share caps).
+// Counts (clc_stats, a __managed__ variable the host reads with cuLibraryGetManaged): virtual
+// blocks run and their threads, blocks skipped by a deadline, and the most hardware blocks
+// of one launch resident at once (looped wrappers: what sm_share caps).
 
-struct clc_launch_arg {
-    unsigned long long slot;            // struct clc_slot * in device memory
-    unsigned int grid_x, grid_y, grid_z;
-    unsigned int flags;
-    unsigned long long reserved;
-};
+#define CLC_STRIPES 32
 
 struct clc_slot {
-    unsigned long long next;            // the next virtual block to claim
-    unsigned long long start_ns;        // %globaltimer when the launch's first block claimed
-    unsigned int finished;              // hardware blocks done
-    unsigned int active;                // hardware blocks running now
-    unsigned long long reserved;
+    unsigned long long claim;   // lap << 32 | the next virtual block to claim
+    unsigned long long start;   // (lap & 0xffff) << 48 | %globaltimer / 1000 of the 1st block
+    unsigned int active;        // hardware blocks running now (looped)
+    unsigned int reserved0;
+    unsigned long long reserved1;
+};
+
+// One stripe per 128-byte line, so that the blocks adding their counts at once spread over
+// the L2's slices instead of queuing on one line.
+struct __align__(128) clc_stripe {
+    unsigned long long blocks;   // virtual blocks run
+    unsigned long long threads;  // their threads
+    unsigned long long pad[14];
 };
 
 struct clc_stats_t {
-    unsigned long long blocks;          // virtual blocks run
-    unsigned long long threads;         // their threads
-    unsigned long long skipped;         // virtual blocks skipped (deadline)
-    unsigned long long launches;        // launches finished
-    unsigned int max_resident;          // most hardware blocks of one launch resident at once
+    clc_stripe stripes[CLC_STRIPES];
+    unsigned long long skipped;  // virtual blocks skipped (deadline)
+    unsigned int max_resident;   // most hardware blocks of a launch at once
     unsigned int reserved;
+};
+
+struct clc_range {
+    long long base;   // the first virtual block of the batch, -1: none left
+    long long end;    // one past its last
 };
 
 __managed__ clc_stats_t clc_stats;
 
-__shared__ long long clc_answer[2];
+__shared__ long long clc_answer[2][2];
+__shared__ unsigned int clc_ran;          // thread 0's count of this block's virtual blocks
 __shared__ __align__(16) unsigned char clc_policy_state[64];
 
 #if defined(CLC_POLICY_DEMO)
@@ -75,47 +93,71 @@ extern "C" __device__ void clc_policy_init(void *state);
 extern "C" __device__ void clc_policy_begin(void *state, unsigned long long vblock);
 extern "C" __device__ void clc_policy_end(void *state, unsigned long long vblock);
 #endif
+#if defined(CLC_POLICY_DEMO) || defined(CLC_POLICY_HOOKS)
+#define CLC_ONE_AT_A_TIME 1
+#endif
 
-static __device__ __forceinline__ unsigned long long clc_now() {
+static __device__ __forceinline__ unsigned long long clc_now_us() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
+    return t / 1000;
 }
 
 static __device__ __forceinline__ bool clc_thread0() {
     return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
 }
 
-// Thread 0's claim: the next virtual block of the launch, or -1 when none is left.
-static __device__ long long clc_claim(clc_slot *slot, unsigned long long total) {
-    for (;;) {
-        unsigned long long v = atomicAdd(&slot->next, 1ull);
-        if (v >= total)
-            return -1;
+static __device__ __forceinline__ unsigned int clc_linear_block() {
+    return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+// Whether a virtual block starting now is past the launch's deadline (thread 0 only).
+static __device__ bool clc_late(clc_slot *slot, unsigned int seq) {
 #if defined(CLC_DEADLINE_NS)
-        unsigned long long now = clc_now();
-        if (v == 0) {
-            atomicCAS(&slot->start_ns, 0ull, now);
-        } else {
-            unsigned long long start = *(volatile unsigned long long *)&slot->start_ns;
-            if (start != 0 && now > start && now - start > (unsigned long long)(CLC_DEADLINE_NS)) {
-                atomicAdd(&clc_stats.skipped, 1ull);
-                continue;
-            }
-        }
+    unsigned long long tag = (unsigned long long)(seq & 0xffff) << 48;
+    unsigned long long now = clc_now_us() & 0xffffffffffffull;
+    unsigned long long seen = *(volatile unsigned long long *)&slot->start;
+    if ((seen & 0xffff000000000000ull) != tag) {
+        unsigned long long was = atomicCAS(&slot->start, seen, tag | now);
+        seen = was == seen ? (tag | now) : was;
+    }
+    unsigned long long start = seen & 0xffffffffffffull;
+    if (now > start && (now - start) * 1000 > (unsigned long long)(CLC_DEADLINE_NS)) {
+        atomicAdd(&clc_stats.skipped, 1ull);
+        return true;
+    }
 #endif
-        return (long long)v;
+    return false;
+}
+
+// Thread 0's claim of up to `want` virtual blocks of the launch `seq`: [base, end), or base -1.
+// The first block of a launch to find the word still carrying an older lap starts it at 0 for
+// this lap (one compare-and-swap wins); claims are atomic adds (the GPU's L2 serves those to
+// a thousand blocks far better than compare-and-swap loops).
+static __device__ clc_range clc_take(clc_slot *slot, unsigned int seq, unsigned int total,
+                                     unsigned int want) {
+    unsigned long long lap = (unsigned long long)seq << 32;
+    for (;;) {
+        unsigned long long seen = *(volatile unsigned long long *)&slot->claim;
+        if ((seen & 0xffffffff00000000ull) != lap) atomicCAS(&slot->claim, seen, lap);
+        unsigned long long old = atomicAdd(&slot->claim, (unsigned long long)want);
+        if ((old & 0xffffffff00000000ull) != lap) continue;   // raced a start: not this lap's
+        unsigned int next = (unsigned int)old;
+        if (next >= total) return clc_range{-1, -1};
+        unsigned int end = total - next > want ? next + want : total;
+        return clc_range{(long long)next, (long long)end};
     }
 }
 
-extern "C" __device__ long long clc_next(unsigned long long slot_address, unsigned int grid_x,
-                                         unsigned int grid_y, unsigned int grid_z,
-                                         unsigned int iter, long long prev) {
+extern "C" __device__ clc_range clc_claim(unsigned long long slot_address, unsigned int grid_x,
+                                          unsigned int grid_y, unsigned int grid_z,
+                                          unsigned int seq, unsigned int batch, long long prev) {
     if (clc_thread0()) {
         clc_slot *slot = (clc_slot *)slot_address;
-        unsigned long long total = (unsigned long long)grid_x * grid_y * grid_z;
+        unsigned int total = grid_x * grid_y * grid_z;   // below 2^31: the shim checks
         bool claim = true;
-        if (iter == 0) {
+        if (batch == 0) {
+            clc_ran = 0;
             unsigned int resident = atomicAdd(&slot->active, 1u) + 1;
             atomicMax(&clc_stats.max_resident, resident);
 #if defined(CLC_POLICY_DEMO)
@@ -131,35 +173,67 @@ extern "C" __device__ long long clc_next(unsigned long long slot_address, unsign
             claim = Policy_should_try_steal(clc_policy_state, (int)prev);
 #endif
         }
-        long long v = claim ? clc_claim(slot, total) : -1;
-        if (v >= 0) {
-            atomicAdd(&clc_stats.blocks, 1ull);
-            atomicAdd(&clc_stats.threads,
-                      (unsigned long long)blockDim.x * blockDim.y * blockDim.z);
+#if defined(CLC_ONE_AT_A_TIME)
+        unsigned int want = 1;
+#else
+        unsigned int share = total / (gridDim.x * gridDim.y * gridDim.z * 16);
+        unsigned int want = share < 1 ? 1 : share > 64 ? 64 : share;
+#endif
+        clc_range r = claim ? clc_take(slot, seq, total, want) : clc_range{-1, -1};
+        if (r.base >= 0) {
+            clc_ran += (unsigned int)(r.end - r.base);
 #if defined(CLC_POLICY_HOOKS)
-            clc_policy_begin(clc_policy_state, (unsigned long long)v);
+            clc_policy_begin(clc_policy_state, (unsigned long long)r.base);
 #endif
         }
-        clc_answer[iter & 1] = v;
+        clc_answer[batch & 1][0] = r.base;
+        clc_answer[batch & 1][1] = r.end;
     }
     __syncthreads();
-    return clc_answer[iter & 1];
+    return clc_range{clc_answer[batch & 1][0], clc_answer[batch & 1][1]};
 }
 
-extern "C" __device__ void clc_finish(unsigned long long slot_address) {
-    if (!clc_thread0())
-        return;
-    clc_slot *slot = (clc_slot *)slot_address;
-    unsigned int blocks = gridDim.x * gridDim.y * gridDim.z;
-    atomicSub(&slot->active, 1u);
-    __threadfence();
-    if (atomicAdd(&slot->finished, 1u) + 1 == blocks) {
-        // Every block of the launch is past its last claim: ready the slot for reuse.
-        slot->next = 0;
-        slot->start_ns = 0;
-        slot->active = 0;
-        __threadfence();
-        slot->finished = 0;
-        atomicAdd(&clc_stats.launches, 1ull);
+extern "C" __device__ long long clc_enter(unsigned long long slot_address, unsigned int grid_x,
+                                          unsigned int grid_y, unsigned int grid_z,
+                                          unsigned int seq) {
+    long long v = clc_linear_block();
+#if defined(CLC_DEADLINE_NS) || defined(CLC_POLICY_DEMO) || defined(CLC_POLICY_HOOKS)
+    if (clc_thread0()) {
+        clc_slot *slot = (clc_slot *)slot_address;
+        long long answer = clc_late(slot, seq) ? -1 : v;
+#if defined(CLC_POLICY_DEMO)
+        Policy_init(clc_policy_state);
+#elif defined(CLC_POLICY_HOOKS)
+        clc_policy_init(clc_policy_state);
+        if (answer >= 0) clc_policy_begin(clc_policy_state, (unsigned long long)answer);
+#endif
+        clc_answer[0][0] = answer;
     }
+    __syncthreads();
+    v = clc_answer[0][0];
+#endif
+    if (clc_thread0()) clc_ran = v >= 0 ? 1 : 0;
+    return v;
+}
+
+extern "C" __device__ void clc_finish(unsigned long long slot_address, unsigned int seq,
+                                      long long last) {
+    if (!clc_thread0()) return;   // (the splice calls it from thread 0 only)
+    unsigned int stripe = clc_linear_block() % CLC_STRIPES;
+#if defined(CLC_LOOPED) || defined(CLC_ENTER)
+    unsigned long long ran = clc_ran;
+#else
+    unsigned long long ran = 1;   // 1:1 without clc_enter: the block ran its own index
+#endif
+    if (ran) {
+        atomicAdd(&clc_stats.stripes[stripe].blocks, ran);
+        atomicAdd(&clc_stats.stripes[stripe].threads,
+                  ran * ((unsigned long long)blockDim.x * blockDim.y * blockDim.z));
+    }
+#if defined(CLC_LOOPED)
+    // (a looped block's last virtual block was ended at its last claim)
+    atomicSub(&((clc_slot *)slot_address)->active, 1u);
+#elif defined(CLC_POLICY_HOOKS)
+    if (last >= 0) clc_policy_end(clc_policy_state, (unsigned long long)last);
+#endif
 }
