@@ -87,11 +87,14 @@ CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigne
             return CUDA_ERROR_INVALID_VALUE;
     }
     if (!buffer && size) return CUDA_ERROR_INVALID_VALUE;
-    if (size > rep->arg_offset) return CUDA_ERROR_INVALID_VALUE;
+    if (rep->n_params && !rep->arg_offset) return CUDA_ERROR_INVALID_VALUE; /* layout unknown */
+    /* A buffer may be longer than the parameters (a padded struct): the kernel reads only
+     * up to arg_offset, where the launch argument goes. */
+    size_t keep = size < rep->arg_offset ? size : rep->arg_offset;
     r->extra_size = rep->arg_offset + sizeof r->arg;
     unsigned char *b = r->heap = calloc(1, r->extra_size);
     if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (size) memcpy(b, buffer, size);
+    if (keep) memcpy(b, buffer, keep);
     memcpy(b + rep->arg_offset, &r->arg, sizeof r->arg);
     r->extra_pairs[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
     r->extra_pairs[1] = b;

@@ -32,7 +32,7 @@ PYHOST = HERE / "pyhost.py"
 
 _CFLAGS = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 _PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
-             "prog_teardown", "prog_graph_generic", "prog_params")
+             "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap")
 
 
 class BuildError(RuntimeError):
@@ -100,7 +100,7 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
     """Builds libcuda.so.1 and the programs into outdir; returns name -> path.
 
     Keys: "libcuda", "prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
-    "prog_teardown", "prog_graph_generic", "prog_params".
+    "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap".
     """
     inc = cuda_include_dir()
     cc = _compiler()

@@ -15,6 +15,11 @@
  * checked against: a kernel that takes parameters needs kernelParams or a well-formed `extra`
  * whose buffer holds them all. Entries declared `NAME(\n)` or without a list take none.
  *
+ * Cubins (ELF for the GPU, such as clc's wrapped kernels linked by nvJitLink) load too: their
+ * kernels are the symbol table's entry functions, with no parameter layout (launches of them
+ * take any arguments), and their managed variables are zeroed host buffers. Device memory
+ * (cuMemAlloc) is host memory too, so that memsets really write it; a test reads it back.
+ *
  * Events complete instantly by default. With FAKE_CUDA_LAZY_EVENTS=1 in the environment (read
  * once, when the library is loaded) they behave like a real GPU's instead: see "events" below.
  *
@@ -27,6 +32,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include <elf.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -42,6 +48,10 @@
 #define DEFAULT_DYN_SMEM 49152 /* what a kernel may use before cuFuncSetAttribute raises it */
 #define MAX_DYN_SMEM 232448    /* the opt-in ceiling of an sm_90 part */
 #define MAX_KERNEL_NAMES 4096
+/* Occupancy, cuOccupancyMaxActiveBlocksPerMultiprocessor: an SM holds this many threads and at
+ * most this many blocks (an sm_90 part's limits), and MAX_DYN_SMEM of shared memory. */
+#define SM_THREADS 2048
+#define SM_BLOCKS 32
 
 /* ---- handles -------------------------------------------------------------------------------
  * Every handle points at a struct whose first field is a type tag, so that a handle of the
@@ -65,12 +75,15 @@ enum handle_tag {
 
 static uint32_t tag_of(const void *h) { return h ? *(const uint32_t *)h : 0; }
 
+struct seen_launch;
+
 /* One per distinct kernel name across all images; never freed, so launch paths can keep
  * pointers to it and count without taking a lock. */
 struct kname {
     char *name;
-    atomic_ulong launches; /* direct launches through any cuLaunch* entry point */
-    atomic_ulong graph;    /* runs as a node of a launched graph */
+    atomic_ulong launches;   /* direct launches through any cuLaunch* entry point */
+    atomic_ulong graph;      /* runs as a node of a launched graph */
+    struct seen_launch *seen; /* its last launch while launches are observed; under g_lock */
 };
 
 struct CUctx_st {
@@ -101,7 +114,8 @@ struct param_layout {
 struct CUfunc_st {
     uint32_t tag;
     struct kname *k;
-    const struct param_layout *params; /* NULL: the entry has no parameter list */
+    const struct param_layout *params; /* NULL: no parameter list (or a cubin's kernel) */
+    int from_cubin;                    /* its image was a cubin, not PTX */
     int attrs[CU_FUNC_ATTRIBUTE_MAX];
 };
 
@@ -118,10 +132,19 @@ struct CUkern_st {
     struct CUfunc_st func;
 };
 
+/* A managed variable of a cubin (cuLibraryGetManaged): zeroed at load, per library. */
+struct managed_var {
+    char *name;
+    size_t size;
+    void *data;
+};
+
 struct CUlib_st {
     uint32_t tag;
     unsigned n;
     struct CUkern_st *kernels;
+    unsigned n_managed;
+    struct managed_var *managed;
 };
 
 struct CUstream_st {
@@ -569,11 +592,143 @@ static CUresult parse_kernels(const char *text, size_t len, struct entry_decl **
     return CUDA_SUCCESS;
 }
 
-static void func_init(struct CUfunc_st *f, const struct entry_decl *e)
+/* ---- cubins ----------------------------------------------------------------------------------
+ * An ELF image for the GPU (e_machine EM_CUDA). Nothing runs, so only its symbol table is read:
+ * the kernels are the functions marked STO_CUDA_ENTRY in st_other, the managed variables the
+ * objects marked STO_CUDA_MANAGED (as nvcc and nvJitLink write them). A cubin does not say how
+ * its kernels' parameters are laid out in a form the fake reads, so its kernels have none: their
+ * launches take any arguments, as those of an entry declared without a list. The real call has no
+ * size argument either; the section headers are trusted as the driver trusts them. */
+
+#define ELF_MAGIC 0x464c457fu /* "\x7fELF" */
+#define EM_CUDA 190
+#define STO_CUDA_ENTRY 0x10
+#define STO_CUDA_MANAGED 0x04
+
+static int is_cubin(const void *image)
+{
+    uint32_t magic = 0;
+    /* The magic has no zero byte, so a shorter string is not over-read. */
+    if (image && strnlen(image, sizeof magic) == sizeof magic)
+        memcpy(&magic, image, sizeof magic);
+    return magic == ELF_MAGIC;
+}
+
+static void free_managed(struct managed_var *vars, unsigned n)
+{
+    unsigned i;
+    for (i = 0; vars && i < n; i++) {
+        free(vars[i].name);
+        free(vars[i].data);
+    }
+    free(vars);
+}
+
+/* One symbol: appended to the kernels (an entry function, by its interned name, once) or to the
+ * managed variables (vars NULL: not wanted). Caller holds g_lock. */
+static CUresult cubin_symbol(const Elf64_Sym *sym, const char *name, struct entry_decl *ks,
+                             unsigned *n, struct managed_var *vars, unsigned *nvars)
+{
+    unsigned type = ELF64_ST_TYPE(sym->st_info), i;
+    if (type == STT_FUNC && (sym->st_other & STO_CUDA_ENTRY) && *name) {
+        char *copy = strdup(name);
+        struct kname *k = copy ? intern_locked(copy) : NULL;
+        if (!k)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        for (i = 0; i < *n && ks[i].k != k; i++)
+            ;
+        if (i == *n)
+            ks[(*n)++] = (struct entry_decl){k, NULL};
+    } else if (vars && type == STT_OBJECT && (sym->st_other & STO_CUDA_MANAGED) && *name &&
+               sym->st_shndx != SHN_UNDEF) {
+        struct managed_var *v = &vars[*nvars];
+        if (!(v->name = strdup(name)) || !(v->data = calloc(1, sym->st_size ? sym->st_size : 1))) {
+            free(v->name);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        v->size = sym->st_size;
+        (*nvars)++;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The kernels of a cubin and, when vars is not NULL, its managed variables (*vars, *nvars). */
+static CUresult parse_cubin(const unsigned char *elf, struct entry_decl **out, unsigned *n,
+                            struct managed_var **vars, unsigned *nvars)
+{
+    Elf64_Ehdr eh;
+    Elf64_Shdr *sh;
+    unsigned cap = 0, i, count = 0, nv = 0;
+    struct entry_decl *ks;
+    struct managed_var *vs = NULL;
+    CUresult rc = CUDA_SUCCESS;
+
+    memcpy(&eh, elf, sizeof eh);
+    if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_CUDA || eh.e_shoff == 0 ||
+        eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0)
+        return CUDA_ERROR_INVALID_IMAGE; /* a host ELF, or not one the fake reads */
+    /* Copied out: the image need not be aligned for the headers. */
+    if (!(sh = malloc(eh.e_shnum * sizeof *sh)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(sh, elf + eh.e_shoff, eh.e_shnum * sizeof *sh);
+    for (i = 0; i < eh.e_shnum; i++) {
+        if (sh[i].sh_type != SHT_SYMTAB)
+            continue;
+        if (sh[i].sh_entsize != sizeof(Elf64_Sym) || sh[i].sh_link >= eh.e_shnum) {
+            free(sh);
+            return CUDA_ERROR_INVALID_IMAGE;
+        }
+        cap += (unsigned)(sh[i].sh_size / sizeof(Elf64_Sym));
+    }
+    if (!(ks = calloc(cap ? cap : 1, sizeof *ks)) ||
+        (vars && !(vs = calloc(cap ? cap : 1, sizeof *vs)))) {
+        free(ks);
+        free(sh);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    lock();
+    for (i = 0; i < eh.e_shnum && rc == CUDA_SUCCESS; i++) {
+        const Elf64_Shdr *strtab;
+        const char *names;
+        size_t j, nsyms = sh[i].sh_size / sizeof(Elf64_Sym);
+        if (sh[i].sh_type != SHT_SYMTAB)
+            continue;
+        strtab = &sh[sh[i].sh_link];
+        names = (const char *)elf + strtab->sh_offset;
+        for (j = 0; j < nsyms && rc == CUDA_SUCCESS; j++) {
+            Elf64_Sym sym;
+            memcpy(&sym, elf + sh[i].sh_offset + j * sizeof sym, sizeof sym);
+            if (sym.st_name >= strtab->sh_size ||
+                strnlen(names + sym.st_name, strtab->sh_size - sym.st_name) ==
+                    strtab->sh_size - sym.st_name) {
+                rc = CUDA_ERROR_INVALID_IMAGE; /* a name outside its string table */
+                break;
+            }
+            rc = cubin_symbol(&sym, names + sym.st_name, ks, &count, vs, &nv);
+        }
+    }
+    unlock();
+    free(sh);
+    if (rc != CUDA_SUCCESS) {
+        free(ks);
+        free_managed(vs, nv);
+        return rc;
+    }
+    *out = ks;
+    *n = count;
+    if (vars) {
+        *vars = vs;
+        *nvars = nv;
+    }
+    return CUDA_SUCCESS;
+}
+
+static void func_init(struct CUfunc_st *f, const struct entry_decl *e, int from_cubin)
 {
     f->tag = TAG_FUNCTION;
     f->k = e->k;
     f->params = e->params;
+    f->from_cubin = from_cubin;
     f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK] = MAX_BLOCK_THREADS;
     f->attrs[CU_FUNC_ATTRIBUTE_NUM_REGS] = 32;
     f->attrs[CU_FUNC_ATTRIBUTE_PTX_VERSION] = 80;
@@ -581,19 +736,19 @@ static void func_init(struct CUfunc_st *f, const struct entry_decl *e)
     f->attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES] = DEFAULT_DYN_SMEM;
 }
 
-static CUresult module_from_text(CUmodule *out, const char *text, size_t len)
+/* Takes ownership of ks. */
+static CUresult module_from_entries(CUmodule *out, struct entry_decl *ks, unsigned n,
+                                    int from_cubin)
 {
-    struct entry_decl *ks;
-    unsigned n, i;
+    unsigned i;
     struct CUmod_st *m;
-    TRY(parse_kernels(text, len, &ks, &n));
     if (!(m = calloc(1, sizeof *m)) || !(m->funcs = calloc(n ? n : 1, sizeof *m->funcs))) {
         free(m);
         free(ks);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     for (i = 0; i < n; i++)
-        func_init(&m->funcs[i], &ks[i]);
+        func_init(&m->funcs[i], &ks[i], from_cubin);
     free(ks);
     m->n = n;
     m->tag = TAG_MODULE;
@@ -601,27 +756,55 @@ static CUresult module_from_text(CUmodule *out, const char *text, size_t len)
     return CUDA_SUCCESS;
 }
 
-static CUresult library_from_text(CUlibrary *out, const char *text, size_t len)
+static CUresult module_from_text(CUmodule *out, const char *text, size_t len)
 {
     struct entry_decl *ks;
-    unsigned n, i;
-    struct CUlib_st *l;
+    unsigned n;
     TRY(parse_kernels(text, len, &ks, &n));
+    return module_from_entries(out, ks, n, 0);
+}
+
+/* Takes ownership of ks and vars. */
+static CUresult library_from_entries(CUlibrary *out, struct entry_decl *ks, unsigned n,
+                                     struct managed_var *vars, unsigned nvars, int from_cubin)
+{
+    unsigned i;
+    struct CUlib_st *l;
     if (!(l = calloc(1, sizeof *l)) || !(l->kernels = calloc(n ? n : 1, sizeof *l->kernels))) {
         free(l);
         free(ks);
+        free_managed(vars, nvars);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     for (i = 0; i < n; i++) {
         l->kernels[i].tag = TAG_KERNEL;
         l->kernels[i].k = ks[i].k;
-        func_init(&l->kernels[i].func, &ks[i]);
+        func_init(&l->kernels[i].func, &ks[i], from_cubin);
     }
     free(ks);
     l->n = n;
+    l->managed = vars;
+    l->n_managed = nvars;
     l->tag = TAG_LIBRARY;
     *out = l;
     return CUDA_SUCCESS;
+}
+
+static CUresult library_from_text(CUlibrary *out, const char *text, size_t len)
+{
+    struct entry_decl *ks;
+    unsigned n;
+    TRY(parse_kernels(text, len, &ks, &n));
+    return library_from_entries(out, ks, n, NULL, 0, 0);
+}
+
+static CUresult library_from_cubin(CUlibrary *out, const void *image)
+{
+    struct entry_decl *ks;
+    struct managed_var *vars;
+    unsigned n, nvars;
+    TRY(parse_cubin(image, &ks, &n, &vars, &nvars));
+    return library_from_entries(out, ks, n, vars, nvars, 1);
 }
 
 static CUresult read_file(const char *path, char **text, size_t *len)
@@ -933,6 +1116,113 @@ static CUresult stream_sync(CUstream s)
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return stream_sync(hStream); }
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return stream_sync(hStream); }
 
+/* ---- device memory ---------------------------------------------------------------------------
+ * Host memory standing in for the device's: an allocation's address is its CUdeviceptr, so
+ * addresses are distinct and memsets really write. Fresh memory is filled with DEVICE_GARBAGE,
+ * as a real allocation is not zeroed, so that a test can tell whether something cleared it.
+ * The table of allocations (under g_lock) lets a memset check its range, as the real driver
+ * does, and a test ask which allocation an address lies in (fake_cuda_device_allocation). */
+
+#define DEVICE_GARBAGE 0xa5
+
+struct allocation {
+    uintptr_t base;
+    size_t size;
+};
+
+static struct allocation *g_allocs; /* live allocations, unordered */
+static unsigned g_nallocs, g_allocs_cap;
+
+/* The live allocation holding [p, p + n), or NULL. Caller holds g_lock. */
+static struct allocation *allocation_of_locked(uintptr_t p, size_t n)
+{
+    unsigned i;
+    for (i = 0; i < g_nallocs; i++)
+        if (p >= g_allocs[i].base && n <= g_allocs[i].size &&
+            p - g_allocs[i].base <= g_allocs[i].size - n)
+            return &g_allocs[i];
+    return NULL;
+}
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    void *mem;
+    TRY(need_ctx());
+    if (!dptr || bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(mem = malloc(bytesize)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(mem, DEVICE_GARBAGE, bytesize);
+    lock();
+    if (g_nallocs == g_allocs_cap) {
+        unsigned cap = g_allocs_cap ? 2 * g_allocs_cap : 16;
+        struct allocation *a = realloc(g_allocs, cap * sizeof *a);
+        if (!a) {
+            unlock();
+            free(mem);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        g_allocs = a;
+        g_allocs_cap = cap;
+    }
+    g_allocs[g_nallocs++] = (struct allocation){(uintptr_t)mem, bytesize};
+    unlock();
+    *dptr = (CUdeviceptr)(uintptr_t)mem;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+    unsigned i;
+    TRY(need_ctx());
+    lock();
+    for (i = 0; i < g_nallocs && g_allocs[i].base != (uintptr_t)dptr; i++)
+        ;
+    if (i == g_nallocs) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    g_allocs[i] = g_allocs[--g_nallocs];
+    unlock();
+    free((void *)(uintptr_t)dptr);
+    return CUDA_SUCCESS;
+}
+
+/* Work completes at once here, so the asynchronous memset is the synchronous one. */
+static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t n, CUstream s)
+{
+    TRY(need_ctx());
+    if (!stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    lock();
+    if (!allocation_of_locked((uintptr_t)dst, n)) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    memset((void *)(uintptr_t)dst, value, n);
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    return memset_d8(dstDevice, uc, N, NULL);
+}
+
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                 CUstream hStream)
+{
+    return memset_d8(dstDevice, uc, N, hStream);
+}
+
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                      CUstream hStream)
+{
+    return memset_d8(dstDevice, uc, N, hStream);
+}
+
 /* ---- modules and libraries ------------------------------------------------------------------- */
 
 static CUresult module_load_image(CUmodule *module, const void *image)
@@ -942,6 +1232,12 @@ static CUresult module_load_image(CUmodule *module, const void *image)
     TRY(need_ctx()); /* modules belong to the current context */
     if (!module)
         return CUDA_ERROR_INVALID_VALUE;
+    if (is_cubin(image)) {
+        struct entry_decl *ks;
+        unsigned n;
+        TRY(parse_cubin(image, &ks, &n, NULL, NULL));
+        return module_from_entries(module, ks, n, 1);
+    }
     TRY(image_text(image, &text, &len));
     return module_from_text(module, text, len);
 }
@@ -1039,6 +1335,8 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_o
         return CUDA_ERROR_INVALID_VALUE;
     TRY(library_options_ok(numJitOptions, jitOptions, jitOptionsValues, libraryOptions,
                            libraryOptionValues, numLibraryOptions));
+    if (is_cubin(code))
+        return library_from_cubin(library, code);
     TRY(image_text(code, &text, &len));
     return library_from_text(library, text, len);
 }
@@ -1095,6 +1393,29 @@ CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
     }
     unlock();
     return CUDA_SUCCESS;
+}
+
+/* A managed variable of a library loaded from a cubin: its (host) buffer, zeroed at load, and
+ * its size. A name the cubin does not define as managed is CUDA_ERROR_NOT_FOUND. */
+CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+                                     const char *name)
+{
+    unsigned i;
+    TRY(need_init());
+    if (tag_of(library) != TAG_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < library->n_managed; i++) {
+        if (strcmp(library->managed[i].name, name) == 0) {
+            if (dptr)
+                *dptr = (CUdeviceptr)(uintptr_t)library->managed[i].data;
+            if (bytes)
+                *bytes = library->managed[i].size;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_NOT_FOUND;
 }
 
 /* The real driver returns the kernel's function in the current context. */
@@ -1220,6 +1541,46 @@ CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUke
     return func_set_attr(&kernel->func, attrib, val);
 }
 
+CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel,
+                                      CUdevice dev)
+{
+    TRY(need_init());
+    if (tag_of(kernel) != TAG_KERNEL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!pi || (unsigned)attrib >= CU_FUNC_ATTRIBUTE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pi = kernel->func.attrs[attrib];
+    return CUDA_SUCCESS;
+}
+
+/* How many blocks of blockSize threads (and dynamicSMemSize bytes of shared memory each) fit on
+ * one SM at once: min(SM_BLOCKS, SM_THREADS / blockSize, MAX_DYN_SMEM / dynamicSMemSize), a
+ * rule a test can compute (registers are not counted). Takes a CUkernel cast to a CUfunction
+ * too, as launches do. */
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func,
+                                                             int blockSize,
+                                                             size_t dynamicSMemSize)
+{
+    const struct CUfunc_st *f;
+    int n;
+    TRY(need_ctx());
+    if (!(f = launchable(func)))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!numBlocks || blockSize <= 0 || blockSize > (int)MAX_BLOCK_THREADS)
+        return CUDA_ERROR_INVALID_VALUE;
+    n = SM_THREADS / blockSize;
+    if (n > SM_BLOCKS)
+        n = SM_BLOCKS;
+    if (dynamicSMemSize > (size_t)f->attrs[CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES])
+        n = 0; /* no block of this launch could run at all */
+    else if (dynamicSMemSize && MAX_DYN_SMEM / dynamicSMemSize < (size_t)n)
+        n = (int)(MAX_DYN_SMEM / dynamicSMemSize);
+    *numBlocks = n;
+    return CUDA_SUCCESS;
+}
+
 /* ---- launches -------------------------------------------------------------------------------- */
 
 /* cuLaunchKernel and friends take a CUfunction or a CUkernel cast to one (as cudart passes). */
@@ -1279,6 +1640,94 @@ static CUresult check_args(const struct CUfunc_st *f, void **params, void **extr
     return CUDA_SUCCESS;
 }
 
+/* ---- observed launches -----------------------------------------------------------------------
+ * Off until a test program turns it on (fake_cuda_observe_launches). Then each successful direct
+ * launch is kept as its kernel name's last launch: the handle as passed, the entry point, grid,
+ * block, shared memory, whether the code came from a cubin, and copies of its arguments made
+ * during the call (a caller's arrays often live on its stack): the kernelParams entries the
+ * program asked for beforehand (fake_cuda_capture_param), or the whole `extra` buffer. */
+
+#define CAPTURE_SLOTS 8
+#define CAPTURE_BYTES 64
+#define EXTRA_BYTES 4096
+
+enum arg_form { FORM_NONE, FORM_PARAMS, FORM_EXTRA };
+
+struct seen_launch {
+    int valid;
+    const void *handle;
+    int from_cubin;
+    enum entry entry;
+    unsigned dims[7]; /* grid x y z, block x y z, shared memory */
+    enum arg_form form;
+    unsigned n_params;  /* capture slots filled (FORM_PARAMS) */
+    unsigned param_index[CAPTURE_SLOTS];
+    long param_len[CAPTURE_SLOTS]; /* -1: the launch had no such argument */
+    unsigned char param[CAPTURE_SLOTS][CAPTURE_BYTES];
+    size_t extra_size; /* what CU_LAUNCH_PARAM_BUFFER_SIZE said (FORM_EXTRA) */
+    unsigned char extra[EXTRA_BYTES];
+};
+
+static atomic_int g_observe;
+static struct {
+    unsigned index, bytes;
+} g_capture[CAPTURE_SLOTS]; /* which kernelParams entries to copy; under g_lock */
+static unsigned g_ncapture;
+
+/* Copies what fn's launch was given into its name's record. Only called while observing, after
+ * check_args accepted the arguments. */
+static void observe(enum entry e, const void *handle, const struct CUfunc_st *f,
+                    const unsigned dims[7], void **params, void **extra)
+{
+    struct seen_launch *s;
+    unsigned i;
+    lock();
+    if (!(s = f->k->seen) && !(s = f->k->seen = malloc(sizeof *s))) {
+        unlock();
+        return;
+    }
+    memset(s, 0, sizeof *s);
+    s->valid = 1;
+    s->handle = handle;
+    s->from_cubin = f->from_cubin;
+    s->entry = e;
+    memcpy(s->dims, dims, sizeof s->dims);
+    if (params) {
+        s->form = FORM_PARAMS;
+        for (i = 0; i < g_ncapture; i++) {
+            unsigned index = g_capture[i].index;
+            size_t bytes = g_capture[i].bytes;
+            s->param_index[i] = index;
+            s->param_len[i] = -1;
+            /* With a known layout, only the kernel's own arguments exist; a cubin's kernel has
+             * none known, so the program's word is taken for how many it passes. */
+            if (f->params && index >= f->params->n)
+                continue;
+            if (f->params && bytes > f->params->p[index].size)
+                bytes = f->params->p[index].size;
+            if (!params[index])
+                continue;
+            memcpy(s->param[i], params[index], bytes);
+            s->param_len[i] = (long)bytes;
+        }
+        s->n_params = g_ncapture;
+    } else if (extra) {
+        const void *buf = NULL;
+        const size_t *size = NULL;
+        s->form = FORM_EXTRA;
+        for (i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                buf = extra[i + 1];
+            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+                size = extra[i + 1];
+        }
+        s->extra_size = size ? *size : 0;
+        if (buf)
+            memcpy(s->extra, buf, s->extra_size < EXTRA_BYTES ? s->extra_size : EXTRA_BYTES);
+    }
+    unlock();
+}
+
 static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
                        unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
                        void **params, void **extra)
@@ -1291,6 +1740,10 @@ static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, un
     TRY(check_shape(f, gx, gy, gz, bx, by, bz, smem));
     if (!stream_ok(s))
         return CUDA_ERROR_INVALID_HANDLE;
+    if (atomic_load_explicit(&g_observe, memory_order_relaxed)) {
+        const unsigned dims[7] = {gx, gy, gz, bx, by, bz, smem};
+        observe(e, fn, f, dims, params, extra);
+    }
     atomic_fetch_add(&f->k->launches, 1);
     atomic_fetch_add(&g_entry[e], 1);
     atomic_fetch_add(&g_total_launches, 1);
@@ -1956,6 +2409,18 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
     return error_lookup(error, pStr, 1);
 }
 
+/* The driver's private interfaces, which NVIDIA's own libraries ask for: NVRTC 13, for one,
+ * dlopens libcuda.so.1 when it can and asks for tables by UUID, and crashes when the symbol is
+ * missing altogether. The fake has none: every table is "not supported", which they take as
+ * "no driver features to use". */
+CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    if (!ppExportTable || !pExportTableId)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ppExportTable = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 /* ---- cuGetProcAddress --------------------------------------------------------------------------
  * Like the real driver it answers with its own functions: the table below holds the addresses
  * of hidden local aliases, which an LD_PRELOADed shim defining the same names cannot interpose
@@ -2005,6 +2470,11 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuStreamDestroy_v2)                                                                          \
     X(cuStreamSynchronize)                                                                         \
     X(cuStreamSynchronize_ptsz)                                                                    \
+    X(cuMemAlloc_v2)                                                                               \
+    X(cuMemFree_v2)                                                                                \
+    X(cuMemsetD8_v2)                                                                               \
+    X(cuMemsetD8Async)                                                                             \
+    X(cuMemsetD8Async_ptsz)                                                                        \
     X(cuModuleLoad)                                                                                \
     X(cuModuleLoadData)                                                                            \
     X(cuModuleLoadDataEx)                                                                          \
@@ -2015,6 +2485,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuLibraryLoadFromFile)                                                                       \
     X(cuLibraryGetKernel)                                                                          \
     X(cuLibraryUnload)                                                                             \
+    X(cuLibraryGetManaged)                                                                         \
     X(cuKernelGetFunction)                                                                         \
     X(cuKernelGetName)                                                                             \
     X(cuFuncGetName)                                                                               \
@@ -2023,6 +2494,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuFuncSetAttribute)                                                                          \
     X(cuFuncGetAttribute)                                                                          \
     X(cuKernelSetAttribute)                                                                        \
+    X(cuKernelGetAttribute)                                                                        \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                                                 \
     X(cuLaunchKernel)                                                                              \
     X(cuLaunchKernel_ptsz)                                                                         \
     X(cuLaunchKernelEx)                                                                            \
@@ -2056,6 +2529,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuEventElapsedTime_v2)                                                                       \
     X(cuGetErrorName)                                                                              \
     X(cuGetErrorString)                                                                            \
+    X(cuGetExportTable)                                                                            \
     X(cuGetProcAddress)                                                                            \
     X(cuGetProcAddress_v2)
 
@@ -2136,8 +2610,15 @@ static const struct {
     {"cuLibraryLoadFromFile", 12000, 0, "cuLibraryLoadFromFile"},
     {"cuLibraryGetKernel", 12000, 0, "cuLibraryGetKernel"},
     {"cuLibraryUnload", 12000, 0, "cuLibraryUnload"},
+    {"cuLibraryGetManaged", 12000, 0, "cuLibraryGetManaged"},
+    {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2"},
+    {"cuMemFree", 3020, 0, "cuMemFree_v2"},
+    {"cuMemsetD8", 3020, 0, "cuMemsetD8_v2"},
+    {"cuMemsetD8Async", 3020, 0, "cuMemsetD8Async"},
+    {"cuMemsetD8Async", 7000, 1, "cuMemsetD8Async_ptsz"},
     {"cuKernelGetFunction", 12000, 0, "cuKernelGetFunction"},
     {"cuKernelSetAttribute", 12000, 0, "cuKernelSetAttribute"},
+    {"cuKernelGetAttribute", 12000, 0, "cuKernelGetAttribute"},
     {"cuKernelGetName", 12030, 0, "cuKernelGetName"},
     {"cuFuncGetName", 12030, 0, "cuFuncGetName"},
     {"cuKernelGetParamInfo", 12040, 0, "cuKernelGetParamInfo"},
@@ -2223,6 +2704,13 @@ TEST_API unsigned fake_cuda_kernel_count(void);
 TEST_API const char *fake_cuda_kernel_name(unsigned i);
 TEST_API unsigned long long fake_cuda_clock_ns(void);
 TEST_API void fake_cuda_print_counts(FILE *out);
+TEST_API void fake_cuda_observe_launches(int on);
+TEST_API int fake_cuda_capture_param(unsigned index, unsigned bytes);
+TEST_API int fake_cuda_last_launch(const char *name, const void **handle, const char **entry,
+                                   unsigned dims[7], int *from_cubin);
+TEST_API long fake_cuda_last_param(const char *name, unsigned index, void *buf, size_t cap);
+TEST_API long fake_cuda_last_extra(const char *name, void *buf, size_t cap);
+TEST_API int fake_cuda_device_allocation(CUdeviceptr p, CUdeviceptr *base, size_t *size);
 
 static struct kname *lookup(const char *name)
 {
@@ -2302,4 +2790,131 @@ void fake_cuda_print_counts(FILE *out)
     for (i = 0; i < E_COUNT; i++)
         fprintf(out, "fake-entry: %s calls=%lu\n", entry_names[i], atomic_load(&g_entry[i]));
     fflush(out);
+}
+
+/* Observing launches (see "observed launches"): on (1) or off (0); either way every kernel's
+ * last launch is forgotten, so that a launch refused from now on leaves no stale record. */
+void fake_cuda_observe_launches(int on)
+{
+    unsigned i;
+    lock();
+    for (i = 0; i < g_nnames; i++)
+        if (g_names[i]->seen)
+            g_names[i]->seen->valid = 0;
+    unlock();
+    atomic_store(&g_observe, on != 0);
+}
+
+/* Copy `bytes` (at most 64) of kernelParams[index] at each observed launch from now on; bytes 0
+ * stops copying that index. Up to 8 indices at once. 0, or -1 when bytes is over 64 or the eight
+ * are taken. */
+int fake_cuda_capture_param(unsigned index, unsigned bytes)
+{
+    unsigned i;
+    int rc = 0;
+    if (bytes > CAPTURE_BYTES)
+        return -1;
+    lock();
+    for (i = 0; i < g_ncapture && g_capture[i].index != index; i++)
+        ;
+    if (bytes == 0) {
+        if (i < g_ncapture)
+            g_capture[i] = g_capture[--g_ncapture];
+    } else if (i < g_ncapture) {
+        g_capture[i].bytes = bytes;
+    } else if (g_ncapture < CAPTURE_SLOTS) {
+        g_capture[g_ncapture].index = index;
+        g_capture[g_ncapture++].bytes = bytes;
+    } else {
+        rc = -1;
+    }
+    unlock();
+    return rc;
+}
+
+/* The last observed launch of the kernel `name`: the handle the launch passed, its entry point
+ * ("cuLaunchKernelEx"), dims = grid x y z, block x y z, shared memory, and whether the function's
+ * code was a cubin (any out-pointer may be NULL). Returns how its arguments came: 0 none,
+ * 1 kernelParams, 2 extra; -1 when no launch of it was observed. */
+int fake_cuda_last_launch(const char *name, const void **handle, const char **entry,
+                          unsigned dims[7], int *from_cubin)
+{
+    struct kname *k = lookup(name);
+    int form = -1;
+    lock();
+    if (k && k->seen && k->seen->valid) {
+        const struct seen_launch *s = k->seen;
+        form = (int)s->form;
+        if (handle)
+            *handle = s->handle;
+        if (entry)
+            *entry = entry_names[s->entry];
+        if (dims)
+            memcpy(dims, s->dims, sizeof s->dims);
+        if (from_cubin)
+            *from_cubin = s->from_cubin;
+    }
+    unlock();
+    return form;
+}
+
+/* The bytes of kernelParams[index] that the last observed launch of `name` passed, as many as
+ * fake_cuda_capture_param asked for (fewer for a smaller parameter of a known layout), copied
+ * into buf (cap bytes at most). Returns their number, or -1 when they were not copied (no
+ * kernelParams, an index past the kernel's parameters, or not asked for). */
+long fake_cuda_last_param(const char *name, unsigned index, void *buf, size_t cap)
+{
+    struct kname *k = lookup(name);
+    long n = -1;
+    unsigned i;
+    lock();
+    if (k && k->seen && k->seen->valid && k->seen->form == FORM_PARAMS) {
+        const struct seen_launch *s = k->seen;
+        for (i = 0; i < s->n_params; i++) {
+            if (s->param_index[i] == index && s->param_len[i] >= 0) {
+                n = s->param_len[i];
+                memcpy(buf, s->param[i], (size_t)n < cap ? (size_t)n : cap);
+                break;
+            }
+        }
+    }
+    unlock();
+    return n;
+}
+
+/* The `extra` argument buffer of the last observed launch of `name`: copied into buf (at most
+ * cap, and at most its first 4096 bytes), its size as CU_LAUNCH_PARAM_BUFFER_SIZE gave it
+ * returned; -1 when that launch had no `extra`. */
+long fake_cuda_last_extra(const char *name, void *buf, size_t cap)
+{
+    struct kname *k = lookup(name);
+    long n = -1;
+    lock();
+    if (k && k->seen && k->seen->valid && k->seen->form == FORM_EXTRA) {
+        const struct seen_launch *s = k->seen;
+        size_t have = s->extra_size < EXTRA_BYTES ? s->extra_size : EXTRA_BYTES;
+        memcpy(buf, s->extra, have < cap ? have : cap);
+        n = (long)s->extra_size;
+    }
+    unlock();
+    return n;
+}
+
+/* Whether the device address p lies in a live cuMemAlloc allocation: 1 with its base and size
+ * (either pointer may be NULL), else 0. The memory is host memory: a test may read it through
+ * p directly once it knows the range is allocated. */
+int fake_cuda_device_allocation(CUdeviceptr p, CUdeviceptr *base, size_t *size)
+{
+    struct allocation *a;
+    int found = 0;
+    lock();
+    if ((a = allocation_of_locked((uintptr_t)p, 1))) {
+        found = 1;
+        if (base)
+            *base = (CUdeviceptr)a->base;
+        if (size)
+            *size = a->size;
+    }
+    unlock();
+    return found;
 }

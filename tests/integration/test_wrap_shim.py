@@ -1,0 +1,388 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`action: wrap` end to end on the CPU: a program's PTX kernels spliced, linked by nvJitLink
+into a cubin inside the traced program, loaded into the fake driver, and launched by the shim
+in place of the originals, with the clc_launch_arg appended and, for sm_share, a capped grid.
+
+The tests run prog_wrap (tests/native/prog_wrap.c), which prints after every launch what the
+fake driver really received (`seen` lines): the function (the program's, or one from a
+cubin), the grid, the program's own arguments and the 32-byte argument a wrapped launch
+carries. The fake's occupancy rule (blocks per SM = min(32, 2048 / block threads,
+232448 / shared memory), 132 SMs) lets a test compute the grid sm_share must launch.
+"""
+
+import json
+import re
+import sys
+
+import pytest
+
+from clc.cuda_errors import CUDA_ERRORS
+from clc.engine import WRAP_STATS_PREFIX
+from clc.wrapbuild import build, wrapper_spec
+from clc.wrapengine import N_SLOTS, STATS
+
+pytest.importorskip("cuda.bindings.nvjitlink", reason="wrapping needs cuda-bindings (nvJitLink)")
+pytest.importorskip("cuda.bindings.nvrtc", reason="wrapping needs cuda-bindings (NVRTC)")
+
+WRAPPABLE = ("vec_add", "scale")
+UNWRAPPABLE = "bump_counter"   # adds to a __device__ variable of its module
+PADDED = 11                    # prog_wrap's launch whose `extra` buffer is larger than the layout
+LAUNCHES = {"vec_add": 8, "scale": 2, "bump_counter": 2}
+SLOT_BYTES = 32
+
+# The fake GPU (tests/native/fake_cuda.c): an H100-like part.
+SMS, SM_THREADS, SM_BLOCKS, SM_SHARED = 132, 2048, 32, 232448
+
+
+def blocks_per_sm(threads, shared_mem):
+    n = min(SM_BLOCKS, SM_THREADS // threads)
+    return min(n, SM_SHARED // shared_mem) if shared_mem else n
+
+
+def expected_grid(params, grid, threads, shared_mem):
+    """The grid an sm_share launch must get: (min(cap, the program's blocks), 1, 1)."""
+    per_sm = blocks_per_sm(threads, shared_mem)
+    if "share" in params:
+        millionths = round(params["share"] * 1_000_000)
+        cap = -(-millionths * SMS * per_sm // 1_000_000)
+    else:
+        cap = params["sms"] * per_sm
+    return (min(cap, grid[0] * grid[1] * grid[2]), 1, 1)
+
+
+def wrap_policy(wrapper="sm_share", params=None, kernels=WRAPPABLE, on_unwrappable=None):
+    lines = ["version: 1", "default: allow", "rules:", "  - name: wrap-them",
+             f"    match: {{kernel_regex: \"^({'|'.join(kernels)})$\"}}", "    action: wrap",
+             f"    wrapper: {wrapper}"]
+    if params:
+        lines.append(f"    params: {json.dumps(params)}")
+    if on_unwrappable:
+        lines.append(f"    on_unwrappable: {on_unwrappable}")
+    return "\n".join(lines) + "\n"
+
+
+def _fields(text):
+    out = {}
+    for kv in text.split():
+        key, value = kv.split("=", 1)
+        if key in ("grid", "block", "vgrid"):
+            value = tuple(int(v) for v in value.split(","))
+        elif key in ("slot", "slot_base"):
+            value = int(value, 16)
+        elif re.fullmatch(r"-?\d+", value):
+            value = int(value)
+        out[key] = value
+    return out
+
+
+def launches(stdout):
+    """[{kernel, arg: {...}, rc, seen: {...}}] of prog_wrap's launches, in order: what the
+    program passed, what it got back, what the driver received."""
+    args = [(m[1], _fields(m[2])) for m in re.finditer(r"^arg (\S+) (.*)$", stdout, re.M)]
+    rcs = [int(m[1]) for m in re.finditer(r"^launch \S+ via \S+ -> (-?\d+)$", stdout, re.M)]
+    seen = [_fields(m[2]) for m in re.finditer(r"^seen (\S+) (.*)$", stdout, re.M)]
+    assert len(args) == len(rcs) == len(seen), stdout
+    return [{"kernel": kernel, "arg": arg, "rc": rc, "seen": s}
+            for (kernel, arg), rc, s in zip(args, rcs, seen)]
+
+
+def messages(run, prefix=""):
+    return [m.text for m in run.capture().messages if m.text.startswith(prefix)]
+
+
+def ok(run):
+    """The program ran to its end, and clc built and loaded every wrapped kernel it tried (a
+    failure would only show as launches let through unwrapped)."""
+    assert run.proc.returncode == 0, f"exit {run.proc.returncode}\n{run.stderr}"
+    assert "fake:" in run.stdout, run.stderr
+    assert not messages(run, "wrapping "), run.stderr
+
+
+def assert_unwrapped(launch):
+    """The driver ran the program's own kernel with the program's grid and arguments."""
+    seen, arg = launch["seen"], launch["arg"]
+    assert launch["rc"] == 0
+    assert (seen["original"], seen["code"], seen["clc_arg"]) == (1, "ptx", 0), launch
+    assert (seen["grid"], seen["block"], seen["smem"]) == (arg["grid"], arg["block"], arg["smem"])
+    assert seen["own_args"] == "same"
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    """One disk cache for the tests that do not look at it: each kernel is built once."""
+    return tmp_path_factory.mktemp("wrap-cache")
+
+
+@pytest.fixture
+def run_wrap(clc_run, native, shared_cache):
+    def run(policy, mode="library", cache=None, output=None):
+        return clc_run(policy, [native["prog_wrap"], mode], output=output,
+                       env={"CLC_CACHE_DIR": str(cache or shared_cache)})
+
+    return run
+
+
+# ---- the fake driver and the program ---------------------------------------------------------
+
+FAKE_LOADS_CUBIN = """\
+import ctypes, sys
+cubin = open(sys.argv[1], "rb").read()
+cuda = ctypes.CDLL("libcuda.so.1")
+lib, kernel, missing = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+assert cuda.cuInit(0) == 0
+assert cuda.cuLibraryLoadData(ctypes.byref(lib), cubin, None, None, 0, None, None, 0) == 0
+print("kernel", cuda.cuLibraryGetKernel(ctypes.byref(kernel), lib, b"vec_add"))
+print("other", cuda.cuLibraryGetKernel(ctypes.byref(missing), lib, b"scale"))
+print("managed", cuda.cuLibraryGetManaged(ctypes.byref(ptr), ctypes.byref(size), lib,
+                                          b"clc_stats"),
+      size.value >= int(sys.argv[2]), ctypes.string_at(ptr.value, size.value) == bytes(size.value))
+print("no-such", cuda.cuLibraryGetManaged(ctypes.byref(ptr), ctypes.byref(size), lib, b"nope"))
+"""
+
+
+def test_fake_driver_loads_the_cubin_clc_links(run_native, native, tmp_path):
+    # GIVEN vec_add of prog_wrap's PTX, spliced and linked by nvJitLink as clc does
+    ptx = run_native([native["prog_wrap"], "ptx"])
+    assert ptx.returncode == 0 and ".entry vec_add(" in ptx.stdout, ptx.stderr
+    built = build(ptx.stdout, "vec_add", wrapper_spec("sm_share", {"share": 0.25}), 90)
+    cubin = tmp_path / "vec_add.cubin"
+    cubin.write_bytes(built.cubin)
+    script = tmp_path / "load.py"
+    script.write_text(FAKE_LOADS_CUBIN)
+    # WHEN a process loads it into the fake driver with cuLibraryLoadData
+    proc = run_native([sys.executable, script, cubin, STATS.size])
+    assert proc.returncode == 0, proc.stderr
+    # THEN its entry is a kernel (and only it), and clc_stats is a zeroed buffer as large as
+    # what clc reads of it
+    assert proc.stdout.splitlines() == [
+        "kernel 0", f"other {CUDA_ERRORS['CUDA_ERROR_NOT_FOUND']}", "managed 0 True True",
+        f"no-such {CUDA_ERRORS['CUDA_ERROR_NOT_FOUND']}"]
+
+
+@pytest.mark.parametrize("mode", ["library", "module"])
+def test_prog_wrap_runs_its_own_kernels_without_clc(run_native, native, mode):
+    # WHEN prog_wrap runs over the fake driver without clc
+    proc = run_native([native["prog_wrap"], mode])
+    # THEN every launch succeeds with the program's own function, grid and arguments, and
+    # nothing more
+    assert proc.returncode == 0, proc.stderr
+    got = launches(proc.stdout)
+    assert len(got) == 12
+    for launch in got:
+        assert_unwrapped(launch)
+        assert launch["seen"]["extra_size"] == launch["arg"]["extra_size"]
+    counts = {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=(\d+)", proc.stdout,
+                                                   re.M)}
+    assert counts == LAUNCHES
+
+
+# ---- sm_share: a capped grid, the launch argument, one slot ring -------------------------------
+
+@pytest.mark.parametrize("params", [{"share": 0.25}, {"share": 0.3}, {"sms": 10}],
+                         ids=["share0.25", "share0.3", "sms10"])
+@pytest.mark.parametrize("mode", ["library", "module"])
+def test_sm_share_launches_the_wrapped_kernel_on_a_capped_grid(run_wrap, mode, params):
+    # GIVEN a policy that holds vec_add and scale to a share of the GPU
+    # WHEN prog_wrap launches them every way (kernelParams and extra, cuLaunchKernel and
+    # cuLaunchKernelEx, 1D and 3D grids, a kernel allowed more shared memory than the default)
+    run = run_wrap(wrap_policy("sm_share", params), mode)
+    ok(run)
+    wrapped = [launch for i, launch in enumerate(launches(run.stdout))
+               if launch["kernel"] in WRAPPABLE and i != PADDED]
+    assert {(l["arg"]["form"], l["arg"]["via"]) for l in wrapped} == {
+        (form, via) for form in ("params", "extra")
+        for via in ("cuLaunchKernel", "cuLaunchKernelEx")}
+    for launch in wrapped:
+        seen, arg = launch["seen"], launch["arg"]
+        threads = arg["block"][0] * arg["block"][1] * arg["block"][2]
+        # THEN each launch succeeds, and the driver ran a function of clc's cubin, not the
+        # program's, on (min(cap, the program's blocks), 1, 1) blocks of the program's shape
+        assert launch["rc"] == 0, launch
+        assert (seen["original"], seen["code"]) == (0, "cubin"), launch
+        assert seen["grid"] == expected_grid(params, arg["grid"], threads, arg["smem"]), launch
+        assert (seen["block"], seen["smem"]) == (arg["block"], arg["smem"])
+        # AND it got the program's arguments unchanged, and one more: the program's grid and a
+        # slot of the context's ring, zeroed before first use, in the ring's first lap
+        assert seen["own_args"] == "same", launch
+        assert seen["clc_arg"] == 1, launch
+        assert (seen["vgrid"], seen["seq"], seen["reserved"]) == (arg["grid"], 1, 0)
+        assert seen["slot_alloc"] == N_SLOTS * SLOT_BYTES
+        assert (seen["slot"] - seen["slot_base"]) % SLOT_BYTES == 0
+        assert seen["slot_zero"] == 1
+        if arg["form"] == "extra":
+            # in `extra`, after the program's bytes at the layout's size rounded up to 8
+            assert seen["extra_size"] == (arg["extra_size"] + 7) // 8 * 8 + SLOT_BYTES
+    # AND one ring serves the context: its wrapped launches, whichever the kernel, take its
+    # slots in turn
+    assert len({l["seen"]["slot_base"] for l in wrapped}) == 1
+    slots = [l["seen"]["slot"] for l in wrapped]
+    assert [b - a for a, b in zip(slots, slots[1:])] == [SLOT_BYTES] * (len(slots) - 1)
+    # AND the kernel that cannot be wrapped runs as it is
+    for launch in launches(run.stdout):
+        if launch["kernel"] == UNWRAPPABLE:
+            assert_unwrapped(launch)
+
+
+def test_sm_share_replays_the_programs_shared_memory_attribute(run_wrap):
+    # GIVEN vec_add allowed 100000 bytes of dynamic shared memory before its first launch
+    # WHEN a launch uses them under sm_share
+    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}))
+    ok(run)
+    assert re.search(r"^attr vec_add via cuKernelSetAttribute -> 0$", run.stdout, re.M)
+    (launch,) = [l for l in launches(run.stdout) if l["arg"]["smem"] == 100000]
+    # THEN the wrapped copy is allowed as much (the driver accepts it), and the cap counts the
+    # blocks that fit beside that much shared memory (2 per SM)
+    assert launch["rc"] == 0
+    assert (launch["seen"]["original"], launch["seen"]["smem"]) == (0, 100000)
+    assert launch["seen"]["grid"] == (66, 1, 1)
+    assert not messages(run, "the driver refused a wrapped kernel's launch")
+
+
+def test_two_wrapped_kernels_in_one_context_never_share_a_slot(run_wrap):
+    # GIVEN vec_add and scale both wrapped in one context
+    # WHEN their launches interleave (in flight together on a GPU, e.g. on two streams)
+    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}))
+    ok(run)
+    slots = [(i, l["kernel"], l["seen"]["slot"]) for i, l in enumerate(launches(run.stdout))
+             if l["seen"].get("clc_arg") == 1]
+    assert {kernel for _, kernel, _ in slots} == set(WRAPPABLE)
+    # THEN no two of these few launches got the same slot: a slot holds one launch's block
+    # counter, and two launches sharing it would each skip blocks the other claimed
+    by_slot = {}
+    for i, kernel, slot in slots:
+        by_slot.setdefault(slot, []).append(f"{kernel}#{i}")
+    assert {s: who for s, who in by_slot.items() if len(who) > 1} == {}
+
+
+def test_an_extra_buffer_larger_than_the_parameters_is_wrapped_too(run_wrap):
+    # GIVEN a program that passes vec_add's 28 bytes of arguments in a 48-byte `extra` buffer
+    # (zero padding after them, as a C struct with 16-byte alignment has), which the driver accepts
+    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}))
+    ok(run)
+    launch = launches(run.stdout)[PADDED]
+    assert (launch["kernel"], launch["arg"]["extra_size"]) == ("vec_add", 48)
+    assert launch["rc"] == 0
+    # THEN it is wrapped like the others: the kernel never reads past its parameters, so the
+    # buffer can be cut at arg_offset and the launch argument written there
+    assert (launch["seen"]["original"], launch["seen"]["clc_arg"]) == (0, 1)
+    assert launch["seen"]["grid"] == (min(528, 300), 1, 1)
+    assert not messages(run, "a wrapped kernel's launch could not be rewritten")
+
+
+# ---- block_count: the program's grid, the launch argument ----------------------------------------
+
+@pytest.mark.parametrize("mode", ["library", "module"])
+def test_block_count_keeps_the_grid_and_appends_the_launch_argument(run_wrap, mode):
+    # GIVEN a policy that counts vec_add's and scale's blocks
+    # WHEN prog_wrap launches them
+    run = run_wrap(wrap_policy("block_count"), mode)
+    ok(run)
+    for i, launch in enumerate(launches(run.stdout)):
+        seen, arg = launch["seen"], launch["arg"]
+        if launch["kernel"] not in WRAPPABLE or i == PADDED:
+            continue
+        # THEN the wrapped kernel runs on the program's own grid, with the program's arguments
+        # and the launch argument naming that grid
+        assert launch["rc"] == 0
+        assert (seen["original"], seen["code"], seen["clc_arg"]) == (0, "cubin", 1), launch
+        assert seen["grid"] == seen["vgrid"] == arg["grid"]
+        assert (seen["block"], seen["smem"], seen["own_args"]) == (arg["block"], arg["smem"],
+                                                                   "same")
+        assert seen["slot_zero"] == 1
+
+
+# ---- kernels that cannot be wrapped ------------------------------------------------------------
+
+def test_unwrappable_kernel_runs_unwrapped_with_on_unwrappable_allow(run_wrap):
+    # GIVEN a policy that wraps bump_counter, whose code adds to a __device__ variable
+    # WHEN prog_wrap launches it twice
+    run = run_wrap(wrap_policy("block_count", kernels=(UNWRAPPABLE,), on_unwrappable="allow"))
+    ok(run)
+    # THEN both launches run the program's own kernel, as if no rule had matched
+    bumps = [l for l in launches(run.stdout) if l["kernel"] == UNWRAPPABLE]
+    assert len(bumps) == 2
+    for launch in bumps:
+        assert_unwrapped(launch)
+    # AND why is said once, naming the variable, in the capture and on stderr
+    (why,) = messages(run, f"{UNWRAPPABLE} cannot be wrapped")
+    assert "module variable g_counter" in why and "let through unwrapped" in why
+    assert f"clc: {why}" in run.stderr
+    # AND the kernels the rule does not name are untouched
+    for launch in launches(run.stdout):
+        if launch["kernel"] != UNWRAPPABLE:
+            assert_unwrapped(launch)
+
+
+def test_unwrappable_kernel_is_denied_with_on_unwrappable_deny(run_wrap):
+    # GIVEN the same rule with on_unwrappable: deny
+    run = run_wrap(wrap_policy("block_count", kernels=(UNWRAPPABLE,), on_unwrappable="deny"))
+    ok(run)
+    # WHEN prog_wrap launches bump_counter THEN each launch returns CUDA_ERROR_NOT_PERMITTED and
+    # the driver runs none of them
+    bumps = [l for l in launches(run.stdout) if l["kernel"] == UNWRAPPABLE]
+    assert [l["rc"] for l in bumps] == [CUDA_ERRORS["CUDA_ERROR_NOT_PERMITTED"]] * 2
+    assert [l["seen"]["form"] for l in bumps] == ["none", "none"]
+    assert re.search(rf"^fake: {UNWRAPPABLE} launches=0 ", run.stdout, re.M)
+    # AND the capture counts them as denied, and says why once
+    cap = run.capture()
+    (kid,) = [k for k, kern in cap.kernels.items() if kern.mangled == UNWRAPPABLE]
+    assert (cap.stats[kid].launches, cap.stats[kid].denied) == (2, 2)
+    (why,) = messages(run, f"{UNWRAPPABLE} cannot be wrapped")
+    assert "denied (on_unwrappable: deny)" in why
+    # AND the other kernels run
+    assert all(l["rc"] == 0 for l in launches(run.stdout) if l["kernel"] != UNWRAPPABLE)
+
+
+# ---- the disk cache, the exit counts, graphs ----------------------------------------------------
+
+def test_second_run_takes_the_wrapped_kernels_from_the_disk_cache(run_wrap, tmp_path):
+    cache = tmp_path / "cache"
+    policy = wrap_policy("sm_share", {"share": 0.25})
+    # GIVEN an empty cache directory
+    # WHEN prog_wrap runs twice under the same policy
+    first = run_wrap(policy, cache=cache, output=tmp_path / "first.clc")
+    second = run_wrap(policy, cache=cache, output=tmp_path / "second.clc")
+    ok(first)
+    ok(second)
+    # THEN the first run builds each wrapped kernel and stores it, the second loads it from disk
+    def builds(run):
+        return sorted(re.match(r"wrap build: (\S+) with sm_share: (built|disk cache) in [\d.]+ ms$",
+                               text).groups() for text in messages(run, "wrap build: "))
+    assert builds(first) == [("scale", "built"), ("vec_add", "built")]
+    assert builds(second) == [("scale", "disk cache"), ("vec_add", "disk cache")]
+    assert [p for p in cache.rglob("*") if p.is_file()]
+    # AND the cubin from disk launches exactly as the built one did
+    assert [l["seen"]["grid"] for l in launches(second.stdout)] == \
+        [l["seen"]["grid"] for l in launches(first.stdout)]
+
+
+def test_exit_says_each_wrapped_kernels_counts(run_wrap):
+    # WHEN a program with wrapped kernels exits
+    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}))
+    ok(run)
+    # THEN the capture has one "wrap stats" message per wrapped kernel, JSON after the prefix
+    # (all zero: the fake driver runs no code, and its clc_stats stays as loaded)
+    stats = [json.loads(text[len(WRAP_STATS_PREFIX):])
+             for text in messages(run, WRAP_STATS_PREFIX)]
+    assert sorted(s["kernel"] for s in stats) == sorted(WRAPPABLE)
+    for s in stats:
+        assert s.pop("wrapper") == "sm_share share=0.25"
+        s.pop("kernel")
+        assert {"blocks", "threads"} <= set(s)
+        assert set(s.values()) == {0}
+    (libs,) = messages(run, "wrap libraries: ")
+    assert libs == "wrap libraries: 2 cuLibraryLoadData calls, 1 contexts"
+
+
+def test_graph_nodes_of_a_wrapped_kernel_run_unwrapped_with_one_warning(run_wrap):
+    # GIVEN vec_add wrapped
+    # WHEN the program puts it in a graph twice and launches the graph
+    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}))
+    ok(run)
+    # THEN the nodes are made and run (the original kernel: the fake counts them by name)
+    assert run.stdout.count("graph-add vec_add via cuGraphAddKernelNode_v2 -> 0") == 2
+    assert "graph-launch nodes=2 via cuGraphLaunch -> 0" in run.stdout
+    assert re.search(r"^fake: vec_add launches=8 graph=2$", run.stdout, re.M)
+    # AND clc says once that graph nodes are not wrapped
+    assert len(messages(run, "a wrapped kernel was put in a CUDA graph")) == 1
