@@ -424,7 +424,25 @@ __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
                                  "the original kernel was launched instead", (int)e);
 }
 
+/* The replace path of each launch entry point has a function of its own, out of line: its
+ * rewritten arguments live in that function's frame, not in the hook's fast path. */
 #define CLC_LAUNCH_HOOK(name, entry_point)                                                       \
+    __attribute__((noinline)) static CUresult name##_replaced(                                  \
+        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
+        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,   \
+        void **extra) {                                                                          \
+        clc_replaced r;                                                                          \
+        if (!replace_begin(g, &r, gx, gy, gz, bx, by, bz, shmem, params, extra))                 \
+            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                \
+        CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream,     \
+                            r.params, r.extra);                                                  \
+        clc_replace_end(&r);                                                                     \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            replaced_launch_failed(res);                                                         \
+            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                 \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
@@ -434,24 +452,30 @@ __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
                                params, extra)))                                                  \
             return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
-        clc_replaced r;                                                                          \
-        if (g.outcome->action == CLC_ACTION_REPLACE &&                                           \
-            replace_begin(&g, &r, gx, gy, gz, bx, by, bz, shmem, params, extra)) {               \
-            CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream, \
-                                r.params, r.extra);                                              \
-            clc_replace_end(&r);                                                                 \
-            if (unlikely(res != CUDA_SUCCESS)) {                                                 \
-                replaced_launch_failed(res);                                                     \
-                res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);             \
-            }                                                                                    \
-            return gate_exit(&g, res);                                                           \
-        }                                                                                        \
+        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
+            return gate_exit(&g, name##_replaced(&g, real, f, gx, gy, gz, bx, by, bz, shmem,     \
+                                                 stream, params, extra));                        \
         return gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra));     \
     }
 CLC_LAUNCH_HOOK(cuLaunchKernel, CLC_ENTRY_LAUNCH)
 CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
 
 #define CLC_COOP_HOOK(name, entry_point)                                                         \
+    __attribute__((noinline)) static CUresult name##_replaced(                                  \
+        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
+        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params) { \
+        clc_replaced r;                                                                          \
+        if (!params || !replace_begin(g, &r, gx, gy, gz, bx, by, bz, shmem, params, NULL))       \
+            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                       \
+        CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream,     \
+                            r.params);                                                           \
+        clc_replace_end(&r);                                                                     \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            replaced_launch_failed(res);                                                         \
+            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                        \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
     CLC_EXPORT CUresult name CLC_COOP_PARAMS {                                                   \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
@@ -461,24 +485,33 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
                                params, NULL)))                                                   \
             return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));    \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
-        clc_replaced r;                                                                          \
-        if (g.outcome->action == CLC_ACTION_REPLACE && params &&                                 \
-            replace_begin(&g, &r, gx, gy, gz, bx, by, bz, shmem, params, NULL)) {                \
-            CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream, \
-                                r.params);                                                       \
-            clc_replace_end(&r);                                                                 \
-            if (unlikely(res != CUDA_SUCCESS)) {                                                 \
-                replaced_launch_failed(res);                                                     \
-                res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                    \
-            }                                                                                    \
-            return gate_exit(&g, res);                                                           \
-        }                                                                                        \
+        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
+            return gate_exit(&g, name##_replaced(&g, real, f, gx, gy, gz, bx, by, bz, shmem,     \
+                                                 stream, params));                               \
         return gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));            \
     }
 CLC_COOP_HOOK(cuLaunchCooperativeKernel, CLC_ENTRY_LAUNCH_COOPERATIVE)
 CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC_ENTRY_PTSZ)
 
 #define CLC_LAUNCH_EX_HOOK(name, entry_point)                                                    \
+    __attribute__((noinline)) static CUresult name##_replaced(                                  \
+        gate *g, pfn_##name real, const CUlaunchConfig *config, CUfunction f, void **params,     \
+        void **extra) {                                                                          \
+        clc_replaced r;                                                                          \
+        if (!replace_begin(g, &r, config->gridDimX, config->gridDimY, config->gridDimZ,          \
+                           config->blockDimX, config->blockDimY, config->blockDimZ,              \
+                           config->sharedMemBytes, params, extra))                               \
+            return real(config, f, params, extra);                                               \
+        CUlaunchConfig c = *config;                                                              \
+        c.gridDimX = r.grid[0], c.gridDimY = r.grid[1], c.gridDimZ = r.grid[2];                  \
+        CUresult res = real(&c, r.f, r.params, r.extra);                                         \
+        clc_replace_end(&r);                                                                     \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            replaced_launch_failed(res);                                                         \
+            res = real(config, f, params, extra);                                                \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_EX_PARAMS {                                              \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
@@ -490,21 +523,8 @@ CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC
                                params, extra)))                                                  \
             return count_failure(&g, real(config, f, params, extra));                            \
         if (g.outcome->action == CLC_ACTION_DENY) return gate_exit(&g, g.outcome->error);        \
-        clc_replaced r;                                                                          \
-        if (g.outcome->action == CLC_ACTION_REPLACE &&                                           \
-            replace_begin(&g, &r, config->gridDimX, config->gridDimY, config->gridDimZ,          \
-                          config->blockDimX, config->blockDimY, config->blockDimZ,               \
-                          config->sharedMemBytes, params, extra)) {                              \
-            CUlaunchConfig c = *config;                                                          \
-            c.gridDimX = r.grid[0], c.gridDimY = r.grid[1], c.gridDimZ = r.grid[2];              \
-            CUresult res = real(&c, r.f, r.params, r.extra);                                     \
-            clc_replace_end(&r);                                                                 \
-            if (unlikely(res != CUDA_SUCCESS)) {                                                 \
-                replaced_launch_failed(res);                                                     \
-                res = real(config, f, params, extra);                                            \
-            }                                                                                    \
-            return gate_exit(&g, res);                                                           \
-        }                                                                                        \
+        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
+            return gate_exit(&g, name##_replaced(&g, real, config, f, params, extra));           \
         return gate_exit(&g, real(config, f, params, extra));                                    \
     }
 CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx, CLC_ENTRY_LAUNCH_EX)
