@@ -7,8 +7,9 @@ from clc.commands.inspect import InspectCommand
 from clc.commands.policy import PolicyCommand
 from clc.commands.report import ReportCommand
 from clc.commands.run import RunCommand
+from clc.commands.wrap import WrapCommand
 
 __all__ = ["COMMANDS"]
 
-COMMANDS = [RunCommand, ReportCommand, PolicyCommand, InspectCommand, DoctorCommand,
-            CacheCommand]
+COMMANDS = [RunCommand, ReportCommand, PolicyCommand, InspectCommand, WrapCommand, CacheCommand,
+            DoctorCommand]
