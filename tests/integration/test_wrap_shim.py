@@ -386,3 +386,28 @@ def test_graph_nodes_of_a_wrapped_kernel_run_unwrapped_with_one_warning(run_wrap
     assert re.search(r"^fake: vec_add launches=8 graph=2$", run.stdout, re.M)
     # AND clc says once that graph nodes are not wrapped
     assert len(messages(run, "a wrapped kernel was put in a CUDA graph")) == 1
+
+
+# ---- a Python hook that answers clc.wrap() ---------------------------------------------------------
+
+def test_a_hook_answering_clc_wrap_wraps_the_kernel(clc_run, native, shared_cache, tmp_path):
+    # GIVEN a hook file that wraps scale (sm_share, 10 SMs) and has no opinion on the rest
+    hooks = tmp_path / "wrap_hooks.py"
+    hooks.write_text("import clc\n\n"
+                     "@clc.on_launch(kernel=\"scale\")\n"
+                     "def wrap_scale(launch):\n"
+                     "    return clc.wrap(\"sm_share\", sms=10)\n")
+    # WHEN prog_wrap runs with it and no policy
+    run = clc_run(None, [native["prog_wrap"], "library"], options=["--hooks", str(hooks)],
+                  env={"CLC_CACHE_DIR": str(shared_cache)})
+    ok(run)
+    # THEN scale's launches ran wrapped with the capped grid, and vec_add's ran unwrapped
+    for launch in launches(run.stdout):
+        seen, arg = launch["seen"], launch["arg"]
+        if launch["kernel"] == "scale":
+            assert (seen["original"], seen["code"], seen["clc_arg"]) == (0, "cubin", 1), launch
+            assert seen["grid"] == expected_grid({"sms": 10}, arg["grid"], arg["block"][0]
+                                                 * arg["block"][1] * arg["block"][2],
+                                                 arg["smem"])
+        elif launch["kernel"] == "vec_add":
+            assert seen["original"] == 1, launch
