@@ -186,16 +186,22 @@ def main():
         # kernels that cannot share an SM's shared-memory configuration.
         both_policy = policy_file(tmp / "both.yaml", [("tenant_b", "sm_share", {"share": 0.25}),
                                                       ("tenant_a", "sm_share", {"share": 1.0})])
-        for config, policy in (("native", None), ("tenant_b sm_share 0.25", share_policy),
-                               ("tenant_b 0.25, tenant_a sm_share 1.0", both_policy)):
+        # The fourth: tenant_a unwrapped but with static shared memory of its own.
+        for config, policy, extra in (
+                ("native", None, []), ("tenant_b sm_share 0.25", share_policy, []),
+                ("tenant_b 0.25, tenant_a sm_share 1.0", both_policy, []),
+                ("tenant_b 0.25, tenant_a with static shared memory", share_policy,
+                 ["20000", "1"])):
             rows = []
             for r in range(args.rounds):
-                argv = [exe, "share"] if policy is None else [
+                argv = [exe, "share", *extra] if policy is None else [
                     clc_run, "--policy", policy, "-o", tmp / "s.clc", "--force", "--no-report",
-                    "--", exe, "share"]
+                    "--", exe, "share", *extra]
                 proc = run(argv, env)
                 rows.append({"solo": values(proc.stdout, "solo_ms"),
-                             "together": values(proc.stdout, "together_ms")})
+                             "together": values(proc.stdout, "together_ms"),
+                             "span": {m[0]: (float(m[1]), float(m[2])) for m in re.findall(
+                                 r"^span_ms (\S+) (\S+) (\S+)$", proc.stdout, re.M)}})
             share[config] = rows
         results["share"] = share
 
@@ -266,6 +272,9 @@ def main():
         solo = ", ".join(f"{med([r['solo'][k] for r in rows]):.2f}" for k in SHARE_TARGETS)
         both = ", ".join(f"{med([r['together'][k] for r in rows]):.2f}" for k in SHARE_TARGETS)
         print(f"| {config} | {cells[0]} | {cells[1]} | {solo} | {both} |")
+        span = rows[-1]["span"]
+        print(f"|   (last run: first block start .. last block end, ms: " + ", ".join(
+            f"{k} {a:.2f}..{b:.2f}" for k, (a, b) in sorted(span.items())) + ") | | | | |")
 
     print()
     print("32 contexts needing one cubin:")

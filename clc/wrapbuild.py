@@ -7,9 +7,10 @@ NVRTC, both linked by nvJitLink into a cubin. Needs no GPU.
     built.cubin, built.looped, built.build_ms
 
 Built-in wrappers (their device code is clc/wrappers/runtime.cu, configured by -D):
-- sm_share (`share: 0<x<=1` or `sms: N`): the body loops; the shim launches at most
-  ceil(share x SMs x blocks-per-SM) blocks (or N x blocks-per-SM), which claim the virtual
-  blocks from the launch's counter. A kernel whose body may not loop cannot be wrapped.
+- sm_share (`share: 0<x<=1` or `sms: N`): the body loops over virtual blocks claimed from
+  the launch's counter, by the blocks on ceil(share x SMs) of the SMs (or N): the shim
+  launches one wave (SMs x blocks-per-SM), and blocks the hardware placed on other SMs leave
+  (see clc/wrappers/runtime.cu). A kernel whose body may not loop cannot be wrapped.
 - block_count: counts the virtual blocks and threads that ran (clc_stats, read at exit).
 - deadline (`ms: N`): virtual blocks that would start more than N ms after the launch's first
   block are skipped and counted.
@@ -91,9 +92,11 @@ def wrapper_spec(name, params=None, base_dir=None):
                              f"{sorted(params) or 'neither'}")
         if "share" in params:
             cap = ("share", float(_number(name, "share", params["share"], 0, 1, lo_open=True)))
+            defines = (f"-DCLC_SM_SHARE={round(cap[1] * 1_000_000)}",)
         else:
             cap = ("sms", _number(name, "sms", params["sms"], 1, None, integer=True))
-        return Wrapper(name, tuple(sorted(params.items())), "required", (), cap)
+            defines = ("-DCLC_SM_SHARE=0", f"-DCLC_SM_COUNT={cap[1]}")
+        return Wrapper(name, tuple(sorted(params.items())), "required", defines, cap)
     if name == "block_count":
         if params:
             raise ValueError(f"wrapper block_count takes no params, got {sorted(params)}")

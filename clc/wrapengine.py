@@ -33,9 +33,9 @@ __all__ = ["WrapEngine", "DriverError", "N_SLOTS", "STATS"]
 
 N_SLOTS = 16384
 # clc_stats_t in clc/wrappers/runtime.cu: 32 stripes of 128 bytes (blocks, threads, pad), then
-# skipped, max_resident
+# skipped, max_resident, share_sms
 _STRIPES = 32
-STATS = struct.Struct("<" + "QQ112x" * _STRIPES + "QI4x")
+STATS = struct.Struct("<" + "QQ112x" * _STRIPES + "QII")
 _LIBRARY_CACHE_BYTES = 256 << 20
 
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
@@ -350,9 +350,12 @@ class WrapEngine:
             fields = STATS.unpack(ctypes.string_at(ptr.value, STATS.size))
             blocks = sum(fields[0:2 * _STRIPES:2])
             threads = sum(fields[1:2 * _STRIPES:2])
-            skipped, resident = fields[2 * _STRIPES:]
-            out.append((name, spec, {"blocks": blocks, "threads": threads, "skipped": skipped,
-                                     "max_resident": resident}))
+            skipped, resident, share_sms = fields[2 * _STRIPES:]
+            counts = {"blocks": blocks, "threads": threads, "skipped": skipped,
+                      "max_resident": resident}
+            if spec.cap is not None:
+                counts["share_sms"] = share_sms
+            out.append((name, spec, counts))
         return out
 
 

@@ -5,7 +5,8 @@
 // policies).
 //
 //   bench_wrap [repeats]            each kernel: 2 warm-up launches, then `repeats` timed ones
-//   bench_wrap share [ms]           the sharing benchmark's program (see below)
+//   bench_wrap share [iters [1]]    the sharing benchmark's program (see below; 1: tenant_a
+//                                   has static shared memory)
 //
 // Kernels (extern "C"):
 //   saxpy_1to1   one element per thread, 1 << 26 elements: 262144 blocks of 256; the worst
@@ -61,16 +62,48 @@ extern "C" __global__ void reduce_sum(const float *x, float *partial, int n) {
     if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
 }
 
-extern "C" __global__ void tenant_a(float *out, int iters) {
-    float v = threadIdx.x * 1e-3f;
-    for (int k = 0; k < iters; ++k) v = fmaf(v, 0.999f, 1e-3f);
-    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+// span[0]: the first block's start, span[1]: the last block's end (%globaltimer, ns): when a
+// tenant really ran, next to the other.
+static __device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+static __device__ __forceinline__ void stamp_start(unsigned long long *span) {
+    if (threadIdx.x == 0) atomicMin(&span[0], now_ns());
+}
+static __device__ __forceinline__ void stamp_end(unsigned long long *span) {
+    __syncthreads();
+    if (threadIdx.x == 0) atomicMax(&span[1], now_ns());
 }
 
-extern "C" __global__ void tenant_b(float *out, int iters) {
+extern "C" __global__ void tenant_a(float *out, int iters, unsigned long long *span) {
+    stamp_start(span);
     float v = threadIdx.x * 1e-3f;
     for (int k = 0; k < iters; ++k) v = fmaf(v, 0.999f, 1e-3f);
     out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+    stamp_end(span);
+}
+
+// tenant_a with 128 bytes of static shared memory (the wrapper runtime's blocks have some):
+// `bench_wrap share ITERS 1` runs this one as tenant_a.
+extern "C" __global__ void tenant_a_smem(float *out, int iters, unsigned long long *span) {
+    stamp_start(span);
+    __shared__ float s[32];
+    float v = threadIdx.x * 1e-3f;
+    for (int k = 0; k < iters; ++k) v = fmaf(v, 0.999f, 1e-3f);
+    if (threadIdx.x < 32) s[threadIdx.x] = v;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v + 0.0f * s[threadIdx.x % 32];
+    stamp_end(span);
+}
+
+extern "C" __global__ void tenant_b(float *out, int iters, unsigned long long *span) {
+    stamp_start(span);
+    float v = threadIdx.x * 1e-3f;
+    for (int k = 0; k < iters; ++k) v = fmaf(v, 0.999f, 1e-3f);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+    stamp_end(span);
 }
 
 template <typename F> static float time_ms(F launch, cudaStream_t s = 0) {
@@ -107,7 +140,7 @@ static double checksum(const float *d, int n) {
     return s;
 }
 
-static int share(int iters) {
+static int share(int iters, int smem) {
     int sms = 0;
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int blocks = 16 * sms * 8, threads = 256;
@@ -117,13 +150,25 @@ static int share(int iters) {
     cudaStream_t sa, sb;
     CHECK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
     CHECK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
-    auto run_a = [&] { tenant_a<<<blocks, threads, 0, sa>>>(oa, iters); };
-    auto run_b = [&] { tenant_b<<<blocks, threads, 0, sb>>>(ob, iters); };
+    unsigned long long *span;  // a's span, then b's
+    CHECK(cudaMalloc(&span, 4 * sizeof(unsigned long long)));
+    const unsigned long long fresh[4] = {~0ull, 0, ~0ull, 0};
+    auto reset = [&] {
+        CHECK(cudaMemcpy(span, fresh, sizeof fresh, cudaMemcpyHostToDevice));
+    };
+    auto run_a = [&] {
+        if (smem)
+            tenant_a_smem<<<blocks, threads, 0, sa>>>(oa, iters, span);
+        else
+            tenant_a<<<blocks, threads, 0, sa>>>(oa, iters, span);
+    };
+    auto run_b = [&] { tenant_b<<<blocks, threads, 0, sb>>>(ob, iters, span + 2); };
     run_a();
     run_b();
     CHECK(cudaDeviceSynchronize());
     printf("solo_ms tenant_a %.3f\n", time_ms(run_a, sa));
     printf("solo_ms tenant_b %.3f\n", time_ms(run_b, sb));
+    reset();
     cudaEvent_t a0, a1, b0, b1;
     CHECK(cudaEventCreate(&a0));
     CHECK(cudaEventCreate(&a1));
@@ -141,13 +186,19 @@ static int share(int iters) {
     CHECK(cudaEventElapsedTime(&ta, a0, a1));
     CHECK(cudaEventElapsedTime(&tb, b0, b1));
     printf("together_ms tenant_a %.3f\ntogether_ms tenant_b %.3f\n", ta, tb);
+    unsigned long long sp[4];
+    CHECK(cudaMemcpy(sp, span, sizeof sp, cudaMemcpyDeviceToHost));
+    unsigned long long t0 = sp[0] < sp[2] ? sp[0] : sp[2];
+    printf("span_ms tenant_a %.3f %.3f\nspan_ms tenant_b %.3f %.3f\n", (sp[0] - t0) / 1e6,
+           (sp[1] - t0) / 1e6, (sp[2] - t0) / 1e6, (sp[3] - t0) / 1e6);
     printf("checksum tenant_a %.6e\nchecksum tenant_b %.6e\n", checksum(oa, blocks * threads),
            checksum(ob, blocks * threads));
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "share")) return share(argc > 2 ? atoi(argv[2]) : 20000);
+    if (argc > 1 && !strcmp(argv[1], "share"))
+        return share(argc > 2 ? atoi(argv[2]) : 20000, argc > 3 ? atoi(argv[3]) : 0);
     int repeats = argc > 1 ? atoi(argv[1]) : 20;
     const int n = 1 << 26, threads = 256, blocks = n / threads;
     float *x, *y, *out, *partial;

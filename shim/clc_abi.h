@@ -65,8 +65,9 @@ typedef struct clc_outcome {
  * lap that wrote them: never reset); a looped wrapper with a cap gets at most cap blocks,
  * which claim the program's grid. Grids of 2^31 blocks or more are launched unwrapped. */
 #define CLC_CAP_NONE 0  /* the program's grid */
-#define CLC_CAP_SHARE 1 /* ceil(cap_value / 1e6 x sm_count x blocks per SM) */
-#define CLC_CAP_SMS 2   /* cap_value x blocks per SM */
+#define CLC_CAP_SHARE 1 /* a share of the SMs (cap_value / 1e6): the launch gets one wave,
+                           sm_count x blocks per SM, and the kernel keeps its share's blocks */
+#define CLC_CAP_SMS 2   /* cap_value SMs: the same */
 #define CLC_REPLACE_LOOPED 1
 #define CLC_SLOT_BYTES 32
 #define CLC_OCCUPANCY_WAYS 4

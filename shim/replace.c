@@ -7,7 +7,7 @@
  * clc_launch_arg to the
  * program's arguments (a copy of kernelParams with one more pointer, or of the `extra`
  * buffer with the argument at arg_offset), and, for a looped wrapper with a cap, launch
- * min(cap, virtual blocks) blocks. The cap needs the kernel's blocks per SM at the launch's
+ * min(one wave, virtual blocks) blocks. A wave needs the kernel's blocks per SM at the launch's
  * block size and shared memory: asked of the driver once per shape and kept in a small
  * lock-free cache in the replacement (a race only asks twice).
  */
@@ -34,11 +34,9 @@ static unsigned blocks_per_sm(clc_replacement *rep, unsigned threads, unsigned s
 static unsigned launch_blocks(clc_replacement *rep, uint64_t total, unsigned threads,
                               unsigned shmem) {
     if (!(rep->flags & CLC_REPLACE_LOOPED) || rep->cap_kind == CLC_CAP_NONE) return 0;
-    uint64_t per_sm = blocks_per_sm(rep, threads, shmem), cap;
-    if (rep->cap_kind == CLC_CAP_SMS)
-        cap = (uint64_t)rep->cap_value * per_sm;
-    else
-        cap = ((uint64_t)rep->cap_value * rep->sm_count * per_sm + 999999) / 1000000;
+    /* One wave: the wrapped kernel keeps the blocks on its share of the SMs and lets the
+     * others leave (clc/wrappers/runtime.cu), so the launch must reach every SM. */
+    uint64_t cap = (uint64_t)rep->sm_count * blocks_per_sm(rep, threads, shmem);
     if (cap < 1) cap = 1;
     return (unsigned)(cap < total ? cap : total);
 }

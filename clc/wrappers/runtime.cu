@@ -35,7 +35,8 @@
 // counts are added once per hardware block, into 32 stripes.
 //
 // Configuration (-D): CLC_LOOPED (the claim loop is used), CLC_ENTER (1:1 kernels call
-// clc_enter: deadline and policies), CLC_DEADLINE_NS (deadline: a
+// clc_enter: deadline and policies), CLC_SM_SHARE / CLC_SM_COUNT (sm_share: only blocks on
+// that share of the SMs work, see clc_on_share), CLC_DEADLINE_NS (deadline: a
 // virtual block that would start more than that many ns after the launch's first is skipped
 // and counted), CLC_POLICY_DEMO (a policy in the nvJitLink CLC demo interface:
 // Policy_init / Policy_should_try_steal), CLC_POLICY_HOOKS (clc's own: clc_policy_init /
@@ -46,15 +47,15 @@
 //
 // Counts (clc_stats, a __managed__ variable the host reads with cuLibraryGetManaged): virtual
 // blocks run and their threads, blocks skipped by a deadline, and the most hardware blocks
-// of one launch resident at once (looped wrappers: what sm_share caps).
+// of one launch working at once (looped wrappers: what sm_share caps).
 
 #define CLC_STRIPES 32
 
 struct clc_slot {
     unsigned long long claim;   // lap << 32 | the next virtual block to claim
     unsigned long long start;   // (lap & 0xffff) << 48 | %globaltimer / 1000 of the 1st block
-    unsigned int active;        // hardware blocks running now (looped)
-    unsigned int reserved0;
+    unsigned int active;        // hardware blocks working now (looped)
+    unsigned int on_share;      // of them, on the SMs an SM share allows (CLC_SM_SHARE)
     unsigned long long reserved1;
 };
 
@@ -70,7 +71,7 @@ struct clc_stats_t {
     clc_stripe stripes[CLC_STRIPES];
     unsigned long long skipped;  // virtual blocks skipped (deadline)
     unsigned int max_resident;   // most hardware blocks of a launch at once
-    unsigned int reserved;
+    unsigned int share_sms;      // sm_share: how many SMs its share is (of %nsmid)
 };
 
 struct clc_range {
@@ -82,6 +83,7 @@ __managed__ clc_stats_t clc_stats;
 
 __shared__ long long clc_answer[2][2];
 __shared__ unsigned int clc_ran;          // thread 0's count of this block's virtual blocks
+__shared__ unsigned int clc_role;         // bit 0: counted as working, bit 1: on an allowed SM
 __shared__ __align__(16) unsigned char clc_policy_state[64];
 
 #if defined(CLC_POLICY_DEMO)
@@ -130,6 +132,40 @@ static __device__ bool clc_late(clc_slot *slot, unsigned int seq) {
     return false;
 }
 
+#if defined(CLC_SM_SHARE)
+// An SM share (sm_share): the launch fills the GPU, and the blocks that the hardware placed on
+// SMs outside the share leave at once, as soon as one block on an allowed SM is working (they
+// wait up to CLC_SM_WAIT_NS for one; without one they work, so the launch always finishes).
+// CLC_SM_SHARE is the share in millionths of %nsmid; CLC_SM_COUNT a count of SMs instead.
+#ifndef CLC_SM_WAIT_NS
+#define CLC_SM_WAIT_NS 20000ull
+#endif
+static __device__ bool clc_on_share() {
+    unsigned int smid, nsmid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    asm volatile("mov.u32 %0, %%nsmid;" : "=r"(nsmid));
+#if defined(CLC_SM_COUNT)
+    unsigned int allowed = CLC_SM_COUNT;
+#else
+    unsigned int allowed =
+        (unsigned int)(((unsigned long long)nsmid * (CLC_SM_SHARE) + 999999ull) / 1000000ull);
+#endif
+    if (smid == 0) atomicMax(&clc_stats.share_sms, allowed);
+    return smid < allowed;
+}
+
+// Whether a block outside the share should leave: a block on the share is working.
+static __device__ bool clc_share_covered(clc_slot *slot, bool wait) {
+    unsigned long long start = clc_now_us() * 1000, now = start;
+    for (;;) {
+        if (*(volatile unsigned int *)&slot->on_share > 0) return true;
+        if (!wait || now - start > CLC_SM_WAIT_NS) return false;
+        __nanosleep(500);
+        now = clc_now_us() * 1000;
+    }
+}
+#endif
+
 // Thread 0's claim of up to `want` virtual blocks of the launch `seq`: [base, end), or base -1.
 // The first block of a launch to find the word still carrying an older lap starts it at 0 for
 // this lap (one compare-and-swap wins); claims are atomic adds (the GPU's L2 serves those to
@@ -158,14 +194,30 @@ extern "C" __device__ clc_range clc_claim(unsigned long long slot_address, unsig
         bool claim = true;
         if (batch == 0) {
             clc_ran = 0;
-            unsigned int resident = atomicAdd(&slot->active, 1u) + 1;
-            atomicMax(&clc_stats.max_resident, resident);
+            clc_role = 1;
+#if defined(CLC_SM_SHARE)
+            if (clc_on_share()) {
+                clc_role = 3;
+                atomicAdd(&slot->on_share, 1u);
+            } else if (clc_share_covered(slot, true)) {
+                clc_role = 0;
+                claim = false;
+            }
+#endif
+            if (clc_role & 1) {
+                unsigned int resident = atomicAdd(&slot->active, 1u) + 1;
+                atomicMax(&clc_stats.max_resident, resident);
+            }
 #if defined(CLC_POLICY_DEMO)
             Policy_init(clc_policy_state);
 #elif defined(CLC_POLICY_HOOKS)
             clc_policy_init(clc_policy_state);
 #endif
         } else {
+#if defined(CLC_SM_SHARE)
+            // A block outside the share that had to work leaves once one on it works.
+            if (clc_role == 1 && clc_share_covered(slot, false)) claim = false;
+#endif
 #if defined(CLC_POLICY_HOOKS)
             clc_policy_end(clc_policy_state, (unsigned long long)prev);
 #endif
@@ -232,7 +284,9 @@ extern "C" __device__ void clc_finish(unsigned long long slot_address, unsigned 
     }
 #if defined(CLC_LOOPED)
     // (a looped block's last virtual block was ended at its last claim)
-    atomicSub(&((clc_slot *)slot_address)->active, 1u);
+    clc_slot *slot = (clc_slot *)slot_address;
+    if (clc_role & 1) atomicSub(&slot->active, 1u);
+    if (clc_role & 2) atomicSub(&slot->on_share, 1u);
 #elif defined(CLC_POLICY_HOOKS)
     if (last >= 0) clc_policy_end(clc_policy_state, (unsigned long long)last);
 #endif

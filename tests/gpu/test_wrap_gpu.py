@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, _build, _run, describe, probe_driver, report_summary
+from conftest import EXAMPLES, _build, describe, report_summary
 
 ZOO = EXAMPLES / "kernels"
 ZOO_PROGRAMS = sorted(p.stem for p in ZOO.glob("*.cu"))
@@ -111,13 +111,14 @@ def test_block_count_counts_every_block_and_thread(zoo_bins, run_clc, tmp_path, 
 
 
 def test_sm_share_caps_resident_blocks(zoo_bins, run_clc, tmp_path, cache_env):
-    info, _ = probe_driver()
     import ctypes
     cuda = ctypes.CDLL("libcuda.so.1")
     sms = ctypes.c_int()
     cuda.cuDeviceGetAttribute(ctypes.byref(sms), 16, 0)
-    # grid_stride: 256 threads, few registers: 8 blocks per SM (2048 threads) are resident
-    cap = math.ceil(0.25 * sms.value * 8)
+    # grid_stride: 256 threads: at most 8 blocks per SM (2048 threads) are resident; the
+    # share is a quarter of the SMs
+    share_sms = math.ceil(0.25 * sms.value)
+    cap = share_sms * 8
     # WHEN it runs under sm_share 0.25, and 1:1 under block_count
     shared, rep_shared = run_clc(_policy(tmp_path / "s.yaml", "sm_share", {"share": 0.25}),
                                  [zoo_bins["grid_stride"]], tmp_path, env=cache_env)
@@ -127,6 +128,7 @@ def test_sm_share_caps_resident_blocks(zoo_bins, run_clc, tmp_path, cache_env):
     (s,), (f,) = _wrap_stats(rep_shared), _wrap_stats(rep_full)
     # THEN at most the cap's blocks were ever resident at once (counted in the kernel), and
     # every virtual block still ran, as many as unwrapped
+    assert s["share_sms"] == share_sms, s
     assert 0 < s["max_resident"] <= cap, (s, cap)
     assert s["blocks"] == f["blocks"] == 600 + 16385
 

@@ -40,14 +40,10 @@ def blocks_per_sm(threads, shared_mem):
 
 
 def expected_grid(params, grid, threads, shared_mem):
-    """The grid an sm_share launch must get: (min(cap, the program's blocks), 1, 1)."""
-    per_sm = blocks_per_sm(threads, shared_mem)
-    if "share" in params:
-        millionths = round(params["share"] * 1_000_000)
-        cap = -(-millionths * SMS * per_sm // 1_000_000)
-    else:
-        cap = params["sms"] * per_sm
-    return (min(cap, grid[0] * grid[1] * grid[2]), 1, 1)
+    """The grid an sm_share launch must get, whatever the share (the kernel keeps the blocks
+    on its share of the SMs): one wave, (min(SMs x blocks per SM, the program's blocks), 1,
+    1)."""
+    return (min(SMS * blocks_per_sm(threads, shared_mem), grid[0] * grid[1] * grid[2]), 1, 1)
 
 
 def wrap_policy(wrapper="sm_share", params=None, kernels=WRAPPABLE, on_unwrappable=None):
@@ -231,11 +227,12 @@ def test_sm_share_replays_the_programs_shared_memory_attribute(run_wrap):
     ok(run)
     assert re.search(r"^attr vec_add via cuKernelSetAttribute -> 0$", run.stdout, re.M)
     (launch,) = [l for l in launches(run.stdout) if l["arg"]["smem"] == 100000]
-    # THEN the wrapped copy is allowed as much (the driver accepts it), and the cap counts the
-    # blocks that fit beside that much shared memory (2 per SM)
+    # THEN the wrapped copy is allowed as much (the driver accepts it), and the wave counts
+    # the blocks that fit beside that much shared memory (2 per SM)
     assert launch["rc"] == 0
     assert (launch["seen"]["original"], launch["seen"]["smem"]) == (0, 100000)
-    assert launch["seen"]["grid"] == (66, 1, 1)
+    total = launch["arg"]["grid"][0] * launch["arg"]["grid"][1] * launch["arg"]["grid"][2]
+    assert launch["seen"]["grid"] == (min(SMS * 2, total), 1, 1)
     assert not messages(run, "the driver refused a wrapped kernel's launch")
 
 
