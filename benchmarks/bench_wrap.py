@@ -201,7 +201,8 @@ def main():
                 rows.append({"solo": values(proc.stdout, "solo_ms"),
                              "together": values(proc.stdout, "together_ms"),
                              "span": {m[0]: (float(m[1]), float(m[2])) for m in re.findall(
-                                 r"^span_ms (\S+) (\S+) (\S+)$", proc.stdout, re.M)}})
+                                 r"^span_ms (\S+) (\S+) (\S+)$", proc.stdout, re.M)},
+                             "sms": re.findall(r"^sms_used (.*)$", proc.stdout, re.M)})
             share[config] = rows
         results["share"] = share
 
@@ -274,7 +275,8 @@ def main():
         print(f"| {config} | {cells[0]} | {cells[1]} | {solo} | {both} |")
         span = rows[-1]["span"]
         print(f"|   (last run: first block start .. last block end, ms: " + ", ".join(
-            f"{k} {a:.2f}..{b:.2f}" for k, (a, b) in sorted(span.items())) + ") | | | | |")
+            f"{k} {a:.2f}..{b:.2f}" for k, (a, b) in sorted(span.items())) + "; " +
+            "; ".join(rows[-1]["sms"]) + ") | | | | |")
 
     print()
     print("32 contexts needing one cubin:")

@@ -63,14 +63,19 @@ extern "C" __global__ void reduce_sum(const float *x, float *partial, int n) {
 }
 
 // span[0]: the first block's start, span[1]: the last block's end (%globaltimer, ns): when a
-// tenant really ran, next to the other.
+// tenant really ran, next to the other; span[2 + smid]: how many of its blocks ran on each SM.
 static __device__ __forceinline__ unsigned long long now_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
 static __device__ __forceinline__ void stamp_start(unsigned long long *span) {
-    if (threadIdx.x == 0) atomicMin(&span[0], now_ns());
+    if (threadIdx.x == 0) {
+        unsigned int smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        atomicMin(&span[0], now_ns());
+        atomicAdd(&span[2 + (smid & 255)], 1ull);   // blocks that ran on each SM
+    }
 }
 static __device__ __forceinline__ void stamp_end(unsigned long long *span) {
     __syncthreads();
@@ -150,11 +155,14 @@ static int share(int iters, int smem) {
     cudaStream_t sa, sb;
     CHECK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
     CHECK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
-    unsigned long long *span;  // a's span, then b's
-    CHECK(cudaMalloc(&span, 4 * sizeof(unsigned long long)));
-    const unsigned long long fresh[4] = {~0ull, 0, ~0ull, 0};
+    const int span_words = 2 + 256;
+    unsigned long long *span;  // a's span and SM counts, then b's
+    CHECK(cudaMalloc(&span, 2 * span_words * sizeof(unsigned long long)));
+    std::vector<unsigned long long> fresh(2 * span_words, 0);
+    fresh[0] = fresh[span_words] = ~0ull;
     auto reset = [&] {
-        CHECK(cudaMemcpy(span, fresh, sizeof fresh, cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(span, fresh.data(), fresh.size() * sizeof(unsigned long long),
+                         cudaMemcpyHostToDevice));
     };
     auto run_a = [&] {
         if (smem)
@@ -162,7 +170,7 @@ static int share(int iters, int smem) {
         else
             tenant_a<<<blocks, threads, 0, sa>>>(oa, iters, span);
     };
-    auto run_b = [&] { tenant_b<<<blocks, threads, 0, sb>>>(ob, iters, span + 2); };
+    auto run_b = [&] { tenant_b<<<blocks, threads, 0, sb>>>(ob, iters, span + span_words); };
     run_a();
     run_b();
     CHECK(cudaDeviceSynchronize());
@@ -186,11 +194,26 @@ static int share(int iters, int smem) {
     CHECK(cudaEventElapsedTime(&ta, a0, a1));
     CHECK(cudaEventElapsedTime(&tb, b0, b1));
     printf("together_ms tenant_a %.3f\ntogether_ms tenant_b %.3f\n", ta, tb);
-    unsigned long long sp[4];
-    CHECK(cudaMemcpy(sp, span, sizeof sp, cudaMemcpyDeviceToHost));
-    unsigned long long t0 = sp[0] < sp[2] ? sp[0] : sp[2];
-    printf("span_ms tenant_a %.3f %.3f\nspan_ms tenant_b %.3f %.3f\n", (sp[0] - t0) / 1e6,
-           (sp[1] - t0) / 1e6, (sp[2] - t0) / 1e6, (sp[3] - t0) / 1e6);
+    std::vector<unsigned long long> sp(2 * span_words);
+    CHECK(cudaMemcpy(sp.data(), span, sp.size() * sizeof(unsigned long long),
+                     cudaMemcpyDeviceToHost));
+    const unsigned long long *a = sp.data(), *b = sp.data() + span_words;
+    unsigned long long t0 = a[0] < b[0] ? a[0] : b[0];
+    printf("span_ms tenant_a %.3f %.3f\nspan_ms tenant_b %.3f %.3f\n", (a[0] - t0) / 1e6,
+           (a[1] - t0) / 1e6, (b[0] - t0) / 1e6, (b[1] - t0) / 1e6);
+    // Where each tenant's blocks ran: the SMs it used, and its blocks on the first quarter of
+    // SM ids (where a 0.25 share of tenant_b runs) and on the rest.
+    for (int t = 0; t < 2; ++t) {
+        const unsigned long long *c = t ? b : a;
+        int used = 0;
+        unsigned long long low = 0, high = 0;
+        for (int sm = 0; sm < 256; ++sm) {
+            used += c[2 + sm] > 0;
+            (sm < (sms + 3) / 4 ? low : high) += c[2 + sm];
+        }
+        printf("sms_used %s %d blocks_first_quarter %llu blocks_rest %llu\n",
+               t ? "tenant_b" : "tenant_a", used, low, high);
+    }
     printf("checksum tenant_a %.6e\nchecksum tenant_b %.6e\n", checksum(oa, blocks * threads),
            checksum(ob, blocks * threads));
     return 0;
