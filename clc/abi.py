@@ -52,8 +52,8 @@ OCCUPANCY_WAYS = 4
 # function, slots, cursor, arg_offset, n_slots, n_params, cap_kind, cap_value, sm_count, flags,
 # occupancy[4]
 REPLACEMENT = struct.Struct("<QQQQIIIIII4Q")
-# slot, grid[3], seq, reserved
-LAUNCH_ARG = struct.Struct("<Q3II8x")
+# slot, grid[3], seq, share_sms, batch
+LAUNCH_ARG = struct.Struct("<Q3IIII")
 
 ENTRY_LAUNCH = 0
 ENTRY_LAUNCH_EX = 1

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from clc.ptx import (Block, Directive, Function, Instruction, Label, Operand, Token, Variable,
                      callees, exits, loop_verdict, parse, remap_verdict, special_reads)
 
-__all__ = ["Spliced", "Unwrappable", "splice", "ARG_NAME", "ARG_SIZE", "RUNTIME_FUNCTIONS"]
+__all__ = ["Spliced", "Unwrappable", "splice", "single_entry", "ARG_NAME", "ARG_SIZE",
+           "RUNTIME_FUNCTIONS"]
 
 ARG_NAME = "__clc_arg"
 ARG_SIZE = 32
@@ -40,7 +41,7 @@ _AXES = ("x", "y", "z")
 
 _EXTERNS = """
 .extern .func (.param .align 8 .b8 func_retval0[16]) clc_claim(.param .b64 slot,
-    .param .b32 grid_x, .param .b32 grid_y, .param .b32 grid_z, .param .b32 seq,
+    .param .b32 total, .param .b32 share_sms, .param .b32 want, .param .b32 seq,
     .param .b32 batch, .param .b64 prev);
 .extern .func (.param .b64 func_retval0) clc_enter(.param .b64 slot, .param .b32 grid_x,
     .param .b32 grid_y, .param .b32 grid_z, .param .b32 seq);
@@ -107,10 +108,14 @@ sub.s64 %__clc_last, %__clc_vb, 1;
 .param .b32 __clc_a5;
 .param .b64 __clc_a6;
 .param .align 8 .b8 __clc_r0[16];
+mul.lo.u32 %__clc_t0, %__clc_g0, %__clc_g1;
+mul.lo.u32 %__clc_t0, %__clc_t0, %__clc_g2;
+ld.param.u32 %__clc_t1, [__clc_arg+24];
+ld.param.u32 %__clc_t2, [__clc_arg+28];
 st.param.b64 [__clc_a0], %__clc_slot;
-st.param.b32 [__clc_a1], %__clc_g0;
-st.param.b32 [__clc_a2], %__clc_g1;
-st.param.b32 [__clc_a3], %__clc_g2;
+st.param.b32 [__clc_a1], %__clc_t0;
+st.param.b32 [__clc_a2], %__clc_t1;
+st.param.b32 [__clc_a3], %__clc_t2;
 st.param.b32 [__clc_a4], %__clc_seq;
 st.param.b32 [__clc_a5], %__clc_batch;
 st.param.b64 [__clc_a6], %__clc_last;
@@ -323,6 +328,17 @@ def splice(ptx, kernel, loop=True, enter=False):
                    verdict.reason if looped else
                    ("a 1:1 remap was asked for" if verdict.ok else verdict.reason),
                    len(fn.params) - 1, module.target)
+
+
+def single_entry(ptx, kernel):
+    """The module with entry `kernel` and no other entry, unchanged otherwise: what the
+    original kernel compiles to on its own (for its register count)."""
+    if isinstance(ptx, (bytes, bytearray)):
+        ptx = bytes(ptx).split(b"\0", 1)[0].decode("utf-8", "replace")
+    module = parse(ptx)
+    module.items = [i for i in module.items if not (isinstance(i, Function) and i.is_entry
+                                                    and i.name != kernel)]
+    return str(module)
 
 
 def _rewrite_specials(fn):

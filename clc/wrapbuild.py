@@ -31,7 +31,7 @@ import threading
 import time
 
 from clc.fatbin import _Elf, cubin_kernels
-from clc.splice import Unwrappable, splice
+from clc.splice import Unwrappable, single_entry, splice
 
 __all__ = ["WrapBuildError", "Wrapper", "Built", "BUILTIN_WRAPPERS", "wrapper_spec", "build",
            "toolchain_versions", "cubin_resources", "RUNTIME_SOURCE"]
@@ -92,10 +92,9 @@ def wrapper_spec(name, params=None, base_dir=None):
                              f"{sorted(params) or 'neither'}")
         if "share" in params:
             cap = ("share", float(_number(name, "share", params["share"], 0, 1, lo_open=True)))
-            defines = (f"-DCLC_SM_SHARE={round(cap[1] * 1_000_000)}",)
         else:
             cap = ("sms", _number(name, "sms", params["sms"], 1, None, integer=True))
-            defines = ("-DCLC_SM_SHARE=0", f"-DCLC_SM_COUNT={cap[1]}")
+        defines = ("-DCLC_SM_SHARE",)   # the share's SM count comes with each launch
         return Wrapper(name, tuple(sorted(params.items())), "required", defines, cap)
     if name == "block_count":
         if params:
@@ -213,10 +212,13 @@ def _nvrtc_check(nvrtc, err, what, name):
         raise WrapBuildError(f"{what} failed for {name}: {err}")
 
 
-def link(ptx_inputs, arch, what="the wrapped kernel"):
+def link(ptx_inputs, arch, what="the wrapped kernel", max_registers=None):
     """A cubin for sm_`arch` linked by nvJitLink from [(name, PTX bytes), ...]."""
     nvjitlink = _nvjitlink()
-    handle = nvjitlink.create(1, [f"-arch=sm_{arch}"])
+    options = [f"-arch=sm_{arch}"]
+    if max_registers:
+        options.append(f"-maxrregcount={max_registers}")
+    handle = nvjitlink.create(len(options), options)
     try:
         try:
             for name, ptx in ptx_inputs:
@@ -298,7 +300,17 @@ def build(ptx, kernel, wrapper, arch):
         raise Unwrappable(f"{wrapper.name} runs the body in a loop, and this kernel's may not "
                           f"loop: {spliced.reason}")
     inputs = [("kernel.ptx", spliced.ptx)] + runtime_inputs(wrapper, arch, spliced.looped)
-    cubin = link(inputs, arch, f"{kernel} with {wrapper.name}")
+    limit = None
+    if spliced.looped or wrapper.enter:
+        # The runtime's claim function needs more registers than a small kernel, and the
+        # kernel is allocated what its hungriest function needs: hold the wrapped kernel to
+        # the original's register class (32, or the original's rounded up to 8) so that as
+        # many of its blocks fit on an SM. ptxas then uses fewer, not spills (checked on the
+        # zoo: stack stays 0).
+        own = cubin_resources(link([("original.ptx", single_entry(text, kernel))], arch,
+                                   kernel)).get(kernel, {}).get("registers") or 0
+        limit = max(32, -(-own // 8) * 8)
+    cubin = link(inputs, arch, f"{kernel} with {wrapper.name}", limit)
     return Built(cubin, kernel, spliced.looped, spliced.reason, spliced.params, arch,
                  build_key(text, kernel, wrapper, arch), (time.perf_counter() - start) * 1e3,
                  wrapper)

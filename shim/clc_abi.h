@@ -94,7 +94,8 @@ typedef struct clc_launch_arg {
     uint64_t slot;    /* CUdeviceptr of the launch's slot */
     uint32_t grid[3]; /* the program's grid: the virtual blocks */
     uint32_t seq;     /* the launch's lap of the slot ring, from 1: tells launches apart */
-    uint64_t reserved;
+    uint32_t share_sms; /* sm_share: the SMs of the share (blocks on SM ids below it work) */
+    uint32_t batch;     /* looped: virtual blocks a block claims at once */
 } clc_launch_arg; /* 32 bytes */
 
 /* One rule whose match depends on the launch shape: the first clause whose three ranges all

@@ -60,6 +60,18 @@ CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigne
     } else {
         r->grid[0] = gx, r->grid[1] = gy, r->grid[2] = gz;
     }
+    if (rep->flags & CLC_REPLACE_LOOPED) {
+        /* About 16 batches per block, at most 64 virtual blocks each: the division is done
+         * here, once per launch, rather than in every block. */
+        uint64_t blocks = (uint64_t)r->grid[0] * r->grid[1] * r->grid[2];
+        uint64_t batch = total / (blocks * 16);
+        r->arg.batch = batch < 1 ? 1 : batch > 64 ? 64 : (uint32_t)batch;
+        if (rep->cap_kind == CLC_CAP_SHARE)
+            r->arg.share_sms =
+                (uint32_t)(((uint64_t)rep->cap_value * rep->sm_count + 999999) / 1000000);
+        else if (rep->cap_kind == CLC_CAP_SMS)
+            r->arg.share_sms = rep->cap_value;
+    }
     if (params) {
         uint32_t np = rep->n_params;
         void **p = r->small;

@@ -35,7 +35,7 @@
 // counts are added once per hardware block, into 32 stripes.
 //
 // Configuration (-D): CLC_LOOPED (the claim loop is used), CLC_ENTER (1:1 kernels call
-// clc_enter: deadline and policies), CLC_SM_SHARE / CLC_SM_COUNT (sm_share: only blocks on
+// clc_enter: deadline and policies), CLC_SM_SHARE (sm_share: only blocks on
 // that share of the SMs work, see clc_on_share), CLC_DEADLINE_NS (deadline: a
 // virtual block that would start more than that many ns after the launch's first is skipped
 // and counted), CLC_POLICY_DEMO (a policy in the nvJitLink CLC demo interface:
@@ -136,20 +136,13 @@ static __device__ bool clc_late(clc_slot *slot, unsigned int seq) {
 // An SM share (sm_share): the launch fills the GPU, and the blocks that the hardware placed on
 // SMs outside the share leave at once, as soon as one block on an allowed SM is working (they
 // wait up to CLC_SM_WAIT_NS for one; without one they work, so the launch always finishes).
-// CLC_SM_SHARE is the share in millionths of %nsmid; CLC_SM_COUNT a count of SMs instead.
+// The share's SM count comes with the launch (the shim computes it from the SM count).
 #ifndef CLC_SM_WAIT_NS
 #define CLC_SM_WAIT_NS 20000ull
 #endif
-static __device__ bool clc_on_share() {
-    unsigned int smid, nsmid;
+static __device__ bool clc_on_share(unsigned int allowed) {
+    unsigned int smid;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    asm volatile("mov.u32 %0, %%nsmid;" : "=r"(nsmid));
-#if defined(CLC_SM_COUNT)
-    unsigned int allowed = CLC_SM_COUNT;
-#else
-    unsigned int allowed =
-        (unsigned int)(((unsigned long long)nsmid * (CLC_SM_SHARE) + 999999ull) / 1000000ull);
-#endif
     if (smid == 0) atomicMax(&clc_stats.share_sms, allowed);
     return smid < allowed;
 }
@@ -185,18 +178,17 @@ static __device__ clc_range clc_take(clc_slot *slot, unsigned int seq, unsigned 
     }
 }
 
-extern "C" __device__ clc_range clc_claim(unsigned long long slot_address, unsigned int grid_x,
-                                          unsigned int grid_y, unsigned int grid_z,
+extern "C" __device__ clc_range clc_claim(unsigned long long slot_address, unsigned int total,
+                                          unsigned int share_sms, unsigned int want_at_once,
                                           unsigned int seq, unsigned int batch, long long prev) {
     if (clc_thread0()) {
         clc_slot *slot = (clc_slot *)slot_address;
-        unsigned int total = grid_x * grid_y * grid_z;   // below 2^31: the shim checks
         bool claim = true;
         if (batch == 0) {
             clc_ran = 0;
             clc_role = 1;
 #if defined(CLC_SM_SHARE)
-            if (clc_on_share()) {
+            if (clc_on_share(share_sms)) {
                 clc_role = 3;
                 atomicAdd(&slot->on_share, 1u);
             } else if (clc_share_covered(slot, true)) {
@@ -228,8 +220,7 @@ extern "C" __device__ clc_range clc_claim(unsigned long long slot_address, unsig
 #if defined(CLC_ONE_AT_A_TIME)
         unsigned int want = 1;
 #else
-        unsigned int share = total / (gridDim.x * gridDim.y * gridDim.z * 16);
-        unsigned int want = share < 1 ? 1 : share > 64 ? 64 : share;
+        unsigned int want = want_at_once;   // computed by the shim per launch
 #endif
         clc_range r = claim ? clc_take(slot, seq, total, want) : clc_range{-1, -1};
         if (r.base >= 0) {

@@ -198,11 +198,17 @@ def test_sm_share_launches_the_wrapped_kernel_on_a_capped_grid(run_wrap, mode, p
         assert (seen["original"], seen["code"]) == (0, "cubin"), launch
         assert seen["grid"] == expected_grid(params, arg["grid"], threads, arg["smem"]), launch
         assert (seen["block"], seen["smem"]) == (arg["block"], arg["smem"])
-        # AND it got the program's arguments unchanged, and one more: the program's grid and a
-        # slot of the context's ring, zeroed before first use, in the ring's first lap
+        # AND it got the program's arguments unchanged, and one more: the program's grid, a
+        # slot of the context's ring, zeroed before first use, in the ring's first lap, the
+        # share's SM count and the batch its blocks claim (about 16 batches per block)
         assert seen["own_args"] == "same", launch
         assert seen["clc_arg"] == 1, launch
-        assert (seen["vgrid"], seen["seq"], seen["reserved"]) == (arg["grid"], 1, 0)
+        share_sms = -(-round(params["share"] * 1_000_000) * SMS // 1_000_000) \
+            if "share" in params else params["sms"]
+        total = arg["grid"][0] * arg["grid"][1] * arg["grid"][2]
+        batch = min(64, max(1, total // (seen["grid"][0] * 16)))
+        assert (seen["vgrid"], seen["seq"], seen["share_sms"], seen["batch"]) == \
+            (arg["grid"], 1, share_sms, batch)
         assert seen["slot_alloc"] == N_SLOTS * SLOT_BYTES
         assert (seen["slot"] - seen["slot_base"]) % SLOT_BYTES == 0
         assert seen["slot_zero"] == 1

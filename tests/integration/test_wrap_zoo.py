@@ -61,6 +61,9 @@ def test_zoo_kernel_wraps_or_is_refused_with_its_reason(zoo_ptx, name, kernel, w
     assert kernel in cubin_kernels(built.cubin)
     resources = cubin_resources(built.cubin)[kernel]
     assert resources["registers"] and resources["registers"] <= 255
+    # AND the register limit that keeps a looped kernel in its original's register class
+    # costs no spill
+    assert resources["stack"] == 0
     assert built.looped == (wrapper == "sm_share")
     original = parse(ptx).entries[kernel]
     assert built.params == len(original.params)

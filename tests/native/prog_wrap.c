@@ -34,7 +34,7 @@
  *   seen <kernel> i=<i> form=none           (the driver ran no launch of it: refused)
  *   seen <kernel> i=<i> form=params|extra via=<entry> original=0|1 code=cubin|ptx grid=X,Y,Z
  *        block=X,Y,Z smem=<bytes> own_args=same|differ extra_size=<bytes> clc_arg=0|1
- *        [slot=0x<addr> vgrid=X,Y,Z seq=<s> reserved=<r> slot_base=0x<addr>
+ *        [slot=0x<addr> vgrid=X,Y,Z seq=<s> share_sms=<n> batch=<b> slot_base=0x<addr>
  *         slot_alloc=<bytes> slot_zero=0|1]
  * on one line: what the driver got. original=1 when it got the program's own handle; code: the
  * function's image was a cubin (what clc links) or PTX (the program's). own_args: the program's
@@ -261,8 +261,8 @@ static void print_seen(const struct kernel_desc *k, unsigned i, CUfunction passe
            handle == (const void *)passed, cubin ? "cubin" : "ptx", dims[0], dims[1], dims[2],
            dims[3], dims[4], dims[5], dims[6], same ? "same" : "differ", extra_size, has_arg);
     if (has_arg) {
-        uint64_t slot, reserved;
-        uint32_t grid[3], seq;
+        uint64_t slot;
+        uint32_t grid[3], seq, share_sms, batch;
         CUdeviceptr base = 0;
         size_t size = 0;
         static const unsigned char zero[ARG_BYTES];
@@ -270,16 +270,17 @@ static void print_seen(const struct kernel_desc *k, unsigned i, CUfunction passe
         memcpy(&slot, arg, 8);
         memcpy(grid, arg + 8, 12);
         memcpy(&seq, arg + 20, 4);
-        memcpy(&reserved, arg + 24, 8);
+        memcpy(&share_sms, arg + 24, 4);
+        memcpy(&batch, arg + 28, 4);
         /* The fake's device memory is host memory: the slot is readable once it is known to lie
          * inside an allocation. */
         zeroed = fake.device_allocation((CUdeviceptr)slot, &base, &size) &&
                  slot + ARG_BYTES <= base + size &&
                  memcmp((const void *)(uintptr_t)slot, zero, ARG_BYTES) == 0;
-        printf(" slot=0x%llx vgrid=%u,%u,%u seq=%u reserved=%llu slot_base=0x%llx slot_alloc=%zu "
-               "slot_zero=%d",
-               (unsigned long long)slot, grid[0], grid[1], grid[2], seq,
-               (unsigned long long)reserved, (unsigned long long)base, size, zeroed);
+        printf(" slot=0x%llx vgrid=%u,%u,%u seq=%u share_sms=%u batch=%u slot_base=0x%llx "
+               "slot_alloc=%zu slot_zero=%d",
+               (unsigned long long)slot, grid[0], grid[1], grid[2], seq, share_sms, batch,
+               (unsigned long long)base, size, zeroed);
     }
     printf("\n");
 }
