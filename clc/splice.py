@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from clc.ptx import (Block, Directive, Function, Instruction, Label, Operand, Token, Variable,
                      callees, exits, loop_verdict, parse, remap_verdict, special_reads)
 
-__all__ = ["Spliced", "Unwrappable", "splice", "single_entry", "ARG_NAME", "ARG_SIZE",
-           "RUNTIME_FUNCTIONS"]
+__all__ = ["Spliced", "Unwrappable", "splice", "single_entry", "ptx_text", "ARG_NAME",
+           "ARG_SIZE", "RUNTIME_FUNCTIONS"]
 
 ARG_NAME = "__clc_arg"
 ARG_SIZE = 32
@@ -62,6 +62,24 @@ _DECLS = """
 .reg .b64 %__clc_last;
 .reg .pred %__clc_p;
 """
+
+def _call(function, args, result=None, into=(), uniform=True):
+    """A PTX call of a runtime function, in a block of its own: `args` are (type, register)
+    pairs, `result` the return parameter's declaration with {} for its name, `into` the
+    (register, byte offset) pairs read back from it. `uniform`: every thread of the block
+    calls it at once (call.uni)."""
+    names = [f"__{function}_a{i}" for i in range(len(args))]
+    ret = f"__{function}_r"
+    lines = ["{"] + [f".param .{kind} {name};" for name, (kind, _) in zip(names, args)]
+    if result:
+        lines.append(f".param {result.format(ret)};")
+    lines += [f"st.param.{kind} [{name}], {reg};" for name, (kind, reg) in zip(names, args)]
+    lines.append(f"call{'.uni' if uniform else ''} {f'({ret}), ' if result else ''}{function}, "
+                 f"({', '.join(names)});")
+    lines += [f"ld.param.b64 {reg}, [{ret}{f'+{offset}' if offset else ''}];"
+              for reg, offset in into]
+    return "\n".join(lines + ["}"]) + "\n"
+
 
 _ARGS = """
 ld.param.u64 %__clc_slot, [__clc_arg];
@@ -99,64 +117,33 @@ add.s64 %__clc_vb, %__clc_vb, 1;
 setp.lt.s64 %__clc_p, %__clc_vb, %__clc_end;
 @%__clc_p bra.uni __clc_body;
 sub.s64 %__clc_last, %__clc_vb, 1;
-{
-.param .b64 __clc_a0;
-.param .b32 __clc_a1;
-.param .b32 __clc_a2;
-.param .b32 __clc_a3;
-.param .b32 __clc_a4;
-.param .b32 __clc_a5;
-.param .b64 __clc_a6;
-.param .align 8 .b8 __clc_r0[16];
 mul.lo.u32 %__clc_t0, %__clc_g0, %__clc_g1;
 mul.lo.u32 %__clc_t0, %__clc_t0, %__clc_g2;
 ld.param.u32 %__clc_t1, [__clc_arg+24];
 ld.param.u32 %__clc_t2, [__clc_arg+28];
-st.param.b64 [__clc_a0], %__clc_slot;
-st.param.b32 [__clc_a1], %__clc_t0;
-st.param.b32 [__clc_a2], %__clc_t1;
-st.param.b32 [__clc_a3], %__clc_t2;
-st.param.b32 [__clc_a4], %__clc_seq;
-st.param.b32 [__clc_a5], %__clc_batch;
-st.param.b64 [__clc_a6], %__clc_last;
-call.uni (__clc_r0), clc_claim, (__clc_a0, __clc_a1, __clc_a2, __clc_a3, __clc_a4, __clc_a5,
-    __clc_a6);
-ld.param.b64 %__clc_vb, [__clc_r0];
-ld.param.b64 %__clc_end, [__clc_r0+8];
-}
+""" + _call("clc_claim", [("b64", "%__clc_slot"), ("b32", "%__clc_t0"), ("b32", "%__clc_t1"),
+                         ("b32", "%__clc_t2"), ("b32", "%__clc_seq"), ("b32", "%__clc_batch"),
+                         ("b64", "%__clc_last")],
+            ".align 8 .b8 {}[16]", [("%__clc_vb", 0), ("%__clc_end", 8)]) + """
 add.u32 %__clc_batch, %__clc_batch, 1;
 setp.lt.s64 %__clc_p, %__clc_vb, 0;
 @%__clc_p bra.uni __clc_done;
 __clc_body:
 """ + _COORDS
 
-_ONCE_HEAD = _ARGS + """
-{
-.param .b64 __clc_a0;
-.param .b32 __clc_a1;
-.param .b32 __clc_a2;
-.param .b32 __clc_a3;
-.param .b32 __clc_a4;
-.param .b64 __clc_r0;
-st.param.b64 [__clc_a0], %__clc_slot;
-st.param.b32 [__clc_a1], %__clc_g0;
-st.param.b32 [__clc_a2], %__clc_g1;
-st.param.b32 [__clc_a3], %__clc_g2;
-st.param.b32 [__clc_a4], %__clc_seq;
-call.uni (__clc_r0), clc_enter, (__clc_a0, __clc_a1, __clc_a2, __clc_a3, __clc_a4);
-ld.param.b64 %__clc_vb, [__clc_r0];
-}
+_ONCE_HEAD = _ARGS + _call(
+    "clc_enter", [("b64", "%__clc_slot"), ("b32", "%__clc_g0"), ("b32", "%__clc_g1"),
+                  ("b32", "%__clc_g2"), ("b32", "%__clc_seq")],
+    ".b64 {}", [("%__clc_vb", 0)]) + """
 mov.b64 %__clc_last, %__clc_vb;
 setp.lt.s64 %__clc_p, %__clc_vb, 0;
 @%__clc_p bra.uni __clc_done;
 """
 
-_PLAIN_HEAD = """
-"""
+_PLAIN_HEAD = ""
 
-# A 1:1 kernel without clc_enter counts its block inline, with no call (thread 0 adds 1 block
-# and its threads to the stripe of its %ctaid.x, as clc_finish would).
-_PLAIN_EPILOGUE = """
+# Where every thread leaves: thread 0 goes on to count the block, the others to __clc_exit.
+_DONE_THREAD0 = """
 __clc_done:
 mov.u32 %__clc_t0, %tid.x;
 mov.u32 %__clc_t1, %tid.y;
@@ -165,6 +152,11 @@ mov.u32 %__clc_t1, %tid.z;
 or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
 setp.ne.u32 %__clc_p, %__clc_t0, 0;
 @%__clc_p bra __clc_exit;
+"""
+
+# A 1:1 kernel without clc_enter counts its block inline, with no call (thread 0 adds 1 block
+# and its threads to the stripe of its %ctaid.x, as clc_finish would).
+_PLAIN_EPILOGUE = _DONE_THREAD0 + """
 mov.u32 %__clc_t0, %ctaid.x;
 and.b32 %__clc_t0, %__clc_t0, 31;
 mul.wide.u32 %__clc_vb, %__clc_t0, 128;
@@ -187,24 +179,9 @@ __clc_step:
 bra.uni __clc_loop;
 """
 
-_EPILOGUE = """
-__clc_done:
-mov.u32 %__clc_t0, %tid.x;
-mov.u32 %__clc_t1, %tid.y;
-or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
-mov.u32 %__clc_t1, %tid.z;
-or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
-setp.ne.u32 %__clc_p, %__clc_t0, 0;
-@%__clc_p bra __clc_exit;
-{
-.param .b64 __clc_f0;
-.param .b32 __clc_f1;
-.param .b64 __clc_f2;
-st.param.b64 [__clc_f0], %__clc_slot;
-st.param.b32 [__clc_f1], %__clc_seq;
-st.param.b64 [__clc_f2], %__clc_last;
-call clc_finish, (__clc_f0, __clc_f1, __clc_f2);
-}
+_EPILOGUE = _DONE_THREAD0 + _call(
+    "clc_finish", [("b64", "%__clc_slot"), ("b32", "%__clc_seq"), ("b64", "%__clc_last")],
+    uniform=False) + """
 __clc_exit:
 ret;
 """
@@ -223,13 +200,30 @@ class Spliced:
     looped: bool        # the body runs in the claim loop (else once, 1:1)
     reason: str         # why it loops or not (clc.ptx's verdict)
     params: int         # the kernel's own parameters (the shim appends one more)
-    target: list        # the module's .target
+
+
+def ptx_text(ptx):
+    """PTX as text: str as it is, bytes up to their first NUL (as the driver reads them)."""
+    if isinstance(ptx, (bytes, bytearray)):
+        return bytes(ptx).split(b"\0", 1)[0].decode("utf-8", "replace")
+    return ptx
+
+
+def _module_items(text):
+    """The items of a throwaway module made of `text`, its header directives left out."""
+    module = parse(".version 7.0\n.target sm_70\n.address_size 64\n" + text)
+    return [i for i in module.items if not isinstance(i, Directive)]
+
+
+def _only_entry(module, fn):
+    """The module's items without its other entries (their functions stay)."""
+    return [i for i in module.items if not (isinstance(i, Function) and i.is_entry
+                                            and i is not fn)]
 
 
 def _snippet(function_text):
-    """The parsed statements/params of a snippet wrapped in a throwaway module."""
-    module = parse(".version 7.0\n.target sm_70\n.address_size 64\n" + function_text)
-    return [i for i in module.items if isinstance(i, Function)]
+    """The parsed functions of a snippet wrapped in a throwaway module."""
+    return [i for i in _module_items(function_text) if isinstance(i, Function)]
 
 
 def _statements(text):
@@ -267,9 +261,7 @@ def splice(ptx, kernel, loop=True, enter=False):
     """The spliced PTX of entry `kernel` of PTX text `ptx` (str or bytes). A kernel that runs
     1:1 keeps its %ctaid reads and calls clc_enter only when `enter` (a wrapper that may skip
     a block or that tells a policy about it)."""
-    if isinstance(ptx, (bytes, bytearray)):
-        ptx = bytes(ptx).split(b"\0", 1)[0].decode("utf-8", "replace")
-    module = parse(ptx)
+    module = parse(ptx_text(ptx))
     fn = module.entries.get(kernel)
     if fn is None:
         raise Unwrappable(f"no .entry {kernel} in this PTX")
@@ -317,27 +309,25 @@ def splice(ptx, kernel, loop=True, enter=False):
                           + _statements(_EPILOGUE if looped or enter else _PLAIN_EPILOGUE))
 
     # Only this entry: the others would be compiled for nothing (their functions stay).
-    externs = [i for i in parse(".version 7.0\n.target sm_70\n.address_size 64\n"
-                                + _EXTERNS).items if not isinstance(i, Directive)]
-    items = [i for i in module.items if not (isinstance(i, Function) and i.is_entry
-                                             and i is not fn)]
+    externs = _module_items(_EXTERNS)
+    items = _only_entry(module, fn)
     at = next((k for k, i in enumerate(items) if not isinstance(i, Directive)
                or i.name not in (".version", ".target", ".address_size")), len(items))
     module.items = items[:at] + externs + items[at:]
     return Spliced(str(module), kernel, looped,
                    verdict.reason if looped else
                    ("a 1:1 remap was asked for" if verdict.ok else verdict.reason),
-                   len(fn.params) - 1, module.target)
+                   len(fn.params) - 1)
 
 
 def single_entry(ptx, kernel):
     """The module with entry `kernel` and no other entry, unchanged otherwise: what the
     original kernel compiles to on its own (for its register count)."""
-    if isinstance(ptx, (bytes, bytearray)):
-        ptx = bytes(ptx).split(b"\0", 1)[0].decode("utf-8", "replace")
-    module = parse(ptx)
-    module.items = [i for i in module.items if not (isinstance(i, Function) and i.is_entry
-                                                    and i.name != kernel)]
+    module = parse(ptx_text(ptx))
+    fn = module.entries.get(kernel)
+    if fn is None:
+        raise Unwrappable(f"no .entry {kernel} in this PTX")
+    module.items = _only_entry(module, fn)
     return str(module)
 
 

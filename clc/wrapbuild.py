@@ -31,7 +31,7 @@ import threading
 import time
 
 from clc.fatbin import _Elf, cubin_kernels
-from clc.splice import Unwrappable, single_entry, splice
+from clc.splice import Unwrappable, ptx_text, single_entry, splice
 
 __all__ = ["WrapBuildError", "Wrapper", "Built", "BUILTIN_WRAPPERS", "wrapper_spec", "build",
            "toolchain_versions", "cubin_resources", "RUNTIME_SOURCE"]
@@ -59,7 +59,6 @@ class Wrapper:
     defines: tuple                   # -D options for runtime.cu
     cap: tuple | None = None
     source: str | None = None        # a user policy's text
-    steal: bool = False              # a user policy decides whether blocks claim again
     enter: bool = False              # a 1:1 kernel asks clc_enter whether to run (deadline,
                                      # policies)
 
@@ -124,7 +123,7 @@ def wrapper_spec(name, params=None, base_dir=None):
             raise ValueError(f"wrapper {name}: parameter {key} must be a number, got {value!r}")
     defines = tuple(f"-DCLC_PARAM_{k}={v!r}" for k, v in sorted(params.items()))
     return Wrapper(str(path), tuple(sorted(params.items())), "optional", defines, None, source,
-                   steal=True, enter=True)
+                   enter=True)
 
 
 @dataclasses.dataclass
@@ -276,9 +275,11 @@ def runtime_inputs(wrapper, arch, looped=False):
         defines.append("-DCLC_POLICY_DEMO")
     else:
         defines.append("-DCLC_POLICY_HOOKS")
-        stub = "".join(f'extern "C" __device__ void {f}(void *s{", unsigned long long" if f != "clc_policy_init" else ""}) {{}}\n'
-                       for f in _HOOK_FUNCTIONS if f not in hooks)
-        runtime += stub
+        # The hooks the policy leaves out do nothing.
+        for f in _HOOK_FUNCTIONS:
+            if f not in hooks:
+                extra = "" if f == "clc_policy_init" else ", unsigned long long"
+                runtime += f'extern "C" __device__ void {f}(void *s{extra}) {{}}\n'
     return [("clc_runtime.ptx", compile_cuda(runtime, "clc_runtime.cu", arch, tuple(defines))),
             (pathlib.Path(wrapper.name).name + ".ptx", policy)]
 
@@ -290,11 +291,12 @@ def build_key(ptx, kernel, wrapper, arch):
                      *toolchain_versions())
 
 
-def build(ptx, kernel, wrapper, arch):
+def build(ptx, kernel, wrapper, arch, key=None):
     """Splice `kernel` of `ptx`, link it with `wrapper`'s device code for sm_`arch`: a Built.
-    Unwrappable when the splice refuses (or the wrapper needs a loop the body cannot take)."""
+    Unwrappable when the splice refuses (or the wrapper needs a loop the body cannot take).
+    `key`: its build_key, when the caller has it already."""
     start = time.perf_counter()
-    text = ptx if isinstance(ptx, str) else bytes(ptx).split(b"\0", 1)[0].decode(errors="replace")
+    text = ptx_text(ptx)
     spliced = splice(text, kernel, loop=wrapper.loop != "never", enter=wrapper.enter)
     if wrapper.loop == "required" and not spliced.looped:
         raise Unwrappable(f"{wrapper.name} runs the body in a loop, and this kernel's may not "
@@ -312,7 +314,8 @@ def build(ptx, kernel, wrapper, arch):
         limit = max(32, -(-own // 8) * 8)
     cubin = link(inputs, arch, f"{kernel} with {wrapper.name}", limit)
     return Built(cubin, kernel, spliced.looped, spliced.reason, spliced.params, arch,
-                 build_key(text, kernel, wrapper, arch), (time.perf_counter() - start) * 1e3,
+                 key or build_key(text, kernel, wrapper, arch),
+                 (time.perf_counter() - start) * 1e3,
                  wrapper)
 
 

@@ -203,7 +203,7 @@ class WrapEngine:
             source = "disk cache"
         else:
             try:
-                built = build(ptx, mangled, spec, arch)
+                built = build(ptx, mangled, spec, arch, key)
             except Unwrappable as e:
                 with self._lock:
                     self._built[key] = e

@@ -99,10 +99,10 @@ extern "C" __device__ void clc_policy_end(void *state, unsigned long long vblock
 #define CLC_ONE_AT_A_TIME 1
 #endif
 
-static __device__ __forceinline__ unsigned long long clc_now_us() {
+static __device__ __forceinline__ unsigned long long clc_now_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t / 1000;
+    return t;
 }
 
 static __device__ __forceinline__ bool clc_thread0() {
@@ -117,7 +117,7 @@ static __device__ __forceinline__ unsigned int clc_linear_block() {
 static __device__ bool clc_late(clc_slot *slot, unsigned int seq) {
 #if defined(CLC_DEADLINE_NS)
     unsigned long long tag = (unsigned long long)(seq & 0xffff) << 48;
-    unsigned long long now = clc_now_us() & 0xffffffffffffull;
+    unsigned long long now = (clc_now_ns() / 1000) & 0xffffffffffffull;   // us, 48 bits
     unsigned long long seen = *(volatile unsigned long long *)&slot->start;
     if ((seen & 0xffff000000000000ull) != tag) {
         unsigned long long was = atomicCAS(&slot->start, seen, tag | now);
@@ -149,12 +149,12 @@ static __device__ bool clc_on_share(unsigned int allowed) {
 
 // Whether a block outside the share should leave: a block on the share is working.
 static __device__ bool clc_share_covered(clc_slot *slot, bool wait) {
-    unsigned long long start = clc_now_us() * 1000, now = start;
+    unsigned long long start = clc_now_ns(), now = start;
     for (;;) {
         if (*(volatile unsigned int *)&slot->on_share > 0) return true;
         if (!wait || now - start > CLC_SM_WAIT_NS) return false;
         __nanosleep(500);
-        now = clc_now_us() * 1000;
+        now = clc_now_ns();
     }
 }
 #endif
