@@ -7,12 +7,13 @@ The hook API (docs/hooks.md) is re-exported from clc.hooks on first use (PEP 562
 `import clc` stays this cheap and `clc.on_launch` still works in a hook file.
 """
 
-__all__ = ["__version__", "on_launch", "on_exit", "allow", "deny", "wrap", "Launch",
-           "HookError"]
+__all__ = ["__version__", "on_launch", "on_exit", "allow", "deny", "wrap", "Launch", "Params",
+           "Param", "HookError"]
 
 __version__ = "0.1.0"
 
-_HOOK_API = frozenset(["on_launch", "on_exit", "allow", "deny", "wrap", "Launch", "HookError"])
+_HOOK_API = frozenset(["on_launch", "on_exit", "allow", "deny", "wrap", "Launch", "Params", "Param",
+                       "HookError"])
 
 
 def __getattr__(name):

@@ -22,7 +22,8 @@ __all__ = [
     "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
     "MSG_INFO", "MSG_WARNING", "MSG_ERROR",
     "CAP_NONE", "CAP_SHARE", "CAP_SMS", "REPLACE_LOOPED", "SLOT_BYTES", "OCCUPANCY_WAYS",
-    "REPLACEMENT", "LAUNCH_ARG",
+    "REPLACEMENT", "LAUNCH_ARG", "KERNEL_QUERY", "PARAM_INFO", "ARGS_OK", "ARGS_NONE",
+    "ARGS_NULL_ENTRY", "ARGS_BAD_EXTRA", "ARGS_NO_MEMORY", "ARGS_NO_LAYOUT",
 ]
 
 ACTION_ALLOW = 0
@@ -54,6 +55,18 @@ OCCUPANCY_WAYS = 4
 REPLACEMENT = struct.Struct("<QQQQIIIIII4Q")
 # slot, grid[3], seq, share_sms, batch
 LAUNCH_ARG = struct.Struct("<Q3IIII")
+
+# clc_kernel_query: handle, ctx, device, entry, kernel_id, args_status, name, grid[3],
+# block[3], shared_mem, tid, stream, params, extra, layout, n_params, args_size; the launch's
+# argument bytes follow it
+KERNEL_QUERY = struct.Struct("<QQiIIIQ3I3IIIQQQQII")
+PARAM_INFO = struct.Struct("<II")  # clc_param_info: offset, size
+ARGS_OK = 0
+ARGS_NONE = 1
+ARGS_NULL_ENTRY = 2
+ARGS_BAD_EXTRA = 3
+ARGS_NO_MEMORY = 4
+ARGS_NO_LAYOUT = 5
 
 ENTRY_LAUNCH = 0
 ENTRY_LAUNCH_EX = 1

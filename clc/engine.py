@@ -24,12 +24,13 @@ import sys
 import threading
 import time
 import traceback
+from sys import getrefcount
 
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.hooks import (ExitStats, Launch, checked_layout, driver_param_layout, import_hook_file,
-                       load_hook_file, resolve_hook_ref)
+from clc.hooks import (ExitStats, QueryLaunch, checked_layout, import_hook_file, load_hook_file,
+                       resolve_hook_ref)
 from clc.policy import Decision, KernelInfo, Outcome, Policy
 
 __all__ = ["Engine", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
@@ -81,9 +82,9 @@ class _Kernel:
     apply to it (its plan), and its hooks' answers."""
 
     __slots__ = ("handle", "ctx", "info", "plan", "answers", "messages", "outcomes", "wraps",
-                 "_layout")
+                 "_layout", "views")
 
-    def __init__(self, handle, info, plan, ctx=0):
+    def __init__(self, handle, info, plan, ctx=0, layout=()):
         self.handle = handle
         self.ctx = ctx
         self.wraps = {}  # (WrapRequest, flags, rule) -> the Outcome launches get
@@ -92,13 +93,32 @@ class _Kernel:
         self.answers = {}
         self.messages = {}  # decider index -> the message of a deny a hook returned
         self.outcomes = {}  # (id(answer), decider index) -> (answer, Outcome, clc_outcome bytes)
-        self._layout = None
+        self._layout = checked_layout(layout)
+        self.views = []  # QueryLaunch objects free for the next launch asked about
 
     def layout(self):
-        """The kernel's parameter layout, asked of the driver once."""
-        if self._layout is None:
-            self._layout = checked_layout(driver_param_layout(self.handle))
+        """The kernel's parameter layout, [(offset, size), ...], as the driver gave it to the
+        shim at first sight ([] when the driver cannot say)."""
         return self._layout
+
+    def ask(self, engine_walk, blob):
+        """engine_walk(kernel, launch) for one query block, with a Launch of this kernel that
+        is reused afterwards unless something kept it (a hook that stored the launch or its
+        params: those keep refusing reads)."""
+        views = self.views
+        try:
+            launch = views.pop()
+        except IndexError:
+            launch = QueryLaunch(self.info.mangled, self.info.demangled, self._layout)
+            # What the references to it and its params count here when nobody else holds them.
+            launch.refs = getrefcount(launch) + getrefcount(launch.params)
+        launch.set(blob)
+        try:
+            return engine_walk(self, launch)
+        finally:
+            launch._args.blob = None  # launch.clear(), inlined
+            if getrefcount(launch) + getrefcount(launch.params) == launch.refs:
+                views.append(launch)
 
 
 _NOT_PERMITTED = CUDA_ERRORS["CUDA_ERROR_NOT_PERMITTED"]
@@ -107,6 +127,11 @@ WRAP_STATS_PREFIX = "wrap stats: "
 
 # A hook slower than this is reported once: every launch that asks it waits for it.
 SLOW_HOOK_NS = 1_000_000
+
+# For the code that runs at every launch asked about: globals, not attribute lookups.
+_ALLOW, _DENY, _REPLACE = abi.ACTION_ALLOW, abi.ACTION_DENY, abi.ACTION_REPLACE
+_PER_SHAPE, _EVERY_LAUNCH = abi.MODE_PER_SHAPE, abi.MODE_EVERY_LAUNCH
+_SLOW = SLOW_HOOK_NS
 
 
 class Engine:
@@ -143,6 +168,7 @@ class Engine:
                              or any(rule.action == "wrap" for rule in self.policy.rules))
         self._wrapping = None
         self._default = _with_bytes(self.policy.default_outcome())
+        self.walk = self._walk  # bound once: used at every launch asked about
         self._on_error = _with_bytes(self.policy.on_error_outcome())
 
     def _add_exit_functions(self, hook_file):
@@ -152,14 +178,15 @@ class Engine:
 
     # ---- the two questions --------------------------------------------------------------
 
-    def kernel(self, handle, ctx, mangled, device):
-        """The engine's record of a (kernel, context), made at its first sight."""
+    def kernel(self, handle, ctx, mangled, device, layout=()):
+        """The engine's record of a (kernel, context), made at its first sight; layout is its
+        parameters' [(offset, size), ...]."""
         key = (handle, ctx)
         kernel = self.kernels.get(key)
         if kernel is None:
             info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
                               process_names=self.process_names, tenant=self.tenant)
-            kernel = self.kernels[key] = _Kernel(handle, info, self._plan(info), ctx)
+            kernel = self.kernels[key] = _Kernel(handle, info, self._plan(info), ctx, layout)
         return kernel
 
     def _plan(self, info):
@@ -180,15 +207,16 @@ class Engine:
                     plan.append((_HOOK_RULE, index, rule, hook, hook.mode, rule.has_shape, None))
         return tuple(plan)
 
-    def first_sight(self, kernel, launch):
-        """The decision for a new (kernel, context), and how often to ask again (a mode)."""
+    def first_sight(self, kernel, blob):
+        """The decision for a new (kernel, context), asked about with its first launch's query
+        block, and how often to ask again (a mode)."""
         info = kernel.info
         mode = self._mode(kernel)
         try:
             if mode != abi.MODE_CACHED:
-                decision = Decision([], self._walk(kernel, launch)[0])
+                decision = Decision([], kernel.ask(self._walk, blob)[0])
             else:
-                decision = self._cached_decision(kernel, launch)
+                decision = kernel.ask(self._cached_decision, blob)
         except _HookFailed:
             decision = Decision([], self.policy.on_error_outcome())
         self._announce_denies(kernel, decision)
@@ -197,17 +225,20 @@ class Engine:
                          f"{info.device}: {self._describe(decision, mode)}", stderr=True)
         return decision, mode
 
-    def launch(self, kernel, launch):
-        """One launch of a kernel whose hooks are asked per shape or at every launch: its
-        outcome as clc_outcome bytes."""
+    def launch(self, kernel, blob):
+        """One launch (its query block) of a kernel whose hooks are asked per shape or at
+        every launch: its outcome as clc_outcome bytes."""
         try:
-            outcome, data = self._walk(kernel, launch)
+            outcome, data = kernel.ask(self.walk, blob)
         except _HookFailed:
             return self._on_error[1]
-        if outcome.action == abi.ACTION_REPLACE:
+        action = outcome.action
+        if action == _ALLOW:
+            return data
+        if action == _REPLACE:
             outcome = self.resolve_wrap(kernel, outcome)
             data = _with_bytes(outcome)[1]
-        if outcome.action == abi.ACTION_DENY:
+        if outcome.action == _DENY:
             self._announce_denies(kernel, Decision([], outcome))
         return data
 
@@ -310,7 +341,7 @@ class Engine:
             if has_shape and not rule.check_shape(
                     launch.grid.blocks, launch.block.threads, launch.shared_mem)[0]:
                 continue
-            if kind == _RULE:
+            if rule_outcome is not None:  # a rule (not a hook rule) decides
                 return rule_outcome
             answer = self._ask(kernel, hook, mode, launch)
             if answer is not None:
@@ -318,9 +349,9 @@ class Engine:
         return self._default
 
     def _ask(self, kernel, hook, mode, launch):
-        if mode == abi.MODE_EVERY_LAUNCH:
+        if mode == _EVERY_LAUNCH:
             key = None
-        elif mode == abi.MODE_PER_SHAPE:
+        elif mode == _PER_SHAPE:
             key = (hook, launch.grid, launch.block, launch.shared_mem)
         else:
             key = hook
@@ -334,7 +365,7 @@ class Engine:
                               f"{kernel.info.demangled}; its launches get on_error="
                               f"{self.policy.on_error}\n{traceback.format_exc(limit=-3)}")
             raise _HookFailed from e
-        if hook.last_ns > SLOW_HOOK_NS:
+        if hook.last_ns > _SLOW:
             self._report_once(("slow", hook.name),
                               f"hook {hook.name} took {hook.last_ns / 1e6:.1f} ms at a launch "
                               f"of {kernel.info.demangled} (launches wait for their hooks)")
@@ -549,33 +580,27 @@ def _report_once():
                      f"{traceback.format_exc(limit=4)}\n")
 
 
-# clc_kernel_query and clc_outcome (shim/clc_abi.h), read and written whole: an every_launch
-# hook pays for this at every launch, and one unpack is cheaper than a dozen cffi reads.
-_QUERY = struct.Struct("<QQiI4x4x8x3I3IIIQQQ")
+# clc_outcome (shim/clc_abi.h), written whole.
 _OUTCOME = struct.Struct("<IIiiQ")
+_QUERY_SIZE = abi.KERNEL_QUERY.size
+_query_key = struct.Struct("<QQ").unpack_from  # (handle, ctx) of a query block
 
 
 def _fill_outcome(ffi, out, outcome):
     ffi.memmove(out, _with_bytes(outcome)[1], _OUTCOME.size)
 
 
-def _launch(kernel, fields):
-    info = kernel.info
-    return Launch.from_fields(info.mangled, info.demangled, kernel.layout, fields)
-
-
 def bridge_decide(ffi, query, out):
     """clc_bridge_decide: 0 with `out` filled, or -1 for "no opinion" (the shim's on_error)."""
     try:
         name = ffi.string(query.name).decode("utf-8", "replace")
-        fields = _QUERY.unpack_from(ffi.buffer(query, _QUERY.size))
+        blob = ffi.buffer(query, _QUERY_SIZE + query.args_size)[:]  # the arguments follow
+        n = query.n_params
+        layout = list(abi.PARAM_INFO.iter_unpack(ffi.buffer(query.layout, n * abi.PARAM_INFO.size)))\
+            if n and query.layout else []
         engine = _get()
-        kernel = engine.kernel(fields[0], fields[1], name, fields[2])
-        launch = _launch(kernel, fields)
-        try:
-            decision, mode = engine.first_sight(kernel, launch)
-        finally:
-            launch.close()
+        kernel = engine.kernel(query.handle, query.ctx, name, query.device, layout)
+        decision, mode = engine.first_sight(kernel, blob)
         decision = engine.resolve_decision(kernel, decision)
         if len(decision.clauses) > abi.MAX_CLAUSES:
             raise RuntimeError(f"{len(decision.clauses)} shape clauses for {name}, "
@@ -595,21 +620,16 @@ def bridge_decide(ffi, query, out):
         return -1
 
 
-def bridge_launch(ffi, query, out):
-    """clc_bridge_launch: one launch of a kernel asked about per shape or at every launch."""
+def bridge_launch(blob):
+    """clc_bridge_launch (shim/bridge_build.py, through Python's C API): one launch of a kernel
+    asked about per shape or at every launch, as its query block; the clc_outcome bytes, or
+    None for "no opinion" (the shim's on_error)."""
     try:
-        fields = _QUERY.unpack_from(ffi.buffer(query, _QUERY.size))
         engine = _engine
-        kernel = engine.kernels[(fields[0], fields[1])]
-        launch = _launch(kernel, fields)
-        try:
-            ffi.memmove(out, engine.launch(kernel, launch), _OUTCOME.size)
-        finally:
-            launch.close()
-        return 0
+        return engine.launch(engine.kernels[_query_key(blob)], blob)
     except Exception:
         _report_once()
-        return -1
+        return None
 
 
 def bridge_exit():

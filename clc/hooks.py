@@ -13,16 +13,16 @@ This module runs inside the traced program's Python (the engine imports it there
 the standard library only. Kernel matching is clc.policy's, so a hook's `kernel=` glob and a
 policy rule's `kernel:` glob can never disagree about a name.
 
-A Launch and its Params point into the program's own memory (the argument arrays of the launch
-call): they are valid only during the hook call, and everything reads lazily so that a hook
-that never looks at an argument costs no memory access at all.
+A Launch is read from the shim's query: the launch's fields and a copy of its arguments, made
+in C at the launch call, as one bytes object. Its params are valid only during the hook call:
+the engine reuses a kernel's Launch objects, so that a hook asked at every launch allocates
+almost nothing.
 """
 
 from __future__ import annotations
 
 import collections
 import collections.abc
-import ctypes
 import difflib
 import importlib
 import importlib.machinery
@@ -48,22 +48,11 @@ from clc.policy import KernelInfo, Outcome, Rule, WrapRequest, _glob_problem, ba
 __all__ = [
     "on_launch", "on_exit", "allow", "deny", "wrap", "HookDecision", "HookError",
     "HookLoadError", "Dim3", "Param", "Params", "Launch", "Hook", "HookFile", "KernelStats",
-    "HookStats", "ExitStats", "driver_param_layout", "checked_layout", "load_hook_file",
+    "HookStats", "ExitStats", "checked_layout", "load_hook_file",
     "import_hook_file", "resolve_hook_ref",
 ]
 
 _INT32_MAX = 2**31 - 1
-_PTR_SIZE = ctypes.sizeof(ctypes.c_void_p)
-# The `extra` keys of cuda.h (CU_LAUNCH_PARAM_*_AS_INT).
-_EXTRA_END = 0
-_EXTRA_BUFFER_POINTER = 1
-_EXTRA_BUFFER_SIZE = 2
-# A real `extra` holds two pairs and its end; a walk that finds no end within this many pairs is
-# reading something that is not an `extra` array, and must stop before it faults.
-_EXTRA_MAX_PAIRS = 64
-# CUDA allows 32764 bytes of kernel parameters, so no kernel has more parameters than this; a
-# driver that answers every index is stopped here.
-_MAX_PARAMS = 32768
 _HOOK_ATTR = "__clc_hook__"
 _EXIT_ATTR = "__clc_on_exit__"
 
@@ -214,72 +203,137 @@ def _dim3(value) -> Dim3:
 
 
 _ENTRY_NAMES = dict(abi.ENTRY_NAMES)
-_INT_SIZES = (1, 2, 4, 8)
 _BYTE_ORDER_CHARS = "@=<>!"
+
+# The shim's query (clc_kernel_query) and the launch's argument bytes after it, as one bytes
+# object: a Launch's fields are read from it, its arguments start at _HEAD.
+_QUERY = abi.KERNEL_QUERY
+_HEAD = _QUERY.size
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_U64 = struct.Struct("<Q")
+_DIM = struct.Struct("<3I")
+_STATUS_AT = 28  # args_status (< 256, so one byte)
+
+_CLOSED_MESSAGE = ("the Launch's parameters were read after its hook returned: a Launch and its "
+                   "params are valid only during the hook call (keep param.raw or the values "
+                   "you need instead)")
+_ARGS_PROBLEMS = {
+    abi.ARGS_NONE: "the launch passed neither kernelParams nor extra",
+    abi.ARGS_NULL_ENTRY: "the launch's kernelParams holds a NULL pointer",
+    abi.ARGS_BAD_EXTRA: ("the launch's extra is malformed (an unknown key, no "
+                         "CU_LAUNCH_PARAM_END within 64 pairs, or no "
+                         "CU_LAUNCH_PARAM_BUFFER_POINTER)"),
+    abi.ARGS_NO_MEMORY: "clc could not allocate memory for a copy of the arguments",
+    abi.ARGS_NO_LAYOUT: "the driver gives no parameter layout",
+}
+
+
+class _Args:
+    """The bytes a launch's Params read: `blob` holds the arguments from `base` on while the
+    hook runs and is None after; `limit` is where the bytes given end (an `extra` buffer may
+    be shorter than the layout), -1 when the arguments cannot be read (`status` says why)."""
+
+    __slots__ = ("blob", "base", "limit", "status")
+
+    def __init__(self, blob=None, base=0, status=abi.ARGS_OK):
+        self.blob = blob
+        self.base = base
+        self.status = status
+        self.limit = len(blob) if blob is not None and status == abi.ARGS_OK else -1
+
+    def problem(self, param: Param) -> str:
+        if self.blob is None:
+            return _CLOSED_MESSAGE
+        if self.status != abi.ARGS_OK:
+            return f"param {param.index}: " + _ARGS_PROBLEMS.get(
+                self.status, f"the arguments cannot be read (status {self.status})")
+        return (f"param {param.index} (offset {param.offset}, {param.size} bytes) lies beyond "
+                f"the {self.limit - self.base}-byte argument buffer that `extra` gives")
+
+
+def _unpackers(formats):
+    return {struct.calcsize(f): struct.Struct("<" + f).unpack_from for f in formats}
+
+
+# The readers by argument size: struct's unpack_from reads at an offset without a slice.
+_INT_READERS = _unpackers("bhiq")
+_UINT_READERS = _unpackers("BHIQ")
+_FLOAT_READERS = _unpackers("fd")
 
 
 class Param:
-    """One kernel argument: where it lies in the kernel's parameter block and its bytes.
+    """One kernel argument: where it lies in the kernel's parameter block, and its bytes as
+    the GPU receives them (the shim copies them at the launch call); the readers interpret
+    them as little-endian values."""
 
-    `raw` is read from the program's memory on first use and kept; the readers interpret it
-    as the little-endian value the GPU receives.
-    """
+    __slots__ = ("index", "offset", "size", "_args", "_start", "_end", "_int", "_uint")
 
-    __slots__ = ("index", "offset", "size", "_owner", "_raw")
-
-    def __init__(self, index: int, offset: int, size: int, owner: Params | None = None,
-                 raw: bytes | None = None):
+    def __init__(self, index: int, offset: int, size: int, args: _Args):
         self.index = index
         self.offset = offset
         self.size = size
-        self._owner = owner
-        self._raw = raw
+        self._args = args
+        self._start = args.base + offset
+        self._end = self._start + size
+        self._int = _INT_READERS.get(size)
+        self._uint = _UINT_READERS.get(size)
 
     @classmethod
     def from_bytes(cls, data: bytes, index: int = 0, offset: int = 0) -> Param:
-        """A Param over bytes already in hand (for tests and for copies kept after a hook)."""
+        """A Param over bytes already in hand (for tests of a hook outside a program)."""
         data = bytes(data)
-        return cls(index, offset, len(data), None, data)
+        return cls(index, offset, len(data), _Args(bytes(offset) + data))
+
+    def _blob(self) -> bytes:
+        """The bytes the argument lies in, or HookError saying why it cannot be read."""
+        args = self._args
+        blob = args.blob
+        if blob is None or self._end > args.limit:
+            raise HookError(args.problem(self))
+        return blob
 
     @property
     def raw(self) -> bytes:
-        raw = self._raw
-        if raw is None:
-            raw = self._raw = self._owner._read(self)
-        return raw
+        return self._blob()[self._start:self._end]
 
     def _need_int_size(self, reader: str) -> None:
-        if self.size not in _INT_SIZES:
-            raise HookError(f"param {self.index}.{reader}(): the parameter is {self.size} bytes; "
-                            "integers are 1, 2, 4 or 8 bytes (use as_struct() or raw)")
+        raise HookError(f"param {self.index}.{reader}(): the parameter is {self.size} bytes; "
+                        "integers are 1, 2, 4 or 8 bytes (use as_struct() or raw)")
 
     def as_int(self) -> int:
         """The argument as a signed integer (int8_t to int64_t)."""
-        if self.size not in _INT_SIZES:
+        read = self._int
+        if read is None:
             self._need_int_size("as_int")
-        raw = self._raw
-        return int.from_bytes(raw if raw is not None else self.raw, "little", signed=True)
+        # _blob(), inlined: an every_launch hook reads this at every launch
+        args = self._args
+        blob = args.blob
+        if blob is None or self._end > args.limit:
+            raise HookError(args.problem(self))
+        return read(blob, self._start)[0]
 
     def as_uint(self) -> int:
         """The argument as an unsigned integer (uint8_t to uint64_t, size_t)."""
-        self._need_int_size("as_uint")
-        return int.from_bytes(self.raw, "little", signed=False)
+        read = self._uint
+        if read is None:
+            self._need_int_size("as_uint")
+        return read(self._blob(), self._start)[0]
 
     def as_float(self) -> float:
         """The argument as a float (4 bytes) or a double (8 bytes)."""
-        if self.size == 4:
-            return struct.unpack("<f", self.raw)[0]
-        if self.size == 8:
-            return struct.unpack("<d", self.raw)[0]
-        raise HookError(f"param {self.index}.as_float(): the parameter is {self.size} bytes; "
-                        "a float is 4 bytes and a double 8")
+        read = _FLOAT_READERS.get(self.size)
+        if read is None:
+            raise HookError(f"param {self.index}.as_float(): the parameter is {self.size} bytes; "
+                            "a float is 4 bytes and a double 8")
+        return read(self._blob(), self._start)[0]
 
     def as_ptr(self) -> int:
         """The argument as a pointer (a device address, usually), as an int."""
         if self.size != 8:
             raise HookError(f"param {self.index}.as_ptr(): the parameter is {self.size} bytes; "
                             "a pointer is 8 bytes")
-        return int.from_bytes(self.raw, "little", signed=False)
+        return self._uint(self._blob(), self._start)[0]
 
     def as_struct(self, fmt: str) -> tuple:
         """The argument unpacked with struct.unpack(fmt); '<' (no padding) is prepended unless
@@ -295,16 +349,14 @@ class Param:
         if size != self.size:
             raise HookError(f"param {self.index}.as_struct(): format '{fmt}' is {size} bytes but "
                             f"the parameter is {self.size} bytes")
-        return struct.unpack(full, self.raw)
+        return struct.unpack_from(full, self._blob(), self._start)
 
     def __repr__(self) -> str:
-        # Never reads memory: a repr in a log line must not fault on a stale Launch.
         return f"Param(index={self.index}, offset={self.offset}, size={self.size})"
 
 
 class _Layout(tuple):
-    """A parameter layout already checked: ((offset, size), ...). An every_launch hook builds
-    Params at every launch, so a kernel's layout is checked once and reused as it is."""
+    """A parameter layout already checked: ((offset, size), ...)."""
 
     __slots__ = ()
 
@@ -326,229 +378,46 @@ def checked_layout(layout) -> _Layout:
     return _check_layout(layout)
 
 
-_CLOSED_MESSAGE = ("the Launch's parameters were read after its hook returned: a Launch and its "
-                   "params are valid only during the hook call (keep param.raw or the values "
-                   "you need instead)")
+class Params(tuple):
+    """The arguments of one launch, a tuple of Param: len(), params[i], slices, iteration."""
 
+    __slots__ = ()
 
-class Params(collections.abc.Sequence):
-    """The arguments of one launch: len(), params[i], iteration.
-
-    Nothing is read until it is used: the layout (a list of (offset, size), or a callable that
-    returns one) is asked for on the first len() or index, and an argument's bytes on the first
-    use of its Param.
-    """
-
-    __slots__ = ("_layout_source", "_layout", "_fetch", "_items", "_closed")
-
-    def __init__(self, layout=(), fetch=None):
-        """fetch(index, offset, size) -> bytes reads one argument; without it the Params is
-        empty whatever the layout says (a launch that passed no arguments)."""
-        self._layout_source = layout
-        self._layout = () if fetch is None else None if callable(layout) else \
-            _check_layout(layout)
-        self._fetch = fetch
-        self._items = {}
-        self._closed = False
+    def __new__(cls, params=()):
+        return tuple.__new__(cls, params)
 
     @classmethod
-    def from_kernel_params(cls, layout, kernel_params_addr: int) -> Params:
-        """Arguments given as `void **kernelParams`: argument i's bytes are at the address
-        stored in kernelParams[i]."""
-        if not kernel_params_addr:
-            return cls()
-        base = int(kernel_params_addr)
-
-        def fetch(index, offset, size):
-            arg = ctypes.c_void_p.from_address(base + index * _PTR_SIZE).value
-            if not arg:
-                raise HookError(f"param {index}: kernelParams[{index}] is NULL")
-            return ctypes.string_at(arg, size)
-        return cls(layout, fetch)
+    def over(cls, layout, args: _Args) -> Params:
+        """One Param per (offset, size) of `layout`, reading `args`."""
+        return tuple.__new__(cls, [Param(i, offset, size, args)
+                                   for i, (offset, size) in enumerate(_check_layout(layout))])
 
     @classmethod
-    def from_extra(cls, layout, extra_addr: int) -> Params:
-        """Arguments given as `void **extra`: (key, value) pairs up to CU_LAUNCH_PARAM_END that
-        give a packed buffer and its size; argument i's bytes are at buffer + offset_i."""
-        if not extra_addr:
-            return cls()
-        base = int(extra_addr)
-        found = []  # [(buffer, size)] once the pairs were walked
-
-        def fetch(index, offset, size):
-            if not found:
-                found.append(_walk_extra(base))
-            buffer, buffer_size = found[0]
-            if offset + size > buffer_size:
-                raise HookError(f"param {index} (offset {offset}, {size} bytes) lies beyond the "
-                                f"{buffer_size}-byte argument buffer that `extra` gives")
-            return ctypes.string_at(buffer + offset, size)
-        return cls(layout, fetch)
-
-    def _get_layout(self) -> tuple[tuple[int, int], ...]:
-        layout = self._layout
-        if layout is None:
-            layout = self._layout = _check_layout(self._layout_source())
-        return layout
-
-    def __len__(self) -> int:
-        return len(self._get_layout())
-
-    def __getitem__(self, index):
-        # The common case first, as cheaply as it can be: params[i] for a known i.
-        if type(index) is int and index >= 0:
-            param = self._items.get(index)
-            if param is not None:
-                return param
-            layout = self._layout if self._layout is not None else self._get_layout()
-            if index < len(layout):
-                offset, size = layout[index]
-                param = self._items[index] = Param(index, offset, size, self)
-                return param
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        layout = self._get_layout()
-        position = operator.index(index)
-        if position < 0:
-            position += len(layout)
-        if not 0 <= position < len(layout):
-            hint = "" if layout else (" (the driver gives parameter layouts from CUDA 12.4 on, "
-                                      "and a launch without arguments has none)")
-            raise IndexError(f"param {index} out of range: {len(layout)} parameters known{hint}")
-        param = self._items.get(position)
-        if param is None:
-            offset, size = layout[position]
-            param = self._items[position] = Param(position, offset, size, self)
-        return param
-
-    def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
-
-    def _read(self, param: Param) -> bytes:
-        if self._closed:
-            raise HookError(_CLOSED_MESSAGE)
-        return self._fetch(param.index, param.offset, param.size)
-
-    def close(self) -> None:
-        """Forbid further reads of the program's memory (bytes already read stay readable)."""
-        self._closed = True
+    def from_block(cls, layout, block: bytes) -> Params:
+        """The arguments in a parameter block as a kernel receives it (for tests of a hook
+        outside a program): argument i is block[offset_i:offset_i + size_i]."""
+        return cls.over(layout, _Args(bytes(block)))
 
     def __repr__(self) -> str:
-        if self._layout is None:
-            return "Params(<layout not read yet>)"
-        return f"Params({len(self._layout)} parameters)"
-
-
-def _walk_extra(base: int) -> tuple[int, int]:
-    """(buffer address, buffer size) from a `void **extra` array."""
-    buffer = size = None
-    for pair in range(_EXTRA_MAX_PAIRS):
-        key = ctypes.c_void_p.from_address(base + 2 * pair * _PTR_SIZE).value or 0
-        if key == _EXTRA_END:
-            break
-        value = ctypes.c_void_p.from_address(base + (2 * pair + 1) * _PTR_SIZE).value or 0
-        if key == _EXTRA_BUFFER_POINTER:
-            buffer = value
-        elif key == _EXTRA_BUFFER_SIZE:
-            if not value:
-                raise HookError("extra: CU_LAUNCH_PARAM_BUFFER_SIZE points to NULL")
-            size = ctypes.c_size_t.from_address(value).value
-        else:
-            raise HookError(f"extra: unknown key {key:#x} in pair {pair} (expected "
-                            "CU_LAUNCH_PARAM_BUFFER_POINTER, _BUFFER_SIZE or _END)")
-    else:
-        raise HookError(f"extra: no CU_LAUNCH_PARAM_END within {_EXTRA_MAX_PAIRS} pairs")
-    if not buffer:
-        raise HookError("extra: no CU_LAUNCH_PARAM_BUFFER_POINTER (or it is NULL)")
-    if size is None:
-        raise HookError("extra: no CU_LAUNCH_PARAM_BUFFER_SIZE")
-    return buffer, size
-
-
-# ---- the driver's parameter layouts --------------------------------------------------------------
-
-# Kernel handles from cudart are CUkernels (cuLibrary*), from cuModuleGetFunction CUfunctions;
-# the kernel query is tried first, as the spec of the launch APIs accepts either handle there.
-_PARAM_INFO_NAMES = ("cuKernelGetParamInfo", "cuFuncGetParamInfo")
-_param_info_functions_cache = None
-_layouts: dict[int, tuple[tuple[int, int], ...]] = {}
-
-
-def _load_libcuda():
-    return ctypes.CDLL("libcuda.so.1")
-
-
-def _param_info_functions() -> list:
-    global _param_info_functions_cache
-    functions = _param_info_functions_cache
-    if functions is None:
-        functions = []
-        try:
-            lib = _load_libcuda()
-        except OSError:
-            lib = None
-        for name in _PARAM_INFO_NAMES:
-            # Drivers before 12.4 lack both; the loop then leaves the list empty.
-            function = getattr(lib, name, None) if lib is not None else None
-            if function is None:
-                continue
-            function.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
-                                 ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-            function.restype = ctypes.c_int
-            functions.append(function)
-        _param_info_functions_cache = functions
-    return functions
-
-
-def _query_layout(handle: int) -> tuple[tuple[int, int], ...]:
-    offset, size = ctypes.c_size_t(), ctypes.c_size_t()
-    for function in _param_info_functions():
-        layout = []
-        while len(layout) < _MAX_PARAMS and \
-                function(handle, len(layout), ctypes.byref(offset), ctypes.byref(size)) == 0:
-            layout.append((offset.value, size.value))
-        if layout:
-            return tuple(layout)
-    return ()
-
-
-def driver_param_layout(handle: int) -> list[tuple[int, int]]:
-    """[(offset, size), ...] of a kernel's parameters, from the driver (CUDA 12.4+), or [] when
-    the driver cannot say. Asked once per handle."""
-    handle = int(handle)
-    if not handle:
-        return []
-    layout = _layouts.get(handle)
-    if layout is None:
-        layout = _layouts[handle] = _query_layout(handle)
-    return list(layout)
-
-
-def _clear_param_layouts() -> None:
-    # For the engine when modules are unloaded: a later function may get a freed handle's address.
-    _layouts.clear()
-
-
-driver_param_layout.cache_clear = _clear_param_layouts
+        return f"Params({len(self)} parameters)"
 
 
 class Launch:
     """One kernel launch as a hook sees it.
 
-    Valid only during the hook call: `params` reads the program's own argument memory, which
-    the program may free or reuse as soon as the launch call returns. Keep copies (param.raw,
-    as_int(), ...) rather than the Launch.
+    `params` is valid only during the hook call (clc reuses its memory for later launches);
+    keep the values you need (param.raw, as_int(), ...) rather than the Launch or its Params.
     """
 
     __slots__ = ("handle", "name", "mangled", "grid", "block", "shared_mem", "stream", "device",
-                 "context", "thread", "entry", "ptsz", "_params", "_params_source", "_closed")
+                 "context", "thread", "entry", "ptsz", "params")
 
     def __init__(self, *, name: str = "", mangled: str = "", grid=(1, 1, 1), block=(1, 1, 1),
                  shared_mem: int = 0, stream: int = 0, device: int = 0, context: int = 0,
                  thread: int = 0, entry: str = "cuLaunchKernel", ptsz: bool = False,
-                 handle: int = 0, params=None):
-        """params: a Params, a callable returning one (called on first access), or None."""
+                 handle: int = 0, params=()):
+        """A Launch to call a hook with outside a program (a test of the hook); params is a
+        Params (Params.from_block(layout, bytes)) or a sequence of Param."""
         self.handle = handle
         self.name = name or mangled
         self.mangled = mangled
@@ -561,74 +430,12 @@ class Launch:
         self.thread = thread
         self.entry = entry
         self.ptsz = ptsz
-        self._closed = False
-        if params is None or isinstance(params, Params):
-            self._params, self._params_source = params, None
-        else:
-            self._params, self._params_source = None, params
-
-    @classmethod
-    def from_query(cls, *, handle: int, ctx: int, device: int, entry: int, tid: int,
-                   mangled: str, demangled: str, grid, block, shared_mem: int, stream: int,
-                   params_addr: int = 0, extra_addr: int = 0, layout=None) -> Launch:
-        """A Launch from the fields of the shim's clc_kernel_query. entry is CLC_ENTRY_*
-        (with CLC_ENTRY_PTSZ); layout is [(offset, size), ...] or a callable returning one, by
-        default the driver's for `handle`. Argument memory is kernelParams when params_addr is
-        not 0, else extra."""
-        gx, gy, gz = grid
-        bx, by, bz = block
-        return cls.from_fields(mangled, demangled, layout,
-                               (handle, ctx, device, entry, gx, gy, gz, bx, by, bz, shared_mem,
-                                tid, stream, params_addr, extra_addr))
-
-    @classmethod
-    def from_fields(cls, mangled: str, demangled: str, layout, fields) -> Launch:
-        """from_query for the engine's hot path: `fields` is the query as the engine unpacked
-        it, (handle, ctx, device, entry, gx, gy, gz, bx, by, bz, shared_mem, tid, stream,
-        params_addr, extra_addr), and each attribute is made from it only when a hook reads
-        it: an every_launch hook pays for this at every launch."""
-        launch = _FieldsLaunch.__new__(_FieldsLaunch)
-        launch._names = (mangled, demangled)
-        launch._fields = fields
-        launch._params = None
-        launch._params_source = (layout, fields[13], fields[14])
-        launch._closed = False
-        return launch
-
-    @property
-    def params(self) -> Params:
-        params = self._params
-        if params is None:
-            source = self._params_source
-            if source is None:
-                params = Params()
-            elif type(source) is tuple:  # from_query's (layout, params_addr, extra_addr)
-                layout, params_addr, extra_addr = source
-                if layout is None:
-                    handle = self.handle
-
-                    def layout():
-                        return driver_param_layout(handle)
-                params = Params.from_kernel_params(layout, params_addr) if params_addr else \
-                    Params.from_extra(layout, extra_addr)
-            else:
-                params = source()
-            self._params = params
-            if self._closed:
-                params.close()
-        return params
+        self.params = params if isinstance(params, Params) else Params(params)
 
     @property
     def base(self) -> str:
         """The kernel's name without return type and parameters (`vecAdd`)."""
         return base_name(self.name)
-
-    def close(self) -> None:
-        """Called by clc when the launch call goes on: later reads of params raise HookError
-        instead of reading memory the program may have freed."""
-        self._closed = True
-        if self._params is not None:
-            self._params.close()
 
     def __repr__(self) -> str:
         return (f"Launch({self.name!r}, grid={tuple(self.grid)}, block={tuple(self.block)}, "
@@ -636,31 +443,64 @@ class Launch:
                 f"entry={self.entry!r}{', ptsz' if self.ptsz else ''})")
 
 
-class _FieldsLaunch(Launch):
-    """A Launch whose attributes come from the engine's unpacked query when first read."""
+def _field(unpacker, at):
+    return property(lambda self: unpacker.unpack_from(self._blob, at)[0])
 
-    __slots__ = ("_names", "_fields")
 
-    handle = property(lambda self: self._fields[0])
-    context = property(lambda self: self._fields[1])
-    device = property(lambda self: self._fields[2])
+class QueryLaunch(Launch):
+    """A Launch read from the shim's query (clc_kernel_query and the argument bytes after it,
+    as one bytes object): each field is unpacked when a hook reads it. The engine keeps a few
+    per kernel and reuses them (launch_view), so that a hook asked at every launch costs no
+    allocation beyond the bytes."""
+
+    __slots__ = ("_blob", "_names", "_args", "refs")
+
+    handle = _field(_U64, 0)
+    context = _field(_U64, 8)
+    device = _field(_I32, 16)
+    shared_mem = _field(_U32, 64)
+    thread = _field(_U32, 68)
+    stream = _field(_U64, 72)
     mangled = property(lambda self: self._names[0])
     name = property(lambda self: self._names[1] or self._names[0])
-    grid = property(lambda self: tuple.__new__(Dim3, self._fields[4:7]))
-    block = property(lambda self: tuple.__new__(Dim3, self._fields[7:10]))
-    shared_mem = property(lambda self: self._fields[10])
-    thread = property(lambda self: self._fields[11])
-    stream = property(lambda self: self._fields[12])
-    ptsz = property(lambda self: bool(self._fields[3] & abi.ENTRY_PTSZ))
+    grid = property(lambda self: tuple.__new__(Dim3, _DIM.unpack_from(self._blob, 40)))
+    block = property(lambda self: tuple.__new__(Dim3, _DIM.unpack_from(self._blob, 52)))
+    ptsz = property(lambda self: bool(_U32.unpack_from(self._blob, 20)[0] & abi.ENTRY_PTSZ))
 
     @property
     def entry(self):
-        api = self._fields[3] & ~abi.ENTRY_PTSZ
+        api = _U32.unpack_from(self._blob, 20)[0] & ~abi.ENTRY_PTSZ
         return _ENTRY_NAMES.get(api) or f"entry {api}"
+
+    def __init__(self, mangled: str, demangled: str, layout):
+        """A reusable Launch of one kernel: set(blob) before each hook call, clear() after."""
+        self._names = (mangled, demangled)
+        self._blob = None
+        self._args = _Args(None, _HEAD)
+        self.params = Params.over(layout, self._args)
+
+    def set(self, blob: bytes) -> None:
+        self._blob = blob
+        args = self._args
+        args.blob = blob
+        status = args.status = blob[_STATUS_AT]
+        args.limit = len(blob) if not status else -1
+
+    def clear(self) -> None:
+        """After the hook: its params refuse reads (the fields stay readable)."""
+        self._args.blob = None
+
+    @staticmethod
+    def from_query(blob: bytes, mangled: str = "", demangled: str = "", layout=()) -> QueryLaunch:
+        """A QueryLaunch over one query block (clc_kernel_query, then args_size bytes)."""
+        launch = QueryLaunch(mangled, demangled, layout)
+        launch.set(blob)
+        return launch
 
 
 # ---- hooks ---------------------------------------------------------------------------------------
 
+_perf_ns = time.perf_counter_ns
 _MODE_NAMES = {abi.MODE_CACHED: "cached", abi.MODE_PER_SHAPE: "per_shape",
                abi.MODE_EVERY_LAUNCH: "every_launch"}
 
@@ -670,6 +510,9 @@ class Hook:
 
     calls, total_ns, max_ns and last_ns are the time spent in the function (perf_counter_ns).
     """
+
+    __slots__ = ("fn", "name", "file", "kernel", "kernel_regex", "every_launch", "per_shape",
+                 "_rule", "_matches", "calls", "total_ns", "max_ns", "last_ns")
 
     def __init__(self, fn, name: str, *, kernel=None, kernel_regex: str | None = None,
                  every_launch: bool = False, per_shape: bool = False, file: str = ""):
@@ -715,13 +558,13 @@ class Hook:
 
     def call(self, launch: Launch) -> HookDecision | None:
         """The function's answer; its exceptions propagate (clc reports them)."""
-        start = time.perf_counter_ns()
+        start = _perf_ns()
         try:
             result = self.fn(launch)
         finally:
             # Unlocked: under the GIL a rare lost update of a statistic is cheaper than a lock
             # on every call.
-            elapsed = time.perf_counter_ns() - start
+            elapsed = _perf_ns() - start
             self.calls += 1
             self.total_ns += elapsed
             self.last_ns = elapsed

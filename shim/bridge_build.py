@@ -31,7 +31,6 @@ ffibuilder.cdef(_abi_declarations())
 ffibuilder.embedding_api(
     """
     int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out);
-    int clc_bridge_launch(const clc_kernel_query *q, clc_outcome *out);
     int clc_bridge_module(const clc_module_event *ev);
     int clc_bridge_exit(void);
     """
@@ -84,6 +83,40 @@ __attribute__((visibility("default"))) int clc_bridge_start(const char *executab
     PyEval_SaveThread(); /* the GIL is taken per call by the bridge's entry points */
     return 0;
 }
+
+/* A launch of a kernel asked about per shape or at every launch: the hot one of the four
+ * entry points, so written against Python's C API rather than through cffi (which makes a
+ * cdata per argument and a buffer to read the query through). The query and the arguments
+ * after it become one bytes object; clc.engine.bridge_launch returns the clc_outcome's 24
+ * bytes, or None when it cannot answer. Only called for kernels the engine already decided
+ * through clc_bridge_decide, so the cffi embedding (and clc.engine) is initialized. */
+static PyObject *clc_launch_fn;
+
+__attribute__((visibility("default"))) int clc_bridge_launch(const clc_kernel_query *q,
+                                                             clc_outcome *out) {
+    int rc = -1;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (!clc_launch_fn) {
+        PyObject *engine = PyImport_ImportModule("clc.engine");
+        if (engine) {
+            clc_launch_fn = PyObject_GetAttrString(engine, "bridge_launch");
+            Py_DECREF(engine);
+        }
+    }
+    PyObject *blob = clc_launch_fn ? PyBytes_FromStringAndSize(
+                                         (const char *)q, sizeof *q + q->args_size)
+                                   : NULL;
+    PyObject *answer = blob ? PyObject_CallOneArg(clc_launch_fn, blob) : NULL;
+    if (answer && PyBytes_Check(answer) && PyBytes_GET_SIZE(answer) == sizeof *out) {
+        memcpy(out, PyBytes_AS_STRING(answer), sizeof *out);
+        rc = 0;
+    }
+    if (PyErr_Occurred()) PyErr_Clear(); /* the engine reports its own errors */
+    Py_XDECREF(answer);
+    Py_XDECREF(blob);
+    PyGILState_Release(gil);
+    return rc;
+}
 """
 
 ffibuilder.set_source("clc._bridge", _START, include_dirs=[str(SHIM)], py_limited_api=False)
@@ -103,10 +136,6 @@ from clc import engine
 @ffi.def_extern(error=-1)
 def clc_bridge_decide(query, out):
     return engine.bridge_decide(ffi, query, out)
-
-@ffi.def_extern(error=-1)
-def clc_bridge_launch(query, out):
-    return engine.bridge_launch(ffi, query, out)
 
 @ffi.def_extern(error=-1)
 def clc_bridge_module(event):

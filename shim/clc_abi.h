@@ -114,16 +114,34 @@ typedef struct clc_decision {
     clc_outcome fallback;
 } clc_decision;
 
+/* One kernel parameter: where it lies in the kernel's parameter block, from the driver
+ * (cuKernelGetParamInfo / cuFuncGetParamInfo, CUDA 12.4 and later). */
+typedef struct clc_param_info {
+    uint32_t offset;
+    uint32_t size;
+} clc_param_info; /* 8 bytes */
+
+/* clc_kernel_query.args_status: whether the argument bytes that follow the query are the
+ * launch's. */
+#define CLC_ARGS_OK 0
+#define CLC_ARGS_NONE 1         /* neither kernelParams nor extra: no arguments */
+#define CLC_ARGS_NULL_ENTRY 2   /* a kernelParams entry is NULL */
+#define CLC_ARGS_BAD_EXTRA 3    /* extra has an unknown key, no END, or no buffer pointer */
+#define CLC_ARGS_NO_MEMORY 4    /* the shim could not allocate the copy */
+#define CLC_ARGS_NO_LAYOUT 5    /* the driver gives no parameter layout (before CUDA 12.4) */
+
 /* What the engine is told at the first sight of a kernel in a context, and at each launch it
  * is asked about (modes PER_SHAPE and EVERY_LAUNCH). The argument pointers are the program's
- * and valid only during the call. */
+ * and valid only during the call. The shim copies the launch's arguments, laid out as the
+ * kernel's parameter block (offsets from `layout`), into the args_size bytes that follow the
+ * query in memory: the engine reads query and arguments as one block. */
 typedef struct clc_kernel_query {
     uint64_t handle;  /* CUfunction or CUkernel as the program passed it */
     uint64_t ctx;     /* current CUcontext */
     int32_t device;   /* device ordinal of ctx, -1 when unknown */
     uint32_t entry;   /* CLC_ENTRY_* of the launch that first showed the kernel */
     uint32_t kernel_id;
-    uint32_t reserved;
+    uint32_t args_status; /* CLC_ARGS_* */
     const char *name; /* mangled name as the driver reports it; never NULL */
     uint32_t grid[3];
     uint32_t block[3];
@@ -132,7 +150,10 @@ typedef struct clc_kernel_query {
     uint64_t stream;
     void **params;  /* kernelParams as passed to the launch, or NULL */
     void **extra;   /* extra as passed to the launch, or NULL */
-} clc_kernel_query;
+    const clc_param_info *layout; /* n_params entries; valid during the call */
+    uint32_t n_params;
+    uint32_t args_size; /* bytes of arguments after the query (an `extra` buffer may be short) */
+} clc_kernel_query; /* 112 bytes */
 
 /* One kernel's counts so far, for the engine (clc_shim_kernel_counts, exported by stage 1). */
 typedef struct clc_kernel_counts {

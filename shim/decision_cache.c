@@ -37,24 +37,131 @@ struct clc_shape_cache {
 
 static inline int in_range(const clc_range *r, uint64_t v) { return v >= r->lo && v <= r->hi; }
 
-static void fill_query(clc_kernel_query *q, const clc_entry *e, uint64_t handle, uint64_t ctx,
-                       int device, const clc_launch_info *l, const char *name) {
+/* The largest parameter block a kernel may have (CUDA 12.1+: 32764 bytes), and the most
+ * parameters asked of the driver. */
+#define ARGS_MAX 32768u
+#define PARAMS_MAX 32768u
+
+/* A kernel's parameter layout from the driver (cudart hands CUkernels, everything else
+ * CUfunctions; each getter refuses the other), malloc'd; NULL and *n = 0 when unknown. */
+static clc_param_info *query_layout(uint64_t handle, uint32_t *n, uint32_t *end) {
+    *n = *end = 0;
+    CUresult (*getters[2])(void *, size_t, size_t *, size_t *) = {
+        (CUresult(*)(void *, size_t, size_t *, size_t *))g_drv.kernel_get_param_info,
+        (CUresult(*)(void *, size_t, size_t *, size_t *))g_drv.func_get_param_info};
+    for (int g = 0; g < 2; g++) {
+        if (!getters[g]) continue;
+        size_t offset, size;
+        uint32_t count = 0, cap = 0;
+        clc_param_info *layout = NULL;
+        while (count < PARAMS_MAX &&
+               getters[g]((void *)(uintptr_t)handle, count, &offset, &size) == CUDA_SUCCESS) {
+            if (offset + size > ARGS_MAX) break; /* not a layout a launch can have */
+            if (count == cap) {
+                cap = cap ? cap * 2 : 16;
+                clc_param_info *grown = realloc(layout, cap * sizeof *layout);
+                if (!grown) break;
+                layout = grown;
+            }
+            layout[count++] = (clc_param_info){(uint32_t)offset, (uint32_t)size};
+            if (offset + size > *end) *end = (uint32_t)(offset + size);
+        }
+        if (count) {
+            *n = count;
+            return layout;
+        }
+        free(layout);
+        *end = 0;
+    }
+    return NULL;
+}
+
+/* Copies a launch's arguments into dst (room for `end` bytes), laid out as the kernel's
+ * parameter block; *size gets the bytes copied. Returns CLC_ARGS_*. */
+static uint32_t pack_args(unsigned char *dst, const clc_param_info *layout, uint32_t n,
+                          uint32_t end, void **params, void **extra, uint32_t *size) {
+    *size = 0;
+    if (params) {
+        if (!layout) return CLC_ARGS_NO_LAYOUT;
+        memset(dst, 0, end);
+        for (uint32_t i = 0; i < n; i++) {
+            if (!params[i]) return CLC_ARGS_NULL_ENTRY;
+            memcpy(dst + layout[i].offset, params[i], layout[i].size);
+        }
+        *size = end;
+        return CLC_ARGS_OK;
+    }
+    if (!extra) return CLC_ARGS_NONE;
+    if (!layout) return CLC_ARGS_NO_LAYOUT;
+    const void *buffer = NULL;
+    size_t have = 0;
+    int k = 0;
+    for (; k < 128 && extra[k] != CU_LAUNCH_PARAM_END; k += 2) {
+        if (extra[k] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buffer = extra[k + 1];
+        else if (extra[k] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[k + 1])
+            have = *(const size_t *)extra[k + 1];
+        else
+            return CLC_ARGS_BAD_EXTRA;
+    }
+    if (k >= 128 || !buffer) return CLC_ARGS_BAD_EXTRA;
+    *size = (uint32_t)(have < end ? have : end);
+    memcpy(dst, buffer, *size);
+    return CLC_ARGS_OK;
+}
+
+/* A query and the launch's arguments after it, as the engine reads them. Small blocks live in
+ * the caller's frame (the out-of-line slow path's), larger ones on the heap. */
+typedef struct {
+    clc_kernel_query *q;
+    void *heap;
+    union {
+        clc_kernel_query q;
+        unsigned char bytes[sizeof(clc_kernel_query) + 512];
+    } small;
+} query_buf;
+
+static clc_kernel_query *fill_query(query_buf *b, const clc_entry *e, uint64_t handle,
+                                    uint64_t ctx, int device, const clc_launch_info *l,
+                                    const char *name, const clc_param_info *layout,
+                                    uint32_t n_params, uint32_t end) {
+    b->heap = NULL;
+    clc_kernel_query *q = &b->small.q;
+    int no_memory = 0;
+    if (end > sizeof b->small.bytes - sizeof *q) {
+        q = b->heap = malloc(sizeof *q + end);
+        if (!q) {
+            q = &b->small.q;
+            no_memory = 1;
+        }
+    }
     *q = (clc_kernel_query){.handle = handle, .ctx = ctx, .device = device,
                             .entry = l->entry_point, .kernel_id = e ? e->kernel_id : 0,
                             .name = name, .grid = {l->grid[0], l->grid[1], l->grid[2]},
                             .block = {l->block[0], l->block[1], l->block[2]},
                             .shared_mem = l->shmem, .tid = clc_tid(),
                             .stream = (uint64_t)(uintptr_t)l->stream, .params = l->params,
-                            .extra = l->extra};
+                            .extra = l->extra, .layout = layout, .n_params = n_params};
+    if (no_memory)
+        q->args_status = CLC_ARGS_NO_MEMORY;
+    else
+        q->args_status = pack_args((unsigned char *)(q + 1), layout, n_params, end, l->params,
+                                   l->extra, &q->args_size);
+    return b->q = q;
 }
+
+static void free_query(query_buf *b) { free(b->heap); }
 
 /* Asks the engine about one launch; the policy's on_error when it cannot answer. */
 static void ask(clc_entry *e, const clc_launch_info *l, clc_outcome *out) {
-    clc_kernel_query q;
-    fill_query(&q, e, e->handle, e->ctx, e->device, l, "");
+    query_buf b;
+    clc_kernel_query *q =
+        fill_query(&b, e, e->handle, e->ctx, e->device, l, "", e->layout, e->n_params,
+                   e->args_end);
     t_in_clc = 1;
-    if (clc_bridge_launch(&q, out) != 0) *out = g_cfg.on_error;
+    if (clc_bridge_launch(q, out) != 0) *out = g_cfg.on_error;
     t_in_clc = 0;
+    free_query(&b);
 }
 
 static int same_shape(const clc_shape *s, const clc_launch_info *l) {
@@ -172,15 +279,19 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     clc_ensure_exit_handler();
     const char *name = clc_kernel_name(handle);
     int device = ctx_device(ctx);
+    uint32_t n_params, end;
+    clc_param_info *layout = query_layout(handle, &n_params, &end);
     clc_decision d;
     memset(&d, 0, sizeof d);
-    clc_kernel_query q;
-    fill_query(&q, NULL, handle, ctx, device, l, name ? name : "<unnamed>");
-    if (clc_bridge_decide(&q, &d) != 0 || d.n_clauses > CLC_MAX_CLAUSES ||
+    query_buf b;
+    clc_kernel_query *q = fill_query(&b, NULL, handle, ctx, device, l,
+                                     name ? name : "<unnamed>", layout, n_params, end);
+    if (clc_bridge_decide(q, &d) != 0 || d.n_clauses > CLC_MAX_CLAUSES ||
         d.mode > CLC_MODE_EVERY_LAUNCH) {
         memset(&d, 0, sizeof d);
         d.fallback = g_cfg.on_error;
     }
+    free_query(&b);
     *answer = d.fallback;
 
     pthread_mutex_lock(&g_insert_lock);
@@ -198,6 +309,10 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
         e->fallback = d.fallback;
         e->n_clauses = 0;
         e->mode = (uint16_t)d.mode;
+        e->layout = layout;
+        e->n_params = n_params;
+        e->args_end = end;
+        layout = NULL; /* the entry's now */
         if (d.n_clauses && d.mode == CLC_MODE_CACHED) {
             e->clauses = malloc(sizeof(clc_clause) * d.n_clauses);
             if (e->clauses) {
@@ -214,6 +329,7 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
                     g_count);
     }
     pthread_mutex_unlock(&g_insert_lock);
+    free(layout); /* another thread's entry won, or the table is full */
     /* The engine answered for this launch: in mode PER_SHAPE that is this shape's answer. */
     if (e && e->mode == CLC_MODE_PER_SHAPE) add_shape(e, l, &d.fallback);
     return e;

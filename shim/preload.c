@@ -145,6 +145,8 @@ int clc_driver_load(void) {
             g_drv.ctx_get_device = driver_sym(h, "cuCtxGetDevice", NULL);
             g_drv.kernel_get_name = driver_sym(h, "cuKernelGetName", NULL);
             g_drv.func_get_name = driver_sym(h, "cuFuncGetName", NULL);
+            g_drv.kernel_get_param_info = driver_sym(h, "cuKernelGetParamInfo", NULL);
+            g_drv.func_get_param_info = driver_sym(h, "cuFuncGetParamInfo", NULL);
             g_drv.event_create = driver_sym(h, "cuEventCreate", NULL);
             g_drv.event_record = driver_sym(h, "cuEventRecord", NULL);
             g_drv.event_record_ptsz = driver_sym(h, "cuEventRecord_ptsz", "cuEventRecord");

@@ -168,6 +168,8 @@ typedef struct {
     CUresult (*ctx_get_device)(CUdevice *);
     CUresult (*kernel_get_name)(const char **, CUkernel);
     CUresult (*func_get_name)(const char **, CUfunction);
+    CUresult (*kernel_get_param_info)(CUkernel, size_t, size_t *, size_t *);
+    CUresult (*func_get_param_info)(CUfunction, size_t, size_t *, size_t *);
     CUresult (*event_create)(CUevent *, unsigned int);
     CUresult (*event_record)(CUevent, CUstream);
     CUresult (*event_record_ptsz)(CUevent, CUstream);
@@ -243,6 +245,8 @@ typedef struct clc_entry {
     /* The rest: shape rules, and counts kept by the slower paths. */
     clc_clause *clauses;                /* n_clauses of them, or NULL */
     struct clc_shape_cache *_Atomic shapes; /* mode CLC_MODE_PER_SHAPE: answers so far */
+    const clc_param_info *layout;       /* the parameters (n_params), or NULL when unknown */
+    uint32_t n_params, args_end;        /* args_end: the parameter block's size in bytes */
     _Atomic uint64_t denied, recorded, timed, graph_nodes, gpu_ns, failed;
 } __attribute__((aligned(64))) clc_entry;
 

@@ -295,6 +295,38 @@ def test_hooks_read_ints_floats_pointers_and_structs_both_ways(run_params, tmp_p
     assert len(got) == len(expected) == 2 * COUNT + 2 + 3
 
 
+def test_arguments_the_driver_would_refuse_are_reported_to_the_hook(clc_run, native, run_native,
+                                                                   tmp_path):
+    # GIVEN a hook asked at every debug_kernel launch that writes down what reading p gives
+    hooks = write_hooks(tmp_path, """\
+        @clc.on_launch(kernel="*debug_kernel*", every_launch=True)
+        def read_p(launch):
+            try:
+                log(launch.grid.x, hex(launch.params[0].as_ptr()))
+            except clc.HookError as e:
+                log(launch.grid.x, str(e))
+    """)
+    # WHEN prog_params also launches it with a NULL kernelParams entry, an extra with an
+    # unknown key and an extra buffer too short for p
+    run = clc_run(ALLOW_ALL, [native["prog_params"], "1", "bad"], options=["--hooks", str(hooks)],
+                  env={"CLC_TEST_OUT": str(tmp_path / "hooks.log")})
+    ok(run)
+    # THEN the three good launches read p, and each bad one gives the hook the reason
+    got = logged(tmp_path / "hooks.log")
+    assert got[:3] == [["1", "0x730000000000"], ["2", "0x730000000100"], ["3", "0x730000000200"]]
+    assert got[3:] == [
+        ["9", "param 0: the launch's kernelParams holds a NULL pointer"],
+        ["9", "param 0: the launch's extra is malformed (an unknown key, no CU_LAUNCH_PARAM_END "
+              "within 64 pairs, or no CU_LAUNCH_PARAM_BUFFER_POINTER)"],
+        ["9", "param 0 (offset 0, 8 bytes) lies beyond the 4-byte argument buffer that `extra` "
+              "gives"],
+    ]
+    # AND the driver answered those launches as it does without clc
+    alone = run_native([native["prog_params"], "1", "bad"])
+    rcs = [(m[1], m[2], int(m[3])) for m in LAUNCH_RE.finditer(alone.stdout)]
+    assert launches(run) == rcs and rcs[-2:] == [(DEBUG, "cuLaunchKernelEx", 1)] * 2
+
+
 def test_argument_reading_survives_a_deny(run_params, tmp_path):
     # A hook that decides on an argument: vecAdd launches with n above 700, in both forms.
     hooks = write_hooks(tmp_path, """\

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * prog_params [COUNT]: launches kernels whose arguments a Python hook reads, in both ways a
+ * prog_params [COUNT [bad]]: launches kernels whose arguments a Python hook reads, in both ways a
  * launch can carry them: `kernelParams` (an array of pointers, one per argument) and `extra`
  * (one buffer packed at the offsets the driver's parameter layout gives). Reaches the driver
  * as cudart does (dlopen + cuGetProcAddress_v2, a fatbin wrapper given to cuLibraryLoadData).
@@ -23,7 +23,11 @@
  *      p = {-9, 0.5, 65536.125}, f = -0.25. structArg is launched by its CUfunction
  *      (cuKernelGetFunction), vecAdd and debug_kernel by their CUkernel as cudart does;
  *   5. debug_kernel 3 times through cuLaunchKernel with kernelParams, grid (i+1,1,1),
- *      block 32, p = 0x730000000000 + i*0x100.
+ *      block 32, p = 0x730000000000 + i*0x100;
+ *   6. only with `bad`: debug_kernel with arguments the driver refuses, grid 9, block 32,
+ *      each after a line `bad <how>`: kernelParams holding NULL (null_entry); extra with an
+ *      unknown key (bad_extra); extra whose buffer says 4 bytes for the 8-byte p (short_extra,
+ *      p = 0x7400000000aa).
  *
  * Output (stdout), besides the getproc lines and the closing fake: lines of common.h:
  *   param <kernel> index=<i> offset=<o> size=<s>
@@ -148,8 +152,9 @@ int main(int argc, char **argv)
     CUfunction f_struct;
     int use_extra;
 
-    if (count < 0) {
-        fprintf(stderr, "usage: %s [COUNT]\n", argv[0]);
+    int bad = argc > 2 && strcmp(argv[2], "bad") == 0;
+    if (count < 0 || (argc > 2 && !bad)) {
+        fprintf(stderr, "usage: %s [COUNT [bad]]\n", argv[0]);
         return 2;
     }
     start_program();
@@ -220,6 +225,27 @@ int main(int argc, char **argv)
         printf("arg %s form=params handle=kernel grid=%ld block=32 p=0x%llx\n", K_DEBUG, i + 1,
                (unsigned long long)p);
         launch(K_DEBUG, (CUfunction)k_debug, k_debug, 0, (unsigned)(i + 1), 32, args, 1);
+    }
+
+    if (bad) {
+        CUlaunchConfig cfg = {.gridDimX = 9, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+                              .blockDimY = 1, .blockDimZ = 1};
+        void *null_args[] = {NULL};
+        printf("bad null_entry\n");
+        report_launch(K_DEBUG, "cuLaunchKernel",
+                      g_launch((CUfunction)k_debug, 9, 1, 1, 32, 1, 1, 0, NULL, null_args, NULL));
+        CUdeviceptr p = 0x7400000000aaull;
+        size_t size = sizeof p, short_size = 4;
+        void *unknown_key[] = {(void *)(uintptr_t)7, &p, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                               CU_LAUNCH_PARAM_END};
+        printf("bad bad_extra\n");
+        report_launch(K_DEBUG, "cuLaunchKernelEx",
+                      g_launch_ex(&cfg, (CUfunction)k_debug, NULL, unknown_key));
+        void *short_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &p, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                               &short_size, CU_LAUNCH_PARAM_END};
+        printf("bad short_extra\n");
+        report_launch(K_DEBUG, "cuLaunchKernelEx",
+                      g_launch_ex(&cfg, (CUfunction)k_debug, NULL, short_extra));
     }
 
     print_fake_counts();

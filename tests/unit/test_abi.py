@@ -29,6 +29,8 @@ SCALARS = {
 MIRRORS = {
     "REPLACEMENT": "clc_replacement",
     "LAUNCH_ARG": "clc_launch_arg",
+    "KERNEL_QUERY": "clc_kernel_query",
+    "PARAM_INFO": "clc_param_info",
     "CAPTURE_HEADER": "clc_capture_header",
     "RECORD_HEADER": "clc_record_header",
     **{name: "clc_rec_" + name[len("REC_"):-len("_BODY")].lower()
@@ -128,7 +130,7 @@ def layout_of_python(st):
 
 def same_layout(py_codes, c_codes):
     """Whether the Python codes spell the C layout; Python may skip a reserved field as pad
-    bytes or read it as any integer of its size."""
+    bytes or read it as any integer of its size, and reads pointers as uint64."""
     i = 0
     for c in c_codes:
         if isinstance(c, tuple):
@@ -141,7 +143,8 @@ def same_layout(py_codes, c_codes):
                 i += 1
                 continue
             return False
-        if i >= len(py_codes) or py_codes[i] != c:
+        # a pointer is read as the 8-byte integer it is on LP64
+        if i >= len(py_codes) or py_codes[i] != c and (c, py_codes[i]) != ("P", "Q"):
             return False
         i += 1
     return i == len(py_codes)
@@ -206,7 +209,7 @@ def test_name_dicts_cover_exactly_the_headers_values(prefix, dict_name, defines)
 def test_every_record_struct_is_mirrored(structs):
     c_records = {n for n in structs if n.startswith("clc_rec_")}
     c_records |= {"clc_capture_header", "clc_record_header", "clc_replacement",
-                  "clc_launch_arg"}
+                  "clc_launch_arg", "clc_kernel_query", "clc_param_info"}
     assert set(MIRRORS.values()) == c_records
 
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import types
 
 import pytest
 
@@ -19,7 +18,7 @@ from clc import abi, hooks
 from clc.cuda_errors import CUDA_ERRORS
 from clc.hooks import (
     Dim3, ExitStats, Hook, HookDecision, HookError, HookLoadError, KernelStats, Launch, Param,
-    Params, driver_param_layout, load_hook_file, resolve_hook_ref,
+    Params, load_hook_file, resolve_hook_ref,
 )
 from clc.policy import KernelInfo, Outcome, parse_policy
 
@@ -55,7 +54,8 @@ def test_import_clc_loads_no_hook_machinery_and_only_the_standard_library():
 
 def test_package_re_exports_the_hook_api():
     # GIVEN the names a hook file uses
-    for name in ("on_launch", "on_exit", "allow", "deny", "wrap", "Launch", "HookError"):
+    for name in ("on_launch", "on_exit", "allow", "deny", "wrap", "Launch", "Params", "Param",
+                 "HookError"):
         # THEN clc gives clc.hooks' objects, and lists them
         assert getattr(clc, name) is getattr(hooks, name)
         assert name in clc.__all__ and name in dir(clc)
@@ -302,33 +302,26 @@ def make_value(ctype, value):
     return ctype(*value) if isinstance(value, tuple) else ctype(value)
 
 
-class KernelParamsForm:
-    """A real `void *kernelParams[]`: one pointer per argument, each to its own ctypes value."""
-
-    def __init__(self):
-        self.values = [make_value(ctype, value) for _, ctype, value in ARGS]
-        self.array = (ctypes.c_void_p * len(ARGS))(*[ctypes.addressof(v) for v in self.values])
-
-    def params(self, layout=LAYOUT):
-        return Params.from_kernel_params(layout, ctypes.addressof(self.array))
+BLOCK = bytes(Block(*[make_value(ctype, value) for _, ctype, value in ARGS]))
 
 
-class ExtraForm:
-    """A real `void *extra[]`: BUFFER_POINTER, the packed block, BUFFER_SIZE, &size, END."""
-
-    def __init__(self, size=None):
-        self.block = Block(*[make_value(ctype, value) for _, ctype, value in ARGS])
-        self.size = ctypes.c_size_t(ctypes.sizeof(Block) if size is None else size)
-        self.array = (ctypes.c_void_p * 5)(1, ctypes.addressof(self.block),
-                                           2, ctypes.addressof(self.size), 0)
-
-    def params(self, layout=LAYOUT):
-        return Params.from_extra(layout, ctypes.addressof(self.array))
+def query(args=BLOCK, *, status=abi.ARGS_OK, entry=abi.ENTRY_LAUNCH, layout=LAYOUT):
+    """A query block as the shim hands it to the engine: clc_kernel_query, then the launch's
+    argument bytes laid out as the kernel's parameter block."""
+    head = abi.KERNEL_QUERY.pack(0x1234, 0x5000, 1, entry, 3, status, 0, 1024, 2, 1, 256, 1, 1,
+                                 4096, 4242, 0x77, 0, 0, 0, len(layout), len(args))
+    return head + args
 
 
-@pytest.fixture(params=[KernelParamsForm, ExtraForm], ids=["kernelParams", "extra"])
-def form(request):
-    return request.param()
+def make_launch(blob=None, layout=LAYOUT, **kwargs):
+    return hooks.QueryLaunch.from_query(
+        query(**kwargs) if blob is None else blob, "_Z6vecAddPKfS0_Pfi",
+        "vecAdd(float const*, float const*, float*, int)", layout)
+
+
+@pytest.fixture
+def params():
+    return make_launch().params
 
 
 def test_layout_matches_the_c_struct_layout():
@@ -338,9 +331,8 @@ def test_layout_matches_the_c_struct_layout():
     assert dict(zip([n for n, _, _ in ARGS], LAYOUT))["f64"][0] % 8 == 0
 
 
-def test_integer_readers_in_both_forms(form):
-    # GIVEN the arguments of a launch, in kernelParams or extra form
-    params = form.params()
+def test_integer_readers(params):
+    # GIVEN the arguments of a launch
     by_name = {name: params[i] for i, (name, _, _) in enumerate(ARGS)}
     # THEN signed and unsigned integers of each size read back
     assert by_name["i8"].as_int() == -5 and by_name["u8"].as_uint() == 250
@@ -351,9 +343,8 @@ def test_integer_readers_in_both_forms(form):
     assert by_name["u64"].as_int() == 2**63 + 5 - 2**64
 
 
-def test_float_pointer_and_struct_readers_in_both_forms(form):
-    # GIVEN the arguments of a launch, in kernelParams or extra form
-    params = form.params()
+def test_float_pointer_and_struct_readers(params):
+    # GIVEN the arguments of a launch
     by_name = {name: params[i] for i, (name, _, _) in enumerate(ARGS)}
     # THEN floats, doubles and pointers read back
     assert by_name["f32"].as_float() == 1.5 and by_name["f64"].as_float() == -2.25
@@ -367,28 +358,37 @@ def test_float_pointer_and_struct_readers_in_both_forms(form):
     assert by_name["pair"].raw == bytes(Pair(7, 0.5, 3.25))
 
 
-def test_params_is_a_sequence(form):
+def test_params_is_a_sequence(params):
     # GIVEN the arguments of a launch
-    params = form.params()
     # THEN len, indexing (negative too), slicing and iteration work
     assert len(params) == len(ARGS)
     assert [p.index for p in params] == list(range(len(ARGS)))
     assert [(p.offset, p.size) for p in params] == LAYOUT
     assert params[-1] is params[len(ARGS) - 1]
     assert [p.index for p in params[1:3]] == [1, 2]
-    with pytest.raises(IndexError, match=f"param {len(ARGS)} out of range"):
+    with pytest.raises(IndexError):
         params[len(ARGS)]
+
+
+def test_params_from_a_block_for_tests_of_a_hook():
+    # GIVEN a parameter block in hand (a user's test of their hook)
+    params = Params.from_block(LAYOUT, BLOCK)
+    # THEN it reads as a launch's do
+    assert params[2].as_int() == -300 and params[-2].as_struct("ifd") == (7, 0.5, 3.25)
+    launch = Launch(name="k", grid=(2, 1, 1), params=params)
+    assert launch.params[0].as_int() == -5 and launch.grid.blocks == 2
+    assert len(Launch(name="k").params) == 0
 
 
 @pytest.mark.parametrize("name,reader,fragment", [
     ("pair", "as_int", "the parameter is 16 bytes; integers are 1, 2, 4 or 8 bytes"),
+    ("pair", "as_uint", "the parameter is 16 bytes; integers are 1, 2, 4 or 8 bytes"),
     ("i16", "as_float", "the parameter is 2 bytes; a float is 4 bytes and a double 8"),
     ("i32", "as_ptr", "the parameter is 4 bytes; a pointer is 8 bytes"),
 ])
-def test_readers_refuse_wrong_sizes(name, reader, fragment):
+def test_readers_refuse_wrong_sizes(params, name, reader, fragment):
     # GIVEN an argument of one size
-    args = KernelParamsForm()  # kept alive: the Params read its memory
-    param = args.params()[[n for n, _, _ in ARGS].index(name)]
+    param = params[[n for n, _, _ in ARGS].index(name)]
     # WHEN it is read as a value of another size
     with pytest.raises(HookError) as caught:
         getattr(param, reader)()
@@ -396,10 +396,9 @@ def test_readers_refuse_wrong_sizes(name, reader, fragment):
     assert fragment in str(caught.value)
 
 
-def test_as_struct_names_both_sizes_when_they_differ():
+def test_as_struct_names_both_sizes_when_they_differ(params):
     # GIVEN a 16-byte struct argument
-    args = KernelParamsForm()  # kept alive: the Params read its memory
-    param = args.params()[[n for n, _, _ in ARGS].index("padded")]
+    param = params[[n for n, _, _ in ARGS].index("padded")]
     # WHEN it is unpacked without its padding
     with pytest.raises(HookError) as caught:
         param.as_struct("cd")
@@ -409,90 +408,45 @@ def test_as_struct_names_both_sizes_when_they_differ():
         param.as_struct("q?Z")
 
 
-def test_extra_param_beyond_the_buffer_size_is_an_error():
-    # GIVEN an extra buffer that says it is shorter than the layout
-    args = ExtraForm(size=8)  # kept alive: the Params read its memory
-    params = args.params()
-    # THEN the arguments inside it read, and one past its end is refused
-    assert params[0].as_int() == -5
-    with pytest.raises(HookError, match="beyond the 8-byte argument buffer"):
+def test_a_short_extra_buffer_reads_what_it_holds():
+    # GIVEN the shim's copy of an extra buffer that says it is 8 bytes long
+    params = make_launch(query(BLOCK[:8])).params
+    # THEN the arguments inside it read, and one past its end is refused with the sizes
+    assert params[0].as_int() == -5 and params[3].as_uint() == 65000
+    with pytest.raises(HookError, match=r"param 12 \(offset \d+, 16 bytes\) lies beyond the "
+                       "8-byte argument buffer that `extra` gives"):
         params[len(ARGS) - 1].raw
 
 
-def test_extra_with_an_unknown_key_is_an_error():
-    # GIVEN an extra array with a key that cuda.h does not define
-    size = ctypes.c_size_t(4)
-    value = ctypes.c_int(3)
-    array = (ctypes.c_void_p * 5)(7, ctypes.addressof(value), 2, ctypes.addressof(size), 0)
-    params = Params.from_extra([(0, 4)], ctypes.addressof(array))
-    # WHEN an argument is read
-    # THEN the walk stops with the key
-    with pytest.raises(HookError, match="unknown key 0x7"):
-        params[0].raw
-
-
-def test_null_arguments_give_empty_params_without_asking_the_layout():
-    # GIVEN a layout that counts how often it is asked
-    asked = []
-
-    def layout():
-        asked.append(1)
-        return LAYOUT
-    # WHEN the argument arrays are NULL
-    # THEN the Params are empty and the layout was never asked
-    assert len(Params.from_kernel_params(layout, 0)) == 0
-    assert list(Params.from_extra(layout, 0)) == []
-    assert asked == []
-
-
-def test_a_null_kernel_params_entry_is_an_error():
-    # GIVEN kernelParams whose entry is NULL
-    array = (ctypes.c_void_p * 1)(0)
-    params = Params.from_kernel_params([(0, 4)], ctypes.addressof(array))
-    # THEN reading it says so rather than reading address 0
-    with pytest.raises(HookError, match=r"kernelParams\[0\] is NULL"):
+@pytest.mark.parametrize("status,fragment", [
+    (abi.ARGS_NULL_ENTRY, "param 0: the launch's kernelParams holds a NULL pointer"),
+    (abi.ARGS_BAD_EXTRA, "param 0: the launch's extra is malformed (an unknown key"),
+    (abi.ARGS_NONE, "param 0: the launch passed neither kernelParams nor extra"),
+    (abi.ARGS_NO_MEMORY, "could not allocate"),
+])
+def test_arguments_the_shim_could_not_copy_say_why(status, fragment):
+    # GIVEN a query whose arguments the shim could not copy
+    params = make_launch(query(b"", status=status)).params
+    # THEN the layout is still known, and reading any argument gives the reason
+    assert len(params) == len(ARGS)
+    with pytest.raises(HookError) as caught:
         params[0].as_int()
-
-
-def test_param_bytes_are_read_once():
-    # GIVEN a Params over a reader that counts its reads
-    reads = []
-
-    def fetch(index, offset, size):
-        reads.append(index)
-        return struct.pack("<i", 42)
-    params = Params([(0, 4), (4, 4)], fetch)
-    # WHEN one argument is read several ways
-    assert params[0].as_int() == 42 and params[0].as_uint() == 42 and params[0].raw
-    # THEN memory was read once, and only for that argument
-    assert reads == [0]
+    assert fragment in str(caught.value)
 
 
 def test_param_from_bytes():
     # GIVEN bytes already in hand
-    param = Param.from_bytes(struct.pack("<d", 0.25), index=2)
+    param = Param.from_bytes(struct.pack("<d", 0.25), index=2, offset=8)
     # THEN the readers work on them
     assert param.as_float() == 0.25 and param.size == 8 and param.index == 2
-    assert repr(param) == "Param(index=2, offset=0, size=8)"
+    assert param.raw == struct.pack("<d", 0.25)
+    assert repr(param) == "Param(index=2, offset=8, size=8)"
 
 
 # ---- launches ---------------------------------------------------------------------------------
 
-def make_launch(form_or_none=None, layout=LAYOUT, entry=abi.ENTRY_LAUNCH):
-    params_addr = extra_addr = 0
-    if isinstance(form_or_none, KernelParamsForm):
-        params_addr = ctypes.addressof(form_or_none.array)
-    elif isinstance(form_or_none, ExtraForm):
-        extra_addr = ctypes.addressof(form_or_none.array)
-    return Launch.from_query(
-        handle=0x1234, ctx=0x5000, device=1, entry=entry, tid=4242,
-        mangled="_Z6vecAddPKfS0_Pfi", demangled="vecAdd(float const*, float const*, float*, int)",
-        grid=(1024, 2, 1), block=(256, 1, 1), shared_mem=4096, stream=0x77,
-        params_addr=params_addr, extra_addr=extra_addr, layout=layout)
-
-
 def test_launch_fields_from_a_query():
-    # WHEN a Launch is made from the fields of the shim's query
+    # WHEN a Launch is made from the shim's query
     launch = make_launch(entry=abi.ENTRY_LAUNCH_EX | abi.ENTRY_PTSZ)
     # THEN every field reads naturally
     assert launch.name == "vecAdd(float const*, float const*, float*, int)"
@@ -504,8 +458,10 @@ def test_launch_fields_from_a_query():
         (4096, 0x77, 1, 0x5000, 4242)
     assert launch.entry == "cuLaunchKernelEx" and launch.ptsz
     assert launch.handle == 0x1234
-    assert len(launch.params) == 0  # neither argument array given
+    assert len(launch.params) == len(ARGS) and launch.params[0].as_int() == -5
     assert "vecAdd" in repr(launch) and "ptsz" in repr(launch)
+    # AND a kernel whose layout the driver does not give has no params
+    assert len(make_launch(layout=[]).params) == 0
 
 
 @pytest.mark.parametrize("entry", sorted(abi.ENTRY_NAMES))
@@ -517,60 +473,22 @@ def test_launch_entry_names(entry):
     assert make_launch(entry=entry | abi.ENTRY_PTSZ).ptsz
 
 
-def test_launch_reads_either_argument_form(form):
-    # GIVEN a launch whose arguments came as kernelParams or as extra
-    launch = make_launch(form)
-    # THEN params reads them
-    assert launch.params[0].as_int() == -5
-    assert launch.params[len(ARGS) - 2].as_struct("ifd") == (7, 0.5, 3.25)
-
-
-def test_params_cost_nothing_until_a_hook_reads_them(monkeypatch):
-    # GIVEN a launch whose layout and memory reads are counted
-    asked = []
-    reads = []
-    real_string_at = ctypes.string_at
-
-    def layout():
-        asked.append(1)
-        return LAYOUT
-
-    def string_at(address, size=-1):
-        reads.append(address)
-        return real_string_at(address, size)
-    monkeypatch.setattr(ctypes, "string_at", string_at)
-    args = KernelParamsForm()
-    hook = Hook(lambda launch: clc.allow() if launch.grid.blocks < 10**6 else None, "t.py:h")
-    # WHEN a hook that never touches params decides it
-    launch = make_launch(args, layout=layout)
-    assert hook.call(launch) == clc.allow()
-    # THEN neither the layout nor any argument was read
-    assert asked == [] and reads == []
-    # WHEN a hook reads one argument twice
-    reader = Hook(lambda launch: launch.params[2].as_int() and launch.params[2].as_int() and None,
-                  "t.py:r")
-    reader.call(launch)
-    # THEN the layout was asked once and one argument was read once
-    assert asked == [1] and len(reads) == 1
-
-
-def test_closed_launch_refuses_new_reads():
-    # GIVEN a launch whose hook kept a reference after the call
-    args = KernelParamsForm()  # kept alive: the Launch reads its memory
-    launch = make_launch(args)
+def test_cleared_launch_refuses_reads_and_a_reused_one_reads_the_new_launch():
+    # GIVEN a launch whose hook kept a Param after the call
+    launch = make_launch()
     first = launch.params[0]
-    assert first.as_int() == -5
-    # WHEN clc closes it (the launch call went on)
-    launch.close()
-    # THEN what was read stays readable, and nothing new is read from the program's memory
-    assert first.as_int() == -5
+    value = first.as_int()
+    # WHEN clc clears it (the launch call went on)
+    launch.clear()
+    # THEN the value read stays, the fields stay readable, and the params refuse new reads
+    assert value == -5 and launch.grid.blocks == 2048
+    with pytest.raises(HookError, match="valid only during the hook call"):
+        first.as_int()
     with pytest.raises(HookError, match="valid only during the hook call"):
         launch.params[1].raw
-    # AND a Launch closed before its params were built refuses them too
-    other = make_launch(args)
-    other.close()
-    with pytest.raises(HookError, match="valid only during the hook call"):
-        other.params[0].raw
+    # AND set() with the next launch's query reads that one
+    launch.set(query(struct.pack("<b", 9) + BLOCK[1:]))
+    assert launch.params[0].as_int() == 9
 
 
 def test_dim3_is_a_tuple():
@@ -900,87 +818,6 @@ def test_resolve_errors(tmp_path, ref, fragment):
         resolve_hook_ref(ref, tmp_path)
     # THEN the message says how
     assert fragment in str(caught.value)
-
-
-# ---- the driver's parameter layouts --------------------------------------------------------------
-
-PARAM_INFO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
-                              ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
-
-
-def fake_param_info(layouts, calls, name):
-    """A C-callable stand-in for cu{Kernel,Func}GetParamInfo over {handle: layout}."""
-    def info(handle, index, offset, size):
-        calls.append((name, handle, index))
-        layout = layouts.get(handle, [])
-        if index >= len(layout):
-            return 1  # CUDA_ERROR_INVALID_VALUE
-        offset[0], size[0] = layout[index]
-        return 0
-    return PARAM_INFO(info)
-
-
-@pytest.fixture
-def fake_driver(monkeypatch):
-    """Installs a fake libcuda; returns a function that sets what it exports."""
-    calls = []
-    monkeypatch.setattr(hooks, "_layouts", {})
-
-    def install(kernel_layouts=None, function_layouts=None, missing=False):
-        monkeypatch.setattr(hooks, "_param_info_functions_cache", None)
-        exports = {}
-        if kernel_layouts is not None:
-            exports["cuKernelGetParamInfo"] = fake_param_info(kernel_layouts, calls, "kernel")
-        if function_layouts is not None:
-            exports["cuFuncGetParamInfo"] = fake_param_info(function_layouts, calls, "func")
-
-        def load():
-            if missing:
-                raise OSError("libcuda.so.1: cannot open shared object file")
-            return types.SimpleNamespace(**exports)
-        monkeypatch.setattr(hooks, "_load_libcuda", load)
-        return calls
-    return install
-
-
-def test_driver_layout_from_the_kernel_query_first(fake_driver):
-    # GIVEN a driver that knows the handle as a CUkernel
-    calls = fake_driver({0x10: [(0, 8), (8, 4)]}, {0x10: [(0, 1)]})
-    # WHEN the layout is asked twice
-    # THEN it comes from cuKernelGetParamInfo, asked until the first failing index, once
-    assert driver_param_layout(0x10) == [(0, 8), (8, 4)]
-    assert driver_param_layout(0x10) == [(0, 8), (8, 4)]
-    assert calls == [("kernel", 0x10, 0), ("kernel", 0x10, 1), ("kernel", 0x10, 2)]
-
-
-def test_driver_layout_falls_back_to_the_function_query(fake_driver):
-    # GIVEN a driver that knows the handle only as a CUfunction
-    calls = fake_driver({}, {0x20: [(0, 4)]})
-    # THEN the function query gives it
-    assert driver_param_layout(0x20) == [(0, 4)]
-    assert ("kernel", 0x20, 0) in calls and ("func", 0x20, 1) in calls
-
-
-def test_driver_layout_unknown(fake_driver):
-    # GIVEN a driver that knows nothing of the handle, then one without the queries, then none
-    fake_driver({}, {})
-    assert driver_param_layout(0x30) == []
-    fake_driver()
-    assert driver_param_layout(0x31) == []
-    fake_driver({0x32: [(0, 4)]}, missing=True)
-    assert driver_param_layout(0x32) == []
-    # AND a NULL handle is never passed to the driver
-    assert driver_param_layout(0) == []
-
-
-def test_launch_uses_the_driver_layout_by_default(fake_driver):
-    # GIVEN a driver that knows the launch's kernel
-    args = KernelParamsForm()
-    fake_driver({0x1234: LAYOUT[:3]})
-    # WHEN a Launch is made without a layout
-    launch = make_launch(args, layout=None)
-    # THEN its params follow the driver's layout
-    assert len(launch.params) == 3 and launch.params[2].as_int() == -300
 
 
 # ---- exit statistics -----------------------------------------------------------------------------
