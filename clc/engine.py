@@ -247,7 +247,10 @@ class Engine:
     def wrapping(self):
         if self._wrapping is None:
             from clc.wrapengine import WrapEngine
-            self._wrapping = WrapEngine(self.message)
+            # A policy with wrap rules will build: start loading the toolchain now. Hooks only
+            # may answer clc.wrap(), and most never do.
+            self._wrapping = WrapEngine(self.message, warm=any(
+                rule.action == "wrap" for rule in self.policy.rules))
         return self._wrapping
 
     def resolve_decision(self, kernel, decision):
@@ -470,6 +473,8 @@ class Engine:
 
     def run_exit(self):
         """Once: the on_exit hooks get the counts so far, and each hook's time is reported."""
+        if self._wrapping is not None:
+            self._wrapping.finish_warm_up()
         if self._exited:
             return
         self._exited = True

@@ -143,22 +143,45 @@ _lock = threading.Lock()
 _compiled = {}           # (source, options) -> PTX bytes
 
 
+_load_lock = threading.Lock()
+_loaded = []  # [(nvrtc, nvjitlink)] once both libraries are loaded
+
+
+def _toolchain():
+    """cuda.bindings' NVRTC and nvJitLink modules, their libraries loaded by one thread at a
+    time: the bindings load them at first use, and two threads doing that at once (the
+    warm-up and a first build) were seen to crash inside nvJitLink."""
+    if _loaded:
+        return _loaded[0]
+    with _load_lock:
+        if not _loaded:
+            try:
+                from cuda.bindings import nvrtc
+            except ImportError as e:
+                raise WrapBuildError("wrapping needs cuda-python's NVRTC (pip install "
+                                     f"'clc[wrap]': cuda-bindings and nvidia-cuda-nvrtc): {e}"
+                                     ) from None
+            try:
+                from cuda.bindings import nvjitlink
+            except ImportError as e:
+                raise WrapBuildError("wrapping needs cuda-python's nvJitLink (pip install "
+                                     f"'clc[wrap]': cuda-bindings and nvidia-nvjitlink): {e}"
+                                     ) from None
+            nvrtc.nvrtcVersion()
+            try:
+                nvjitlink.version()
+            except AttributeError:  # older bindings: the first create() loads it
+                pass
+            _loaded.append((nvrtc, nvjitlink))
+    return _loaded[0]
+
+
 def _nvrtc():
-    try:
-        from cuda.bindings import nvrtc
-    except ImportError as e:
-        raise WrapBuildError("wrapping needs cuda-python's NVRTC (pip install 'clc[wrap]': "
-                             f"cuda-bindings and nvidia-cuda-nvrtc): {e}") from None
-    return nvrtc
+    return _toolchain()[0]
 
 
 def _nvjitlink():
-    try:
-        from cuda.bindings import nvjitlink
-    except ImportError as e:
-        raise WrapBuildError("wrapping needs cuda-python's nvJitLink (pip install 'clc[wrap]': "
-                             f"cuda-bindings and nvidia-nvjitlink): {e}") from None
-    return nvjitlink
+    return _toolchain()[1]
 
 
 def toolchain_versions():
@@ -173,8 +196,11 @@ def toolchain_versions():
     return f"{major}.{minor}", link
 
 
-def compile_cuda(source, name, arch, options=()):
-    """PTX (bytes) of CUDA C `source`, relocatable (-rdc), for compute_`arch`."""
+def compile_cuda(source, name, arch, options=(), cache=None):
+    """PTX (bytes) of CUDA C `source`, relocatable (-rdc), for compute_`arch`: kept in memory
+    for the process and, with `cache` (a wrapcache.DiskCache), on disk for later processes, so
+    that NVRTC (whose first call in a process costs a quarter of a second) runs once per
+    source, options and NVRTC version."""
     opts = (f"--gpu-architecture=compute_{arch}", "-rdc=true", "-std=c++17") + tuple(options)
     key = (source, name, opts)
     with _lock:
@@ -183,6 +209,15 @@ def compile_cuda(source, name, arch, options=()):
         return hit
     nvrtc = _nvrtc()
     data = source.encode() if isinstance(source, str) else source
+    disk_key = None
+    if cache is not None:
+        from clc.wrapcache import cache_key
+        disk_key = cache_key("nvrtc-ptx", data, name, "\0".join(opts), toolchain_versions()[0])
+        ptx = cache.get(disk_key)
+        if ptx is not None:
+            with _lock:
+                _compiled[key] = ptx
+            return ptx
     err, prog = nvrtc.nvrtcCreateProgram(data, name.encode(), 0, [], [])
     _nvrtc_check(nvrtc, err, "nvrtcCreateProgram", name)
     try:
@@ -203,7 +238,29 @@ def compile_cuda(source, name, arch, options=()):
     ptx = ptx.rstrip(b"\0")
     with _lock:
         _compiled[key] = ptx
+    if disk_key is not None:
+        cache.put(disk_key, ptx, {"kind": "ptx", "source": name, "arch": f"compute_{arch}"})
     return ptx
+
+
+_WARM_PTX = (b".version 8.0\n.target sm_90\n.address_size 64\n"
+             b".visible .entry clc_warm()\n{\n\tret;\n}\n")
+
+
+def warm_up():
+    """Load and start NVRTC and nvJitLink (a trivial compile and link): their first call in a
+    process costs a few hundred milliseconds, which a thread started early hides behind the
+    program's own start. Never raises."""
+    try:
+        nvrtc = _nvrtc()
+        err, prog = nvrtc.nvrtcCreateProgram(b"__global__ void clc_warm() {}", b"warm.cu", 0,
+                                             [], [])
+        if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=compute_90"])
+            nvrtc.nvrtcDestroyProgram(prog)
+        link([("warm.ptx", _WARM_PTX)], 90, "the warm-up kernel")
+    except Exception:  # the real build reports whatever is wrong
+        pass
 
 
 def _nvrtc_check(nvrtc, err, what, name):
@@ -247,15 +304,17 @@ def _policy_interface(ptx):
     return demo, hooks
 
 
-def runtime_inputs(wrapper, arch, looped=False):
+def runtime_inputs(wrapper, arch, looped=False, cache=None):
     """[(name, PTX)] of the wrapper's device code (runtime.cu, and a user policy's file), for a
-    kernel spliced with the claim loop (looped) or 1:1."""
+    kernel spliced with the claim loop (looped) or 1:1; NVRTC's output kept in `cache` (a
+    DiskCache) when given."""
     runtime = RUNTIME_SOURCE.read_text()
     mode = ("-DCLC_LOOPED",) if looped else ("-DCLC_ENTER",) if wrapper.enter else ()
     if wrapper.source is None:
         return [("clc_runtime.ptx", compile_cuda(runtime, "clc_runtime.cu", arch,
-                                                 wrapper.defines + mode))]
-    policy = compile_cuda(wrapper.source, pathlib.Path(wrapper.name).name, arch, wrapper.defines)
+                                                 wrapper.defines + mode, cache))]
+    policy = compile_cuda(wrapper.source, pathlib.Path(wrapper.name).name, arch, wrapper.defines,
+                          cache)
     demo, hooks = _policy_interface(policy)
     if demo and hooks:
         raise WrapBuildError(f"{wrapper.name} defines both the demo interface ({', '.join(demo)}) "
@@ -280,7 +339,8 @@ def runtime_inputs(wrapper, arch, looped=False):
             if f not in hooks:
                 extra = "" if f == "clc_policy_init" else ", unsigned long long"
                 runtime += f'extern "C" __device__ void {f}(void *s{extra}) {{}}\n'
-    return [("clc_runtime.ptx", compile_cuda(runtime, "clc_runtime.cu", arch, tuple(defines))),
+    return [("clc_runtime.ptx", compile_cuda(runtime, "clc_runtime.cu", arch, tuple(defines),
+                                             cache)),
             (pathlib.Path(wrapper.name).name + ".ptx", policy)]
 
 
@@ -291,17 +351,18 @@ def build_key(ptx, kernel, wrapper, arch):
                      *toolchain_versions())
 
 
-def build(ptx, kernel, wrapper, arch, key=None):
+def build(ptx, kernel, wrapper, arch, key=None, cache=None):
     """Splice `kernel` of `ptx`, link it with `wrapper`'s device code for sm_`arch`: a Built.
     Unwrappable when the splice refuses (or the wrapper needs a loop the body cannot take).
-    `key`: its build_key, when the caller has it already."""
+    `key`: its build_key, when the caller has it already; `cache`: a DiskCache for NVRTC's
+    output."""
     start = time.perf_counter()
     text = ptx_text(ptx)
     spliced = splice(text, kernel, loop=wrapper.loop != "never", enter=wrapper.enter)
     if wrapper.loop == "required" and not spliced.looped:
         raise Unwrappable(f"{wrapper.name} runs the body in a loop, and this kernel's may not "
                           f"loop: {spliced.reason}")
-    inputs = [("kernel.ptx", spliced.ptx)] + runtime_inputs(wrapper, arch, spliced.looped)
+    inputs = [("kernel.ptx", spliced.ptx)] + runtime_inputs(wrapper, arch, spliced.looped, cache)
     limit = None
     if spliced.looped or wrapper.enter:
         # The runtime's claim function needs more registers than a small kernel, and the

@@ -26,7 +26,7 @@ import time
 from clc import abi
 from clc.fatbin import FatbinError, parse_image
 from clc.splice import Unwrappable
-from clc.wrapbuild import WrapBuildError, build, build_key, wrapper_spec
+from clc.wrapbuild import WrapBuildError, build, build_key, warm_up, wrapper_spec
 from clc.wrapcache import DiskCache, LibraryCache
 
 __all__ = ["WrapEngine", "DriverError", "N_SLOTS", "STATS"]
@@ -94,7 +94,7 @@ class _Driver:
 
 
 class WrapEngine:
-    def __init__(self, say):
+    def __init__(self, say, warm=False):
         self._say = say                 # say(level, text)
         self._lock = threading.RLock()
         self._driver = None
@@ -109,6 +109,18 @@ class WrapEngine:
         self._keep = []                 # clc_replacement buffers: the shim reads them
         self.wrapped = []               # (kernel name, wrapper label, key, library handle)
         self.timings = []               # (kernel name, wrapper label, source, ms)
+        self._warm = None
+        if warm:
+            # Made at the program's first load: the toolchain loads while the program goes
+            # on to its first launch. Joined at exit (finish_warm_up): a thread still inside
+            # NVRTC or nvJitLink while the process exits crashes it.
+            self._warm = threading.Thread(target=warm_up, name="clc-warm-up")
+            self._warm.start()
+
+    def finish_warm_up(self):
+        """Wait for the warm-up thread, if one runs (before a build, and at exit)."""
+        if self._warm is not None:
+            self._warm.join()
 
     # ---- loads ------------------------------------------------------------------------------
 
@@ -187,6 +199,7 @@ class WrapEngine:
 
     def cubin(self, ptx, mangled, spec, arch, name=""):
         """(cubin, looped, params, key): from memory, the disk cache, or built now."""
+        self.finish_warm_up()  # the toolchain is the warm-up thread's until it is done
         key = build_key(ptx, mangled, spec, arch)
         with self._lock:
             hit = self._built.get(key)
@@ -203,7 +216,7 @@ class WrapEngine:
             source = "disk cache"
         else:
             try:
-                built = build(ptx, mangled, spec, arch, key)
+                built = build(ptx, mangled, spec, arch, key, disk)
             except Unwrappable as e:
                 with self._lock:
                     self._built[key] = e

@@ -232,6 +232,14 @@ const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_o
     return scratch;
 }
 
+void clc_entry_outcomes(clc_entry *e, void (*fn)(const clc_outcome *, void *), void *arg) {
+    fn(&e->fallback, arg);
+    for (uint32_t i = 0; i < e->n_clauses; i++) fn(&e->clauses[i].outcome, arg);
+    struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_acquire);
+    uint32_t n = c ? atomic_load_explicit(&c->count, memory_order_acquire) : 0;
+    for (uint32_t i = 0; i < n; i++) fn(&c->slots[i].outcome, arg);
+}
+
 const char *clc_kernel_name(uint64_t handle) {
     const char *name = NULL;
     /* cudart hands CUkernels, everything else CUfunctions; each getter refuses the other. */

@@ -745,6 +745,24 @@ CLC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void
     return r;
 }
 
+/* ---- function attributes: kept on wrapped kernels' replacements too ------------------------ */
+
+CLC_EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value) {
+    CLC_REAL_OR_FAIL(cuFuncSetAttribute)
+    CUresult r = real(f, attrib, value);
+    if (r == CUDA_SUCCESS && !t_in_clc && atomic_load_explicit(&g_hot.table, memory_order_acquire))
+        clc_replace_set_attribute((uint64_t)(uintptr_t)f, attrib, value, -1);
+    return r;
+}
+
+CLC_EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel kernel, CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuKernelSetAttribute)
+    CUresult r = real(attrib, value, kernel, dev);
+    if (r == CUDA_SUCCESS && !t_in_clc && atomic_load_explicit(&g_hot.table, memory_order_acquire))
+        clc_replace_set_attribute((uint64_t)(uintptr_t)kernel, attrib, value, dev);
+    return r;
+}
+
 CLC_EXPORT CUresult cuModuleUnload(CUmodule mod) {
     CLC_REAL_OR_FAIL(cuModuleUnload)
     CUresult r = real(mod);

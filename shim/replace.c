@@ -115,3 +115,38 @@ CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigne
     r->extra = r->extra_pairs;
     return CUDA_SUCCESS;
 }
+
+typedef struct {
+    int attrib, value;
+    const clc_replacement *done[8]; /* an entry's outcomes often share one replacement */
+    unsigned n_done;
+} attribute_set;
+
+static void set_on_replacement(const clc_outcome *o, void *arg) {
+    attribute_set *a = arg;
+    if (o->action != CLC_ACTION_REPLACE || !o->replacement) return;
+    const clc_replacement *rep = (const clc_replacement *)(uintptr_t)o->replacement;
+    for (unsigned i = 0; i < a->n_done; i++)
+        if (a->done[i] == rep) return;
+    if (a->n_done < sizeof a->done / sizeof a->done[0]) a->done[a->n_done++] = rep;
+    pfn_cuFuncSetAttribute set = (pfn_cuFuncSetAttribute)clc_real(CLC_SLOT_cuFuncSetAttribute);
+    CUresult r = set ? set((CUfunction)(uintptr_t)rep->function, a->attrib, a->value)
+                     : CUDA_ERROR_NOT_INITIALIZED;
+    if (r != CUDA_SUCCESS) {
+        static _Atomic int said;
+        if (!atomic_exchange(&said, 1))
+            clc_log(CLC_MSG_WARNING,
+                    "function attribute %d = %d, set on a wrapped kernel, could not be set on "
+                    "its replacement (CUresult %d): its launches that need it run the original",
+                    a->attrib, a->value, (int)r);
+    }
+}
+
+void clc_replace_set_attribute(uint64_t handle, int attrib, int value, int device) {
+    CUcontext ctx = NULL;
+    if (!g_drv.ctx_get_current || g_drv.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) return;
+    clc_entry *e = clc_cache_find(handle, (uint64_t)(uintptr_t)ctx);
+    if (!e || (device >= 0 && e->device != device)) return;
+    attribute_set a = {.attrib = attrib, .value = value};
+    clc_entry_outcomes(e, set_on_replacement, &a);
+}

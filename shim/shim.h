@@ -140,6 +140,8 @@ typedef struct {
     X(cuModuleLoadFatBinary, (CUmodule * mod, const void *fatbin))                               \
     X(cuLibraryLoadData, (CUlibrary * lib, const void *code, CLC_LIBRARY_LOAD_OPTS))             \
     X(cuLibraryLoadFromFile, (CUlibrary * lib, const char *path, CLC_LIBRARY_LOAD_OPTS))         \
+    X(cuFuncSetAttribute, (CUfunction f, int attrib, int value))                                 \
+    X(cuKernelSetAttribute, (int attrib, int value, CUkernel kernel, CUdevice dev))              \
     X(cuModuleUnload, (CUmodule mod))                                                            \
     X(cuLibraryUnload, (CUlibrary lib))                                                          \
     X(cuCtxDestroy_v2, (CUcontext ctx))                                                          \
@@ -201,6 +203,9 @@ typedef struct {
 CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *rep, unsigned gx, unsigned gy,
                            unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                            void **params, void **extra);
+/* An attribute the program set on a kernel (cuFuncSetAttribute / cuKernelSetAttribute) after
+ * its launches in the current context were wrapped: set on the replacements too. */
+void clc_replace_set_attribute(uint64_t handle, int attrib, int value, int device);
 static inline void clc_replace_end(clc_replaced *r) {
     if (r->heap) free(r->heap);
 }
@@ -303,6 +308,8 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
 /* The outcome of a launch of an entry whose `shaped` is not 0: shape clauses, or the engine
  * asked per shape (answers cached here) or at every launch (answer in *scratch). */
 const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_outcome *scratch);
+/* Each outcome an entry holds (fallback, shape clauses, per-shape answers). */
+void clc_entry_outcomes(clc_entry *e, void (*fn)(const clc_outcome *, void *), void *arg);
 typedef void (*clc_entry_fn)(clc_entry *, void *);
 void clc_cache_each(clc_entry_fn fn, void *arg);
 void clc_cache_after_fork_child(void);

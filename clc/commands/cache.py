@@ -37,8 +37,8 @@ def format_age(seconds):
 
 class CacheCommand:
     name = "cache"
-    help = ("list, count or clear the cache of wrapped kernels (linked cubins) in "
-            "$CLC_CACHE_DIR, by default ~/.cache/clc")
+    help = ("list, count or clear the cache of wrapped kernels (linked cubins, and the "
+            "wrappers' PTX from NVRTC) in $CLC_CACHE_DIR, by default ~/.cache/clc")
 
     @staticmethod
     def add_arguments(parser):
@@ -78,7 +78,8 @@ class CacheCommand:
                 described = "(unreadable header)"
             else:
                 described = " ".join(f"{name}={e.metadata[name]}"
-                                     for name in ("kernel", "wrapper", "arch")
+                                     for name in ("kind", "kernel", "source", "wrapper",
+                                                  "arch")
                                      if e.metadata.get(name) is not None)
             line = f"{e.key[:12]}  {format_size(e.size):>10}  {format_age(now - e.mtime):>4} ago"
             print(f"{line}  {described}".rstrip())

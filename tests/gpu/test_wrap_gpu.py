@@ -110,6 +110,21 @@ def test_block_count_counts_every_block_and_thread(zoo_bins, run_clc, tmp_path, 
     assert stats["skipped"] == 0
 
 
+@pytest.mark.parametrize("wrapper", ["block_count", "sm_share"])
+def test_attribute_set_after_the_first_launch_reaches_the_wrapped_kernel(
+        zoo_bins, run_clc, tmp_path, cache_env, wrapper):
+    # dyn_shared launches 1024 blocks with 4 KB of dynamic shared memory, then calls
+    # cudaFuncSetAttribute(MaxDynamicSharedMemorySize, 96 KB) and launches 320 blocks with it
+    policy = _policy(tmp_path / "w.yaml", wrapper, WRAPPERS[wrapper])
+    proc, report = run_clc(policy, [zoo_bins["dyn_shared"]], tmp_path, env=cache_env)
+    assert proc.returncode == 0, describe(proc)
+    # THEN the 96 KB launch ran wrapped too (its blocks were counted by the wrapped kernel),
+    # not the original after the driver refused the wrapped one
+    (stats,) = _wrap_stats(report)
+    assert stats["blocks"] == 1024 + 320, stats
+    assert "refused a wrapped kernel's launch" not in proc.stderr, describe(proc)
+
+
 def test_sm_share_caps_resident_blocks(zoo_bins, run_clc, tmp_path, cache_env):
     import ctypes
     cuda = ctypes.CDLL("libcuda.so.1")

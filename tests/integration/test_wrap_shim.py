@@ -111,8 +111,8 @@ def shared_cache(tmp_path_factory):
 
 @pytest.fixture
 def run_wrap(clc_run, native, shared_cache):
-    def run(policy, mode="library", cache=None, output=None):
-        return clc_run(policy, [native["prog_wrap"], mode], output=output,
+    def run(policy, mode="library", cache=None, output=None, args=()):
+        return clc_run(policy, [native["prog_wrap"], mode, *args], output=output,
                        env={"CLC_CACHE_DIR": str(cache or shared_cache)})
 
     return run
@@ -240,6 +240,24 @@ def test_sm_share_replays_the_programs_shared_memory_attribute(run_wrap):
     total = launch["arg"]["grid"][0] * launch["arg"]["grid"][1] * launch["arg"]["grid"][2]
     assert launch["seen"]["grid"] == (min(SMS * 2, total), 1, 1)
     assert not messages(run, "the driver refused a wrapped kernel's launch")
+
+
+@pytest.mark.parametrize("mode,via", [("library", "cuKernelSetAttribute"),
+                                      ("module", "cuFuncSetAttribute")])
+def test_an_attribute_set_after_wrapping_is_set_on_the_replacement(run_wrap, mode, via):
+    # GIVEN vec_add launched wrapped several times, and only then allowed 100000 bytes of
+    # dynamic shared memory (cudaFuncSetAttribute with a CUkernel, or a module's function)
+    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}), mode=mode, args=["late"])
+    ok(run)
+    assert re.search(rf"^attr vec_add via {via} -> 0$", run.stdout, re.M)
+    assert run.stdout.index("attr vec_add") > run.stdout.index("seen vec_add i=0 ")
+    # WHEN a launch uses them
+    (launch,) = [l for l in launches(run.stdout) if l["arg"]["smem"] == 100000]
+    # THEN the wrapped copy runs it (the driver accepted its attribute), not the original
+    assert launch["rc"] == 0
+    assert (launch["seen"]["original"], launch["seen"]["smem"]) == (0, 100000)
+    assert not messages(run, "the driver refused a wrapped kernel's launch")
+    assert not messages(run, "could not be set on its replacement")
 
 
 def test_two_wrapped_kernels_in_one_context_never_share_a_slot(run_wrap):

@@ -128,3 +128,28 @@ def test_link_error_carries_the_nvjitlink_log():
         link([("k.ptx", ptx)], 90, "k")
     assert "nvJitLink could not link k for sm_90" in str(caught.value)
     assert "nowhere" in str(caught.value)
+
+
+def test_nvrtc_output_is_kept_on_disk_for_later_processes(tmp_path, monkeypatch):
+    from cuda.bindings import nvrtc
+
+    from clc import wrapbuild
+    from clc.wrapcache import DiskCache
+    cache = DiskCache(root=tmp_path)
+    spec = wrapper_spec("sm_share", {"share": 0.5})
+    # GIVEN the wrapper's runtime compiled once with a disk cache
+    monkeypatch.setattr(wrapbuild, "_compiled", {})
+    first = wrapbuild.runtime_inputs(spec, 90, True, cache)
+    assert [e.metadata for e in cache.entries()] == [
+        {"kind": "ptx", "source": "clc_runtime.cu", "arch": "compute_90"}]
+    # WHEN a later process (nothing in memory) needs it, and NVRTC would fail if asked
+    monkeypatch.setattr(wrapbuild, "_compiled", {})
+
+    def no_compile(*args):
+        raise AssertionError("NVRTC compiled again")
+    monkeypatch.setattr(nvrtc, "nvrtcCompileProgram", no_compile)
+    # THEN the PTX comes from disk, the same bytes
+    assert wrapbuild.runtime_inputs(spec, 90, True, cache) == first
+    # AND other options are another entry: NVRTC is asked for them
+    with pytest.raises(AssertionError, match="NVRTC compiled again"):
+        wrapbuild.runtime_inputs(spec, 90, False, cache)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * prog_wrap [library|module|ptx]: launches kernels that clc can wrap, and prints what the
+ * prog_wrap [library|module|ptx [late]]: launches kernels that clc can wrap, and prints what the
  * driver really received, so that a test can check what clc's `wrap` action changed on the way.
  * `prog_wrap ptx` only prints the PTX it loads (WRAP_PTX), for tests that build from it.
  *
@@ -16,7 +16,9 @@
  * scale 0/8, 8/4, 12/4 (16 bytes), bump_counter 0/4 (4 bytes).
  *
  * First vec_add may use 100000 bytes of dynamic shared memory (cuKernelSetAttribute, or
- * cuFuncSetAttribute with `module`; the `attr` line). Then the launches of PLAN, in order
+ * cuFuncSetAttribute with `module`; the `attr` line); with `late`, that is done instead just
+ * before the launch that needs it (after vec_add's first launches). Then the launches of PLAN,
+ * in order
  * (launch i from 0; grids, blocks and shared memory there), each with kernelParams or with
  * `extra` (a buffer packed at the layout's offsets, its size the layout's, or larger with zero
  * padding for one launch), through cuLaunchKernel or cuLaunchKernelEx; argument j of launch i
@@ -176,6 +178,24 @@ static const struct plan {
 
 /* Argument j of launch i: pointers 0x7<j>0000000000 + i * 0x1000, 4-byte values i * 1000 + j
  * (scale's s takes those bits as a float: the value does not matter, only that it arrives). */
+/* vec_add may use VEC_ADD_MAX_SMEM bytes of dynamic shared memory: what cudaFuncSetAttribute
+ * does, with a CUkernel (cuKernelSetAttribute) or a module's CUfunction. */
+static void allow_vec_add_smem(int use_module, CUfunction f, CUdevice dev)
+{
+    CUresult rc;
+    if (use_module) {
+        RESOLVE(func_set_attribute, cuFuncSetAttribute, RT_VERSION, 0);
+        rc = func_set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                VEC_ADD_MAX_SMEM);
+        report("attr", K_VEC_ADD, "cuFuncSetAttribute", rc);
+    } else {
+        RESOLVE(kernel_set_attribute, cuKernelSetAttribute, RT_VERSION, 0);
+        rc = kernel_set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  VEC_ADD_MAX_SMEM, (CUkernel)f, dev);
+        report("attr", K_VEC_ADD, "cuKernelSetAttribute", rc);
+    }
+}
+
 static uint64_t arg_value(unsigned i, unsigned j, size_t size)
 {
     return size == 8 ? 0x700000000000ull + ((uint64_t)j << 40) + (uint64_t)i * 0x1000
@@ -299,8 +319,10 @@ int main(int argc, char **argv)
         fputs(WRAP_PTX, stdout);
         return 0;
     }
-    if (strcmp(mode, "library") != 0 && strcmp(mode, "module") != 0) {
-        fprintf(stderr, "usage: %s [library|module|ptx]\n", argv[0]);
+    int late = argc > 2 && strcmp(argv[2], "late") == 0;
+    if ((strcmp(mode, "library") != 0 && strcmp(mode, "module") != 0) ||
+        (argc > 2 && !late)) {
+        fprintf(stderr, "usage: %s [library|module|ptx [late]]\n", argv[0]);
         return 2;
     }
     use_module = strcmp(mode, "module") == 0;
@@ -330,10 +352,6 @@ int main(int argc, char **argv)
         CHECK(module_load(&mod, WRAP_PTX));
         for (i = 0; i < 3; i++)
             CHECK(module_function(&fn[i], mod, KERNELS[i].name));
-        RESOLVE(func_set_attribute, cuFuncSetAttribute, RT_VERSION, 0);
-        rc = func_set_attribute(fn[0], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                VEC_ADD_MAX_SMEM);
-        report("attr", K_VEC_ADD, "cuFuncSetAttribute", rc);
     } else {
         RESOLVE(library_load, cuLibraryLoadData, RT_VERSION, 0);
         RESOLVE(library_kernel, cuLibraryGetKernel, RT_VERSION, 0);
@@ -344,17 +362,14 @@ int main(int argc, char **argv)
             CHECK(library_kernel(&k, lib, KERNELS[i].name));
             fn[i] = (CUfunction)k;
         }
-        /* What cudaFuncSetAttribute does with a CUkernel. */
-        RESOLVE(kernel_set_attribute, cuKernelSetAttribute, RT_VERSION, 0);
-        rc = kernel_set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                  VEC_ADD_MAX_SMEM, (CUkernel)fn[0], dev);
-        report("attr", K_VEC_ADD, "cuKernelSetAttribute", rc);
     }
+    if (!late) allow_vec_add_smem(use_module, fn[0], dev);
 
     for (i = 0; i < sizeof PLAN / sizeof PLAN[0]; i++) {
         const struct plan *p = &PLAN[i];
         const struct kernel_desc *k = &KERNELS[p->kernel];
         const char *via = p->ex ? "cuLaunchKernelEx" : "cuLaunchKernel";
+        if (late && p->smem > 49152) allow_vec_add_smem(use_module, fn[0], dev);
         uint64_t values[MAX_ARGS];
         void *args[MAX_ARGS];
         _Alignas(8) unsigned char packed[64] = {0};
