@@ -29,8 +29,8 @@ from sys import getrefcount
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.hooks import (ExitStats, QueryLaunch, checked_layout, import_hook_file, load_hook_file,
-                       resolve_hook_ref)
+from clc.hooks import (QUERY_STATUS_AT, ExitStats, QueryLaunch, checked_layout, import_hook_file,
+                       load_hook_file, resolve_hook_ref)
 from clc.policy import Decision, KernelInfo, Outcome, Policy
 
 __all__ = ["Engine", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
@@ -74,6 +74,15 @@ class _HookFailed(Exception):
     """A hook raised: reported once, and the launch gets the policy's on_error."""
 
 
+class _Raised:
+    """What an every_launch hook raised, told apart from what it returned."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
 _HOOK, _RULE, _HOOK_RULE = range(3)
 
 
@@ -101,6 +110,14 @@ class _Kernel:
         shim at first sight ([] when the driver cannot say)."""
         return self._layout
 
+    def new_view(self):
+        """A Launch of this kernel to reuse for its launches; `refs` is what the references
+        to it and its params count where it is checked (a caller's local variable and the
+        argument of getrefcount) when nobody else holds them."""
+        launch = QueryLaunch(self.info.mangled, self.info.demangled, self._layout)
+        launch.refs = getrefcount(launch) + getrefcount(launch.params)
+        return launch
+
     def ask(self, engine_walk, blob):
         """engine_walk(kernel, launch) for one query block, with a Launch of this kernel that
         is reused afterwards unless something kept it (a hook that stored the launch or its
@@ -109,9 +126,7 @@ class _Kernel:
         try:
             launch = views.pop()
         except IndexError:
-            launch = QueryLaunch(self.info.mangled, self.info.demangled, self._layout)
-            # What the references to it and its params count here when nobody else holds them.
-            launch.refs = getrefcount(launch) + getrefcount(launch.params)
+            launch = self.new_view()
         launch.set(blob)
         try:
             return engine_walk(self, launch)
@@ -129,6 +144,7 @@ WRAP_STATS_PREFIX = "wrap stats: "
 SLOW_HOOK_NS = 1_000_000
 
 # For the code that runs at every launch asked about: globals, not attribute lookups.
+_perf_ns = time.perf_counter_ns
 _ALLOW, _DENY, _REPLACE = abi.ACTION_ALLOW, abi.ACTION_DENY, abi.ACTION_REPLACE
 _PER_SHAPE, _EVERY_LAUNCH = abi.MODE_PER_SHAPE, abi.MODE_EVERY_LAUNCH
 _SLOW = SLOW_HOOK_NS
@@ -232,10 +248,85 @@ class Engine:
             outcome, data = kernel.ask(self.walk, blob)
         except _HookFailed:
             return self._on_error[1]
-        action = outcome.action
-        if action == _ALLOW:
-            return data
-        if action == _REPLACE:
+        return data if outcome.action == _ALLOW else self._not_allowed(kernel, outcome, data)
+
+    def dispatcher(self, kernel):
+        """f(query block) -> clc_outcome bytes for the launches of `kernel` asked about: what
+        launch() does, and for the common case of a kernel decided by one every_launch hook
+        (no shape conditions) followed only by rules without shape conditions whose first one
+        (or the default) allows, the same folded into one function (a call into Python at every launch pays for each frame and
+        each attribute read). Never raises."""
+        plan = kernel.plan
+        first = plan[0] if plan else None
+        rest = plan[1][6] if len(plan) > 1 else self._default  # what "no opinion" gets
+        if first is None or first[3] is None or first[4] != _EVERY_LAUNCH or first[5] or any(
+                item[3] is not None or item[5] for item in plan[1:]) or rest[0].action != _ALLOW:
+            def generic(blob):
+                try:
+                    return self.launch(kernel, blob)
+                except Exception:
+                    _report_once()
+                    return self._on_error[1]
+            return generic
+        _, index, _, hook, _, _, _ = first
+        fn = hook.fn
+        views = kernel.views
+        new_view = kernel.new_view
+        no_opinion = rest[1]
+        on_error = self._on_error[1]
+        answered = self._answered
+
+        def every_launch(blob):
+            # kernel.ask(), _walk(), _ask() and Hook.call(), folded: keep them in step.
+            try:
+                try:
+                    launch = views.pop()
+                except IndexError:
+                    launch = new_view()
+                args = launch._args
+                launch._blob = args.blob = blob
+                status = args.status = blob[QUERY_STATUS_AT]
+                args.limit = -1 if status else len(blob)
+                start = _perf_ns()
+                try:
+                    answer = fn(launch)
+                except Exception as e:
+                    answer = _Raised(e)
+                elapsed = _perf_ns() - start
+                hook.calls += 1
+                hook.total_ns += elapsed
+                if elapsed > hook.max_ns:
+                    hook.max_ns = elapsed
+                args.blob = None
+                if getrefcount(launch) + getrefcount(launch.params) == launch.refs:
+                    views.append(launch)
+                if answer is None and elapsed < _SLOW:
+                    return no_opinion
+                hook.last_ns = elapsed
+                return answered(kernel, hook, index, answer, no_opinion)
+            except Exception:
+                _report_once()
+                return on_error
+        return every_launch
+
+    def _answered(self, kernel, hook, index, answer, no_opinion):
+        """The clc_outcome bytes for what an every_launch hook returned (or raised), with the
+        reports _ask makes."""
+        try:
+            if type(answer) is _Raised:
+                raise answer.error
+            answer = hook.checked(answer)
+        except Exception as e:
+            self._hook_failed(kernel, hook, e)
+            return self._on_error[1]
+        self._check_slow(kernel, hook)
+        if answer is None:
+            return no_opinion
+        outcome, data = _answer_outcome(kernel, answer, index)
+        return data if outcome.action == _ALLOW else self._not_allowed(kernel, outcome, data)
+
+    def _not_allowed(self, kernel, outcome, data):
+        if outcome.action == _REPLACE:
             outcome = self.resolve_wrap(kernel, outcome)
             data = _with_bytes(outcome)[1]
         if outcome.action == _DENY:
@@ -363,18 +454,25 @@ class Engine:
         try:
             answer = hook.call(launch)
         except Exception as e:
-            self._report_once(("raised", hook.name),
-                              f"hook {hook.name} raised {type(e).__name__}: {e} at a launch of "
-                              f"{kernel.info.demangled}; its launches get on_error="
-                              f"{self.policy.on_error}\n{traceback.format_exc(limit=-3)}")
+            self._hook_failed(kernel, hook, e)
             raise _HookFailed from e
+        self._check_slow(kernel, hook)
+        if key is not None:
+            kernel.answers[key] = answer
+        return answer
+
+    def _hook_failed(self, kernel, hook, e):
+        self._report_once(("raised", hook.name),
+                          f"hook {hook.name} raised {type(e).__name__}: {e} at a launch of "
+                          f"{kernel.info.demangled}; its launches get on_error="
+                          f"{self.policy.on_error}\n"
+                          + "".join(traceback.format_exception(e, limit=-3)))
+
+    def _check_slow(self, kernel, hook):
         if hook.last_ns > _SLOW:
             self._report_once(("slow", hook.name),
                               f"hook {hook.name} took {hook.last_ns / 1e6:.1f} ms at a launch "
                               f"of {kernel.info.demangled} (launches wait for their hooks)")
-        if key is not None:
-            kernel.answers[key] = answer
-        return answer
 
     # ---- what the engine says -------------------------------------------------------------
 
@@ -625,13 +723,25 @@ def bridge_decide(ffi, query, out):
         return -1
 
 
-def bridge_launch(blob):
+_dispatchers = []  # kernel_id (the shim's) -> Engine.dispatcher() of that kernel
+
+
+def bridge_launch(kernel_id, blob):
     """clc_bridge_launch (shim/bridge_build.py, through Python's C API): one launch of a kernel
-    asked about per shape or at every launch, as its query block; the clc_outcome bytes, or
-    None for "no opinion" (the shim's on_error)."""
+    asked about per shape or at every launch, as the shim's kernel id and the query block; the
+    clc_outcome bytes, or None for "no opinion" (the shim's on_error)."""
+    if kernel_id < len(_dispatchers):
+        dispatch = _dispatchers[kernel_id]
+        if dispatch is not None:
+            return dispatch(blob)
     try:
         engine = _engine
-        return engine.launch(engine.kernels[_query_key(blob)], blob)
+        dispatch = engine.dispatcher(engine.kernels[_query_key(blob)])
+        with _engine_lock:
+            if kernel_id >= len(_dispatchers):
+                _dispatchers.extend([None] * (kernel_id + 1 - len(_dispatchers)))
+            _dispatchers[kernel_id] = dispatch
+        return dispatch(blob)
     except Exception:
         _report_once()
         return None

@@ -213,7 +213,7 @@ _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
 _DIM = struct.Struct("<3I")
-_STATUS_AT = 28  # args_status (< 256, so one byte)
+QUERY_STATUS_AT = 28  # clc_kernel_query.args_status (< 256, so one byte)
 
 _CLOSED_MESSAGE = ("the Launch's parameters were read after its hook returned: a Launch and its "
                    "params are valid only during the hook call (keep param.raw or the values "
@@ -483,7 +483,7 @@ class QueryLaunch(Launch):
         self._blob = blob
         args = self._args
         args.blob = blob
-        status = args.status = blob[_STATUS_AT]
+        status = args.status = blob[QUERY_STATUS_AT]
         args.limit = len(blob) if not status else -1
 
     def clear(self) -> None:
@@ -570,10 +570,14 @@ class Hook:
             self.last_ns = elapsed
             if elapsed > self.max_ns:
                 self.max_ns = elapsed
+        return self.checked(result)
+
+    def checked(self, result) -> HookDecision | None:
+        """The function's result if it is an answer, else HookError."""
         if result is None or type(result) is HookDecision:
             return result
         raise HookError(f"hook {self.name} returned {reprlib.repr(result)}; expected "
-                        "clc.allow(...), clc.deny(...) or None")
+                        "clc.allow(...), clc.deny(...), clc.wrap(...) or None")
 
     def __repr__(self) -> str:
         what = []

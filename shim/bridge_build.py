@@ -88,7 +88,8 @@ __attribute__((visibility("default"))) int clc_bridge_start(const char *executab
  * entry points, so written against Python's C API rather than through cffi (which makes a
  * cdata per argument and a buffer to read the query through). The query and the arguments
  * after it become one bytes object; clc.engine.bridge_launch returns the clc_outcome's 24
- * bytes, or None when it cannot answer. Only called for kernels the engine already decided
+ * bytes, or None when it cannot answer; it is given the shim's kernel id first, which picks
+ * the kernel's dispatcher from a list. Only called for kernels the engine already decided
  * through clc_bridge_decide, so the cffi embedding (and clc.engine) is initialized. */
 static PyObject *clc_launch_fn;
 
@@ -103,17 +104,18 @@ __attribute__((visibility("default"))) int clc_bridge_launch(const clc_kernel_qu
             Py_DECREF(engine);
         }
     }
-    PyObject *blob = clc_launch_fn ? PyBytes_FromStringAndSize(
-                                         (const char *)q, sizeof *q + q->args_size)
-                                   : NULL;
-    PyObject *answer = blob ? PyObject_CallOneArg(clc_launch_fn, blob) : NULL;
+    PyObject *args[2] = {NULL, NULL};
+    if (clc_launch_fn && (args[0] = PyLong_FromUnsignedLong(q->kernel_id)) != NULL)
+        args[1] = PyBytes_FromStringAndSize((const char *)q, sizeof *q + q->args_size);
+    PyObject *answer = args[1] ? PyObject_Vectorcall(clc_launch_fn, args, 2, NULL) : NULL;
     if (answer && PyBytes_Check(answer) && PyBytes_GET_SIZE(answer) == sizeof *out) {
         memcpy(out, PyBytes_AS_STRING(answer), sizeof *out);
         rc = 0;
     }
     if (PyErr_Occurred()) PyErr_Clear(); /* the engine reports its own errors */
     Py_XDECREF(answer);
-    Py_XDECREF(blob);
+    Py_XDECREF(args[0]);
+    Py_XDECREF(args[1]);
     PyGILState_Release(gil);
     return rc;
 }

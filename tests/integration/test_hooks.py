@@ -410,6 +410,73 @@ def test_hook_exception_gives_on_error(run_params, tmp_path, on_error, expect, m
     assert f'File "{hooks}", line' in run.stderr  # the traceback's frame in the hook file
 
 
+def test_every_launch_hook_that_is_slow_or_answers_wrongly_is_reported(run_params, tmp_path):
+    # GIVEN an every_launch hook on debug_kernel that takes 5 ms at its first launch and
+    # answers something that is not a decision at its second
+    hooks = write_hooks(tmp_path, """\
+        import time
+        calls = []
+
+        @clc.on_launch(kernel="*debug*", every_launch=True)
+        def moody(launch):
+            calls.append(1)
+            if len(calls) == 1:
+                time.sleep(0.005)
+            if len(calls) == 2:
+                return "allow"
+            return None
+    """)
+    run = run_params("version: 1\ndefault: allow\non_error: deny\n", [hooks])
+    ok(run)
+    # THEN the slow call is reported with its time, the wrong answer with what it was, and
+    # that launch gets on_error; the others run
+    assert re.search(r"^clc: .*hook hooks.py:moody took [5-9]\.\d ms at a launch of "
+                     r"debug_kernel", run.stderr, re.M), run.stderr
+    assert re.search(r"hook hooks.py:moody returned 'allow'; expected", run.stderr), run.stderr
+    assert rcs(run, DEBUG) == [0, 800, 0]
+
+
+def test_a_kept_launch_keeps_its_fields_and_refuses_argument_reads(run_params, tmp_path):
+    # GIVEN an every_launch hook that keeps every Launch of vecAdd (against the docs' advice)
+    # and one that keeps only the Param of n
+    hooks = write_hooks(tmp_path, """\
+        kept, params = [], []
+
+        @clc.on_launch(kernel="*vecAdd*", every_launch=True)
+        def keep(launch):
+            kept.append(launch)
+            params.append(launch.params[3])
+            log("n", launch.params[3].as_int())
+
+        @clc.on_exit
+        def later(stats):
+            for launch in kept:
+                try:
+                    launch.params[3].as_int()
+                    read = "read"
+                except clc.HookError as e:
+                    read = "refused" if "valid only during the hook call" in str(e) else str(e)
+                log("kept", launch.grid.x, read)
+            log("param", sum(1 for p in params if _refuses(p)))
+
+        def _refuses(param):
+            try:
+                param.as_int()
+                return False
+            except clc.HookError:
+                return True
+    """)
+    run = run_params(ALLOW_ALL, [hooks])
+    ok(run)
+    got = logged(tmp_path / "hooks.log")
+    # THEN each launch's hook read its own n, and each kept Launch still gives its own grid
+    # but refuses to read arguments after its hook returned; so do the kept Params
+    assert [int(g[1]) for g in got if g[0] == "n"] == [100 * (i + 1) for i in range(COUNT)] * 2
+    assert [g[1:] for g in got if g[0] == "kept"] == \
+        [[str(i + 1), "refused"] for i in range(COUNT)] * 2
+    assert [g[1] for g in got if g[0] == "param"] == [str(2 * COUNT)]
+
+
 # ---- (e) a hook file that does not import ------------------------------------------------------
 
 BROKEN = {

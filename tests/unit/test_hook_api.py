@@ -531,7 +531,7 @@ def test_hook_call_refuses_other_return_values(value):
         hook.call(make_launch())
     # THEN the error names the hook and what it returned
     assert str(caught.value) == (f"hook hooks.py:guard returned {reprlib.repr(value)}; "
-                                 "expected clc.allow(...), clc.deny(...) or None")
+                                 "expected clc.allow(...), clc.deny(...), clc.wrap(...) or None")
     # AND the call still counts
     assert hook.calls == 1
 
