@@ -131,7 +131,7 @@ class _Kernel:
         try:
             return engine_walk(self, launch)
         finally:
-            launch._args.blob = None  # launch.clear(), inlined
+            launch.clear()
             if getrefcount(launch) + getrefcount(launch.params) == launch.refs:
                 views.append(launch)
 
@@ -297,7 +297,7 @@ class Engine:
                 hook.total_ns += elapsed
                 if elapsed > hook.max_ns:
                     hook.max_ns = elapsed
-                args.blob = None
+                args.blob, args.limit = None, -1  # launch.clear(), inlined
                 if getrefcount(launch) + getrefcount(launch.params) == launch.refs:
                     views.append(launch)
                 if answer is None and elapsed < _SLOW:
@@ -723,25 +723,15 @@ def bridge_decide(ffi, query, out):
         return -1
 
 
-_dispatchers = []  # kernel_id (the shim's) -> Engine.dispatcher() of that kernel
-
-
 def bridge_launch(kernel_id, blob):
-    """clc_bridge_launch (shim/bridge_build.py, through Python's C API): one launch of a kernel
-    asked about per shape or at every launch, as the shim's kernel id and the query block; the
-    clc_outcome bytes, or None for "no opinion" (the shim's on_error)."""
-    if kernel_id < len(_dispatchers):
-        dispatch = _dispatchers[kernel_id]
-        if dispatch is not None:
-            return dispatch(blob)
+    """clc_bridge_launch (shim/bridge_build.py, through Python's C API), the first time a
+    kernel's launch is asked about per shape or at every launch: (the clc_outcome bytes, the
+    kernel's dispatcher), which the bridge keeps under the shim's kernel id and calls with
+    the query block of each later launch; None for "no opinion" (the shim's on_error)."""
     try:
         engine = _engine
         dispatch = engine.dispatcher(engine.kernels[_query_key(blob)])
-        with _engine_lock:
-            if kernel_id >= len(_dispatchers):
-                _dispatchers.extend([None] * (kernel_id + 1 - len(_dispatchers)))
-            _dispatchers[kernel_id] = dispatch
-        return dispatch(blob)
+        return dispatch(blob), dispatch
     except Exception:
         _report_once()
         return None

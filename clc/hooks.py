@@ -232,7 +232,8 @@ _ARGS_PROBLEMS = {
 class _Args:
     """The bytes a launch's Params read: `blob` holds the arguments from `base` on while the
     hook runs and is None after; `limit` is where the bytes given end (an `extra` buffer may
-    be shorter than the layout), -1 when the arguments cannot be read (`status` says why)."""
+    be shorter than the layout), -1 when the arguments cannot be read (`status` says why, or
+    blob is None: whoever clears blob sets limit to -1)."""
 
     __slots__ = ("blob", "base", "limit", "status")
 
@@ -288,10 +289,9 @@ class Param:
     def _blob(self) -> bytes:
         """The bytes the argument lies in, or HookError saying why it cannot be read."""
         args = self._args
-        blob = args.blob
-        if blob is None or self._end > args.limit:
+        if self._end > args.limit:  # limit is -1 while blob is None
             raise HookError(args.problem(self))
-        return blob
+        return args.blob
 
     @property
     def raw(self) -> bytes:
@@ -308,10 +308,9 @@ class Param:
             self._need_int_size("as_int")
         # _blob(), inlined: an every_launch hook reads this at every launch
         args = self._args
-        blob = args.blob
-        if blob is None or self._end > args.limit:
+        if self._end > args.limit:  # limit is -1 while blob is None
             raise HookError(args.problem(self))
-        return read(blob, self._start)[0]
+        return read(args.blob, self._start)[0]
 
     def as_uint(self) -> int:
         """The argument as an unsigned integer (uint8_t to uint64_t, size_t)."""
@@ -488,7 +487,8 @@ class QueryLaunch(Launch):
 
     def clear(self) -> None:
         """After the hook: its params refuse reads (the fields stay readable)."""
-        self._args.blob = None
+        args = self._args
+        args.blob, args.limit = None, -1
 
     @staticmethod
     def from_query(blob: bytes, mangled: str = "", demangled: str = "", layout=()) -> QueryLaunch:

@@ -87,35 +87,69 @@ __attribute__((visibility("default"))) int clc_bridge_start(const char *executab
 /* A launch of a kernel asked about per shape or at every launch: the hot one of the four
  * entry points, so written against Python's C API rather than through cffi (which makes a
  * cdata per argument and a buffer to read the query through). The query and the arguments
- * after it become one bytes object; clc.engine.bridge_launch returns the clc_outcome's 24
- * bytes, or None when it cannot answer; it is given the shim's kernel id first, which picks
- * the kernel's dispatcher from a list. Only called for kernels the engine already decided
- * through clc_bridge_decide, so the cffi embedding (and clc.engine) is initialized. */
+ * after it become one bytes object, given to the kernel's dispatcher, which returns the
+ * clc_outcome's 24 bytes (or None when it cannot answer). The first time, the shim's kernel
+ * id and the bytes go to clc.engine.bridge_launch, which answers (bytes, the kernel's
+ * dispatcher): kept here by kernel id, under the GIL. Only called for kernels the engine
+ * already decided through clc_bridge_decide, so the cffi embedding (and clc.engine) is
+ * initialized. */
 static PyObject *clc_launch_fn;
+static PyObject **clc_dispatchers; /* by kernel id; NULL: not asked yet */
+static size_t clc_n_dispatchers;
+
+static PyObject *clc_first_launch(uint32_t kernel_id, PyObject *blob) {
+    if (!clc_launch_fn) {
+        PyObject *engine = PyImport_ImportModule("clc.engine");
+        if (!engine) return NULL;
+        clc_launch_fn = PyObject_GetAttrString(engine, "bridge_launch");
+        Py_DECREF(engine);
+        if (!clc_launch_fn) return NULL;
+    }
+    PyObject *id = PyLong_FromUnsignedLong(kernel_id);
+    if (!id) return NULL;
+    PyObject *args[2] = {id, blob};
+    PyObject *got = PyObject_Vectorcall(clc_launch_fn, args, 2, NULL);
+    Py_DECREF(id);
+    if (!got || !PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2) return got;
+    PyObject *answer = PyTuple_GET_ITEM(got, 0), *dispatch = PyTuple_GET_ITEM(got, 1);
+    if (kernel_id >= clc_n_dispatchers) {
+        size_t n = clc_n_dispatchers ? clc_n_dispatchers : 64;
+        while (n <= kernel_id) n *= 2;
+        PyObject **grown = realloc(clc_dispatchers, n * sizeof *grown);
+        if (grown) {
+            memset(grown + clc_n_dispatchers, 0, (n - clc_n_dispatchers) * sizeof *grown);
+            clc_dispatchers = grown;
+            clc_n_dispatchers = n;
+        }
+    }
+    if (kernel_id < clc_n_dispatchers && !clc_dispatchers[kernel_id]) {
+        Py_INCREF(dispatch);
+        clc_dispatchers[kernel_id] = dispatch;
+    }
+    Py_INCREF(answer);
+    Py_DECREF(got);
+    return answer;
+}
 
 __attribute__((visibility("default"))) int clc_bridge_launch(const clc_kernel_query *q,
                                                              clc_outcome *out) {
     int rc = -1;
     PyGILState_STATE gil = PyGILState_Ensure();
-    if (!clc_launch_fn) {
-        PyObject *engine = PyImport_ImportModule("clc.engine");
-        if (engine) {
-            clc_launch_fn = PyObject_GetAttrString(engine, "bridge_launch");
-            Py_DECREF(engine);
-        }
+    PyObject *blob = PyBytes_FromStringAndSize((const char *)q, sizeof *q + q->args_size);
+    PyObject *answer = NULL;
+    if (blob) {
+        PyObject *dispatch =
+            q->kernel_id < clc_n_dispatchers ? clc_dispatchers[q->kernel_id] : NULL;
+        answer = dispatch ? PyObject_CallOneArg(dispatch, blob)
+                          : clc_first_launch(q->kernel_id, blob);
     }
-    PyObject *args[2] = {NULL, NULL};
-    if (clc_launch_fn && (args[0] = PyLong_FromUnsignedLong(q->kernel_id)) != NULL)
-        args[1] = PyBytes_FromStringAndSize((const char *)q, sizeof *q + q->args_size);
-    PyObject *answer = args[1] ? PyObject_Vectorcall(clc_launch_fn, args, 2, NULL) : NULL;
     if (answer && PyBytes_Check(answer) && PyBytes_GET_SIZE(answer) == sizeof *out) {
         memcpy(out, PyBytes_AS_STRING(answer), sizeof *out);
         rc = 0;
     }
     if (PyErr_Occurred()) PyErr_Clear(); /* the engine reports its own errors */
     Py_XDECREF(answer);
-    Py_XDECREF(args[0]);
-    Py_XDECREF(args[1]);
+    Py_XDECREF(blob);
     PyGILState_Release(gil);
     return rc;
 }
