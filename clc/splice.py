@@ -143,11 +143,15 @@ setp.lt.s64 %__clc_p, %__clc_vb, 0;
 _PLAIN_HEAD = ""
 
 # Where every thread leaves: thread 0 goes on to count the block, the others to __clc_exit.
+# Most threads leave on %tid.x alone (which the kernel has usually read already); only the
+# first thread of each row reads %tid.y and %tid.z: for a short block (a reduction step) the
+# epilogue is a measurable part of each thread's work.
 _DONE_THREAD0 = """
 __clc_done:
 mov.u32 %__clc_t0, %tid.x;
-mov.u32 %__clc_t1, %tid.y;
-or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
+setp.ne.u32 %__clc_p, %__clc_t0, 0;
+@%__clc_p bra __clc_exit;
+mov.u32 %__clc_t0, %tid.y;
 mov.u32 %__clc_t1, %tid.z;
 or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
 setp.ne.u32 %__clc_p, %__clc_t0, 0;
