@@ -3,9 +3,11 @@
 launches (engine side of issue 4).
 
 At the first sight of a kernel in a context whose decision wraps it, `WrapEngine.replacement`:
-1. finds the kernel's PTX among the images the shim reported loading (fatbin wrapper, fatbin,
-   cubin, PTX; images the program may free are copied at load time when the policy wraps),
-   the best PTX entry for the device's arch (highest arch <= the device's);
+1. finds the kernel's PTX in the image of the load it came from (the driver says which:
+   cuKernelGetLibrary, cuFuncGetModule; else the newest load defining its name) among the
+   images the shim reported loading (fatbin wrapper, fatbin, cubin, PTX; images the program
+   may free are copied at load time when the policy wraps), the best PTX entry for the
+   device's arch (highest arch <= the device's);
 2. gets the linked cubin from the in-memory table, else from the disk cache ($CLC_CACHE_DIR),
    else builds it (clc.wrapbuild.build: splice, NVRTC, nvJitLink) and stores it there;
 3. loads it once per process with cuLibraryLoadData (context-independent: every context uses
@@ -77,11 +79,19 @@ class _Driver:
         "cuFuncSetAttribute": [ctypes.c_void_p, ctypes.c_int, ctypes.c_int],
         "cuKernelGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_void_p,
                                  ctypes.c_int],
+        # Which load a launched handle came from; a driver without them leaves them None.
+        "cuKernelGetLibrary": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],
+        "cuFuncGetModule": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],
     }
+    _OPTIONAL = ("cuKernelGetLibrary", "cuFuncGetModule")
 
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")
         for name, argtypes in self._SIGNATURES.items():
+            fn = getattr(lib, name, None)
+            if fn is None and name in self._OPTIONAL:
+                setattr(self, name, None)
+                continue
             fn = getattr(lib, name)
             fn.argtypes = argtypes
             fn.restype = ctypes.c_int
@@ -162,11 +172,28 @@ class WrapEngine:
             self._parsed[handle] = hit
         return hit
 
-    def find_ptx(self, mangled, arch):
-        """(PTX text, where) of `mangled` for sm_`arch`, from the most recent load defining it;
-        Unwrappable says why there is none."""
+    def owner(self, original):
+        """The recorded load (module or library handle) that the launched handle `original`
+        came from, as the driver says (cuKernelGetLibrary for a CUkernel, cuFuncGetModule for a
+        module's CUfunction); None when it cannot say or clc did not see that load."""
+        if not original:
+            return None
+        d = self.driver()
+        out = ctypes.c_void_p()
+        for fn in (d.cuKernelGetLibrary, d.cuFuncGetModule):
+            if fn is not None and fn(ctypes.byref(out), original) == 0:
+                with self._lock:
+                    if out.value in self.images:
+                        return out.value
+        return None
+
+    def find_ptx(self, mangled, arch, original=0):
+        """(PTX text, where) of `mangled` for sm_`arch`: from the load the launched handle
+        `original` came from when the driver says which, else from the most recent load
+        defining that name; Unwrappable says why there is none."""
+        owner = self.owner(original)
         with self._lock:
-            handles = list(self.images)[::-1]
+            handles = [owner] if owner is not None else list(self.images)[::-1]
         sass_only = None
         for handle in handles:
             image = self._image(handle)
@@ -310,7 +337,7 @@ class WrapEngine:
         """The address of a clc_replacement launching `mangled` wrapped with `spec` in `ctx`
         (current), for a kernel whose parameter layout is `layout` [(offset, size), ...]."""
         arch, sm_count = self.device_arch(device)
-        ptx, _ = self.find_ptx(mangled, arch)
+        ptx, _ = self.find_ptx(mangled, arch, original)
         cubin, looped, n_params, key = self.cubin(ptx, mangled, spec, arch, name)
         if layout and len(layout) != n_params:
             raise Unwrappable(f"the driver gives {len(layout)} parameters and the PTX "

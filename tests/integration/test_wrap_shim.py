@@ -260,6 +260,19 @@ def test_an_attribute_set_after_wrapping_is_set_on_the_replacement(run_wrap, mod
     assert not messages(run, "could not be set on its replacement")
 
 
+@pytest.mark.parametrize("mode", ["library", "module"])
+def test_the_wrapped_code_is_the_launched_kernels_own_not_a_namesakes(run_wrap, mode):
+    # GIVEN a later module that defines another `scale` (one parameter, not three)
+    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}), mode=mode, args=["twin"])
+    ok(run)
+    # WHEN the first image's scale is launched
+    launched = [l for l in launches(run.stdout) if l["kernel"] == "scale"]
+    # THEN clc wrapped the code of the load it came from (the driver says which:
+    # cuKernelGetLibrary, cuFuncGetModule), not the newest image defining the name
+    assert launched and all(l["rc"] == 0 and l["seen"]["original"] == 0 for l in launched)
+    assert not [m for m in messages(run) if "scale" in m and "refused" in m]
+
+
 def test_two_wrapped_kernels_in_one_context_never_share_a_slot(run_wrap):
     # GIVEN vec_add and scale both wrapped in one context
     # WHEN their launches interleave (in flight together on a GPU, e.g. on two streams)

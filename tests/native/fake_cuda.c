@@ -113,6 +113,7 @@ struct param_layout {
 
 struct CUfunc_st {
     uint32_t tag;
+    struct CUmod_st *module; /* the module it came from (cuFuncGetModule); NULL in a library */
     struct kname *k;
     const struct param_layout *params; /* NULL: no parameter list (or a cubin's kernel) */
     int from_cubin;                    /* its image was a cubin, not PTX */
@@ -128,6 +129,7 @@ struct CUmod_st {
 /* A CUkernel is context-independent; its CUfunction (cuKernelGetFunction) lives inside it. */
 struct CUkern_st {
     uint32_t tag;
+    struct CUlib_st *library; /* cuKernelGetLibrary */
     struct kname *k;
     struct CUfunc_st func;
 };
@@ -747,8 +749,10 @@ static CUresult module_from_entries(CUmodule *out, struct entry_decl *ks, unsign
         free(ks);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         func_init(&m->funcs[i], &ks[i], from_cubin);
+        m->funcs[i].module = m;
+    }
     free(ks);
     m->n = n;
     m->tag = TAG_MODULE;
@@ -779,6 +783,7 @@ static CUresult library_from_entries(CUlibrary *out, struct entry_decl *ks, unsi
     for (i = 0; i < n; i++) {
         l->kernels[i].tag = TAG_KERNEL;
         l->kernels[i].k = ks[i].k;
+        l->kernels[i].library = l;
         func_init(&l->kernels[i].func, &ks[i], from_cubin);
     }
     free(ks);
@@ -1419,6 +1424,30 @@ CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary
 }
 
 /* The real driver returns the kernel's function in the current context. */
+CUresult CUDAAPI cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
+{
+    TRY(need_init());
+    if (tag_of(kernel) != TAG_KERNEL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!pLib)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pLib = kernel->library;
+    return CUDA_SUCCESS;
+}
+
+/* A library kernel's function has no module the program could know: refused, where the real
+ * driver gives an internal one. */
+CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
+{
+    TRY(need_init());
+    if (tag_of(hfunc) != TAG_FUNCTION || !hfunc->module)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!hmod)
+        return CUDA_ERROR_INVALID_VALUE;
+    *hmod = hfunc->module;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
     TRY(need_ctx());
@@ -2487,6 +2516,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuLibraryUnload)                                                                             \
     X(cuLibraryGetManaged)                                                                         \
     X(cuKernelGetFunction)                                                                         \
+    X(cuKernelGetLibrary)                                                                          \
+    X(cuFuncGetModule)                                                                             \
     X(cuKernelGetName)                                                                             \
     X(cuFuncGetName)                                                                               \
     X(cuKernelGetParamInfo)                                                                        \
@@ -2617,6 +2648,8 @@ static const struct {
     {"cuMemsetD8Async", 3020, 0, "cuMemsetD8Async"},
     {"cuMemsetD8Async", 7000, 1, "cuMemsetD8Async_ptsz"},
     {"cuKernelGetFunction", 12000, 0, "cuKernelGetFunction"},
+    {"cuKernelGetLibrary", 12000, 0, "cuKernelGetLibrary"},
+    {"cuFuncGetModule", 11000, 0, "cuFuncGetModule"},
     {"cuKernelSetAttribute", 12000, 0, "cuKernelSetAttribute"},
     {"cuKernelGetAttribute", 12000, 0, "cuKernelGetAttribute"},
     {"cuKernelGetName", 12030, 0, "cuKernelGetName"},

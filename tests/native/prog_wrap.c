@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * prog_wrap [library|module|ptx [late]]: launches kernels that clc can wrap, and prints what the
+ * prog_wrap [library|module|ptx [late|twin]]: launches kernels that clc can wrap, and prints what the
  * driver really received, so that a test can check what clc's `wrap` action changed on the way.
  * `prog_wrap ptx` only prints the PTX it loads (WRAP_PTX), for tests that build from it.
  *
@@ -17,7 +17,9 @@
  *
  * First vec_add may use 100000 bytes of dynamic shared memory (cuKernelSetAttribute, or
  * cuFuncSetAttribute with `module`; the `attr` line); with `late`, that is done instead just
- * before the launch that needs it (after vec_add's first launches). Then the launches of PLAN,
+ * before the launch that needs it (after vec_add's first launches). With `twin`, a second
+ * module (TWIN_PTX, cuModuleLoadData) defining another `scale` is loaded after the kernels
+ * were taken. Then the launches of PLAN,
  * in order
  * (launch i from 0; grids, blocks and shared memory there), each with kernelParams or with
  * `extra` (a buffer packed at the layout's offsets, its size the layout's, or larger with zero
@@ -133,6 +135,14 @@
     "\tatom.global.add.u32 %r2, [g_counter], %r1;\n"                                               \
     "\tret;\n"                                                                                     \
     "}\n"
+
+/* Another module's `scale`, with the same name and another signature (one parameter): loaded
+ * last with `twin`, so that it is the newest image defining `scale`. Never launched. */
+#define TWIN_PTX                                                                                   \
+    PTX_HEADER                                                                                     \
+    "\n.visible .entry scale(\n"                                                                  \
+    "\t.param .u64 scale_param_0\n"                                                                \
+    ")\n{\n\tret;\n}\n"
 
 #define MAX_ARGS 4
 #define ARG_BYTES 32 /* sizeof(struct clc_launch_arg) */
@@ -320,9 +330,10 @@ int main(int argc, char **argv)
         return 0;
     }
     int late = argc > 2 && strcmp(argv[2], "late") == 0;
+    int twin = argc > 2 && strcmp(argv[2], "twin") == 0;
     if ((strcmp(mode, "library") != 0 && strcmp(mode, "module") != 0) ||
-        (argc > 2 && !late)) {
-        fprintf(stderr, "usage: %s [library|module|ptx [late]]\n", argv[0]);
+        (argc > 2 && !late && !twin)) {
+        fprintf(stderr, "usage: %s [library|module|ptx [late|twin]]\n", argv[0]);
         return 2;
     }
     use_module = strcmp(mode, "module") == 0;
@@ -364,6 +375,11 @@ int main(int argc, char **argv)
         }
     }
     if (!late) allow_vec_add_smem(use_module, fn[0], dev);
+    if (twin) {
+        RESOLVE(twin_load, cuModuleLoadData, RT_VERSION, 0);
+        CUmodule twin_mod;
+        CHECK(twin_load(&twin_mod, TWIN_PTX));
+    }
 
     for (i = 0; i < sizeof PLAN / sizeof PLAN[0]; i++) {
         const struct plan *p = &PLAN[i];
