@@ -566,8 +566,14 @@ class Engine:
             self.message(abi.MSG_INFO, f"wrap build: {name} with {os.path.basename(wrapper)}: "
                          f"{source} in {ms:.1f} ms")
         libs = wrapping.libraries.stats()
+        # The program is done with them: unloaded here, while the driver still runs.
+        wrapping.libraries.close()
+        unloaded = wrapping.libraries.stats()["unloads"] - libs["unloads"]
         self.message(abi.MSG_INFO, f"wrap libraries: {libs['loads']} cuLibraryLoadData calls, "
-                     f"{len(wrapping.contexts())} contexts")
+                     f"{len(wrapping.contexts())} contexts, {unloaded} unloaded at exit")
+        if unloaded < libs["entries"]:
+            self.message(abi.MSG_WARNING, f"{libs['entries'] - unloaded} wrapped libraries "
+                         f"could not be unloaded at exit: {wrapping.libraries.last_error}")
 
     def run_exit(self):
         """Once: the on_exit hooks get the counts so far, and each hook's time is reported."""

@@ -158,7 +158,8 @@ def test_wrapped_library_loads_once_for_many_contexts(contexts_bin, driver_api_b
     assert proc.returncode == 0, describe(proc)
     assert proc.stdout.count(" ok") == 4, describe(proc)
     texts = [m["text"] for m in report.get("messages", [])]
-    assert "wrap libraries: 1 cuLibraryLoadData calls, 4 contexts" in texts, texts
+    assert "wrap libraries: 1 cuLibraryLoadData calls, 4 contexts, 1 unloaded at exit" in texts, \
+        texts
     (stats,) = _wrap_stats(report)
     assert stats["blocks"] == 4 * ((1 << 20) // 256)
 

@@ -406,7 +406,7 @@ def test_exit_says_each_wrapped_kernels_counts(run_wrap):
         assert {"blocks", "threads"} <= set(s)
         assert set(s.values()) == {0}
     (libs,) = messages(run, "wrap libraries: ")
-    assert libs == "wrap libraries: 2 cuLibraryLoadData calls, 1 contexts"
+    assert libs == "wrap libraries: 2 cuLibraryLoadData calls, 1 contexts, 2 unloaded at exit"
 
 
 def test_graph_nodes_of_a_wrapped_kernel_run_unwrapped_with_one_warning(run_wrap):
