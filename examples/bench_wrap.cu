@@ -28,6 +28,7 @@
 // waits until CLOCK_REALTIME reaches START_MS (ms since the epoch), then launches the tenant
 // back to back on its own stream, each launch waited for, until DURATION_MS have passed:
 //   proc_launches <kernel> <launches> <elapsed ms>
+//   sms_used <kernel> <n> blocks_first_quarter <n> blocks_rest <n>   (over all its launches)
 
 #include <cuda_runtime.h>
 
@@ -242,6 +243,7 @@ static int one_tenant(const char *which, double start_ms, double duration_ms, in
     unsigned long long *span;
     CHECK(cudaMalloc(&o, sizeof(float) * blocks * threads));
     CHECK(cudaMalloc(&span, (2 + 256) * sizeof(unsigned long long)));
+    CHECK(cudaMemset(span, 0, (2 + 256) * sizeof(unsigned long long)));
     cudaStream_t st;
     CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     int b = !strcmp(which, "b");
@@ -263,6 +265,18 @@ static int one_tenant(const char *which, double start_ms, double duration_ms, in
         t1 = realtime_ms();
     }
     printf("proc_launches %s %ld %.3f\n", b ? "tenant_b" : "tenant_a", n, t1 - t0);
+    // Where its blocks ran, over all its launches (the span's SM counts accumulate).
+    std::vector<unsigned long long> sp(2 + 256);
+    CHECK(cudaMemcpy(sp.data(), span, sp.size() * sizeof(unsigned long long),
+                     cudaMemcpyDeviceToHost));
+    int used = 0;
+    unsigned long long low = 0, high = 0;
+    for (int sm = 0; sm < 256; ++sm) {
+        used += sp[2 + sm] > 0;
+        (sm < (sms + 3) / 4 ? low : high) += sp[2 + sm];
+    }
+    printf("sms_used %s %d blocks_first_quarter %llu blocks_rest %llu\n",
+           b ? "tenant_b" : "tenant_a", used, low, high);
     return 0;
 }
 
