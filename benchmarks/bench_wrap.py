@@ -84,8 +84,14 @@ def bench_build(nvcc, tmp):
     for cu in sorted(ZOO.glob("*.cu")):
         ptx = tmp / (cu.stem + ".ptx")
         run([nvcc, "-ptx", "-arch=sm_90", "-I", ZOO, "-o", ptx, cu])
+        # At run time the original's register count comes from the driver (its SASS): here
+        # from nvcc's cubin of the same source.
+        cubin = tmp / (cu.stem + ".cubin")
+        run([nvcc, "-cubin", "-arch=sm_90", "-I", ZOO, "-o", cubin, cu])
+        regs = {k: v["registers"] for k, v in
+                wrapbuild.cubin_resources(cubin.read_bytes()).items()}
         text = ptx.read_text()
-        kernels += [(text, name) for name in parse(text).entries]
+        kernels += [(text, name, regs.get(name)) for name in parse(text).entries]
     # The wrapper runtime, compiled by NVRTC (once per wrapper configuration and process).
     wrapbuild._compiled.clear()
     t = time.perf_counter()
@@ -94,19 +100,19 @@ def bench_build(nvcc, tmp):
     per_kernel, cold, refused = [], [], 0
     disk = DiskCache(root=tmp / "cache")
     keys = []
-    for text, name in kernels:
+    for text, name, regs in kernels:
         try:
-            built = wrapbuild.build(text, name, spec, 90)
+            built = wrapbuild.build(text, name, spec, 90, registers=regs)
         except Unwrappable:
             refused += 1
             continue
         per_kernel.append(built.build_ms)
         disk.put(built.key, built.cubin, {"kernel": name})
         keys.append((built.key, built.cubin))
-    for text, name in kernels[:3]:
+    for text, name, regs in kernels[:3]:
         wrapbuild._compiled.clear()
         try:
-            cold.append(wrapbuild.build(text, name, spec, 90).build_ms)
+            cold.append(wrapbuild.build(text, name, spec, 90, registers=regs).build_ms)
         except Unwrappable:
             pass
     warm_read = []
@@ -128,7 +134,8 @@ from clc import wrapbuild
 from clc.wrapcache import DiskCache
 spec = wrapbuild.wrapper_spec("sm_share", {"share": 1.0})
 t1 = time.perf_counter()
-wrapbuild.build(open(sys.argv[1]).read(), sys.argv[2], spec, 90, cache=DiskCache(root=sys.argv[3]))
+wrapbuild.build(open(sys.argv[1]).read(), sys.argv[2], spec, 90, cache=DiskCache(root=sys.argv[3]),
+                registers=int(sys.argv[4]) or None)
 t2 = time.perf_counter()
 print(f"first_build_ms {(t2 - t1) * 1e3:.1f} {(t1 - t0) * 1e3:.1f}")
 """
@@ -141,19 +148,19 @@ def bench_first_build(tmp, kernels, pairs=3):
     from clc.splice import Unwrappable
     spec = wrapbuild.wrapper_spec("sm_share", {"share": 1.0})
     usable = []
-    for text, name in kernels:
+    for text, name, regs in kernels:
         try:
-            wrapbuild.build(text, name, spec, 90)
-            usable.append((text, name))
+            wrapbuild.build(text, name, spec, 90, registers=regs)
+            usable.append((text, name, regs))
         except Unwrappable:
             pass
     out = {"empty cache": [], "wrapper PTX on disk": []}
     for i in range(pairs):
         cache = tmp / f"first-{i}"
-        for label, (text, name) in zip(out, usable[2 * i:2 * i + 2]):
+        for label, (text, name, regs) in zip(out, usable[2 * i:2 * i + 2]):
             src = tmp / f"first-{i}-{label[:5]}.ptx"
             src.write_text(text)
-            proc = run([sys.executable, "-c", _FIRST_BUILD, src, name, cache])
+            proc = run([sys.executable, "-c", _FIRST_BUILD, src, name, cache, regs or 0])
             build_ms, import_ms = values_list(proc.stdout, "first_build_ms")
             out[label].append((build_ms, import_ms))
     return out
@@ -339,7 +346,8 @@ def main():
           f"| {b['nvrtc_runtime_ms']:.1f} | - |")
     sl = b["splice_link_ms"]
     ok = max(sl) <= COLD_TARGET_MS
-    print(f"| splice + nvJitLink, per kernel | {med(sl):.1f} | {max(sl):.1f} | <= {COLD_TARGET_MS} "
+    print(f"| splice + nvJitLink, per kernel (registers from the SASS) | {med(sl):.1f} | "
+          f"{max(sl):.1f} | <= {COLD_TARGET_MS} "
           f"{'met' if ok else 'MISSED'} |")
     cold = b["cold_ms"]
     ok = max(cold) <= COLD_TARGET_MS

@@ -344,18 +344,20 @@ def runtime_inputs(wrapper, arch, looped=False, cache=None):
             (pathlib.Path(wrapper.name).name + ".ptx", policy)]
 
 
-def build_key(ptx, kernel, wrapper, arch):
-    """The cache key of a build: everything its cubin depends on."""
+def build_key(ptx, kernel, wrapper, arch, registers=None):
+    """The cache key of a build: everything its cubin depends on (`registers`: the original's
+    register count when the caller knows it, see build())."""
     from clc.wrapcache import cache_key
     return cache_key(ptx, kernel, wrapper.key_text, RUNTIME_SOURCE.read_bytes(), str(arch),
-                     *toolchain_versions())
+                     *toolchain_versions(), str(registers))
 
 
-def build(ptx, kernel, wrapper, arch, key=None, cache=None):
+def build(ptx, kernel, wrapper, arch, key=None, cache=None, registers=None):
     """Splice `kernel` of `ptx`, link it with `wrapper`'s device code for sm_`arch`: a Built.
     Unwrappable when the splice refuses (or the wrapper needs a loop the body cannot take).
     `key`: its build_key, when the caller has it already; `cache`: a DiskCache for NVRTC's
-    output."""
+    output; `registers`: the original's register count as it runs (the driver's
+    CU_FUNC_ATTRIBUTE_NUM_REGS), else the original is linked alone to count them."""
     start = time.perf_counter()
     text = ptx_text(ptx)
     spliced = splice(text, kernel, loop=wrapper.loop != "never", enter=wrapper.enter)
@@ -370,12 +372,12 @@ def build(ptx, kernel, wrapper, arch, key=None, cache=None):
         # the original's register class (32, or the original's rounded up to 8) so that as
         # many of its blocks fit on an SM. ptxas then uses fewer, not spills (checked on the
         # zoo: stack stays 0).
-        own = cubin_resources(link([("original.ptx", single_entry(text, kernel))], arch,
-                                   kernel)).get(kernel, {}).get("registers") or 0
-        limit = max(32, -(-own // 8) * 8)
+        own = registers or cubin_resources(link([("original.ptx", single_entry(text, kernel))],
+                                                arch, kernel)).get(kernel, {}).get("registers")
+        limit = max(32, -(-(own or 0) // 8) * 8)
     cubin = link(inputs, arch, f"{kernel} with {wrapper.name}", limit)
     return Built(cubin, kernel, spliced.looped, spliced.reason, spliced.params, arch,
-                 key or build_key(text, kernel, wrapper, arch),
+                 key or build_key(text, kernel, wrapper, arch, registers),
                  (time.perf_counter() - start) * 1e3,
                  wrapper)
 

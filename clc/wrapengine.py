@@ -44,6 +44,7 @@ _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 _CU_STREAM_NON_BLOCKING = 1
+_CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 # Function attributes a program sets (cudaFuncSetAttribute) that its launches depend on:
 # copied from the original onto the replacement when it is made.
 _REPLAYED_ATTRIBUTES = {8: "MAX_DYNAMIC_SHARED_SIZE_BYTES", 9: "PREFERRED_SHARED_MEMORY_CARVEOUT"}
@@ -224,10 +225,11 @@ class WrapEngine:
                 self._say(abi.MSG_WARNING, f"the wrapped-kernel disk cache is off: {e}")
         return self._disk
 
-    def cubin(self, ptx, mangled, spec, arch, name=""):
-        """(cubin, looped, params, key): from memory, the disk cache, or built now."""
+    def cubin(self, ptx, mangled, spec, arch, name="", registers=None):
+        """(cubin, looped, params, key): from memory, the disk cache, or built now;
+        `registers`: the original's, when the driver gave them."""
         self.finish_warm_up()  # the toolchain is the warm-up thread's until it is done
-        key = build_key(ptx, mangled, spec, arch)
+        key = build_key(ptx, mangled, spec, arch, registers)
         with self._lock:
             hit = self._built.get(key)
         if isinstance(hit, Unwrappable):
@@ -243,7 +245,7 @@ class WrapEngine:
             source = "disk cache"
         else:
             try:
-                built = build(ptx, mangled, spec, arch, key, disk)
+                built = build(ptx, mangled, spec, arch, key, disk, registers)
             except Unwrappable as e:
                 with self._lock:
                     self._built[key] = e
@@ -313,24 +315,31 @@ class WrapEngine:
                 ring = self._slots[ctx] = (ptr.value, cursor)
         return ring
 
+    def _attribute(self, original, attribute, device):
+        """An attribute of the program's kernel (a CUkernel or a CUfunction), or None."""
+        d = self.driver()
+        dev, value = ctypes.c_int(), ctypes.c_int()
+        d.call("cuDeviceGet", ctypes.byref(dev), device)
+        if d.cuKernelGetAttribute(ctypes.byref(value), attribute, original, dev) == 0 or \
+                d.cuFuncGetAttribute(ctypes.byref(value), attribute, original) == 0:
+            return value.value
+        return None
+
     def replay_attributes(self, original, function, device):
         """Copy the attributes in _REPLAYED_ATTRIBUTES from the program's kernel (a CUkernel or
         a CUfunction) onto the wrapped CUfunction; [(name, value)] of those that differ from
         the replacement's own."""
         d = self.driver()
-        dev = ctypes.c_int()
-        d.call("cuDeviceGet", ctypes.byref(dev), device)
         replayed = []
         for attribute, label in _REPLAYED_ATTRIBUTES.items():
-            value, mine = ctypes.c_int(), ctypes.c_int()
-            if d.cuKernelGetAttribute(ctypes.byref(value), attribute, original, dev) != 0 and \
-                    d.cuFuncGetAttribute(ctypes.byref(value), attribute, original) != 0:
+            value, mine = self._attribute(original, attribute, device), ctypes.c_int()
+            if value is None:
                 continue
             if d.cuFuncGetAttribute(ctypes.byref(mine), attribute, function) == 0 and \
-                    mine.value == value.value:
+                    mine.value == value:
                 continue
-            d.call("cuFuncSetAttribute", function, attribute, value.value)
-            replayed.append((label, value.value))
+            d.call("cuFuncSetAttribute", function, attribute, value)
+            replayed.append((label, value))
         return replayed
 
     def replacement(self, *, mangled, name, ctx, device, spec, layout, original=0):
@@ -338,7 +347,11 @@ class WrapEngine:
         (current), for a kernel whose parameter layout is `layout` [(offset, size), ...]."""
         arch, sm_count = self.device_arch(device)
         ptx, _ = self.find_ptx(mangled, arch, original)
-        cubin, looped, n_params, key = self.cubin(ptx, mangled, spec, arch, name)
+        # The registers the original runs with (its SASS, or the driver's JIT of its PTX):
+        # the wrapped kernel is held to the same register class (wrapbuild.build).
+        registers = self._attribute(original, _CU_FUNC_ATTRIBUTE_NUM_REGS, device) \
+            if original else None
+        cubin, looped, n_params, key = self.cubin(ptx, mangled, spec, arch, name, registers)
         if layout and len(layout) != n_params:
             raise Unwrappable(f"the driver gives {len(layout)} parameters and the PTX "
                               f"{n_params}: refused rather than guess")
