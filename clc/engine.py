@@ -252,10 +252,10 @@ class Engine:
 
     def dispatcher(self, kernel):
         """f(query block) -> clc_outcome bytes for the launches of `kernel` asked about: what
-        launch() does, and for the common case of a kernel decided by one every_launch hook
-        (no shape conditions) followed only by rules without shape conditions whose first one
-        (or the default) allows, the same folded into one function (a call into Python at every launch pays for each frame and
-        each attribute read). Never raises."""
+        launch() does; for the common case, a kernel decided by one every_launch hook (no
+        shape conditions) followed only by rules without shape conditions whose first one (or
+        the default) allows, the same folded into one function (a call into Python at every
+        launch pays for each frame and each attribute read). Never raises."""
         plan = kernel.plan
         first = plan[0] if plan else None
         rest = plan[1][6] if len(plan) > 1 else self._default  # what "no opinion" gets
@@ -705,8 +705,8 @@ def bridge_decide(ffi, query, out):
         name = ffi.string(query.name).decode("utf-8", "replace")
         blob = ffi.buffer(query, _QUERY_SIZE + query.args_size)[:]  # the arguments follow
         n = query.n_params
-        layout = list(abi.PARAM_INFO.iter_unpack(ffi.buffer(query.layout, n * abi.PARAM_INFO.size)))\
-            if n and query.layout else []
+        layout = [] if not n or not query.layout else list(abi.PARAM_INFO.iter_unpack(
+            ffi.buffer(query.layout, n * abi.PARAM_INFO.size)))
         engine = _get()
         kernel = engine.kernel(query.handle, query.ctx, name, query.device, layout)
         decision, mode = engine.first_sight(kernel, blob)
