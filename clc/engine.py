@@ -144,7 +144,6 @@ WRAP_STATS_PREFIX = "wrap stats: "
 SLOW_HOOK_NS = 1_000_000
 
 # For the code that runs at every launch asked about: globals, not attribute lookups.
-_perf_ns = time.perf_counter_ns
 _ALLOW, _DENY, _REPLACE = abi.ACTION_ALLOW, abi.ACTION_DENY, abi.ACTION_REPLACE
 _PER_SHAPE, _EVERY_LAUNCH = abi.MODE_PER_SHAPE, abi.MODE_EVERY_LAUNCH
 _SLOW = SLOW_HOOK_NS
@@ -185,6 +184,7 @@ class Engine:
         self._wrapping = None
         self._default = _with_bytes(self.policy.default_outcome())
         self.walk = self._walk  # bound once: used at every launch asked about
+        self._bridge_timed = {}  # kernel id -> (kernel, hook) of dispatchers the bridge times
         self._on_error = _with_bytes(self.policy.on_error_outcome())
 
     def _add_exit_functions(self, hook_file):
@@ -277,7 +277,8 @@ class Engine:
         answered = self._answered
 
         def every_launch(blob):
-            # kernel.ask(), _walk(), _ask() and Hook.call(), folded: keep them in step.
+            # kernel.ask(), _walk(), _ask() and Hook.call(), folded: keep them in step. The
+            # bridge times this function for the hook (bridge_launch, bridge_slow).
             try:
                 try:
                     launch = views.pop()
@@ -287,26 +288,20 @@ class Engine:
                 launch._blob = args.blob = blob
                 status = args.status = blob[QUERY_STATUS_AT]
                 args.limit = -1 if status else len(blob)
-                start = _perf_ns()
                 try:
                     answer = fn(launch)
                 except Exception as e:
                     answer = _Raised(e)
-                elapsed = _perf_ns() - start
-                hook.calls += 1
-                hook.total_ns += elapsed
-                if elapsed > hook.max_ns:
-                    hook.max_ns = elapsed
                 args.blob, args.limit = None, -1  # launch.clear(), inlined
                 if getrefcount(launch) + getrefcount(launch.params) == launch.refs:
                     views.append(launch)
-                if answer is None and elapsed < _SLOW:
+                if answer is None:
                     return no_opinion
-                hook.last_ns = elapsed
                 return answered(kernel, hook, index, answer, no_opinion)
             except Exception:
                 _report_once()
                 return on_error
+        every_launch.hook = hook
         return every_launch
 
     def _answered(self, kernel, hook, index, answer, no_opinion):
@@ -319,11 +314,38 @@ class Engine:
         except Exception as e:
             self._hook_failed(kernel, hook, e)
             return self._on_error[1]
-        self._check_slow(kernel, hook)
         if answer is None:
             return no_opinion
         outcome, data = _answer_outcome(kernel, answer, index)
         return data if outcome.action == _ALLOW else self._not_allowed(kernel, outcome, data)
+
+    def timed_by_bridge(self, kernel_id, kernel, dispatch):
+        """Whether the bridge is to time `dispatch` (a folded every_launch dispatcher) for its
+        hook; kept to add those times to the hook's at exit."""
+        hook = getattr(dispatch, "hook", None)
+        if hook is None:
+            return False
+        self._bridge_timed[kernel_id] = (kernel, hook)
+        return True
+
+    def slow_dispatch(self, kernel_id, ns):
+        """The bridge timed a folded dispatcher over SLOW_HOOK_NS: report its hook."""
+        kernel, hook = self._bridge_timed[kernel_id]
+        hook.last_ns = ns
+        self._check_slow(kernel, hook)
+
+    def _bridge_times(self):
+        """Add what the bridge timed to the hooks' calls and times (once, at exit)."""
+        try:
+            from clc._bridge import ffi, lib
+        except ImportError:  # no bridge: nothing was timed there
+            return
+        out = ffi.new("uint64_t[3]")
+        for kernel_id, (_, hook) in self._bridge_timed.items():
+            if lib.clc_bridge_dispatch_time(kernel_id, out) == 0:
+                hook.calls += out[0]
+                hook.total_ns += out[1]
+                hook.max_ns = max(hook.max_ns, out[2])
 
     def _not_allowed(self, kernel, outcome, data):
         if outcome.action == _REPLACE:
@@ -582,6 +604,7 @@ class Engine:
         if self._exited:
             return
         self._exited = True
+        self._bridge_times()
         names = {key: kernel.info.demangled for key, kernel in self.kernels.items()}
         rows = [(names.get((c.handle, c.ctx), f"<kernel {c.kernel_id}>"), c.launches, c.denied,
                  c.failed, c.recorded, c.timed, c.graph_nodes, c.gpu_ns)
@@ -732,15 +755,25 @@ def bridge_decide(ffi, query, out):
 def bridge_launch(kernel_id, blob):
     """clc_bridge_launch (shim/bridge_build.py, through Python's C API), the first time a
     kernel's launch is asked about per shape or at every launch: (the clc_outcome bytes, the
-    kernel's dispatcher), which the bridge keeps under the shim's kernel id and calls with
-    the query block of each later launch; None for "no opinion" (the shim's on_error)."""
+    kernel's dispatcher, whether the bridge times it), which the bridge keeps under the shim's
+    kernel id and calls with the query block of each later launch; None for "no opinion" (the
+    shim's on_error)."""
     try:
         engine = _engine
-        dispatch = engine.dispatcher(engine.kernels[_query_key(blob)])
-        return dispatch(blob), dispatch
+        kernel = engine.kernels[_query_key(blob)]
+        dispatch = engine.dispatcher(kernel)
+        return dispatch(blob), dispatch, engine.timed_by_bridge(kernel_id, kernel, dispatch)
     except Exception:
         _report_once()
         return None
+
+
+def bridge_slow(kernel_id, ns):
+    """The bridge timed a dispatcher of kernel `kernel_id` over SLOW_HOOK_NS."""
+    try:
+        _engine.slow_dispatch(kernel_id, ns)
+    except Exception:
+        _report_once()
 
 
 def bridge_exit():

@@ -28,6 +28,8 @@ def _abi_declarations():
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(_abi_declarations())
+# For the engine (clc._bridge.lib): the time its timed dispatchers took, by kernel id.
+ffibuilder.cdef("int clc_bridge_dispatch_time(uint32_t kernel_id, uint64_t out[3]);")
 ffibuilder.embedding_api(
     """
     int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out);
@@ -44,6 +46,7 @@ ffibuilder.embedding_api(
 _START = r"""
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "clc_abi.h"
 
 static PyStatus clc_search_path(PyConfig *config, const char *joined) {
@@ -90,41 +93,80 @@ __attribute__((visibility("default"))) int clc_bridge_start(const char *executab
  * after it become one bytes object, given to the kernel's dispatcher, which returns the
  * clc_outcome's 24 bytes (or None when it cannot answer). The first time, the shim's kernel
  * id and the bytes go to clc.engine.bridge_launch, which answers (bytes, the kernel's
- * dispatcher): kept here by kernel id, under the GIL. Only called for kernels the engine
- * already decided through clc_bridge_decide, so the cffi embedding (and clc.engine) is
- * initialized. */
+ * dispatcher, whether to time it here): kept here by kernel id, under the GIL. Only called
+ * for kernels the engine already decided through clc_bridge_decide, so the cffi embedding
+ * (and clc.engine) is initialized. */
 static PyObject *clc_launch_fn;
 static PyObject **clc_dispatchers; /* by kernel id; NULL: not asked yet */
 static size_t clc_n_dispatchers;
+/* Dispatchers that do not time their hook themselves (the engine's folded every_launch ones)
+ * are timed here, per kernel id: calls, total ns, max ns; a call over CLC_SLOW_NS is told to
+ * clc.engine.bridge_slow(kernel_id, ns) at once. All under the GIL. */
+#define CLC_SLOW_NS 1000000ull
+typedef struct {
+    unsigned char timed;
+    uint64_t calls, total_ns, max_ns;
+} clc_dispatch_time;
+static clc_dispatch_time *clc_times;
 
+static uint64_t clc_bridge_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+int clc_bridge_dispatch_time(uint32_t kernel_id, uint64_t out[3]) {
+    if (kernel_id >= clc_n_dispatchers || !clc_times[kernel_id].timed) return -1;
+    out[0] = clc_times[kernel_id].calls;
+    out[1] = clc_times[kernel_id].total_ns;
+    out[2] = clc_times[kernel_id].max_ns;
+    return 0;
+}
+
+static PyObject *clc_engine_fn(const char *name) {
+    PyObject *engine = PyImport_ImportModule("clc.engine");
+    if (!engine) return NULL;
+    PyObject *fn = PyObject_GetAttrString(engine, name);
+    Py_DECREF(engine);
+    return fn;
+}
+
+static void clc_report_slow(uint32_t kernel_id, uint64_t ns) {
+    static PyObject *slow_fn;
+    if (!slow_fn && !(slow_fn = clc_engine_fn("bridge_slow"))) return;
+    PyObject *r = PyObject_CallFunction(slow_fn, "IK", (unsigned int)kernel_id,
+                                        (unsigned long long)ns);
+    Py_XDECREF(r);
+}
+
+/* The first launch of a kernel asked about: clc.engine.bridge_launch(kernel_id, blob) answers
+ * (bytes, dispatcher, timed_here) and the dispatcher is kept for the kernel's later launches. */
 static PyObject *clc_first_launch(uint32_t kernel_id, PyObject *blob) {
-    if (!clc_launch_fn) {
-        PyObject *engine = PyImport_ImportModule("clc.engine");
-        if (!engine) return NULL;
-        clc_launch_fn = PyObject_GetAttrString(engine, "bridge_launch");
-        Py_DECREF(engine);
-        if (!clc_launch_fn) return NULL;
-    }
+    if (!clc_launch_fn && !(clc_launch_fn = clc_engine_fn("bridge_launch"))) return NULL;
     PyObject *id = PyLong_FromUnsignedLong(kernel_id);
     if (!id) return NULL;
     PyObject *args[2] = {id, blob};
     PyObject *got = PyObject_Vectorcall(clc_launch_fn, args, 2, NULL);
     Py_DECREF(id);
-    if (!got || !PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2) return got;
+    if (!got || !PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 3) return got;
     PyObject *answer = PyTuple_GET_ITEM(got, 0), *dispatch = PyTuple_GET_ITEM(got, 1);
     if (kernel_id >= clc_n_dispatchers) {
         size_t n = clc_n_dispatchers ? clc_n_dispatchers : 64;
         while (n <= kernel_id) n *= 2;
         PyObject **grown = realloc(clc_dispatchers, n * sizeof *grown);
-        if (grown) {
+        clc_dispatch_time *times = grown ? realloc(clc_times, n * sizeof *times) : NULL;
+        if (grown) clc_dispatchers = grown;
+        if (times) {
             memset(grown + clc_n_dispatchers, 0, (n - clc_n_dispatchers) * sizeof *grown);
-            clc_dispatchers = grown;
+            memset(times + clc_n_dispatchers, 0, (n - clc_n_dispatchers) * sizeof *times);
+            clc_times = times;
             clc_n_dispatchers = n;
         }
     }
     if (kernel_id < clc_n_dispatchers && !clc_dispatchers[kernel_id]) {
         Py_INCREF(dispatch);
         clc_dispatchers[kernel_id] = dispatch;
+        clc_times[kernel_id].timed = (unsigned char)PyObject_IsTrue(PyTuple_GET_ITEM(got, 2));
     }
     Py_INCREF(answer);
     Py_DECREF(got);
@@ -137,11 +179,24 @@ __attribute__((visibility("default"))) int clc_bridge_launch(const clc_kernel_qu
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *blob = PyBytes_FromStringAndSize((const char *)q, sizeof *q + q->args_size);
     PyObject *answer = NULL;
+    uint32_t id = q->kernel_id;
     if (blob) {
-        PyObject *dispatch =
-            q->kernel_id < clc_n_dispatchers ? clc_dispatchers[q->kernel_id] : NULL;
-        answer = dispatch ? PyObject_CallOneArg(dispatch, blob)
-                          : clc_first_launch(q->kernel_id, blob);
+        PyObject *dispatch = id < clc_n_dispatchers ? clc_dispatchers[id] : NULL;
+        if (dispatch && !clc_times[id].timed) {
+            answer = PyObject_CallOneArg(dispatch, blob);
+        } else {
+            uint64_t t0 = clc_bridge_now_ns();
+            answer = dispatch ? PyObject_CallOneArg(dispatch, blob)
+                              : clc_first_launch(id, blob); /* timed if it says so */
+            uint64_t ns = clc_bridge_now_ns() - t0;
+            clc_dispatch_time *t = id < clc_n_dispatchers ? &clc_times[id] : NULL;
+            if (t && t->timed) {
+                t->calls++;
+                t->total_ns += ns;
+                if (ns > t->max_ns) t->max_ns = ns;
+                if (ns > CLC_SLOW_NS) clc_report_slow(id, ns);
+            }
+        }
     }
     if (answer && PyBytes_Check(answer) && PyBytes_GET_SIZE(answer) == sizeof *out) {
         memcpy(out, PyBytes_AS_STRING(answer), sizeof *out);

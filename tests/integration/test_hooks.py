@@ -359,12 +359,19 @@ def test_hook_caching_modes(run_params, tmp_path, mode):
         def count_calls(launch):
             log(launch.name, launch.grid.blocks, launch.block.threads)
             return clc.allow()
+
+        @clc.on_exit
+        def summary(stats):
+            h = stats.hooks["hooks.py:count_calls"]
+            log("exit", h.calls, int(h.total_ns > 0), int(h.max_ns > 0))
     """)
     run = run_params(ALLOW_ALL, [hooks])
     ok(run)
     assert all(rc == 0 for _, _, rc in launches(run))
-    calls = collections.Counter((kernel_of(f[0]), int(f[1]))
-                                for f in logged(tmp_path / "hooks.log"))
+    got = logged(tmp_path / "hooks.log")
+    # AND the exit statistics count every call of the hook, with its time
+    assert got[-1] == ["exit", str(len(got) - 1), "1", "1"]
+    calls = collections.Counter((kernel_of(f[0]), int(f[1])) for f in got[:-1])
     per_kernel = collections.Counter()
     for (kernel, _), n in calls.items():
         per_kernel[kernel] += n
