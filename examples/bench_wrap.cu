@@ -155,6 +155,18 @@ static double checksum(const float *d, int n) {
     return s;
 }
 
+// Where a tenant's blocks ran (span[2 + smid] counts them): the SMs it used, and its blocks
+// on the first quarter of SM ids (where a 0.25 share of tenant_b runs) and on the rest.
+static void print_sms(const char *name, const unsigned long long *span, int sms) {
+    int used = 0;
+    unsigned long long low = 0, high = 0;
+    for (int sm = 0; sm < 256; ++sm) {
+        used += span[2 + sm] > 0;
+        (sm < (sms + 3) / 4 ? low : high) += span[2 + sm];
+    }
+    printf("sms_used %s %d blocks_first_quarter %llu blocks_rest %llu\n", name, used, low, high);
+}
+
 static int share(int iters, int smem) {
     int sms = 0;
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -211,19 +223,8 @@ static int share(int iters, int smem) {
     unsigned long long t0 = a[0] < b[0] ? a[0] : b[0];
     printf("span_ms tenant_a %.3f %.3f\nspan_ms tenant_b %.3f %.3f\n", (a[0] - t0) / 1e6,
            (a[1] - t0) / 1e6, (b[0] - t0) / 1e6, (b[1] - t0) / 1e6);
-    // Where each tenant's blocks ran: the SMs it used, and its blocks on the first quarter of
-    // SM ids (where a 0.25 share of tenant_b runs) and on the rest.
-    for (int t = 0; t < 2; ++t) {
-        const unsigned long long *c = t ? b : a;
-        int used = 0;
-        unsigned long long low = 0, high = 0;
-        for (int sm = 0; sm < 256; ++sm) {
-            used += c[2 + sm] > 0;
-            (sm < (sms + 3) / 4 ? low : high) += c[2 + sm];
-        }
-        printf("sms_used %s %d blocks_first_quarter %llu blocks_rest %llu\n",
-               t ? "tenant_b" : "tenant_a", used, low, high);
-    }
+    print_sms("tenant_a", a, sms);
+    print_sms("tenant_b", b, sms);
     printf("checksum tenant_a %.6e\nchecksum tenant_b %.6e\n", checksum(oa, blocks * threads),
            checksum(ob, blocks * threads));
     return 0;
@@ -269,14 +270,7 @@ static int one_tenant(const char *which, double start_ms, double duration_ms, in
     std::vector<unsigned long long> sp(2 + 256);
     CHECK(cudaMemcpy(sp.data(), span, sp.size() * sizeof(unsigned long long),
                      cudaMemcpyDeviceToHost));
-    int used = 0;
-    unsigned long long low = 0, high = 0;
-    for (int sm = 0; sm < 256; ++sm) {
-        used += sp[2 + sm] > 0;
-        (sm < (sms + 3) / 4 ? low : high) += sp[2 + sm];
-    }
-    printf("sms_used %s %d blocks_first_quarter %llu blocks_rest %llu\n",
-           b ? "tenant_b" : "tenant_a", used, low, high);
+    print_sms(b ? "tenant_b" : "tenant_a", sp.data(), sms);
     return 0;
 }
 
