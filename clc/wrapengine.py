@@ -315,24 +315,24 @@ class WrapEngine:
                 ring = self._slots[ctx] = (ptr.value, cursor)
         return ring
 
-    def _attribute(self, original, attribute, device):
-        """An attribute of the program's kernel (a CUkernel or a CUfunction), or None."""
+    def _attribute(self, original, attribute, dev):
+        """An attribute of the program's kernel (a CUkernel or a CUfunction) on CUdevice
+        `dev`, or None."""
         d = self.driver()
-        dev, value = ctypes.c_int(), ctypes.c_int()
-        d.call("cuDeviceGet", ctypes.byref(dev), device)
+        value = ctypes.c_int()
         if d.cuKernelGetAttribute(ctypes.byref(value), attribute, original, dev) == 0 or \
                 d.cuFuncGetAttribute(ctypes.byref(value), attribute, original) == 0:
             return value.value
         return None
 
-    def replay_attributes(self, original, function, device):
+    def replay_attributes(self, original, function, dev):
         """Copy the attributes in _REPLAYED_ATTRIBUTES from the program's kernel (a CUkernel or
         a CUfunction) onto the wrapped CUfunction; [(name, value)] of those that differ from
         the replacement's own."""
         d = self.driver()
         replayed = []
         for attribute, label in _REPLAYED_ATTRIBUTES.items():
-            value, mine = self._attribute(original, attribute, device), ctypes.c_int()
+            value, mine = self._attribute(original, attribute, dev), ctypes.c_int()
             if value is None:
                 continue
             if d.cuFuncGetAttribute(ctypes.byref(mine), attribute, function) == 0 and \
@@ -349,8 +349,10 @@ class WrapEngine:
         ptx, _ = self.find_ptx(mangled, arch, original)
         # The registers the original runs with (its SASS, or the driver's JIT of its PTX):
         # the wrapped kernel is held to the same register class (wrapbuild.build).
-        registers = self._attribute(original, _CU_FUNC_ATTRIBUTE_NUM_REGS, device) \
-            if original else None
+        dev, registers = ctypes.c_int(), None
+        if original:
+            self.driver().call("cuDeviceGet", ctypes.byref(dev), device)
+            registers = self._attribute(original, _CU_FUNC_ATTRIBUTE_NUM_REGS, dev)
         cubin, looped, n_params, key = self.cubin(ptx, mangled, spec, arch, name, registers)
         if layout and len(layout) != n_params:
             raise Unwrappable(f"the driver gives {len(layout)} parameters and the PTX "
@@ -361,7 +363,7 @@ class WrapEngine:
         d.call("cuLibraryGetKernel", ctypes.byref(kernel), library, mangled.encode())
         d.call("cuKernelGetFunction", ctypes.byref(function), kernel)
         if original:
-            self.replay_attributes(original, function.value, device)
+            self.replay_attributes(original, function.value, dev)
         ring, cursor = self.slots(ctx)
         end = max((o + s for o, s in layout), default=0)
         arg_offset = (end + 7) // 8 * 8 if (layout or not n_params) else 0
