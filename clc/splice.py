@@ -15,7 +15,8 @@ entries, and changes three things (clc/wrappers/runtime.cu has the runtime's sid
   becomes a branch to the loop's next step. When the body may not loop (clc.ptx.loop_verdict:
   a thread-divergent exit before a barrier) or `loop=False`, it runs once, 1:1, for the
   index `clc_enter` gives (its own, or -1: skip), its exits branching to the end, where
-  `clc_finish` adds the block's counts.
+  `clc_finish` adds the block's counts; a 1:1 kernel that calls no runtime function
+  (block_count) counts its block at each exit instead, with a copy of the counting code there.
 clc/wrappers/runtime.cu describes the protocol and its costs.
 
 A kernel the splice must refuse raises `Unwrappable` with the reason: clusters, cooperative
@@ -24,6 +25,7 @@ would not see the program's writes), %ctaid read inside called functions, a bare
 %ctaid read.
 """
 
+import copy
 from dataclasses import dataclass
 
 from clc.ptx import (Block, Directive, Function, Instruction, Label, Operand, Token, Variable,
@@ -158,11 +160,22 @@ setp.ne.u32 %__clc_p, %__clc_t0, 0;
 @%__clc_p bra __clc_exit;
 """
 
-# A 1:1 kernel without clc_enter counts its block inline, with no call (thread 0 adds 1 block
-# and its threads to the stripe of its %ctaid.x, as clc_finish would).
-_PLAIN_EPILOGUE = _DONE_THREAD0 + """
-mov.u32 %__clc_t0, %ctaid.x;
-and.b32 %__clc_t0, %__clc_t0, 31;
+# A 1:1 kernel without clc_enter (block_count) counts its block where it leaves: thread 0
+# adds 1 block and its threads to the stripe of its %ctaid.x, as clc_finish would. Each exit
+# gets a copy of this tail (_inline_exits), so that the threads other than thread 0 leave
+# where the original's do, with no reconvergence before a shared epilogue: on a kernel of
+# short blocks (a reduction step) every instruction per warp shows in its run time. {tx} and
+# {cx} are registers holding %tid.x and %ctaid.x (the kernel's own when it keeps them, so
+# that ptxas folds the thread-0 test into the kernel's own).
+_COUNT_TAIL = """
+setp.ne.s32 %__clc_p, {tx}, 0;
+@%__clc_p ret;
+mov.u32 %__clc_t0, %tid.y;
+mov.u32 %__clc_t1, %tid.z;
+or.b32 %__clc_t0, %__clc_t0, %__clc_t1;
+setp.ne.u32 %__clc_p, %__clc_t0, 0;
+@%__clc_p ret;
+and.b32 %__clc_t0, {cx}, 31;
 mul.wide.u32 %__clc_vb, %__clc_t0, 128;
 mov.u64 %__clc_slot, clc_stats;
 add.u64 %__clc_slot, %__clc_slot, %__clc_vb;
@@ -171,12 +184,20 @@ mov.u32 %__clc_t0, %ntid.x;
 mov.u32 %__clc_t1, %ntid.y;
 mul.lo.u32 %__clc_t0, %__clc_t0, %__clc_t1;
 mov.u32 %__clc_t1, %ntid.z;
-mul.lo.u32 %__clc_t0, %__clc_t0, %__clc_t1;
-cvt.u64.u32 %__clc_vb, %__clc_t0;
+mul.wide.u32 %__clc_vb, %__clc_t0, %__clc_t1;
 red.global.add.u64 [%__clc_slot+8], %__clc_vb;
-__clc_exit:
 ret;
 """
+
+# With more exits than this, they branch to one shared copy instead (code size).
+_MAX_TAILS = 8
+
+# The shared form: every exit branches to __clc_done.
+_PLAIN_EPILOGUE = """
+__clc_done:
+mov.u32 %__clc_t2, %tid.x;
+mov.u32 %__clc_v0, %ctaid.x;
+""" + _COUNT_TAIL.format(tx="%__clc_t2", cx="%__clc_v0")
 
 _STEP = """
 __clc_step:
@@ -300,7 +321,9 @@ def splice(ptx, kernel, loop=True, enter=False):
 
     if looped:
         _rewrite_specials(fn)
-    _rewrite_exits(fn, "__clc_step" if looped else "__clc_done")
+    inline = not looped and not enter and _inline_exits(fn)
+    if not inline:
+        _rewrite_exits(fn, "__clc_step" if looped else "__clc_done")
     fn.params.append(_snippet(f".entry __clc_snippet({_ARG_PARAM})\n{{\nret;\n}}\n")[0].params[0])
 
     statements = fn.body.statements
@@ -310,7 +333,8 @@ def splice(ptx, kernel, loop=True, enter=False):
     fn.body.statements = (_statements(_DECLS) + statements[:first] + prologue
                           + statements[first:]
                           + (_statements(_STEP) if looped else [])
-                          + _statements(_EPILOGUE if looped or enter else _PLAIN_EPILOGUE))
+                          + (_statements(_EPILOGUE) if looped or enter else
+                             [] if inline else _statements(_PLAIN_EPILOGUE)))
 
     # Only this entry: the others would be compiled for nothing (their functions stay).
     externs = _module_items(_EXTERNS)
@@ -362,6 +386,84 @@ def _rewrite_exits(fn, label):
                 block.statements[k] = Instruction(
                     opcode, [_operand(label, s)], s.guard, s.negated, s.line, s.column)
     walk(fn.body)
+
+
+def _kept_special(fn, special):
+    """A 32-bit register that holds `special` (%tid.x) wherever the kernel may exit: set by a
+    `mov` in the entry's straight-line start and written nowhere else; else None."""
+    for s in fn.body.statements:
+        if isinstance(s, (Label, Block)):
+            break
+        if not isinstance(s, Instruction):
+            continue
+        if s.base in ("bra", "brx", "ret", "exit", "call"):
+            break
+        if (s.base == "mov" and not s.guard and s.parts[1:] in (["u32"], ["b32"], ["s32"])
+                and len(s.operands) == 2 and str(s.operands[1]) == special):
+            reg = str(s.operands[0])
+            if reg.startswith("%") and not any(
+                    ins is not s and ins.operands and not ins.operands[0].is_memory
+                    and reg in ins.operands[0].registers() for ins in fn.instructions()):
+                return reg
+    return None
+
+
+def _falls_through(statement):
+    return not (isinstance(statement, Instruction) and not statement.guard
+                and statement.base in ("bra", "ret", "exit", "brx", "trap"))
+
+
+def _inline_exits(fn):
+    """Give each exit of a 1:1 kernel with no runtime call its own copy of _COUNT_TAIL: an
+    unguarded exit is replaced by one (and, when labels put it where a fall-through and
+    branches meet, a second copy ends the fall-through path before them), a guarded one
+    branches to a copy at the end. False, the kernel unchanged, when that would take more
+    than _MAX_TAILS copies."""
+    tx, cx = _kept_special(fn, "%tid.x"), _kept_special(fn, "%ctaid.x")
+    text = _COUNT_TAIL.format(tx=tx or "%__clc_t2", cx=cx or "%__clc_v0")
+    head = ("" if tx else "mov.u32 %__clc_t2, %tid.x;\n") + \
+           ("" if cx else "mov.u32 %__clc_v0, %ctaid.x;\n")
+    tails = []
+    appended = []
+
+    def tail():
+        tails.append(1)
+        return _statements(head + text)
+
+    def rewrite(block):
+        out = []
+        for s in block.statements:
+            if isinstance(s, Block):
+                rewrite(s)
+            if not (isinstance(s, Instruction) and s.base in ("ret", "exit")):
+                out.append(s)
+                continue
+            if s.guard:
+                label = f"__clc_x{len(tails)}"
+                out.append(Instruction("bra", [_operand(label, s)], s.guard, s.negated, s.line,
+                                       s.column))
+                appended.append(Label(label, s.line, s.column))
+                appended.extend(tail())
+                continue
+            j = len(out)
+            while j > 0 and isinstance(out[j - 1], (Label, Directive)):
+                j -= 1
+            joined = any(isinstance(x, Label) for x in out[j:])
+            if joined and (j == 0 or _falls_through(out[j - 1])):
+                out[j:j] = tail()
+            out.extend(tail())
+        block.statements = out
+
+    original = copy.deepcopy(fn.body)
+    rewrite(fn.body)
+    statements = fn.body.statements
+    if not statements or _falls_through(statements[-1]):
+        statements.extend(tail())   # the end of the body is an exit too
+    statements.extend(appended)
+    if len(tails) > _MAX_TAILS:
+        fn.body = original
+        return False
+    return True
 
 
 def _operand(name, at):

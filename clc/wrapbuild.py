@@ -344,11 +344,24 @@ def runtime_inputs(wrapper, arch, looped=False, cache=None):
             (pathlib.Path(wrapper.name).name + ".ptx", policy)]
 
 
+_sources = []
+
+
+def _pipeline_sources():
+    """The wrapper runtime and the code that splices and prints PTX: a clc whose splice
+    changed must not take a cubin that an older one built from the disk cache."""
+    if not _sources:
+        here = pathlib.Path(__file__).resolve().parent
+        _sources.append(b"".join(p.read_bytes() for p in (
+            RUNTIME_SOURCE, here / "splice.py", here / "ptx.py")))
+    return _sources[0]
+
+
 def build_key(ptx, kernel, wrapper, arch, registers=None):
     """The cache key of a build: everything its cubin depends on (`registers`: the original's
     register count when the caller knows it, see build())."""
     from clc.wrapcache import cache_key
-    return cache_key(ptx, kernel, wrapper.key_text, RUNTIME_SOURCE.read_bytes(), str(arch),
+    return cache_key(ptx, kernel, wrapper.key_text, _pipeline_sources(), str(arch),
                      *toolchain_versions(), str(registers))
 
 

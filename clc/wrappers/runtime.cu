@@ -20,6 +20,9 @@
 //       v = clc_enter(slot, grid, seq); if v < 0: goto done    (deadline and policies only)
 //       <body, its ret/exit branching to done>
 //       done: if thread 0: clc_finish(slot, seq, v)
+//   block_count calls nothing: each ret/exit of the body is replaced by a copy of the count
+//   (thread 0 adds its block to a stripe of clc_stats; the others leave at once), so that
+//   no warp waits at a shared epilogue (clc/splice.py, _COUNT_TAIL).
 //
 // `slot` is the launch's own 32 bytes in a ring of device memory that the shim keeps per
 // context, and `seq` the launch's lap of the ring (never 0). A slot is never reset: its

@@ -153,3 +153,14 @@ def test_nvrtc_output_is_kept_on_disk_for_later_processes(tmp_path, monkeypatch)
     # AND other options are another entry: NVRTC is asked for them
     with pytest.raises(AssertionError, match="NVRTC compiled again"):
         wrapbuild.runtime_inputs(spec, 90, False, cache)
+
+
+def test_build_key_follows_the_splice_and_runtime_code(monkeypatch):
+    # GIVEN a build key for a kernel WHEN clc's splice, PTX printer or runtime changes (an
+    # upgrade) THEN the key changes: the disk cache does not hand back an older clc's cubin
+    from clc import wrapbuild
+    spec = wrapbuild.wrapper_spec("block_count", {})
+    before = wrapbuild.build_key("ptx", "k", spec, 90)
+    assert wrapbuild.build_key("ptx", "k", spec, 90) == before
+    monkeypatch.setattr(wrapbuild, "_sources", [wrapbuild._pipeline_sources() + b"# changed"])
+    assert wrapbuild.build_key("ptx", "k", spec, 90) != before
