@@ -20,6 +20,7 @@ engine turns them into on_unwrappable / on_error and says why once.
 At exit, each wrapped library's clc_stats (a __managed__ variable) is read back.
 """
 
+import contextlib
 import ctypes
 import struct
 import threading
@@ -44,6 +45,7 @@ _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 _CU_STREAM_NON_BLOCKING = 1
+_CU_STREAM_CAPTURE_MODE_RELAXED = 2
 _CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 # Function attributes a program sets (cudaFuncSetAttribute) that its launches depend on:
 # copied from the original onto the replacement when it is made.
@@ -83,8 +85,9 @@ class _Driver:
         # Which load a launched handle came from; a driver without them leaves them None.
         "cuKernelGetLibrary": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],
         "cuFuncGetModule": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],
+        "cuThreadExchangeStreamCaptureMode": [ctypes.POINTER(ctypes.c_int)],
     }
-    _OPTIONAL = ("cuKernelGetLibrary", "cuFuncGetModule")
+    _OPTIONAL = ("cuKernelGetLibrary", "cuFuncGetModule", "cuThreadExchangeStreamCaptureMode")
 
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")
@@ -295,15 +298,16 @@ class WrapEngine:
         return hit
 
     def slots(self, ctx):
-        """The context's slot ring and its cursor (one for all the context's wrapped kernels,
-        so that no two launches take the same slot in one lap), made (and zeroed, waited for)
-        at its first wrapped kernel. Called with the context current."""
+        """The context's slot ring, followed by its graph slots (abi.GRAPH_SLOTS), and their
+        two cursors (one pair for all the context's wrapped kernels, so that no two launches
+        take the same slot in one lap), made (and zeroed, waited for) at its first wrapped
+        kernel. Called with the context current."""
         with self._lock:
             ring = self._slots.get(ctx)
             if ring is None:
                 d = self.driver()
                 ptr, stream = ctypes.c_uint64(), ctypes.c_void_p()
-                size = N_SLOTS * abi.SLOT_BYTES
+                size = (N_SLOTS + abi.GRAPH_SLOTS) * abi.SLOT_BYTES
                 d.call("cuMemAlloc_v2", ctypes.byref(ptr), size)
                 d.call("cuStreamCreate", ctypes.byref(stream), _CU_STREAM_NON_BLOCKING)
                 try:
@@ -311,7 +315,8 @@ class WrapEngine:
                     d.call("cuStreamSynchronize", stream)
                 finally:
                     d.cuStreamDestroy_v2(stream)
-                cursor = ctypes.c_uint64(0)   # read and written by the shim
+                cursor = (ctypes.c_uint64 * 2)()   # the ring's and the graph slots' (the
+                # shim's, written atomically)
                 ring = self._slots[ctx] = (ptr.value, cursor)
         return ring
 
@@ -342,7 +347,28 @@ class WrapEngine:
             replayed.append((label, value))
         return replayed
 
-    def replacement(self, *, mangled, name, ctx, device, spec, layout, original=0):
+    @contextlib.contextmanager
+    def relaxed_capture(self):
+        """This thread in the relaxed stream-capture mode meanwhile: a kernel first seen while
+        the program captures a stream into a CUDA graph (global mode) is wrapped with calls
+        (cuMemAlloc, cuLibraryLoadData, a stream synchronize) that would otherwise fail and
+        invalidate the program's capture."""
+        exchange = self.driver().cuThreadExchangeStreamCaptureMode
+        mode = ctypes.c_int(_CU_STREAM_CAPTURE_MODE_RELAXED)
+        swapped = exchange is not None and exchange(ctypes.byref(mode)) == 0
+        try:
+            yield
+        finally:
+            if swapped:
+                exchange(ctypes.byref(mode))
+
+    def replacement(self, **request):
+        """The address of a clc_replacement (see _replacement), made in the relaxed
+        stream-capture mode."""
+        with self.relaxed_capture():
+            return self._replacement(**request)
+
+    def _replacement(self, *, mangled, name, ctx, device, spec, layout, original=0):
         """The address of a clc_replacement launching `mangled` wrapped with `spec` in `ctx`
         (current), for a kernel whose parameter layout is `layout` [(offset, size), ...]."""
         arch, sm_count = self.device_arch(device)
@@ -375,7 +401,9 @@ class WrapEngine:
         packed = abi.REPLACEMENT.pack(function.value, ring, ctypes.addressof(cursor), arg_offset,
                                       N_SLOTS, n_params,
                                       cap_kind, cap_value, sm_count,
-                                      abi.REPLACE_LOOPED if looped else 0, 0, 0, 0, 0)
+                                      (abi.REPLACE_LOOPED if looped else 0)
+                                      | (abi.REPLACE_SLOT if looped or spec.enter else 0),
+                                      0, 0, 0, 0)
         buf = ctypes.create_string_buffer(packed, len(packed))
         with self._lock:
             self._keep.append(buf)

@@ -69,14 +69,23 @@ typedef struct clc_outcome {
                            sm_count x blocks per SM, and the kernel keeps its share's blocks */
 #define CLC_CAP_SMS 2   /* cap_value SMs: the same */
 #define CLC_REPLACE_LOOPED 1
+#define CLC_REPLACE_SLOT 2 /* the wrapped kernel uses its slot (looped, deadline, policies) */
 #define CLC_SLOT_BYTES 32
+/* Launches captured into a CUDA graph (stream capture) cannot use the ring: a replayed node
+ * keeps its slot and lap. Each gets a slot of its own, past the ring's n_slots, taken with the
+ * cursor's second word (cursor + 8) and never reused; the shim zeroes it in the stream right
+ * before the launch, so that each replay starts it afresh (seq 1). When they are used up, such
+ * launches run the original kernel. */
+#define CLC_GRAPH_SLOTS 4096
 #define CLC_OCCUPANCY_WAYS 4
 
 typedef struct clc_replacement {
     uint64_t function;   /* CUfunction (of the decision's context) launched instead */
-    uint64_t slots;      /* CUdeviceptr of n_slots zeroed slots of CLC_SLOT_BYTES */
-    uint64_t cursor;     /* address of the context's uint64_t slot cursor, shared by all its
-                            wrapped kernels: the shim adds 1 per launch, atomically */
+    uint64_t slots;      /* CUdeviceptr of n_slots + CLC_GRAPH_SLOTS zeroed slots of
+                            CLC_SLOT_BYTES */
+    uint64_t cursor;     /* address of the context's two uint64_t slot cursors (the ring's,
+                            then the graph slots'), shared by all its wrapped kernels: the
+                            shim adds 1 per launch, atomically */
     uint64_t arg_offset; /* where clc_launch_arg goes in an `extra` argument buffer */
     uint32_t n_slots;    /* a power of two */
     uint32_t n_params;   /* the kernel's own parameters (kernelParams has one more) */

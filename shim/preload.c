@@ -158,6 +158,9 @@ int clc_driver_load(void) {
             g_drv.stream_is_capturing_ptsz =
                 driver_sym(h, "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing");
             g_drv.occupancy = driver_sym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL);
+            g_drv.memset_d8_async = driver_sym(h, "cuMemsetD8Async", NULL);
+            g_drv.memset_d8_async_ptsz =
+                driver_sym(h, "cuMemsetD8Async_ptsz", "cuMemsetD8Async");
             g_hot.ctx_get_current = g_drv.ctx_get_current;
             atomic_store_explicit(&g_hot.driver_ready, 1, memory_order_release);
         }
@@ -401,16 +404,49 @@ static CUresult gate_exit(gate *g, CUresult result) {
     return result;
 }
 
-/* A wrapped kernel's launch that cannot be rewritten runs the original: said once. */
+/* Whether the launch on `stream` is being captured into a CUDA graph (stream capture). An
+ * invalidated capture counts as one: the launch fails either way, and must not take a ring
+ * slot that a replay would reuse. */
+static int stream_captured(CUstream stream, int ptsz) {
+    CUresult (*is_capturing)(CUstream, int *) =
+        ptsz ? g_drv.stream_is_capturing_ptsz : g_drv.stream_is_capturing;
+    int status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!is_capturing) return 0;
+    CUresult r = is_capturing(stream, &status);
+    return r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
+           (r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+/* A wrapped kernel's launch that cannot be rewritten runs the original: said once. A kernel
+ * that uses its slot, launched into a graph under stream capture, gets a graph slot, zeroed
+ * by a memset captured just before it (so each replay starts afresh). */
 __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, unsigned gx,
                                                    unsigned gy, unsigned gz, unsigned bx,
                                                    unsigned by, unsigned bz, unsigned shmem,
                                                    void **params, void **extra) {
-    static _Atomic int said;
+    static _Atomic int said, said_graph;
     const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
-    CUresult e = rep ? clc_replace_begin(r, rep, gx, gy, gz, bx, by, bz, shmem, params, extra)
+    int ptsz = (g->entry_point & CLC_ENTRY_PTSZ) != 0;
+    int graph = rep && (rep->flags & CLC_REPLACE_SLOT) && stream_captured(g->stream, ptsz);
+    CUresult e = rep ? clc_replace_begin(r, rep, gx, gy, gz, bx, by, bz, shmem, params, extra,
+                                         graph)
                      : CUDA_ERROR_INVALID_HANDLE;
+    if (e == CUDA_SUCCESS && graph) {
+        CUresult (*zero)(CUdeviceptr, unsigned char, size_t, CUstream) =
+            ptsz ? g_drv.memset_d8_async_ptsz : g_drv.memset_d8_async;
+        e = zero ? zero((CUdeviceptr)r->arg.slot, 0, CLC_SLOT_BYTES, g->stream)
+                   : CUDA_ERROR_NOT_FOUND;
+        if (e != CUDA_SUCCESS) clc_replace_end(r);
+    }
     if (e == CUDA_SUCCESS) return 1;
+    if (e == CLC_NO_GRAPH_SLOT) {
+        if (!atomic_exchange(&said_graph, 1))
+            clc_log(CLC_MSG_WARNING,
+                    "more than %d launches of wrapped kernels were captured into CUDA graphs in "
+                    "one context: later ones run unwrapped",
+                    CLC_GRAPH_SLOTS);
+        return 0;
+    }
     if (!atomic_exchange(&said, 1))
         clc_log(CLC_MSG_WARNING, "a wrapped kernel's launch could not be rewritten (CUresult %d): "
                                  "it runs unwrapped", (int)e);

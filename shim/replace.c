@@ -3,7 +3,8 @@
  * replace.c: the launch of a wrapped kernel (CLC_ACTION_REPLACE), on the fast path.
  *
  * The engine made the clc_replacement once (clc/engine.py, clc/wrapengine.py); here, per
- * launch: take the next slot of the context's ring and its lap (one atomic add), append the
+ * launch: take the next slot of the context's ring and its lap (one atomic add; a launch
+ * captured into a CUDA graph takes a graph slot instead, see CLC_GRAPH_SLOTS), append the
  * clc_launch_arg to the
  * program's arguments (a copy of kernelParams with one more pointer, or of the `extra`
  * buffer with the argument at arg_offset), and, for a looped wrapper with a cap, launch
@@ -43,17 +44,28 @@ static unsigned launch_blocks(clc_replacement *rep, uint64_t total, unsigned thr
 
 CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigned gx, unsigned gy,
                            unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                           void **params, void **extra) {
+                           void **params, void **extra, int graph) {
     clc_replacement *rep = (clc_replacement *)crep;
     r->heap = NULL;
     r->f = (CUfunction)(uintptr_t)rep->function;
-    uint64_t i = atomic_fetch_add_explicit((_Atomic uint64_t *)(uintptr_t)rep->cursor, 1,
-                                           memory_order_relaxed);
     uint64_t total = (uint64_t)gx * gy * gz;
     if (total >= (1ull << 31)) return CUDA_ERROR_INVALID_VALUE; /* the runtime counts in 32 bits */
-    r->arg = (clc_launch_arg){.slot = rep->slots + (i & (rep->n_slots - 1)) * CLC_SLOT_BYTES,
-                              .grid = {gx, gy, gz},
-                              .seq = (uint32_t)(i / rep->n_slots) + 1};
+    if (graph) {
+        /* A slot of its own for good, and lap 1: the caller zeroes it before each replay. */
+        uint64_t k = atomic_fetch_add_explicit((_Atomic uint64_t *)(uintptr_t)rep->cursor + 1, 1,
+                                               memory_order_relaxed);
+        if (k >= CLC_GRAPH_SLOTS) return CLC_NO_GRAPH_SLOT;
+        r->arg = (clc_launch_arg){
+            .slot = rep->slots + ((uint64_t)rep->n_slots + k) * CLC_SLOT_BYTES,
+            .grid = {gx, gy, gz},
+            .seq = 1};
+    } else {
+        uint64_t i = atomic_fetch_add_explicit((_Atomic uint64_t *)(uintptr_t)rep->cursor, 1,
+                                               memory_order_relaxed);
+        r->arg = (clc_launch_arg){.slot = rep->slots + (i & (rep->n_slots - 1)) * CLC_SLOT_BYTES,
+                                  .grid = {gx, gy, gz},
+                                  .seq = (uint32_t)(i / rep->n_slots) + 1};
+    }
     unsigned n = launch_blocks(rep, total, bx * by * bz, shmem);
     if (n) {
         r->grid[0] = n, r->grid[1] = 1, r->grid[2] = 1;

@@ -37,6 +37,7 @@ typedef void *CUgraph;
 typedef void *CUgraphNode;
 typedef void *CUgraphExec;
 typedef uint64_t cuuint64_t;
+typedef uint64_t CUdeviceptr;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NOT_READY 600
@@ -52,6 +53,8 @@ typedef uint64_t cuuint64_t;
 #define CU_LIBRARY_BINARY_IS_PRESERVED 1
 #define CU_EVENT_DEFAULT 0
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
+#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+#define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
 
 typedef struct {
     unsigned int gridDimX, gridDimY, gridDimZ;
@@ -182,13 +185,17 @@ typedef struct {
     CUresult (*stream_is_capturing)(CUstream, int *);
     CUresult (*stream_is_capturing_ptsz)(CUstream, int *);
     CUresult (*occupancy)(int *, CUfunction, int, size_t);
+    CUresult (*memset_d8_async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*memset_d8_async_ptsz)(CUdeviceptr, unsigned char, size_t, CUstream);
 } clc_driver;
 extern clc_driver g_drv;
 int clc_driver_load(void); /* fills g_drv; 1 when done */
 
 /* A wrapped kernel's launch (replace.c): the function, grid and arguments to give the driver
  * instead of the program's. clc_replace_begin returns CUDA_SUCCESS, or an error for a launch
- * it cannot rewrite (the caller then applies on_error); clc_replace_end frees what it made. */
+ * it cannot rewrite (the caller then applies on_error); clc_replace_end frees what it made.
+ * `graph`: the launch is being captured into a CUDA graph (it gets a graph slot, see
+ * CLC_GRAPH_SLOTS, which the caller zeroes in the stream before the launch). */
 typedef struct {
     CUfunction f;
     unsigned grid[3];
@@ -202,7 +209,9 @@ typedef struct {
 } clc_replaced;
 CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *rep, unsigned gx, unsigned gy,
                            unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                           void **params, void **extra);
+                           void **params, void **extra, int graph);
+/* clc_replace_begin's answer when a captured launch finds the context's graph slots used up. */
+#define CLC_NO_GRAPH_SLOT CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 /* An attribute the program set on a kernel (cuFuncSetAttribute / cuKernelSetAttribute) after
  * its launches in the current context were wrapped: set on the replacements too. */
 void clc_replace_set_attribute(uint64_t handle, int attrib, int value, int device);

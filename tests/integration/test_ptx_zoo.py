@@ -30,6 +30,7 @@ EXPECTED = {
     "clusters.cu": {"cluster_kernel": (False, "cluster kernel")},
     "printf_kernel.cu": {"hello_printf": (True, "no block barrier")},
     "atomics.cu": {"histogram_atomic": (True, "no block barrier")},
+    "graph_replay.cu": {"graph_accumulate": (True, "no block barrier")},
 }
 KERNELS = [(f, k) for f in EXPECTED for k in EXPECTED[f]]
 

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.engine import WRAP_STATS_PREFIX
 from clc.wrapbuild import build, wrapper_spec
@@ -209,7 +210,9 @@ def test_sm_share_launches_the_wrapped_kernel_on_a_capped_grid(run_wrap, mode, p
         batch = min(64, max(1, total // (seen["grid"][0] * 16)))
         assert (seen["vgrid"], seen["seq"], seen["share_sms"], seen["batch"]) == \
             (arg["grid"], 1, share_sms, batch)
-        assert seen["slot_alloc"] == N_SLOTS * SLOT_BYTES
+        # a slot of the context's ring (its graph slots follow it in the same allocation)
+        assert seen["slot_alloc"] == (N_SLOTS + abi.GRAPH_SLOTS) * SLOT_BYTES
+        assert seen["slot"] - seen["slot_base"] < N_SLOTS * SLOT_BYTES
         assert (seen["slot"] - seen["slot_base"]) % SLOT_BYTES == 0
         assert seen["slot_zero"] == 1
         if arg["form"] == "extra":
@@ -420,6 +423,49 @@ def test_graph_nodes_of_a_wrapped_kernel_run_unwrapped_with_one_warning(run_wrap
     assert re.search(r"^fake: vec_add launches=8 graph=2$", run.stdout, re.M)
     # AND clc says once that graph nodes are not wrapped
     assert len(messages(run, "a wrapped kernel was put in a CUDA graph")) == 1
+
+
+RING = N_SLOTS * SLOT_BYTES   # a context's slot ring; its graph slots follow it
+
+
+@pytest.mark.parametrize("wrapper,params", [("sm_share", {"share": 0.25}), ("deadline", {"ms": 5})])
+def test_launches_captured_into_a_graph_get_slots_of_their_own(run_wrap, wrapper, params):
+    # GIVEN vec_add wrapped with a wrapper that keeps state in its launch's slot
+    # WHEN the program captures a stream into a CUDA graph (global mode), and vec_add is first
+    # seen there: launched twice while capturing, then once more after the capture ended
+    run = run_wrap(wrap_policy(wrapper, params), args=["capture"])
+    ok(run)
+    first, second, after = launches(run.stdout)
+    # THEN clc built and loaded the wrapped kernel without breaking the program's capture
+    assert "capture-begin -> 0" in run.stdout
+    assert "capture-end -> 0" in run.stdout, run.stdout
+    assert "capture-unsafe-calls 0" in run.stdout
+    for launch in (first, second, after):
+        assert launch["rc"] == 0 and launch["seen"]["original"] == 0
+        assert launch["seen"]["code"] == "cubin" and launch["seen"]["clc_arg"] == 1
+    # AND each captured launch has a slot of its own past the ring (a replay keeps its slot),
+    # lap 1, zeroed in the stream before it (the program had set the second one's to 0xff)
+    slots = {}
+    for name, launch in (("first", first), ("second", second), ("after", after)):
+        seen = launch["seen"]
+        assert seen["slot_alloc"] == RING + abi.GRAPH_SLOTS * SLOT_BYTES, seen
+        slots[name] = seen["slot"] - seen["slot_base"]
+    assert slots["first"] == RING and slots["second"] == RING + SLOT_BYTES
+    assert first["seen"]["seq"] == second["seen"]["seq"] == 1
+    assert first["seen"]["slot_zero"] == second["seen"]["slot_zero"] == 1
+    # AND the launch after the capture takes the ring's next slot, as any other
+    assert slots["after"] < RING
+
+
+def test_a_captured_block_count_launch_keeps_the_ring(run_wrap):
+    # GIVEN vec_add under block_count, which never reads its slot
+    run = run_wrap(wrap_policy("block_count"), args=["capture"])
+    ok(run)
+    assert "capture-end -> 0" in run.stdout and "capture-unsafe-calls 0" in run.stdout
+    # THEN its captured launches take ring slots (no graph slot, no memset in the graph)
+    for launch in launches(run.stdout):
+        seen = launch["seen"]
+        assert seen["code"] == "cubin" and seen["slot"] - seen["slot_base"] < RING, seen
 
 
 # ---- a Python hook that answers clc.wrap() ---------------------------------------------------------

@@ -33,6 +33,7 @@ CASES = {
     ("templates.cu", "_Z7scale_tIiEvPT_S0_i"): {},
     ("reduction.cu", "block_reduce_sum"): {},
     ("atomics.cu", "histogram_atomic"): {},
+    ("graph_replay.cu", "graph_accumulate"): {},
     ("divergent_exit.cu", "divergent_exit_then_barrier"): {
         "sm_share": _LOOP + ": a block barrier can run after a thread-divergent exit"},
     ("cooperative.cu", "grid_sync_kernel"): {w: "cooperative kernel: reads %envreg"

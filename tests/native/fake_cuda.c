@@ -153,6 +153,8 @@ struct CUstream_st {
     uint32_t tag;
     CUcontext ctx;
     atomic_ullong synced; /* lazy events: the last record number this stream has run up to */
+    int capture;          /* CUstreamCaptureStatus (stream capture, below) */
+    int capture_mode;     /* CUstreamCaptureMode it was begun with */
 };
 
 struct CUevent_st {
@@ -1068,10 +1070,12 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 }
 
 static void advance(atomic_ullong *mark, unsigned long long to);
+static CUresult capture_unsafe(void);
 
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
     TRY(need_ctx());
+    TRY(capture_unsafe());
     if (g_lazy_events)
         advance(&tls_ctx->synced, atomic_load(&g_record_seq));
     return CUDA_SUCCESS;
@@ -1111,6 +1115,7 @@ static atomic_ullong *stream_mark(CUstream s, CUcontext ctx);
 static CUresult stream_sync(CUstream s)
 {
     TRY(need_ctx());
+    TRY(capture_unsafe());
     if (!stream_ok(s))
         return CUDA_ERROR_INVALID_HANDLE;
     if (g_lazy_events)
@@ -1120,6 +1125,112 @@ static CUresult stream_sync(CUstream s)
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return stream_sync(hStream); }
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return stream_sync(hStream); }
+
+/* ---- stream capture ----------------------------------------------------------------------------
+ * Enough of it for clc's checks: a stream captures between cuStreamBeginCapture and
+ * cuStreamEndCapture (work "captured" still runs at once: nothing is recorded), each thread has
+ * an interaction mode (cuThreadExchangeStreamCaptureMode), and the rule that makes a global
+ * capture fragile holds: while some stream captures in global mode, a potentially unsafe call
+ * (cuMemAlloc, cuModuleLoadData, cuLibraryLoadData, cuStreamSynchronize, cuCtxSynchronize) from a
+ * thread whose mode is not relaxed fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+ * invalidates those captures (their cuStreamEndCapture then fails with
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), as the real driver does. */
+
+#define MAX_CAPTURES 8
+static CUstream g_capturing[MAX_CAPTURES]; /* under g_lock */
+static atomic_int g_global_captures;
+static __thread int tls_capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL (0) until exchanged */
+static atomic_int g_capture_unsafe_calls;
+
+static CUresult capture_unsafe(void)
+{
+    unsigned i;
+    if (atomic_load(&g_global_captures) == 0 || tls_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    atomic_fetch_add(&g_capture_unsafe_calls, 1);
+    lock();
+    for (i = 0; i < MAX_CAPTURES; i++)
+        if (g_capturing[i] && g_capturing[i]->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+            g_capturing[i]->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    unlock();
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    unsigned i;
+    TRY(need_ctx());
+    if (tag_of(hStream) != TAG_STREAM || (unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE; /* (the legacy stream cannot capture) */
+    lock();
+    for (i = 0; i < MAX_CAPTURES && g_capturing[i]; i++)
+        ;
+    if (hStream->capture || i == MAX_CAPTURES) {
+        unlock();
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    g_capturing[i] = hStream;
+    hStream->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    hStream->capture_mode = mode;
+    unlock();
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        atomic_fetch_add(&g_global_captures, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    unsigned i;
+    int status;
+    TRY(need_ctx());
+    if (!phGraph || tag_of(hStream) != TAG_STREAM)
+        return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    status = hStream->capture;
+    for (i = 0; i < MAX_CAPTURES; i++)
+        if (g_capturing[i] == hStream)
+            g_capturing[i] = NULL;
+    hStream->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    unlock();
+    if (status == CU_STREAM_CAPTURE_STATUS_NONE)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    if (hStream->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        atomic_fetch_sub(&g_global_captures, 1);
+    if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    return cuGraphCreate(phGraph, 0);
+}
+
+static CUresult stream_is_capturing(CUstream hStream, CUstreamCaptureStatus *status)
+{
+    TRY(need_ctx());
+    if (!status || !stream_ok(hStream))
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = tag_of(hStream) == TAG_STREAM ? (CUstreamCaptureStatus)hStream->capture
+                                            : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    return stream_is_capturing(hStream, captureStatus);
+}
+
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    return stream_is_capturing(hStream, captureStatus);
+}
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    int was;
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    was = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = (CUstreamCaptureMode)was;
+    return CUDA_SUCCESS;
+}
 
 /* ---- device memory ---------------------------------------------------------------------------
  * Host memory standing in for the device's: an allocation's address is its CUdeviceptr, so
@@ -1153,6 +1264,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     void *mem;
     TRY(need_ctx());
+    TRY(capture_unsafe());
     if (!dptr || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (!(mem = malloc(bytesize)))
@@ -1235,6 +1347,7 @@ static CUresult module_load_image(CUmodule *module, const void *image)
     const char *text;
     size_t len;
     TRY(need_ctx()); /* modules belong to the current context */
+    TRY(capture_unsafe());
     if (!module)
         return CUDA_ERROR_INVALID_VALUE;
     if (is_cubin(image)) {
@@ -1336,6 +1449,7 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_o
     const char *text;
     size_t len;
     TRY(need_init());
+    TRY(capture_unsafe());
     if (!library)
         return CUDA_ERROR_INVALID_VALUE;
     TRY(library_options_ok(numJitOptions, jitOptions, jitOptionsValues, libraryOptions,
@@ -2498,6 +2612,11 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuStreamDestroy)                                                                             \
     X(cuStreamDestroy_v2)                                                                          \
     X(cuStreamSynchronize)                                                                         \
+    X(cuStreamBeginCapture_v2)                                                                     \
+    X(cuStreamEndCapture)                                                                          \
+    X(cuStreamIsCapturing)                                                                         \
+    X(cuStreamIsCapturing_ptsz)                                                                    \
+    X(cuThreadExchangeStreamCaptureMode)                                                           \
     X(cuStreamSynchronize_ptsz)                                                                    \
     X(cuMemAlloc_v2)                                                                               \
     X(cuMemFree_v2)                                                                                \
@@ -2608,6 +2727,8 @@ static const struct {
     {"cuEventRecord", 7000, 1, "cuEventRecord_ptsz"},
     {"cuStreamSynchronize", 2000, 0, "cuStreamSynchronize"},
     {"cuStreamSynchronize", 7000, 1, "cuStreamSynchronize_ptsz"},
+    {"cuStreamBeginCapture", 10010, 0, "cuStreamBeginCapture_v2"},
+    {"cuStreamIsCapturing", 10000, 1, "cuStreamIsCapturing_ptsz"},
     {"cuGraphLaunch", 10000, 0, "cuGraphLaunch"},
     {"cuGraphLaunch", 10000, 1, "cuGraphLaunch_ptsz"},
     {"cuGraphAddKernelNode", 10000, 0, "cuGraphAddKernelNode"},
@@ -2744,6 +2865,10 @@ TEST_API int fake_cuda_last_launch(const char *name, const void **handle, const 
 TEST_API long fake_cuda_last_param(const char *name, unsigned index, void *buf, size_t cap);
 TEST_API long fake_cuda_last_extra(const char *name, void *buf, size_t cap);
 TEST_API int fake_cuda_device_allocation(CUdeviceptr p, CUdeviceptr *base, size_t *size);
+TEST_API int fake_cuda_capture_unsafe_calls(void);
+
+/* How many potentially unsafe calls a global stream capture refused (stream capture, above). */
+int fake_cuda_capture_unsafe_calls(void) { return atomic_load(&g_capture_unsafe_calls); }
 
 static struct kname *lookup(const char *name)
 {

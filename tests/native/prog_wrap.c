@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * prog_wrap [library|module|ptx [late|twin]]: launches kernels that clc can wrap, and prints what the
+ * prog_wrap [library|module|ptx [late|twin|capture]]: launches kernels that clc can wrap, and prints what the
  * driver really received, so that a test can check what clc's `wrap` action changed on the way.
  * `prog_wrap ptx` only prints the PTX it loads (WRAP_PTX), for tests that build from it.
  *
@@ -315,6 +315,59 @@ static void print_seen(const struct kernel_desc *k, unsigned i, CUfunction passe
     printf("\n");
 }
 
+/* `capture`: vec_add launched on a stream being captured into a CUDA graph (global mode), its
+ * first launch there (clc's first sight of it, so a wrapped kernel is built and loaded while
+ * the capture is on), then a second; the capture ended; a third launch on the same stream,
+ * not captured. Before the second, the 32 bytes after the first launch's slot are set to 0xff
+ * (a captured launch's slot must be zeroed before it). Output: the arg/launch/seen lines of
+ * launches 200..202, and
+ *   capture-begin -> <rc>
+ *   capture-end -> <rc>            (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, 901, if broken)
+ *   capture-unsafe-calls <n>       (calls the fake refused because a global capture was on) */
+static void run_capture(CUfunction f)
+{
+    const struct kernel_desc *k = &KERNELS[0];
+    int (*unsafe_calls)(void) = fake_sym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD),
+                                         "fake_cuda_capture_unsafe_calls");
+    CUstream s;
+    CUgraph graph;
+    uint64_t slot = 0;
+    unsigned i, j;
+    RESOLVE(stream_create, cuStreamCreate, RT_VERSION, 0);
+    RESOLVE(begin, cuStreamBeginCapture, RT_VERSION, 0);
+    RESOLVE(end, cuStreamEndCapture, RT_VERSION, 0);
+    RESOLVE(launch, cuLaunchKernel, RT_VERSION, 0);
+    CHECK(stream_create(&s, 0));
+    printf("capture-begin -> %d\n", (int)begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (i = 200; i < 203; i++) {
+        uint64_t values[MAX_ARGS];
+        void *args[MAX_ARGS];
+        unsigned char arg[ARG_BYTES];
+        CUdeviceptr base;
+        size_t size;
+        if (i == 202)
+            printf("capture-end -> %d\n", (int)end(s, &graph));
+        for (j = 0; j < k->nargs; j++) {
+            values[j] = arg_value(i, j, k->size[j]);
+            args[j] = &values[j];
+        }
+        if (slot && fake.device_allocation((CUdeviceptr)slot + ARG_BYTES, &base, &size) &&
+            slot + 2 * ARG_BYTES <= base + size)
+            memset((void *)(uintptr_t)(slot + ARG_BYTES), 0xff, ARG_BYTES);
+        printf("arg %s i=%u form=params via=cuLaunchKernel grid=64,1,1 block=128,1,1 smem=0 "
+               "extra_size=0\n", k->name, i);
+        fake.observe(1);
+        capture_for(k);
+        report_launch(k->name, "cuLaunchKernel",
+                      launch(f, 64, 1, 1, 128, 1, 1, 0, s, args, NULL));
+        print_seen(k, i, f, values, NULL);
+        if (fake.last_param(k->name, k->nargs, arg, sizeof arg) == ARG_BYTES)
+            memcpy(&slot, arg, 8);
+    }
+    fake.observe(0);
+    printf("capture-unsafe-calls %d\n", unsafe_calls());
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "library";
@@ -331,9 +384,10 @@ int main(int argc, char **argv)
     }
     int late = argc > 2 && strcmp(argv[2], "late") == 0;
     int twin = argc > 2 && strcmp(argv[2], "twin") == 0;
+    int capture = argc > 2 && strcmp(argv[2], "capture") == 0;
     if ((strcmp(mode, "library") != 0 && strcmp(mode, "module") != 0) ||
-        (argc > 2 && !late && !twin)) {
-        fprintf(stderr, "usage: %s [library|module|ptx [late|twin]]\n", argv[0]);
+        (argc > 2 && !late && !twin && !capture)) {
+        fprintf(stderr, "usage: %s [library|module|ptx [late|twin|capture]]\n", argv[0]);
         return 2;
     }
     use_module = strcmp(mode, "module") == 0;
@@ -373,6 +427,11 @@ int main(int argc, char **argv)
             CHECK(library_kernel(&k, lib, KERNELS[i].name));
             fn[i] = (CUfunction)k;
         }
+    }
+    if (capture) {
+        run_capture(fn[0]);
+        print_fake_counts();
+        return 0;
     }
     if (!late) allow_vec_add_smem(use_module, fn[0], dev);
     if (twin) {
