@@ -58,6 +58,10 @@ EVERY_LAUNCH_TARGET_NS = 2000
 WRAP_POLICY = ("version: 1\ndefault: allow\nrules:\n  - name: wrap\n"
                "    match: {kernel: empty_kernel}\n    action: wrap\n"
                "    wrapper: block_count\n")
+# The same with sm_share (share 1.0): a slot of the ring per launch, the stream-capture check
+# (a launch captured into a CUDA graph takes a graph slot), the capped grid.
+WRAP_SHARE_POLICY = WRAP_POLICY.replace("wrapper: block_count",
+                                        "wrapper: sm_share\n    params: {share: 1.0}")
 FIRST_SIGHT_TARGET_US = 100
 
 
@@ -166,8 +170,10 @@ def main():
         allow.write_text("version: 1\ndefault: allow\n")
         wrap = tmp / "wrap.yaml"
         wrap.write_text(WRAP_POLICY)
+        wrap_share = tmp / "wrap_share.yaml"
+        wrap_share.write_text(WRAP_SHARE_POLICY)
         policies = {"allow": allow, "record": POLICIES / "audit.yaml",
-                    "time": POLICIES / "time-all.yaml", "wrap": wrap}
+                    "time": POLICIES / "time-all.yaml", "wrap": wrap, "wrap_share": wrap_share}
         program = [exe, args.bursts, args.burst_size]
 
         def argv_for(config):
@@ -201,7 +207,7 @@ def main():
             print(f"round {r + 1}: " + ", ".join(f"{c} {samples[c][-1]:.3f}" for c in CONFIGS),
                   file=sys.stderr, flush=True)
 
-        inproc_configs = CONFIGS + tuple(HOOK_CONFIGS) + ("wrap",)
+        inproc_configs = CONFIGS + tuple(HOOK_CONFIGS) + ("wrap", "wrap_share")
         added = {c: [] for c in inproc_configs}
         real_ns = []
 
@@ -277,6 +283,8 @@ def main():
             text, miss = "none: the floor of a call into Python per launch", False
         elif c == "wrap":
             text, miss = "none: the replace path (wrapped kernel, one more argument)", False
+        elif c == "wrap_share":
+            text, miss = "none: + a ring slot, the stream-capture check, the capped grid", False
         else:
             text, miss = verdict(c, ratio)
         if miss:
@@ -284,7 +292,8 @@ def main():
         label = {"hook": "hook (per kernel, cached)",
                  "every_launch": "hook (every_launch, reads 1 arg)",
                  "every_launch_noop": "hook (every_launch, reads nothing)",
-                 "wrap": "wrap (block_count, in-memory hit)"}.get(c, c)
+                 "wrap": "wrap (block_count, in-memory hit)",
+                 "wrap_share": "wrap (sm_share 1.0)"}.get(c, c)
         print(f"| {label} | {added_median[c]:+.1f} | {ratio:.3f}x | {text} |")
 
     fs = {c: statistics.median(v) for c, v in first_sight.items()}

@@ -558,6 +558,9 @@ class Engine:
     # ---- loads and exit --------------------------------------------------------------------
 
     def module_event(self, api, handle, image_kind, image_ptr, image_size, preserved, path):
+        if api == abi.LOAD_CONTEXT_DESTROYED:
+            self.forget_context(handle)
+            return
         if abi.LOAD_NAMES.get(api, "").endswith("Unload"):
             self.modules.pop(handle, None)
             if self._wrapping is not None:
@@ -567,6 +570,18 @@ class Engine:
             self.wrapping().note_load(handle, image_kind, image_ptr, image_size, preserved)
         self.modules[handle] = {"api": api, "image": image_kind, "ptr": image_ptr,
                                 "size": image_size, "preserved": bool(preserved), "path": path}
+
+    def forget_context(self, ctx):
+        """Context `ctx` was destroyed: the shim's entries for it now carry CTX_DESTROYED, and
+        so do the records here (their counts are reported at exit under the kernel's name); a
+        context later made at the same address is a new one, its kernels decided anew."""
+        dead = ctx | abi.CTX_DESTROYED
+        for key in [k for k in self.kernels if k[1] == ctx]:
+            kernel = self.kernels.pop(key)
+            kernel.ctx = dead
+            self.kernels[(key[0], dead)] = kernel
+        if self._wrapping is not None:
+            self._wrapping.forget_context(ctx)
 
     def _wrap_exit(self):
         """Each wrapped kernel's counts (its clc_stats), the builds and the library loads, into
@@ -592,7 +607,7 @@ class Engine:
         wrapping.libraries.close()
         unloaded = wrapping.libraries.stats()["unloads"] - libs["unloads"]
         self.message(abi.MSG_INFO, f"wrap libraries: {libs['loads']} cuLibraryLoadData calls, "
-                     f"{len(wrapping.contexts())} contexts, {unloaded} unloaded at exit")
+                     f"{wrapping.contexts()} contexts, {unloaded} unloaded at exit")
         if unloaded < libs["entries"]:
             self.message(abi.MSG_WARNING, f"{libs['entries'] - unloaded} wrapped libraries "
                          f"could not be unloaded at exit: {wrapping.libraries.last_error}")

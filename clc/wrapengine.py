@@ -119,6 +119,7 @@ class WrapEngine:
         self.libraries = LibraryCache(self._load, self._unload, _LIBRARY_CACHE_BYTES)
         self._built = {}                # build key -> (cubin, looped, params) or Unwrappable
         self._slots = {}                # ctx -> device address of its slot ring
+        self._rings_made = 0
         self._arch = {}                 # device ordinal -> (arch, SM count)
         self._keep = []                 # clc_replacement buffers: the shim reads them
         self.wrapped = []               # (kernel name, wrapper label, key, library handle)
@@ -318,6 +319,7 @@ class WrapEngine:
                 cursor = (ctypes.c_uint64 * 2)()   # the ring's and the graph slots' (the
                 # shim's, written atomically)
                 ring = self._slots[ctx] = (ptr.value, cursor)
+                self._rings_made += 1
         return ring
 
     def _attribute(self, original, attribute, dev):
@@ -412,8 +414,15 @@ class WrapEngine:
         return ctypes.addressof(buf)
 
     def contexts(self):
+        """How many contexts got a slot ring (destroyed ones included)."""
         with self._lock:
-            return list(self._slots)
+            return self._rings_made
+
+    def forget_context(self, ctx):
+        """`ctx` was destroyed, and its slot ring with it: a new context at its address gets a
+        ring of its own."""
+        with self._lock:
+            self._slots.pop(ctx, None)
 
     # ---- exit ---------------------------------------------------------------------------------
 

@@ -183,6 +183,12 @@ typedef struct clc_kernel_counts {
 #define CLC_LOAD_LIBRARY_LOAD_FILE 6    /* cuLibraryLoadFromFile */
 #define CLC_LOAD_MODULE_UNLOAD 7        /* cuModuleUnload */
 #define CLC_LOAD_LIBRARY_UNLOAD 8       /* cuLibraryUnload */
+#define CLC_LOAD_CONTEXT_DESTROYED 9    /* not a load: context `handle` was destroyed (cuCtxDestroy,
+                                           the primary context's reset or last release); its
+                                           kernels' entries now carry CLC_CTX_DESTROYED */
+/* Set in a destroyed context's entries (and the engine's records of them): a new context the
+ * driver gives the same address is a new one, whose kernels are decided (and wrapped) anew. */
+#define CLC_CTX_DESTROYED 0x8000000000000000
 
 #define CLC_IMAGE_UNKNOWN 0
 #define CLC_IMAGE_FATBIN_WRAPPER 1 /* magic 0x466243b1 */

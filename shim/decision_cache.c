@@ -343,6 +343,23 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     return e;
 }
 
+/* A destroyed context's entries keep their counts but no longer match a launch: their ctx
+ * gets CLC_CTX_DESTROYED (probe chains stay whole; a new context at the same address makes
+ * new entries after them). Returns how many. */
+unsigned clc_cache_forget_context(uint64_t ctx) {
+    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
+    unsigned n = 0;
+    if (!t || !ctx) return 0;
+    pthread_mutex_lock(&g_insert_lock);
+    for (uint32_t i = 0; i < CLC_CACHE_SIZE; i++)
+        if (atomic_load_explicit(&t[i].ready, memory_order_acquire) && t[i].ctx == ctx) {
+            __atomic_store_n(&t[i].ctx, ctx | CLC_CTX_DESTROYED, __ATOMIC_RELEASE);
+            n++;
+        }
+    pthread_mutex_unlock(&g_insert_lock);
+    return n;
+}
+
 void clc_cache_each(clc_entry_fn fn, void *arg) {
     clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     if (!t) return;

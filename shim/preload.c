@@ -159,6 +159,8 @@ int clc_driver_load(void) {
                 driver_sym(h, "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing");
             g_drv.occupancy = driver_sym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL);
             g_drv.memset_d8_async = driver_sym(h, "cuMemsetD8Async", NULL);
+            g_drv.primary_get_state = driver_sym(h, "cuDevicePrimaryCtxGetState", NULL);
+            g_drv.primary_retain = driver_sym(h, "cuDevicePrimaryCtxRetain", NULL);
             g_drv.memset_d8_async_ptsz =
                 driver_sym(h, "cuMemsetD8Async_ptsz", "cuMemsetD8Async");
             g_hot.ctx_get_current = g_drv.ctx_get_current;
@@ -200,12 +202,16 @@ static int slot_for_request(const char *name, int version, cuuint64_t flags) {
                   : CLC_SLOT_cuGraphExecKernelNodeSetParams;
     if (strcmp(name, "cuGraphAddNode") == 0)
         return version >= 12030 ? CLC_SLOT_cuGraphAddNode_v2 : CLC_SLOT_cuGraphAddNode;
-    /* Context teardown: only the _v2 ABIs (CUDA 4.0 and 11.0 on) are hooked. */
-    if (strcmp(name, "cuCtxDestroy") == 0) return version >= 4000 ? CLC_SLOT_cuCtxDestroy_v2 : -1;
+    /* Context teardown, both ABIs: cudart 13 asks for the primary context's release and reset
+     * at version 7000 (the first ABI; measured on driver 580). */
+    if (strcmp(name, "cuCtxDestroy") == 0)
+        return version >= 4000 ? CLC_SLOT_cuCtxDestroy_v2 : CLC_SLOT_cuCtxDestroy;
     if (strcmp(name, "cuDevicePrimaryCtxRelease") == 0)
-        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxRelease_v2 : -1;
+        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxRelease_v2
+                                : CLC_SLOT_cuDevicePrimaryCtxRelease;
     if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
-        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxReset_v2 : -1;
+        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxReset_v2
+                                : CLC_SLOT_cuDevicePrimaryCtxReset;
     return slot_by_name(name);
 }
 
@@ -822,23 +828,77 @@ static void before_teardown(void) {
     t_in_clc = 0;
 }
 
-CLC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
-    CLC_REAL_OR_FAIL(cuCtxDestroy_v2)
-    before_teardown();
-    return real(ctx);
+/* A context is gone: its decisions stop applying (a new context may get its address), and the
+ * engine forgets what it made for it (wrapped kernels' functions and slot rings). */
+static void after_teardown(CUcontext ctx) {
+    if (t_in_clc || !ctx || !clc_driver_ready()) return;
+    t_in_clc = 1;
+    clc_cache_forget_context((uint64_t)(uintptr_t)ctx);
+    clc_module_event ev = {.api = CLC_LOAD_CONTEXT_DESTROYED, .handle = (uint64_t)(uintptr_t)ctx};
+    clc_bridge_module(&ev);
+    t_in_clc = 0;
 }
 
-CLC_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-    CLC_REAL_OR_FAIL(cuDevicePrimaryCtxRelease_v2)
-    before_teardown();
-    return real(dev);
+/* The device's primary context while it is active, else NULL (a retain and a release of the
+ * real driver's, which leave its count as it was). */
+static CUcontext active_primary(CUdevice dev, pfn_cuDevicePrimaryCtxRelease_v2 release) {
+    unsigned flags = 0;
+    int active = 0;
+    CUcontext ctx = NULL;
+    if (t_in_clc || !release || !clc_driver_ready() || !g_drv.primary_get_state ||
+        !g_drv.primary_retain || g_drv.primary_get_state(dev, &flags, &active) != CUDA_SUCCESS ||
+        !active)
+        return NULL;
+    if (g_drv.primary_retain(&ctx, dev) != CUDA_SUCCESS) return NULL;
+    release(dev);
+    return ctx;
 }
 
-CLC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-    CLC_REAL_OR_FAIL(cuDevicePrimaryCtxReset_v2)
-    before_teardown();
-    return real(dev);
+static int primary_gone(CUdevice dev) {
+    unsigned flags = 0;
+    int active = 1;
+    return g_drv.primary_get_state && g_drv.primary_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
+           !active;
 }
+
+/* Each teardown entry point in both ABIs (the same parameters). */
+#define CLC_CTX_DESTROY_HOOK(name)                                                               \
+    CLC_EXPORT CUresult name(CUcontext ctx) {                                                    \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        before_teardown();                                                                       \
+        CUresult r = real(ctx);                                                                  \
+        if (r == CUDA_SUCCESS) after_teardown(ctx);                                              \
+        return r;                                                                                \
+    }
+CLC_CTX_DESTROY_HOOK(cuCtxDestroy)
+CLC_CTX_DESTROY_HOOK(cuCtxDestroy_v2)
+
+/* The primary context dies at its last release (then it is no longer active). */
+#define CLC_PRIMARY_RELEASE_HOOK(name)                                                           \
+    CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        before_teardown();                                                                       \
+        CUcontext ctx = active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real);             \
+        CUresult r = real(dev);                                                                  \
+        if (r == CUDA_SUCCESS && ctx && primary_gone(dev)) after_teardown(ctx);                  \
+        return r;                                                                                \
+    }
+CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease)
+CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
+
+/* A reset destroys it whoever holds it (cudaDeviceReset). */
+#define CLC_PRIMARY_RESET_HOOK(name)                                                             \
+    CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        before_teardown();                                                                       \
+        CUcontext ctx = active_primary(                                                          \
+            dev, (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SLOT_cuDevicePrimaryCtxRelease_v2)); \
+        CUresult r = real(dev);                                                                  \
+        if (r == CUDA_SUCCESS && ctx) after_teardown(ctx);                                       \
+        return r;                                                                                \
+    }
+CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset)
+CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset_v2)
 
 /* ---- process lifetime --------------------------------------------------------------------- */
 

@@ -147,8 +147,11 @@ typedef struct {
     X(cuKernelSetAttribute, (int attrib, int value, CUkernel kernel, CUdevice dev))              \
     X(cuModuleUnload, (CUmodule mod))                                                            \
     X(cuLibraryUnload, (CUlibrary lib))                                                          \
+    X(cuCtxDestroy, (CUcontext ctx))                                                             \
     X(cuCtxDestroy_v2, (CUcontext ctx))                                                          \
+    X(cuDevicePrimaryCtxRelease, (CUdevice dev))                                                 \
     X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev))                                              \
+    X(cuDevicePrimaryCtxReset, (CUdevice dev))                                                   \
     X(cuDevicePrimaryCtxReset_v2, (CUdevice dev))
 
 #define CLC_SLOT_ENUM(name, params) CLC_SLOT_##name,
@@ -186,6 +189,8 @@ typedef struct {
     CUresult (*stream_is_capturing_ptsz)(CUstream, int *);
     CUresult (*occupancy)(int *, CUfunction, int, size_t);
     CUresult (*memset_d8_async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*primary_get_state)(CUdevice, unsigned int *, int *);
+    CUresult (*primary_retain)(CUcontext *, CUdevice);
     CUresult (*memset_d8_async_ptsz)(CUdeviceptr, unsigned char, size_t, CUstream);
 } clc_driver;
 extern clc_driver g_drv;
@@ -320,6 +325,8 @@ const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_o
 /* Each outcome an entry holds (fallback, shape clauses, per-shape answers). */
 void clc_entry_outcomes(clc_entry *e, void (*fn)(const clc_outcome *, void *), void *arg);
 typedef void (*clc_entry_fn)(clc_entry *, void *);
+/* A context was destroyed: its entries stop matching launches (see CLC_CTX_DESTROYED). */
+unsigned clc_cache_forget_context(uint64_t ctx);
 void clc_cache_each(clc_entry_fn fn, void *arg);
 void clc_cache_after_fork_child(void);
 

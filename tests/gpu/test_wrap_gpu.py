@@ -127,6 +127,28 @@ def test_graph_replays_run_the_wrapped_kernel_whole(zoo_bins, run_clc, tmp_path,
 
 
 @pytest.mark.parametrize("wrapper", ["block_count", "sm_share"])
+def test_wrapped_kernel_is_set_up_again_after_a_device_reset(nvcc, cuda_arch, build_dir, run_clc,
+                                                             tmp_path, cache_env, wrapper):
+    # device_reset launches reset_scale twice, calls cudaDeviceReset(), and launches it twice
+    # more in the new primary context (the same CUcontext handle)
+    exe = build_dir / "device_reset"
+    _build("device_reset", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
+                             EXAMPLES / "device_reset.cu"]])
+    policy = _policy(tmp_path / "r.yaml", wrapper, WRAPPERS[wrapper])
+    proc, report = run_clc(policy, [exe], tmp_path, env=cache_env)
+    assert proc.returncode == 0, describe(proc) + "\n" + report_summary(report)
+    assert "result reset_phase1 ok" in proc.stdout and "result reset_phase2 ok" in proc.stdout
+    # THEN the launches after the reset ran the wrapped kernel set up in the new context: the
+    # driver refused none, and clc made a slot ring per context from one library load
+    assert "refused a wrapped kernel" not in proc.stderr, describe(proc)
+    assert "could not be rewritten" not in proc.stderr, describe(proc)
+    texts = [m["text"] if isinstance(m, dict) else str(m) for m in report.get("messages", [])]
+    libs = [t for t in texts if t.startswith("wrap libraries: ")]
+    assert libs and libs[0].startswith("wrap libraries: 1 cuLibraryLoadData calls, 2 contexts"), \
+        report_summary(report)
+
+
+@pytest.mark.parametrize("wrapper", ["block_count", "sm_share"])
 def test_attribute_set_after_the_first_launch_reaches_the_wrapped_kernel(
         zoo_bins, run_clc, tmp_path, cache_env, wrapper):
     # dyn_shared launches 1024 blocks with 4 KB of dynamic shared memory, then calls

@@ -468,6 +468,28 @@ def test_a_captured_block_count_launch_keeps_the_ring(run_wrap):
         assert seen["code"] == "cubin" and seen["slot"] - seen["slot_base"] < RING, seen
 
 
+def test_a_reset_context_gets_its_wrapped_kernels_set_up_again(run_wrap):
+    # GIVEN vec_add wrapped (sm_share: it uses its slot ring)
+    # WHEN it runs twice, the primary context is reset (cudaDeviceReset) and retained again (the
+    # driver hands back the same CUcontext), and it runs twice more
+    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}), args=["reset"])
+    ok(run)
+    assert "reset -> 0" in run.stdout and "same-context 1" in run.stdout
+    before1, before2, after1, after2 = launches(run.stdout)
+    # THEN every launch ran the wrapped kernel
+    for launch in (before1, before2, after1, after2):
+        seen = launch["seen"]
+        assert launch["rc"] == 0 and (seen["code"], seen["clc_arg"]) == ("cubin", 1), launch
+    # AND the new context has a slot ring of its own (the old one died with its context),
+    # the wrapped library was loaded once for both (it is context-independent)
+    assert before1["seen"]["slot_base"] == before2["seen"]["slot_base"]
+    assert after1["seen"]["slot_base"] == after2["seen"]["slot_base"]
+    assert after1["seen"]["slot_base"] != before1["seen"]["slot_base"]
+    (libs,) = messages(run, "wrap libraries: ")
+    assert libs.startswith("wrap libraries: 1 cuLibraryLoadData calls, 2 contexts"), libs
+    assert not messages(run, "the driver refused a wrapped kernel")
+
+
 # ---- a Python hook that answers clc.wrap() ---------------------------------------------------------
 
 def test_a_hook_answering_clc_wrap_wraps_the_kernel(clc_run, native, shared_cache, tmp_path):

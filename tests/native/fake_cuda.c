@@ -224,6 +224,7 @@ struct fatbin_header {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_initialized;
 static atomic_int g_primary_refs;
+static atomic_int g_primary_active; /* made by a retain; gone at a reset or the last release */
 static struct CUctx_st g_primary = {.tag = TAG_CTX, .dev = 0, .primary = 1};
 static __thread CUcontext tls_ctx; /* cuInit makes nothing current, like the real driver */
 static atomic_ullong g_clock_ns;
@@ -952,6 +953,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (dev != 0)
         return CUDA_ERROR_INVALID_DEVICE;
     atomic_fetch_add(&g_primary_refs, 1);
+    atomic_store(&g_primary_active, 1);
     *pctx = &g_primary;
     return CUDA_SUCCESS;
 }
@@ -968,8 +970,10 @@ static CUresult primary_release(CUdevice dev)
     refs = atomic_load(&g_primary_refs);
     while (refs > 0 && !atomic_compare_exchange_weak(&g_primary_refs, &refs, refs - 1))
         ;
-    if (refs == 1)
+    if (refs == 1) {
         atomic_fetch_add(&g_primary.epoch, 1); /* the last release destroys the context */
+        atomic_store(&g_primary_active, 0);
+    }
     return refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
@@ -983,6 +987,19 @@ static CUresult primary_reset(CUdevice dev)
     if (dev != 0)
         return CUDA_ERROR_INVALID_DEVICE;
     atomic_fetch_add(&g_primary.epoch, 1);
+    atomic_store(&g_primary_active, 0);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    TRY(need_init());
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = atomic_load(&g_primary_active);
     return CUDA_SUCCESS;
 }
 
@@ -2599,6 +2616,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuDevicePrimaryCtxRelease_v2)                                                                \
     X(cuDevicePrimaryCtxReset)                                                                     \
     X(cuDevicePrimaryCtxReset_v2)                                                                  \
+    X(cuDevicePrimaryCtxGetState)                                                                  \
     X(cuCtxCreate)                                                                                 \
     X(cuCtxCreate_v2)                                                                              \
     X(cuCtxCreate_v4)                                                                              \

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * prog_wrap [library|module|ptx [late|twin|capture]]: launches kernels that clc can wrap, and prints what the
+ * prog_wrap [library|module|ptx [late|twin|capture|reset]]: launches kernels that clc can wrap, and prints what the
  * driver really received, so that a test can check what clc's `wrap` action changed on the way.
  * `prog_wrap ptx` only prints the PTX it loads (WRAP_PTX), for tests that build from it.
  *
@@ -368,6 +368,44 @@ static void run_capture(CUfunction f)
     printf("capture-unsafe-calls %d\n", unsafe_calls());
 }
 
+/* `reset`: vec_add launched twice (300, 301), the primary context reset (cudaDeviceReset) and
+ * retained again (the driver hands back the same CUcontext), vec_add launched twice more
+ * (302, 303). Output: the arg/launch/seen lines of those launches, and
+ *   reset -> <rc>
+ *   same-context <0|1> */
+static void run_reset(CUfunction f, CUdevice dev, CUcontext before)
+{
+    const struct kernel_desc *k = &KERNELS[0];
+    CUcontext after;
+    unsigned i, j;
+    RESOLVE(launch, cuLaunchKernel, RT_VERSION, 0);
+    /* At version 7000, as cudart 13 asks for it: the first ABI's entry point. */
+    RESOLVE(reset, cuDevicePrimaryCtxReset, 7000, 0);
+    RESOLVE(retain, cuDevicePrimaryCtxRetain, RT_VERSION, 0);
+    RESOLVE(set_current, cuCtxSetCurrent, RT_VERSION, 0);
+    for (i = 300; i < 304; i++) {
+        uint64_t values[MAX_ARGS];
+        void *args[MAX_ARGS];
+        if (i == 302) {
+            printf("reset -> %d\n", (int)reset(dev));
+            CHECK(retain(&after, dev));
+            CHECK(set_current(after));
+            printf("same-context %d\n", after == before);
+        }
+        for (j = 0; j < k->nargs; j++) {
+            values[j] = arg_value(i, j, k->size[j]);
+            args[j] = &values[j];
+        }
+        printf("arg %s i=%u form=params via=cuLaunchKernel grid=64,1,1 block=128,1,1 smem=0 "
+               "extra_size=0\n", k->name, i);
+        fake.observe(1);
+        capture_for(k);
+        report_launch(k->name, "cuLaunchKernel", launch(f, 64, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+        print_seen(k, i, f, values, NULL);
+    }
+    fake.observe(0);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "library";
@@ -385,9 +423,10 @@ int main(int argc, char **argv)
     int late = argc > 2 && strcmp(argv[2], "late") == 0;
     int twin = argc > 2 && strcmp(argv[2], "twin") == 0;
     int capture = argc > 2 && strcmp(argv[2], "capture") == 0;
+    int reset = argc > 2 && strcmp(argv[2], "reset") == 0;
     if ((strcmp(mode, "library") != 0 && strcmp(mode, "module") != 0) ||
-        (argc > 2 && !late && !twin && !capture)) {
-        fprintf(stderr, "usage: %s [library|module|ptx [late|twin|capture]]\n", argv[0]);
+        (argc > 2 && !late && !twin && !capture && !reset)) {
+        fprintf(stderr, "usage: %s [library|module|ptx [late|twin|capture|reset]]\n", argv[0]);
         return 2;
     }
     use_module = strcmp(mode, "module") == 0;
@@ -427,6 +466,11 @@ int main(int argc, char **argv)
             CHECK(library_kernel(&k, lib, KERNELS[i].name));
             fn[i] = (CUfunction)k;
         }
+    }
+    if (reset) {
+        run_reset(fn[0], dev, ctx);
+        print_fake_counts();
+        return 0;
     }
     if (capture) {
         run_capture(fn[0]);
