@@ -231,9 +231,16 @@ def bench_processes(exe, clc_run, tmp, env, share_policy):
 
 
 def library_load_ms(cubins):
+    """cuLibraryLoadData of each cubin, timed, in a process with a current context: clc loads a
+    wrapped library at a kernel's first launch, when the program has one (the first load of
+    a process without one also pays for the driver's own set-up)."""
     import ctypes
     cuda = ctypes.CDLL("libcuda.so.1")
     cuda.cuInit(0)
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    cuda.cuDeviceGet(ctypes.byref(dev), 0)
+    cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+    cuda.cuCtxSetCurrent(ctx)
     out = []
     for cubin in cubins:
         lib = ctypes.c_void_p()
@@ -242,6 +249,7 @@ def library_load_ms(cubins):
         out.append((time.perf_counter() - t) * 1e3)
         if r == 0:
             cuda.cuLibraryUnload(lib)
+    cuda.cuDevicePrimaryCtxRelease_v2(dev)
     return out
 
 

@@ -75,8 +75,12 @@ typedef struct clc_outcome {
  * keeps its slot and lap. Each gets a slot of its own, past the ring's n_slots, taken with the
  * cursor's second word (cursor + 8) and never reused; the shim zeroes it in the stream right
  * before the launch, so that each replay starts it afresh (seq 1). When they are used up, such
- * launches run the original kernel. */
+ * launches run the original kernel. Kernel nodes made with the graph API (cuGraphAddKernelNode
+ * and its setters) get one the same way, without the memset. */
 #define CLC_GRAPH_SLOTS 4096
+/* The lap (clc_launch_arg.seq) of every launch in a graph slot: the kernel's last hardware
+ * block to finish zeroes the slot again, so that a replay starts afresh (runtime.cu). */
+#define CLC_GRAPH_SEQ 0xffffffff
 #define CLC_OCCUPANCY_WAYS 4
 
 typedef struct clc_replacement {

@@ -577,20 +577,47 @@ CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, CLC_ENTRY_LAUNCH_EX | CLC_ENTRY_PTSZ)
 /* ---- graph kernel nodes: the same decision, taken when the node is made or changed ---------- */
 
 static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uint32_t entry_point,
-                           const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+                           const CUDA_KERNEL_NODE_PARAMS_v1 *p, int wraps) {
     *gated = 0;
     if (t_in_clc || !p || !f) return CUDA_SUCCESS;
     *gated = gate_enter(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ,
                         p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL,
                         p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return gate_exit(g, g->outcome->error);
-    if (*gated && g->outcome->action == CLC_ACTION_REPLACE) {
+    if (*gated && g->outcome->action == CLC_ACTION_REPLACE && !wraps) {
         static _Atomic int said;
         if (!atomic_exchange(&said, 1))
-            clc_log(CLC_MSG_WARNING, "a wrapped kernel was put in a CUDA graph: graph nodes run "
-                                     "the original kernel (wrapping graph nodes is not supported)");
+            clc_log(CLC_MSG_WARNING,
+                    "a wrapped kernel was put in a CUDA graph through the generic node API "
+                    "(cuGraphAddNode / cuGraphNodeSetParams): those nodes run the original "
+                    "kernel");
     }
     return CUDA_SUCCESS;
+}
+
+/* A kernel node of a wrapped kernel (cuGraphAddKernelNode and its setters) gets the wrapped
+ * kernel: its function, the grid it launches with, and the program's arguments plus the launch
+ * argument; a wrapper that uses its slot gets a graph slot of its own (each replay of the node
+ * starts it afresh, see CLC_GRAPH_SEQ). 1 when `r` holds the rewrite (clc_replace_end after
+ * the call); 0: the node keeps the original (said once). */
+static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+    static _Atomic int said;
+    const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
+    CUresult e = rep ? clc_replace_begin(r, rep, p->gridDimX, p->gridDimY, p->gridDimZ,
+                                         p->blockDimX, p->blockDimY, p->blockDimZ,
+                                         p->sharedMemBytes, p->kernelParams, p->extra,
+                                         (rep->flags & CLC_REPLACE_SLOT) != 0)
+                     : CUDA_ERROR_INVALID_HANDLE;
+    if (e == CUDA_SUCCESS) return 1;
+    if (!atomic_exchange(&said, 1))
+        clc_log(CLC_MSG_WARNING,
+                e == CLC_NO_GRAPH_SLOT
+                    ? "more than %d graph nodes and captured launches of wrapped kernels in one "
+                      "context: later ones run unwrapped"
+                    : "a wrapped kernel's graph node could not be rewritten (CUresult %d): it runs "
+                      "unwrapped",
+                e == CLC_NO_GRAPH_SLOT ? CLC_GRAPH_SLOTS : (int)e);
+    return 0;
 }
 
 /* The v2 parameters name the kernel by `kern` (in `ctx`) when `func` is NULL. */
@@ -604,31 +631,67 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
         gate g;                                                                                  \
         int gated;                                                                               \
         CUresult r = graph_gate(&g, &gated, fn_of, ctx_of, entry_point,                          \
-                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)(kernel_params));            \
+                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)(kernel_params), 0);         \
         if (r != CUDA_SUCCESS) return r;                                                         \
         r = real call;                                                                           \
         return gated ? gate_exit(&g, r) : r;                                                     \
     }
-CLC_GRAPH_HOOK(cuGraphAddKernelNode, CLC_ENTRY_GRAPH_ADD_NODE,
-               (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
-                const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-               p ? p->func : NULL, NULL, p, (node, graph, deps, n_deps, p))
-CLC_GRAPH_HOOK(cuGraphAddKernelNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
-               (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
-                const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-               CLC_V2_KERNEL(p), CLC_V2_CTX(p), p, (node, graph, deps, n_deps, p))
-CLC_GRAPH_HOOK(cuGraphKernelNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
-               (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p), p ? p->func : NULL, NULL,
-               p, (node, p))
-CLC_GRAPH_HOOK(cuGraphKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_NODE_SET,
-               (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p), CLC_V2_KERNEL(p),
-               CLC_V2_CTX(p), p, (node, p))
-CLC_GRAPH_HOOK(cuGraphExecKernelNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
-               (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-               p ? p->func : NULL, NULL, p, (exec, node, p))
-CLC_GRAPH_HOOK(cuGraphExecKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
-               (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-               CLC_V2_KERNEL(p), CLC_V2_CTX(p), p, (exec, node, p))
+
+/* The kernel-node entry points: `p` (of `type`) is given to the driver as is, or rewritten for
+ * a wrapped kernel (node_replace); `clear` names the kernel by its function alone (v2). */
+#define CLC_KERNEL_NODE_HOOK(name, entry_point, plist, type, fn_of, ctx_of, clear, call)         \
+    CLC_EXPORT CUresult name plist {                                                            \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        gate g;                                                                                  \
+        int gated;                                                                               \
+        CUresult r = graph_gate(&g, &gated, fn_of, ctx_of, entry_point,                          \
+                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)p, 1);                       \
+        if (r != CUDA_SUCCESS) return r;                                                         \
+        clc_replaced rr;                                                                         \
+        type copy;                                                                               \
+        int swapped = gated && g.outcome->action == CLC_ACTION_REPLACE &&                        \
+                      node_replace(&g, &rr, (const CUDA_KERNEL_NODE_PARAMS_v1 *)p);              \
+        if (swapped) {                                                                           \
+            copy = *p;                                                                           \
+            copy.func = rr.f;                                                                    \
+            copy.gridDimX = rr.grid[0], copy.gridDimY = rr.grid[1], copy.gridDimZ = rr.grid[2];  \
+            copy.kernelParams = rr.params;                                                       \
+            copy.extra = rr.extra;                                                               \
+            clear;                                                                               \
+            p = &copy;                                                                           \
+        }                                                                                        \
+        r = real call;                                                                           \
+        if (swapped) clc_replace_end(&rr);                                                       \
+        return gated ? gate_exit(&g, r) : r;                                                     \
+    }
+#define CLC_V1_CLEAR ((void)0)
+#define CLC_V2_CLEAR (copy.kern = NULL, copy.ctx = NULL)
+CLC_KERNEL_NODE_HOOK(cuGraphAddKernelNode, CLC_ENTRY_GRAPH_ADD_NODE,
+                     (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
+                      const CUDA_KERNEL_NODE_PARAMS_v1 *p),
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR,
+                     (node, graph, deps, n_deps, p))
+CLC_KERNEL_NODE_HOOK(cuGraphAddKernelNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
+                     (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
+                      const CUDA_KERNEL_NODE_PARAMS_v2 *p),
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR,
+                     (node, graph, deps, n_deps, p))
+CLC_KERNEL_NODE_HOOK(cuGraphKernelNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
+                     (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR, (node, p))
+CLC_KERNEL_NODE_HOOK(cuGraphKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_NODE_SET,
+                     (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR,
+                     (node, p))
+CLC_KERNEL_NODE_HOOK(cuGraphExecKernelNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
+                     (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR,
+                     (exec, node, p))
+CLC_KERNEL_NODE_HOOK(cuGraphExecKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
+                     (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR,
+                     (exec, node, p))
 
 /* The generic node API: only kernel nodes are gated, any other type passes untouched. */
 #define CLC_NODE_KERNEL(p) ((p) && (p)->type == CU_GRAPH_NODE_TYPE_KERNEL ? &(p)->kernel : NULL)

@@ -51,14 +51,14 @@ CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigne
     uint64_t total = (uint64_t)gx * gy * gz;
     if (total >= (1ull << 31)) return CUDA_ERROR_INVALID_VALUE; /* the runtime counts in 32 bits */
     if (graph) {
-        /* A slot of its own for good, and lap 1: the caller zeroes it before each replay. */
+        /* A slot of its own for good, and the graph lap: each replay starts it afresh. */
         uint64_t k = atomic_fetch_add_explicit((_Atomic uint64_t *)(uintptr_t)rep->cursor + 1, 1,
                                                memory_order_relaxed);
         if (k >= CLC_GRAPH_SLOTS) return CLC_NO_GRAPH_SLOT;
         r->arg = (clc_launch_arg){
             .slot = rep->slots + ((uint64_t)rep->n_slots + k) * CLC_SLOT_BYTES,
             .grid = {gx, gy, gz},
-            .seq = 1};
+            .seq = CLC_GRAPH_SEQ};
     } else {
         uint64_t i = atomic_fetch_add_explicit((_Atomic uint64_t *)(uintptr_t)rep->cursor, 1,
                                                memory_order_relaxed);

@@ -25,7 +25,7 @@
 //   no warp waits at a shared epilogue (clc/splice.py, _COUNT_TAIL).
 //
 // `slot` is the launch's own 32 bytes in a ring of device memory that the shim keeps per
-// context, and `seq` the launch's lap of the ring (never 0). A slot is never reset: its
+// context, and `seq` the launch's lap of the ring (never 0; CLC_GRAPH_SEQ in a graph). A slot is never reset: its
 // words carry the lap of the launch that last wrote them, so the first block of a new launch
 // to touch one starts it afresh (a compare-and-swap), and two launches in flight never share
 // a word (the shim hands out consecutive slots of a 16384-slot ring).
@@ -59,8 +59,15 @@ struct clc_slot {
     unsigned long long start;   // (lap & 0xffff) << 48 | %globaltimer / 1000 of the 1st block
     unsigned int active;        // hardware blocks working now (looped)
     unsigned int on_share;      // of them, on the SMs an SM share allows (CLC_SM_SHARE)
-    unsigned long long reserved1;
+    unsigned int exited;        // a graph slot's hardware blocks done (CLC_GRAPH_SEQ)
+    unsigned int reserved1;
 };
+
+// The lap of a launch in a CUDA graph (stream capture or a kernel node): its slot is its own
+// and every replay runs with this same lap, so the last of its hardware blocks to finish sets
+// the slot back to zero for the next replay (the shim also zeroes a captured launch's slot
+// with a memset node before it).
+#define CLC_GRAPH_SEQ 0xffffffffu
 
 // One stripe per 128-byte line, so that the blocks adding their counts at once spread over
 // the L2's slices instead of queuing on one line.
@@ -284,4 +291,17 @@ extern "C" __device__ void clc_finish(unsigned long long slot_address, unsigned 
 #elif defined(CLC_POLICY_HOOKS)
     if (last >= 0) clc_policy_end(clc_policy_state, (unsigned long long)last);
 #endif
+    if (seq == CLC_GRAPH_SEQ) {
+        clc_slot *gs = (clc_slot *)slot_address;
+        __threadfence();
+        if (atomicAdd(&gs->exited, 1u) + 1 == gridDim.x * gridDim.y * gridDim.z) {
+            // every hardware block of this run has finished with the slot
+            gs->claim = 0;
+            gs->start = 0;
+            gs->active = 0;
+            gs->on_share = 0;
+            gs->exited = 0;
+            __threadfence();
+        }
+    }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // graph_replay: a kernel captured into a CUDA graph (stream capture, as PyTorch's CUDA graphs
-// and most cudaGraph users make them) and the graph replayed. Each replay must run every
+// and most cudaGraph users make them) and the graph replayed; then a graph built with the graph
+// API (cudaGraphAddKernelNode, two nodes in a chain) and replayed. Each replay must run every
 // block again: a wrapped kernel that keeps per-launch state (sm_share's claim counter, a
 // deadline's start time) must start that state afresh at every replay, not find it used up
 // by the previous one.
@@ -27,7 +28,7 @@ int main() {
     const int n = (1 << 22) + 37;
     const int block = 256;
     const int grid = (n + block - 1) / block; // 16385 blocks
-    const int replays = 5;
+    const int replays = 5, api_replays = 3;
 
     float *hx = (float *)malloc(sizeof(float) * n);
     float *hy = (float *)malloc(sizeof(float) * n);
@@ -49,7 +50,8 @@ int main() {
     cudaStream_t s;
     CHECK("cudaStreamCreate", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     // One launch before the capture (a warm-up, as CUDA-graph users do), two in the graph,
-    // the graph replayed `replays` times, one launch after: 1 + 2 x replays + 1 additions.
+    // the graph replayed `replays` times, the API graph's two nodes `api_replays` times, one
+    // launch after: 1 + 2 x replays + 2 x api_replays + 1 additions.
     graph_accumulate<<<grid, block, 0, s>>>(dx, dy, n);
     CHECK("graph_accumulate", cudaGetLastError());
     cudaGraph_t graph;
@@ -62,12 +64,27 @@ int main() {
     CHECK("cudaStreamEndCapture", cudaStreamEndCapture(s, &graph));
     CHECK("cudaGraphInstantiate", cudaGraphInstantiate(&exec, graph, 0));
     for (int r = 0; r < replays; ++r) CHECK("cudaGraphLaunch", cudaGraphLaunch(exec, s));
+    // The graph API: two kernel nodes, the second after the first.
+    cudaGraph_t api;
+    cudaGraphExec_t api_exec;
+    cudaGraphNode_t first, second;
+    void *args[] = {&dx, &dy, (void *)&n};
+    cudaKernelNodeParams kp = {};
+    kp.func = (void *)graph_accumulate;
+    kp.gridDim = dim3(grid);
+    kp.blockDim = dim3(block);
+    kp.kernelParams = args;
+    CHECK("cudaGraphCreate", cudaGraphCreate(&api, 0));
+    CHECK("cudaGraphAddKernelNode", cudaGraphAddKernelNode(&first, api, NULL, 0, &kp));
+    CHECK("cudaGraphAddKernelNode", cudaGraphAddKernelNode(&second, api, &first, 1, &kp));
+    CHECK("cudaGraphInstantiate", cudaGraphInstantiate(&api_exec, api, 0));
+    for (int r = 0; r < api_replays; ++r) CHECK("cudaGraphLaunch", cudaGraphLaunch(api_exec, s));
     graph_accumulate<<<grid, block, 0, s>>>(dx, dy, n);
     CHECK("graph_accumulate", cudaGetLastError());
     CHECK("cudaStreamSynchronize", cudaStreamSynchronize(s));
     CHECK("cudaMemcpy", cudaMemcpy(out, dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
 
-    const int adds = 2 + 2 * replays;
+    const int adds = 2 + 2 * replays + 2 * api_replays;
     int bad = 0;
     double sum = 0.0;
     for (int i = 0; i < n; ++i) {
@@ -83,6 +100,8 @@ int main() {
 
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+    cudaGraphExecDestroy(api_exec);
+    cudaGraphDestroy(api);
     cudaStreamDestroy(s);
     cudaFree(dx);
     cudaFree(dy);

@@ -114,15 +114,17 @@ def test_block_count_counts_every_block_and_thread(zoo_bins, run_clc, tmp_path, 
 def test_graph_replays_run_the_wrapped_kernel_whole(zoo_bins, run_clc, tmp_path, cache_env,
                                                     wrapper):
     # graph_replay launches 16385 blocks once, captures two such launches into a CUDA graph,
-    # replays it 5 times, and launches once more: 12 launches' blocks
+    # replays it 5 times, replays a graph of two kernel nodes (the graph API) 3 times, and
+    # launches once more: 18 launches' blocks
     policy = _policy(tmp_path / "g.yaml", wrapper, WRAPPERS[wrapper])
     proc, report = run_clc(policy, [zoo_bins["graph_replay"]], tmp_path, env=cache_env)
     assert proc.returncode == 0, describe(proc) + "\n" + report_summary(report)
     assert "result graph_accumulate ok" in proc.stdout, describe(proc)
-    # THEN every replay ran the wrapped kernel over all its virtual blocks (a replay that found
-    # its slot used up by the previous one would run none, and the result would be wrong)
+    # THEN every replay of both graphs ran the wrapped kernel over all its virtual blocks (a
+    # replay that found its slot used up by the previous one would run none, and the result
+    # would be wrong)
     (stats,) = _wrap_stats(report)
-    assert stats["blocks"] == 12 * 16385, stats
+    assert stats["blocks"] == 18 * 16385, stats
     assert stats["skipped"] == 0, stats
 
 

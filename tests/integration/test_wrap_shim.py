@@ -30,6 +30,7 @@ UNWRAPPABLE = "bump_counter"   # adds to a __device__ variable of its module
 PADDED = 11                    # prog_wrap's launch whose `extra` buffer is larger than the layout
 LAUNCHES = {"vec_add": 8, "scale": 2, "bump_counter": 2}
 SLOT_BYTES = 32
+RING = N_SLOTS * SLOT_BYTES   # a context's slot ring; its graph slots follow it
 
 # The fake GPU (tests/native/fake_cuda.c): an H100-like part.
 SMS, SM_THREADS, SM_BLOCKS, SM_SHARED = 132, 2048, 32, 232448
@@ -412,20 +413,36 @@ def test_exit_says_each_wrapped_kernels_counts(run_wrap):
     assert libs == "wrap libraries: 2 cuLibraryLoadData calls, 1 contexts, 2 unloaded at exit"
 
 
-def test_graph_nodes_of_a_wrapped_kernel_run_unwrapped_with_one_warning(run_wrap):
+def node_seen(stdout):
+    return [_fields(m[2]) for m in re.finditer(r"^node-seen (\S+) (.*)$", stdout, re.M)]
+
+
+@pytest.mark.parametrize("wrapper,params", [("sm_share", {"share": 0.25}), ("block_count", {})])
+def test_graph_kernel_nodes_of_a_wrapped_kernel_get_the_wrapped_kernel(run_wrap, wrapper, params):
     # GIVEN vec_add wrapped
-    # WHEN the program puts it in a graph twice and launches the graph
-    run = run_wrap(wrap_policy("sm_share", {"share": 0.25}))
+    # WHEN the program puts it in a graph twice (cuGraphAddKernelNode_v2) and launches the graph
+    run = run_wrap(wrap_policy(wrapper, params))
     ok(run)
-    # THEN the nodes are made and run (the original kernel: the fake counts them by name)
     assert run.stdout.count("graph-add vec_add via cuGraphAddKernelNode_v2 -> 0") == 2
     assert "graph-launch nodes=2 via cuGraphLaunch -> 0" in run.stdout
     assert re.search(r"^fake: vec_add launches=8 graph=2$", run.stdout, re.M)
-    # AND clc says once that graph nodes are not wrapped
-    assert len(messages(run, "a wrapped kernel was put in a CUDA graph")) == 1
-
-
-RING = N_SLOTS * SLOT_BYTES   # a context's slot ring; its graph slots follow it
+    # THEN each node was given the wrapped kernel with the program's arguments and the launch
+    # argument (64 blocks of 128 threads; sm_share launches min(one wave, 64) of them)
+    nodes = node_seen(run.stdout)
+    assert len(nodes) == 2
+    for seen in nodes:
+        assert (seen["code"], seen["original"], seen["clc_arg"]) == ("cubin", 0, 1), seen
+        assert seen["own_args"] == "same" and seen["vgrid"] == (64, 1, 1), seen
+        assert seen["grid"] == expected_grid(params, (64, 1, 1), 128, 0), seen
+    if wrapper == "sm_share":
+        # AND, as its wrapper uses its slot, each node has a graph slot of its own, in the
+        # graph lap (the kernel's last block zeroes it for the next replay)
+        offsets = [s["slot"] - s["slot_base"] for s in nodes]
+        assert offsets == [RING, RING + SLOT_BYTES], offsets
+        assert [s["seq"] for s in nodes] == [abi.GRAPH_SEQ] * 2
+    else:
+        assert all(s["slot"] - s["slot_base"] < RING for s in nodes)
+    assert not messages(run, "a wrapped kernel was put in a CUDA graph")
 
 
 @pytest.mark.parametrize("wrapper,params", [("sm_share", {"share": 0.25}), ("deadline", {"ms": 5})])
@@ -444,14 +461,15 @@ def test_launches_captured_into_a_graph_get_slots_of_their_own(run_wrap, wrapper
         assert launch["rc"] == 0 and launch["seen"]["original"] == 0
         assert launch["seen"]["code"] == "cubin" and launch["seen"]["clc_arg"] == 1
     # AND each captured launch has a slot of its own past the ring (a replay keeps its slot),
-    # lap 1, zeroed in the stream before it (the program had set the second one's to 0xff)
+    # the graph lap, zeroed in the stream before it (the program had set the second one's to
+    # 0xff)
     slots = {}
     for name, launch in (("first", first), ("second", second), ("after", after)):
         seen = launch["seen"]
         assert seen["slot_alloc"] == RING + abi.GRAPH_SLOTS * SLOT_BYTES, seen
         slots[name] = seen["slot"] - seen["slot_base"]
     assert slots["first"] == RING and slots["second"] == RING + SLOT_BYTES
-    assert first["seen"]["seq"] == second["seen"]["seq"] == 1
+    assert first["seen"]["seq"] == second["seen"]["seq"] == abi.GRAPH_SEQ
     assert first["seen"]["slot_zero"] == second["seen"]["slot_zero"] == 1
     # AND the launch after the capture takes the ring's next slot, as any other
     assert slots["after"] < RING

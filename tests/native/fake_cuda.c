@@ -2008,7 +2008,8 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
 /* The kernel a node's parameters name. The v1 struct has only `func`; the v2 struct adds
  * `kern`, used when func is NULL, and `ctx` (NULL: the current context). Both structs start
  * with the same ten fields, passed here one by one. */
-static CUresult node_kernel(CUfunction func, CUkernel kern, CUcontext ctx, int v2, unsigned gx,
+static CUresult node_kernel(enum entry e, CUfunction func, CUkernel kern, CUcontext ctx, int v2,
+                            unsigned gx,
                             unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned smem, void **params, void **extra, struct kname **out)
 {
@@ -2027,16 +2028,21 @@ static CUresult node_kernel(CUfunction func, CUkernel kern, CUcontext ctx, int v
     if (params && extra)
         return CUDA_ERROR_INVALID_VALUE;
     TRY(check_shape(f, gx, gy, gz, bx, by, bz, smem));
+    if (atomic_load_explicit(&g_observe, memory_order_relaxed)) {
+        /* what the node was given, read as a launch's (fake_cuda_last_launch) */
+        const unsigned dims[7] = {gx, gy, gz, bx, by, bz, smem};
+        observe(e, func ? (const void *)func : (const void *)kern, f, dims, params, extra);
+    }
     *out = f->k;
     return CUDA_SUCCESS;
 }
 
-#define NODE_KERNEL_V1(p, out)                                                                     \
-    node_kernel((p)->func, NULL, NULL, 0, (p)->gridDimX, (p)->gridDimY, (p)->gridDimZ,           \
+#define NODE_KERNEL_V1(e, p, out)                                                                  \
+    node_kernel(e, (p)->func, NULL, NULL, 0, (p)->gridDimX, (p)->gridDimY, (p)->gridDimZ,           \
                 (p)->blockDimX, (p)->blockDimY, (p)->blockDimZ, (p)->sharedMemBytes,               \
                 (p)->kernelParams, (p)->extra, out)
-#define NODE_KERNEL_V2(p, out)                                                                     \
-    node_kernel((p)->func, (p)->kern, (p)->ctx, 1, (p)->gridDimX, (p)->gridDimY, (p)->gridDimZ,  \
+#define NODE_KERNEL_V2(e, p, out)                                                                  \
+    node_kernel(e, (p)->func, (p)->kern, (p)->ctx, 1, (p)->gridDimX, (p)->gridDimY, (p)->gridDimZ,  \
                 (p)->blockDimX, (p)->blockDimY, (p)->blockDimZ, (p)->sharedMemBytes,               \
                 (p)->kernelParams, (p)->extra, out)
 
@@ -2083,7 +2089,7 @@ CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     TRY(need_init());
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
-    TRY(NODE_KERNEL_V1(nodeParams, &k));
+    TRY(NODE_KERNEL_V1(E_GRAPH_ADD, nodeParams, &k));
     return add_node(E_GRAPH_ADD, phGraphNode, hGraph, dependencies, numDependencies,
                     CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
@@ -2096,7 +2102,7 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
     TRY(need_init());
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
-    TRY(NODE_KERNEL_V2(nodeParams, &k));
+    TRY(NODE_KERNEL_V2(E_GRAPH_ADD_V2, nodeParams, &k));
     return add_node(E_GRAPH_ADD_V2, phGraphNode, hGraph, dependencies, numDependencies,
                     CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
@@ -2123,7 +2129,7 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode hNode,
     TRY(need_init());
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
-    TRY(NODE_KERNEL_V1(nodeParams, &k));
+    TRY(NODE_KERNEL_V1(E_NODE_SET, nodeParams, &k));
     return node_set(E_NODE_SET, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
@@ -2134,7 +2140,7 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
     TRY(need_init());
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
-    TRY(NODE_KERNEL_V2(nodeParams, &k));
+    TRY(NODE_KERNEL_V2(E_NODE_SET_V2, nodeParams, &k));
     return node_set(E_NODE_SET_V2, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
@@ -2205,7 +2211,7 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     TRY(need_init());
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
-    TRY(NODE_KERNEL_V1(nodeParams, &k));
+    TRY(NODE_KERNEL_V1(E_EXEC_SET, nodeParams, &k));
     return exec_node_set(E_EXEC_SET, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
@@ -2216,7 +2222,7 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
     TRY(need_init());
     if (!nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
-    TRY(NODE_KERNEL_V2(nodeParams, &k));
+    TRY(NODE_KERNEL_V2(E_EXEC_SET_V2, nodeParams, &k));
     return exec_node_set(E_EXEC_SET_V2, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
@@ -2234,7 +2240,7 @@ static CUresult generic_params(const CUgraphNodeParams *p, struct kname **k)
         return CUDA_ERROR_INVALID_VALUE;
     switch (p->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL:
-        return NODE_KERNEL_V2(&p->kernel, k);
+        return NODE_KERNEL_V2(E_ADD_NODE, &p->kernel, k);
     case CU_GRAPH_NODE_TYPE_MEMSET:
         m = &p->memset;
         if (!m->dst || !m->width || !m->height ||

@@ -50,7 +50,8 @@
  * then the device allocation the slot lies in (its base and size; slot_base=0x0 slot_alloc=0
  * when it lies in none) and whether the slot's 32 bytes are zero (the fake fills new device
  * memory with 0xa5). Then
- *   graph-add vec_add via cuGraphAddKernelNode_v2 -> <rc>        (twice)
+ *   graph-add vec_add via cuGraphAddKernelNode_v2 -> <rc>        (twice, each followed by
+ *   node-seen vec_add i=<100+n> ...          what the node got, in the `seen` line's form)
  *   graph-launch nodes=2 via cuGraphLaunch -> <rc>
  * and the fake: lines of common.h.
  *
@@ -251,7 +252,10 @@ static void capture_for(const struct kernel_desc *k)
     }
 }
 
-/* The `seen` line: what the driver got at the last launch of k. */
+/* The `seen` line: what the driver got at the last launch of k (`node-seen`: the kernel node
+ * last made or changed, which the fake observes as a launch). */
+static const char *seen_prefix = "seen";
+
 static void print_seen(const struct kernel_desc *k, unsigned i, CUfunction passed,
                        const uint64_t *values, const unsigned char *packed)
 {
@@ -265,7 +269,7 @@ static void print_seen(const struct kernel_desc *k, unsigned i, CUfunction passe
     unsigned j;
 
     if (form < 0) {
-        printf("seen %s i=%u form=none\n", k->name, i);
+        printf("%s %s i=%u form=none\n", seen_prefix, k->name, i);
         return;
     }
     if (form == 1) {
@@ -285,9 +289,9 @@ static void print_seen(const struct kernel_desc *k, unsigned i, CUfunction passe
             has_arg = 1;
         }
     }
-    printf("seen %s i=%u form=%s via=%s original=%d code=%s grid=%u,%u,%u block=%u,%u,%u smem=%u "
+    printf("%s %s i=%u form=%s via=%s original=%d code=%s grid=%u,%u,%u block=%u,%u,%u smem=%u "
            "own_args=%s extra_size=%ld clc_arg=%d",
-           k->name, i, form == 1 ? "params" : form == 2 ? "extra" : "none", entry,
+           seen_prefix, k->name, i, form == 1 ? "params" : form == 2 ? "extra" : "none", entry,
            handle == (const void *)passed, cubin ? "cubin" : "ptx", dims[0], dims[1], dims[2],
            dims[3], dims[4], dims[5], dims[6], same ? "same" : "differ", extra_size, has_arg);
     if (has_arg) {
@@ -544,8 +548,14 @@ int main(int argc, char **argv)
                                           .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1,
                                           .blockDimZ = 1, .sharedMemBytes = 0,
                                           .kernelParams = args, .extra = NULL};
+            fake.observe(1);
+            capture_for(&KERNELS[0]);
             rc = graph_add(&node, graph, NULL, 0, &np);
             report("graph-add", K_VEC_ADD, "cuGraphAddKernelNode_v2", rc);
+            seen_prefix = "node-seen";
+            print_seen(&KERNELS[0], 100 + i, fn[0], values, NULL);
+            seen_prefix = "seen";
+            fake.observe(0);
         }
         CHECK(graph_instantiate(&exec, graph, 0));
         rc = graph_launch(exec, NULL);
