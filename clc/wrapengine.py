@@ -422,7 +422,11 @@ class WrapEngine:
         """`ctx` was destroyed, and its slot ring with it: a new context at its address gets a
         ring of its own."""
         with self._lock:
-            self._slots.pop(ctx, None)
+            ring = self._slots.pop(ctx, None)
+            if ring is not None:
+                # its cursors stay allocated: a launch that read a replacement just before the
+                # context went may still add to them
+                self._keep.append(ring)
 
     # ---- exit ---------------------------------------------------------------------------------
 

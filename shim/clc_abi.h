@@ -74,9 +74,10 @@ typedef struct clc_outcome {
 /* Launches captured into a CUDA graph (stream capture) cannot use the ring: a replayed node
  * keeps its slot and lap. Each gets a slot of its own, past the ring's n_slots, taken with the
  * cursor's second word (cursor + 8) and never reused; the shim zeroes it in the stream right
- * before the launch, so that each replay starts it afresh (seq 1). When they are used up, such
- * launches run the original kernel. Kernel nodes made with the graph API (cuGraphAddKernelNode
- * and its setters) get one the same way, without the memset. */
+ * before the launch (a memset node), and the kernel zeroes it when it ends (CLC_GRAPH_SEQ), so
+ * that each replay starts it afresh. When they are used up, such launches run the original
+ * kernel. Kernel nodes made with the graph API (cuGraphAddKernelNode and its setters) get one
+ * the same way, without the memset. */
 #define CLC_GRAPH_SLOTS 4096
 /* The lap (clc_launch_arg.seq) of every launch in a graph slot: the kernel's last hardware
  * block to finish zeroes the slot again, so that a replay starts afresh (runtime.cu). */

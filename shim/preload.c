@@ -410,6 +410,17 @@ static CUresult gate_exit(gate *g, CUresult result) {
     return result;
 }
 
+/* Graph slots used up (CLC_GRAPH_SLOTS in one context): said once, for launches captured into
+ * graphs and kernel nodes alike. */
+static void graph_slots_used_up(void) {
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        clc_log(CLC_MSG_WARNING,
+                "more than %d kernel nodes and captured launches of wrapped kernels in one "
+                "context: later ones run unwrapped",
+                CLC_GRAPH_SLOTS);
+}
+
 /* Whether the launch on `stream` is being captured into a CUDA graph (stream capture). An
  * invalidated capture counts as one: the launch fails either way, and must not take a ring
  * slot that a replay would reuse. */
@@ -430,7 +441,7 @@ __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, uns
                                                    unsigned gy, unsigned gz, unsigned bx,
                                                    unsigned by, unsigned bz, unsigned shmem,
                                                    void **params, void **extra) {
-    static _Atomic int said, said_graph;
+    static _Atomic int said;
     const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
     int ptsz = (g->entry_point & CLC_ENTRY_PTSZ) != 0;
     int graph = rep && (rep->flags & CLC_REPLACE_SLOT) && stream_captured(g->stream, ptsz);
@@ -446,11 +457,7 @@ __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, uns
     }
     if (e == CUDA_SUCCESS) return 1;
     if (e == CLC_NO_GRAPH_SLOT) {
-        if (!atomic_exchange(&said_graph, 1))
-            clc_log(CLC_MSG_WARNING,
-                    "more than %d launches of wrapped kernels were captured into CUDA graphs in "
-                    "one context: later ones run unwrapped",
-                    CLC_GRAPH_SLOTS);
+        graph_slots_used_up();
         return 0;
     }
     if (!atomic_exchange(&said, 1))
@@ -609,14 +616,13 @@ static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_P
                                          (rep->flags & CLC_REPLACE_SLOT) != 0)
                      : CUDA_ERROR_INVALID_HANDLE;
     if (e == CUDA_SUCCESS) return 1;
-    if (!atomic_exchange(&said, 1))
+    if (e == CLC_NO_GRAPH_SLOT)
+        graph_slots_used_up();
+    else if (!atomic_exchange(&said, 1))
         clc_log(CLC_MSG_WARNING,
-                e == CLC_NO_GRAPH_SLOT
-                    ? "more than %d graph nodes and captured launches of wrapped kernels in one "
-                      "context: later ones run unwrapped"
-                    : "a wrapped kernel's graph node could not be rewritten (CUresult %d): it runs "
-                      "unwrapped",
-                e == CLC_NO_GRAPH_SLOT ? CLC_GRAPH_SLOTS : (int)e);
+                "a wrapped kernel's graph node could not be rewritten (CUresult %d): it runs "
+                "unwrapped",
+                (int)e);
     return 0;
 }
 
@@ -920,8 +926,8 @@ static CUcontext active_primary(CUdevice dev, pfn_cuDevicePrimaryCtxRelease_v2 r
 static int primary_gone(CUdevice dev) {
     unsigned flags = 0;
     int active = 1;
-    return g_drv.primary_get_state && g_drv.primary_get_state(dev, &flags, &active) == CUDA_SUCCESS &&
-           !active;
+    return g_drv.primary_get_state &&
+           g_drv.primary_get_state(dev, &flags, &active) == CUDA_SUCCESS && !active;
 }
 
 /* Each teardown entry point in both ABIs (the same parameters). */
@@ -954,8 +960,9 @@ CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
     CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
-        CUcontext ctx = active_primary(                                                          \
-            dev, (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SLOT_cuDevicePrimaryCtxRelease_v2)); \
+        pfn_cuDevicePrimaryCtxRelease_v2 release =                                               \
+            (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SLOT_cuDevicePrimaryCtxRelease_v2);   \
+        CUcontext ctx = active_primary(dev, release);                                            \
         CUresult r = real(dev);                                                                  \
         if (r == CUDA_SUCCESS && ctx) after_teardown(ctx);                                       \
         return r;                                                                                \
