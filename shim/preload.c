@@ -425,11 +425,8 @@ static void graph_slots_used_up(void) {
  * invalidated capture counts as one: the launch fails either way, and must not take a ring
  * slot that a replay would reuse. */
 static int stream_captured(CUstream stream, int ptsz) {
-    CUresult (*is_capturing)(CUstream, int *) =
-        ptsz ? g_drv.stream_is_capturing_ptsz : g_drv.stream_is_capturing;
-    int status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (!is_capturing) return 0;
-    CUresult r = is_capturing(stream, &status);
+    int status;
+    CUresult r = clc_stream_capture_status(stream, ptsz, &status);
     return r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
            (r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE);
 }

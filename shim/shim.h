@@ -194,6 +194,15 @@ typedef struct {
     CUresult (*memset_d8_async_ptsz)(CUdeviceptr, unsigned char, size_t, CUstream);
 } clc_driver;
 extern clc_driver g_drv;
+
+/* The stream's capture status (cuStreamIsCapturing, or its _ptsz variant): the query's
+ * CUresult, *status set (CU_STREAM_CAPTURE_STATUS_NONE when the driver lacks the query). */
+static inline CUresult clc_stream_capture_status(CUstream stream, int ptsz, int *status) {
+    CUresult (*is_capturing)(CUstream, int *) =
+        ptsz ? g_drv.stream_is_capturing_ptsz : g_drv.stream_is_capturing;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return is_capturing ? is_capturing(stream, status) : CUDA_SUCCESS;
+}
 int clc_driver_load(void); /* fills g_drv; 1 when done */
 
 /* A wrapped kernel's launch (replace.c): the function, grid and arguments to give the driver

@@ -101,10 +101,8 @@ static void poll(tstate *s) {
 int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz) {
     *out = NULL;
     if (!g_drv.event_create || !g_drv.event_record || !g_drv.event_elapsed) return -1;
-    int capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult (*is_capturing)(CUstream, int *) =
-        ptsz ? g_drv.stream_is_capturing_ptsz : g_drv.stream_is_capturing;
-    if (is_capturing && is_capturing(stream, &capturing) == CUDA_SUCCESS &&
+    int capturing;
+    if (clc_stream_capture_status(stream, ptsz, &capturing) == CUDA_SUCCESS &&
         capturing != CU_STREAM_CAPTURE_STATUS_NONE)
         return -1;
     tstate *s = state();
