@@ -17,9 +17,10 @@ __all__ = [
     "LOAD_NAMES", "IMAGE_NAMES", "LOAD_CONTEXT_DESTROYED", "CTX_DESTROYED",
     "CAPTURE_MAGIC", "CAPTURE_VERSION", "CAPTURE_HEADER", "RECORD_HEADER",
     "REC_PAD", "REC_PROCESS", "REC_POLICY", "REC_KERNEL", "REC_LAUNCH", "REC_TIMING", "REC_MODULE",
-    "REC_KERNEL_STATS", "REC_MESSAGE", "REC_END",
+    "REC_KERNEL_STATS", "REC_MESSAGE", "REC_END", "REC_RULE_STATS", "DENIED_RECORDED",
     "REC_PROCESS_BODY", "REC_KERNEL_BODY", "REC_LAUNCH_BODY", "REC_TIMING_BODY",
     "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
+    "REC_RULE_STATS_BODY",
     "MSG_INFO", "MSG_WARNING", "MSG_ERROR",
     "CAP_NONE", "CAP_SHARE", "CAP_SMS", "REPLACE_LOOPED", "REPLACE_SLOT", "SLOT_BYTES",
     "GRAPH_SLOTS", "GRAPH_SEQ", "OCCUPANCY_WAYS",
@@ -117,6 +118,8 @@ REC_MODULE = 6
 REC_KERNEL_STATS = 7
 REC_MESSAGE = 8
 REC_END = 9
+REC_RULE_STATS = 10
+DENIED_RECORDED = 16
 
 REC_PROCESS_BODY = struct.Struct("<II")  # pid, ppid
 REC_KERNEL_BODY = struct.Struct("<IiQQQ")  # kernel_id, device, handle, ctx, t_ns
@@ -129,7 +132,9 @@ REC_MODULE_BODY = struct.Struct("<QIIQQQIi")
 # kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns, failed
 REC_KERNEL_STATS_BODY = struct.Struct("<I4xQQQQQQQ")
 REC_MESSAGE_BODY = struct.Struct("<I4xQ")  # level, t_ns
-REC_END_BODY = struct.Struct("<QQ")  # t_ns, dropped
+# t_ns, dropped, write_lost_bytes, capped_bytes, write_errno
+REC_END_BODY = struct.Struct("<QQQQi4x")
+REC_RULE_STATS_BODY = struct.Struct("<i4xQ")  # rule, denied
 
 MSG_INFO = 0
 MSG_WARNING = 1

@@ -247,6 +247,8 @@ typedef struct clc_record_header {
 #define CLC_REC_KERNEL_STATS 7 /* body: clc_rec_kernel_stats; written at exit */
 #define CLC_REC_MESSAGE 8      /* body: clc_rec_message, then the text */
 #define CLC_REC_END 9          /* body: clc_rec_end; the last record of a complete capture */
+#define CLC_REC_RULE_STATS 10  /* body: clc_rec_rule_stats; written at exit, one per rule that
+                                  denied launches */
 
 typedef struct clc_rec_process {
     uint32_t pid;
@@ -319,7 +321,23 @@ typedef struct clc_rec_message {
 
 typedef struct clc_rec_end {
     uint64_t t_ns;
-    uint64_t dropped; /* records lost because a buffer was full */
-} clc_rec_end; /* 16 bytes */
+    uint64_t dropped;          /* records lost because a buffer was full */
+    uint64_t write_lost_bytes; /* bytes the file refused (write errors: ENOSPC, EIO, ...) */
+    uint64_t capped_bytes;     /* bytes not written because the capture reached its size cap */
+    int32_t write_errno;       /* the first write error, 0 when none */
+    uint32_t reserved;
+} clc_rec_end; /* 40 bytes */
+
+/* How many launches each rule denied (all of them, recorded or not), per process. `rule` is
+ * the decider's index as in clc_outcome.rule (CLC_RULE_DEFAULT, CLC_RULE_ON_ERROR included). */
+typedef struct clc_rec_rule_stats {
+    int32_t rule;
+    uint32_t reserved;
+    uint64_t denied;
+} clc_rec_rule_stats; /* 16 bytes */
+
+/* The first CLC_DENIED_RECORDED denied launches of each kernel get a LAUNCH record even when
+ * their outcome does not ask for one (an audit trail in allow-all captures). */
+#define CLC_DENIED_RECORDED 16
 
 #endif /* CLC_ABI_H */

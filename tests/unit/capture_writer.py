@@ -92,7 +92,7 @@ class CaptureWriter:
 
     def end(self, dropped=0, t_ns=None):
         t_ns = self.start_monotonic_ns + 10**9 if t_ns is None else t_ns
-        return self.add(abi.REC_END, abi.REC_END_BODY.pack(t_ns, dropped))
+        return self.add(abi.REC_END, abi.REC_END_BODY.pack(t_ns, dropped, 0, 0, 0))
 
     def data(self):
         return self.header() + b"".join(self.records)
