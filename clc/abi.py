@@ -14,7 +14,8 @@ __all__ = [
     "MODE_EVERY_LAUNCH",
     "ENTRY_LAUNCH", "ENTRY_LAUNCH_EX", "ENTRY_LAUNCH_COOPERATIVE", "ENTRY_GRAPH_ADD_NODE",
     "ENTRY_GRAPH_NODE_SET", "ENTRY_GRAPH_EXEC_NODE_SET", "ENTRY_PTSZ", "ENTRY_NAMES",
-    "LOAD_NAMES", "IMAGE_NAMES", "LOAD_CONTEXT_DESTROYED", "CTX_DESTROYED",
+    "LOAD_NAMES", "IMAGE_NAMES", "LOAD_CONTEXT_DESTROYED", "LOAD_KERNEL_FORGOTTEN",
+    "CTX_DESTROYED", "KERNEL_UNCACHED",
     "CAPTURE_MAGIC", "CAPTURE_VERSION", "CAPTURE_HEADER", "RECORD_HEADER",
     "REC_PAD", "REC_PROCESS", "REC_POLICY", "REC_KERNEL", "REC_LAUNCH", "REC_TIMING", "REC_MODULE",
     "REC_KERNEL_STATS", "REC_MESSAGE", "REC_END", "REC_RULE_STATS", "DENIED_RECORDED",
@@ -93,9 +94,11 @@ ENTRY_NAMES = {
 LOAD_NAMES = {
     1: "cuModuleLoad", 2: "cuModuleLoadData", 3: "cuModuleLoadDataEx",
     4: "cuModuleLoadFatBinary", 5: "cuLibraryLoadData", 6: "cuLibraryLoadFromFile",
-    7: "cuModuleUnload", 8: "cuLibraryUnload", 9: "context destroyed",
+    7: "cuModuleUnload", 8: "cuLibraryUnload", 9: "context destroyed", 10: "kernel forgotten",
 }
 LOAD_CONTEXT_DESTROYED = 9
+LOAD_KERNEL_FORGOTTEN = 10
+KERNEL_UNCACHED = 0xFFFFFFFF
 CTX_DESTROYED = 1 << 63
 IMAGE_NAMES = {0: "unknown", 1: "fatbin-wrapper", 2: "fatbin", 3: "cubin", 4: "ptx", 5: "file"}
 

@@ -161,6 +161,7 @@ class Engine:
         self._announced = set()
         self._reported = set()
         self.kernels = {}
+        self.names = {}  # the shim's kernel id -> demangled name, for the exit statistics
         # The deciders, in the order they are asked: the --hooks files' hooks, then the rules
         # (a hook rule asks its function), then the default.
         self.cli_hooks = []
@@ -194,15 +195,18 @@ class Engine:
 
     # ---- the two questions --------------------------------------------------------------
 
-    def kernel(self, handle, ctx, mangled, device, layout=()):
+    def kernel(self, handle, ctx, mangled, device, layout=(), kernel_id=None):
         """The engine's record of a (kernel, context), made at its first sight; layout is its
-        parameters' [(offset, size), ...]."""
+        parameters' [(offset, size), ...]. A record under the same handle but another name is
+        a kernel the driver gave a reused handle: a new record."""
         key = (handle, ctx)
         kernel = self.kernels.get(key)
-        if kernel is None:
+        if kernel is None or kernel.info.mangled != mangled:
             info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
                               process_names=self.process_names, tenant=self.tenant)
             kernel = self.kernels[key] = _Kernel(handle, info, self._plan(info), ctx, layout)
+        if kernel_id is not None and kernel_id != abi.KERNEL_UNCACHED:
+            self.names[kernel_id] = kernel.info.demangled
         return kernel
 
     def _plan(self, info):
@@ -557,9 +561,14 @@ class Engine:
 
     # ---- loads and exit --------------------------------------------------------------------
 
-    def module_event(self, api, handle, image_kind, image_ptr, image_size, preserved, path):
+    def module_event(self, api, handle, image_kind, image_ptr, image_size, preserved, path,
+                     ctx=0):
         if api == abi.LOAD_CONTEXT_DESTROYED:
             self.forget_context(handle)
+            return
+        if api == abi.LOAD_KERNEL_FORGOTTEN:
+            # Its module or library is gone: the handle may come back as another kernel.
+            self.kernels.pop((handle, ctx), None)
             return
         if abi.LOAD_NAMES.get(api, "").endswith("Unload"):
             self.modules.pop(handle, None)
@@ -620,8 +629,8 @@ class Engine:
             return
         self._exited = True
         self._bridge_times()
-        names = {key: kernel.info.demangled for key, kernel in self.kernels.items()}
-        rows = [(names.get((c.handle, c.ctx), f"<kernel {c.kernel_id}>"), c.launches, c.denied,
+        names = self.names
+        rows = [(names.get(c.kernel_id, f"<kernel {c.kernel_id}>"), c.launches, c.denied,
                  c.failed, c.recorded, c.timed, c.graph_nodes, c.gpu_ns)
                 for c in _shim_kernel_counts()]
         if self._wrapping is not None:
@@ -746,7 +755,8 @@ def bridge_decide(ffi, query, out):
         layout = [] if not n or not query.layout else list(abi.PARAM_INFO.iter_unpack(
             ffi.buffer(query.layout, n * abi.PARAM_INFO.size)))
         engine = _get()
-        kernel = engine.kernel(query.handle, query.ctx, name, query.device, layout)
+        kernel = engine.kernel(query.handle, query.ctx, name, query.device, layout,
+                               query.kernel_id)
         decision, mode = engine.first_sight(kernel, blob)
         decision = engine.resolve_decision(kernel, decision)
         if len(decision.clauses) > abi.MAX_CLAUSES:
@@ -805,7 +815,7 @@ def bridge_module(ffi, event):
     try:
         path = ffi.string(event.path).decode("utf-8", "replace") if event.path else None
         _get().module_event(event.api, event.handle, event.image_kind, event.image_ptr,
-                            event.image_size, event.preserved, path)
+                            event.image_size, event.preserved, path, event.ctx)
         return 0
     except Exception:
         _report_once()

@@ -150,6 +150,11 @@ static PyObject *clc_first_launch(uint32_t kernel_id, PyObject *blob) {
     Py_DECREF(id);
     if (!got || !PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 3) return got;
     PyObject *answer = PyTuple_GET_ITEM(got, 0), *dispatch = PyTuple_GET_ITEM(got, 1);
+    if (kernel_id == CLC_KERNEL_UNCACHED) { /* no id to keep it under: asked afresh */
+        Py_INCREF(answer);
+        Py_DECREF(got);
+        return answer;
+    }
     if (kernel_id >= clc_n_dispatchers) {
         size_t n = clc_n_dispatchers ? clc_n_dispatchers : 64;
         while (n <= kernel_id) n *= 2;

@@ -387,24 +387,31 @@ static void write_preamble(void) {
     clc_cache_each(rewrite_known_kernel, NULL);
 }
 
-static void write_stats(clc_entry *e, void *arg) {
+static void write_stats(const clc_kernel_counts *c, void *arg) {
     (void)arg;
     clc_rec_kernel_stats s = {
-        .kernel_id = e->kernel_id,
-        .launches = atomic_load(&e->launches),
-        .denied = atomic_load(&e->denied),
-        .recorded = atomic_load(&e->recorded),
-        .timed = atomic_load(&e->timed),
-        .graph_nodes = atomic_load(&e->graph_nodes),
-        .gpu_ns = atomic_load(&e->gpu_ns),
-        .failed = atomic_load(&e->failed),
+        .kernel_id = c->kernel_id,
+        .launches = c->launches,
+        .denied = c->denied,
+        .recorded = c->recorded,
+        .timed = c->timed,
+        .graph_nodes = c->graph_nodes,
+        .gpu_ns = c->gpu_ns,
+        .failed = c->failed,
     };
     clc_capture_write(CLC_REC_KERNEL_STATS, &s, sizeof s, NULL, 0);
 }
 
+static void write_rule_stats(int32_t rule, uint64_t denied, void *arg) {
+    (void)arg;
+    clc_rec_rule_stats s = {.rule = rule, .denied = denied};
+    clc_capture_write(CLC_REC_RULE_STATS, &s, sizeof s, NULL, 0);
+}
+
 void clc_capture_finish(void) {
     if (atomic_load(&g_state) != 1) return;
-    clc_cache_each(write_stats, NULL);
+    clc_cache_counts(write_stats, NULL);
+    clc_rule_stats(write_rule_stats, NULL);
     clc_rec_end end = {.t_ns = clc_now_ns(), .dropped = atomic_load(&g_dropped)};
     clc_capture_write(CLC_REC_END, &end, sizeof end, NULL, 0);
     atomic_store(&g_state, 2);

@@ -191,9 +191,19 @@ typedef struct clc_kernel_counts {
 #define CLC_LOAD_CONTEXT_DESTROYED 9    /* not a load: context `handle` was destroyed (cuCtxDestroy,
                                            the primary context's reset or last release); its
                                            kernels' entries now carry CLC_CTX_DESTROYED */
-/* Set in a destroyed context's entries (and the engine's records of them): a new context the
- * driver gives the same address is a new one, whose kernels are decided (and wrapped) anew. */
+#define CLC_LOAD_KERNEL_FORGOTTEN 10   /* not a load: the decision of kernel `handle` in context
+                                          `ctx` (the shim's `kernel_id`) was forgotten, because
+                                          its module or library was unloaded or its context
+                                          destroyed; the driver may give its handle to another
+                                          kernel, which is decided anew */
+/* Set in the engine's records of a destroyed context's kernels, and the context of a forgotten
+ * entry of the shim's table: no live context has this bit, so such an entry matches no launch,
+ * and a new context the driver gives the same address is a new one, whose kernels are decided
+ * (and wrapped) anew. */
 #define CLC_CTX_DESTROYED 0x8000000000000000
+/* The kernel id of launches decided without a cache entry (the decision table is full of live
+ * kernels): the engine is asked at each of their launches. */
+#define CLC_KERNEL_UNCACHED 0xffffffff
 
 #define CLC_IMAGE_UNKNOWN 0
 #define CLC_IMAGE_FATBIN_WRAPPER 1 /* magic 0x466243b1 */
@@ -211,6 +221,9 @@ typedef struct clc_module_event {
     uint32_t preserved;  /* 1: the bytes stay valid after the call (BINARY_IS_PRESERVED) */
     int32_t result;      /* CUresult of the real call */
     const char *path;    /* file loads only, else NULL */
+    uint64_t ctx;        /* CLC_LOAD_KERNEL_FORGOTTEN: the kernel's context */
+    uint32_t kernel_id;  /* CLC_LOAD_KERNEL_FORGOTTEN: the shim's id of the forgotten entry */
+    uint32_t reserved;
 } clc_module_event;
 
 /* ---- the capture file --------------------------------------------------------------------- */
@@ -256,7 +269,7 @@ typedef struct clc_rec_process {
 } clc_rec_process;
 
 typedef struct clc_rec_kernel {
-    uint32_t kernel_id; /* dense, from 0, per process */
+    uint32_t kernel_id; /* from 0, per process; a new one for each (kernel, context) decided */
     int32_t device;
     uint64_t handle;
     uint64_t ctx;

@@ -3,10 +3,17 @@
  * decision_cache.c: one entry per (kernel handle, context), found without a lock.
  *
  * Readers probe an open-addressing table (clc_cache_find, inline in shim.h) and trust an entry
- * once its `ready` flag is set (acquire); writers fill every field first and set `ready` last
- * (release). Inserting takes a
- * mutex, but only on the slow path of a kernel's first launch, and never while Python runs: a
- * thread holding the GIL may be waiting to launch, so the engine is asked with no lock held.
+ * once its `ready` flag is set and its context matches (acquire); writers fill every field
+ * first and publish the key last (release). Inserting takes a mutex, but only on the slow path
+ * of a kernel's first launch, and never while Python runs: a thread holding the GIL may be
+ * waiting to launch, so the engine is asked with no lock held.
+ *
+ * A decision belongs to its kernel, not to its handle: the driver gives an unloaded kernel's
+ * handle to the next kernel it loads. So each entry knows the library or module its kernel came
+ * from, and is forgotten when that is unloaded or its context destroyed (a tombstone that a
+ * later insert reuses, its counts archived for the exit statistics). The table never stops
+ * deciding: when tombstones fill it, the live entries move to a new table; when live kernels
+ * fill it, new kernels are decided at each launch instead of cached.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -270,15 +277,269 @@ static int ctx_device(uint64_t ctx) {
     return dev;
 }
 
-static clc_entry *table(void) {
-    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
-    if (t) return t;
+static clc_entry *new_table(void) {
     /* Anonymous pages are zero and touched only as entries land in them. */
     void *p = mmap(NULL, sizeof(clc_entry) * CLC_CACHE_SIZE, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    atomic_store_explicit(&g_hot.table, (clc_entry *)p, memory_order_release);
-    return p;
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static clc_entry *table(void) {
+    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
+    if (t || !(t = new_table())) return t;
+    atomic_store_explicit(&g_hot.table, t, memory_order_release);
+    return t;
+}
+
+/* ---- forgotten entries ------------------------------------------------------------------------
+ * A forgotten entry's counts move to the archive (reported at exit under its kernel id) and
+ * its slot becomes a tombstone. When live entries and tombstones fill the table, the live ones
+ * are copied into a new table (tombstones left behind); the old table is never unmapped, since
+ * a launch in flight may still read it, and its entries keep counting: each copy points to its
+ * original (prev), and counts are summed along that chain. All under g_insert_lock. */
+
+static uint32_t g_tombstones;
+static clc_kernel_counts *g_archive;
+static size_t g_archived, g_archive_cap;
+static _Atomic uint32_t g_next_id;
+
+static void entry_counts(const clc_entry *e, clc_kernel_counts *c) {
+    *c = (clc_kernel_counts){.kernel_id = e->kernel_id, .device = e->device, .handle = e->handle,
+                             .ctx = e->ctx};
+    for (; e; e = e->prev) {
+        c->launches += atomic_load(&e->launches);
+        c->denied += atomic_load(&e->denied);
+        c->failed += atomic_load(&e->failed);
+        c->recorded += atomic_load(&e->recorded);
+        c->timed += atomic_load(&e->timed);
+        c->graph_nodes += atomic_load(&e->graph_nodes);
+        c->gpu_ns += atomic_load(&e->gpu_ns);
+    }
+}
+
+/* A forgotten entry whose counts found no room in the archive: said once (its counts are then
+ * missing from the exit statistics, never its decision from a later launch). */
+static void archive(const clc_entry *e) {
+    if (g_archived == g_archive_cap) {
+        size_t cap = g_archive_cap ? g_archive_cap * 2 : 64;
+        clc_kernel_counts *grown = realloc(g_archive, cap * sizeof *grown);
+        if (!grown) {
+            static _Atomic int said;
+            if (!atomic_exchange(&said, 1))
+                clc_log(CLC_MSG_WARNING, "out of memory: the counts of unloaded kernels are "
+                                         "missing from the exit statistics");
+            return;
+        }
+        g_archive = grown;
+        g_archive_cap = cap;
+    }
+    entry_counts(e, &g_archive[g_archived]);
+    g_archived++;
+}
+
+typedef struct {
+    uint64_t handle, ctx;
+    uint32_t kernel_id;
+} forgotten;
+
+/* Archives e and makes its slot a tombstone; its own allocations stay (a launch in flight may
+ * still read them). */
+static void forget_entry(clc_entry *e, forgotten *out) {
+    *out = (forgotten){e->handle, e->ctx, e->kernel_id};
+    archive(e);
+    __atomic_store_n(&e->ctx, (uint64_t)CLC_CTX_DESTROYED, __ATOMIC_RELEASE);
+    g_tombstones++;
+}
+
+/* Tells the engine, with no lock held (it may wait for the GIL). */
+static void tell_engine(const forgotten *f, unsigned n) {
+    for (unsigned i = 0; i < n; i++) {
+        clc_module_event ev = {.api = CLC_LOAD_KERNEL_FORGOTTEN, .handle = f[i].handle,
+                               .ctx = f[i].ctx, .kernel_id = f[i].kernel_id};
+        clc_bridge_module(&ev);
+    }
+}
+
+/* Forgets every live entry `match` accepts; returns how many. */
+static unsigned forget_where(int (*match)(const clc_entry *, const void *), const void *arg) {
+    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
+    if (!t) return 0;
+    forgotten small[64], *f = small;
+    size_t cap = 64, n = 0;
+    pthread_mutex_lock(&g_insert_lock);
+    for (uint32_t i = 0; i < CLC_CACHE_SIZE; i++) {
+        clc_entry *e = &t[i];
+        if (!atomic_load_explicit(&e->ready, memory_order_acquire) ||
+            (e->ctx & CLC_CTX_DESTROYED) || !match(e, arg))
+            continue;
+        if (n == cap) {
+            forgotten *grown = malloc(cap * 2 * sizeof *grown);
+            if (!grown) {
+                forget_entry(e, &small[0]); /* forgotten all the same, the engine not told */
+                continue;
+            }
+            memcpy(grown, f, n * sizeof *f);
+            if (f != small) free(f);
+            f = grown;
+            cap *= 2;
+        }
+        forget_entry(e, &f[n++]);
+    }
+    pthread_mutex_unlock(&g_insert_lock);
+    tell_engine(f, (unsigned)n);
+    if (f != small) free(f);
+    return (unsigned)n;
+}
+
+typedef struct {
+    const uint64_t *owners;
+    unsigned n;
+} owner_set;
+
+static int owned_by(const clc_entry *e, const void *arg) {
+    const owner_set *s = arg;
+    if (!e->owner) return 1; /* the driver could not say: forgotten at any unload */
+    for (unsigned i = 0; i < s->n; i++)
+        if (e->owner == s->owners[i]) return 1;
+    return 0;
+}
+
+unsigned clc_cache_forget_owners(const uint64_t *owners, unsigned n) {
+    owner_set s = {owners, n};
+    return forget_where(owned_by, &s);
+}
+
+static int in_context(const clc_entry *e, const void *arg) {
+    return e->ctx == *(const uint64_t *)arg;
+}
+
+unsigned clc_cache_forget_context(uint64_t ctx) {
+    return ctx ? forget_where(in_context, &ctx) : 0;
+}
+
+unsigned clc_cache_library_modules(uint64_t lib, uint64_t *out, unsigned max) {
+    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
+    if (!t || !g_drv.library_get_module || !g_drv.ctx_get_current || !g_drv.ctx_set_current)
+        return 0;
+    uint64_t seen[64];
+    unsigned n_seen = 0, n = 0;
+    CUcontext cur = NULL;
+    g_drv.ctx_get_current(&cur);
+    for (uint32_t i = 0; i < CLC_CACHE_SIZE && n < max && n_seen < 64; i++) {
+        if (!atomic_load_explicit(&t[i].ready, memory_order_acquire)) continue;
+        uint64_t ctx = __atomic_load_n(&t[i].ctx, __ATOMIC_ACQUIRE);
+        if (!ctx || (ctx & CLC_CTX_DESTROYED)) continue;
+        unsigned k = 0;
+        while (k < n_seen && seen[k] != ctx) k++;
+        if (k < n_seen) continue;
+        seen[n_seen++] = ctx;
+        CUmodule mod = NULL;
+        if (g_drv.ctx_set_current((CUcontext)(uintptr_t)ctx) == CUDA_SUCCESS &&
+            g_drv.library_get_module(&mod, (CUlibrary)(uintptr_t)lib) == CUDA_SUCCESS && mod)
+            out[n++] = (uint64_t)(uintptr_t)mod;
+    }
+    g_drv.ctx_set_current(cur);
+    return n;
+}
+
+/* The live entries of the current table copied into a new one, tombstones left behind (called
+ * with g_insert_lock held). 0 when no table could be made. */
+static int rebuild(void) {
+    clc_entry *old = atomic_load_explicit(&g_hot.table, memory_order_relaxed);
+    clc_entry *t = new_table();
+    if (!t) return 0;
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < CLC_CACHE_SIZE; i++) {
+        clc_entry *e = &old[i];
+        if (!atomic_load_explicit(&e->ready, memory_order_relaxed) || (e->ctx & CLC_CTX_DESTROYED))
+            continue;
+        uint32_t j = clc_slot_of(e->handle, e->ctx);
+        while (t[j].ready) j = (j + 1) & (CLC_CACHE_SIZE - 1);
+        clc_entry *c = &t[j];
+        memcpy(c, e, sizeof *c);
+        atomic_store(&c->launches, 0);
+        atomic_store(&c->denied, 0);
+        atomic_store(&c->recorded, 0);
+        atomic_store(&c->timed, 0);
+        atomic_store(&c->graph_nodes, 0);
+        atomic_store(&c->gpu_ns, 0);
+        atomic_store(&c->failed, 0);
+        c->prev = e;
+        live++;
+    }
+    atomic_store_explicit(&g_hot.table, t, memory_order_release);
+    g_count = live;
+    g_tombstones = 0;
+    clc_debug("decision table rebuilt: %u live kernels kept, forgotten ones dropped", live);
+    return 1;
+}
+
+/* A slot for a new entry of (handle, ctx), NULL when the table is full of live entries
+ * (called with g_insert_lock held, the key known absent): the probe's first tombstone, else the
+ * empty slot that ends it. */
+static clc_entry *free_slot(uint64_t handle, uint64_t ctx, int *reused) {
+    clc_entry *t = table();
+    if (!t) return NULL;
+    if (g_count >= CACHE_MAX_FILL && (g_tombstones < CLC_CACHE_SIZE / 8 || !rebuild()))
+        return NULL;
+    t = atomic_load_explicit(&g_hot.table, memory_order_relaxed);
+    uint32_t i = clc_slot_of(handle, ctx);
+    while (atomic_load_explicit(&t[i].ready, memory_order_relaxed)) {
+        if (t[i].ctx & CLC_CTX_DESTROYED) {
+            *reused = 1;
+            return &t[i];
+        }
+        i = (i + 1) & (CLC_CACHE_SIZE - 1);
+    }
+    *reused = 0;
+    return &t[i];
+}
+
+/* A launch decided without a cache entry (the table is full of live kernels): the thread's
+ * own, remade at each such launch, whose counts are not kept. */
+static CLC_TLS clc_entry t_uncached;
+static CLC_TLS clc_clause t_uncached_clauses[CLC_MAX_CLAUSES];
+
+static clc_entry *uncached(uint64_t handle, uint64_t ctx, int device, const clc_decision *d,
+                           const clc_param_info *layout, uint32_t n_params, uint32_t end) {
+    static _Atomic int said;
+    if (!atomic_exchange(&said, 1))
+        clc_log(CLC_MSG_WARNING,
+                "the decision table is full (%u live kernels): launches of kernels new from "
+                "here on are decided by the engine at each launch (slower), not cached",
+                g_count);
+    clc_entry *e = &t_uncached;
+    free((void *)e->layout);
+    memset(e, 0, sizeof *e);
+    e->handle = handle;
+    e->ctx = ctx;
+    e->kernel_id = CLC_KERNEL_UNCACHED;
+    e->device = device;
+    e->fallback = d->fallback;
+    e->mode = (uint16_t)d->mode;
+    e->layout = layout;
+    e->n_params = n_params;
+    e->args_end = end;
+    if (d->n_clauses && d->mode == CLC_MODE_CACHED) {
+        memcpy(t_uncached_clauses, d->clauses, sizeof(clc_clause) * d->n_clauses);
+        e->clauses = t_uncached_clauses;
+        e->n_clauses = (uint16_t)d->n_clauses;
+    }
+    atomic_store(&e->ready, 1);
+    return e;
+}
+
+/* The library or module the kernel came from, as the driver says. */
+static uint64_t kernel_owner(uint64_t handle) {
+    CUlibrary lib = NULL;
+    CUmodule mod = NULL;
+    if (g_drv.kernel_get_library &&
+        g_drv.kernel_get_library(&lib, (CUkernel)(uintptr_t)handle) == CUDA_SUCCESS && lib)
+        return (uint64_t)(uintptr_t)lib;
+    if (g_drv.func_get_module &&
+        g_drv.func_get_module(&mod, (CUfunction)(uintptr_t)handle) == CUDA_SUCCESS && mod)
+        return (uint64_t)(uintptr_t)mod;
+    return 0;
 }
 
 /* The slow path, once per (kernel, context): name the kernel, ask the engine, publish. */
@@ -287,12 +548,14 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     clc_ensure_exit_handler();
     const char *name = clc_kernel_name(handle);
     int device = ctx_device(ctx);
+    uint64_t owner = kernel_owner(handle);
     uint32_t n_params, end;
     clc_param_info *layout = query_layout(handle, &n_params, &end);
     clc_decision d;
     memset(&d, 0, sizeof d);
     query_buf b;
-    clc_kernel_query *q = fill_query(&b, NULL, handle, ctx, device, l,
+    clc_entry id_only = {.kernel_id = atomic_fetch_add(&g_next_id, 1)};
+    clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
                                      name ? name : "<unnamed>", layout, n_params, end);
     if (clc_bridge_decide(q, &d) != 0 || d.n_clauses > CLC_MAX_CLAUSES ||
         d.mode > CLC_MODE_EVERY_LAUNCH) {
@@ -304,15 +567,13 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
 
     pthread_mutex_lock(&g_insert_lock);
     clc_entry *e = clc_cache_find(handle, ctx);
-    clc_entry *t = e ? NULL : table();
-    if (!e && t && g_count < CACHE_MAX_FILL) {
-        uint32_t i = clc_slot_of(handle, ctx);
-        while (atomic_load_explicit(&t[i].ready, memory_order_relaxed))
-            i = (i + 1) & (CLC_CACHE_SIZE - 1);
-        e = &t[i];
-        e->kernel_id = g_count++;
-        e->handle = handle;
-        e->ctx = ctx;
+    int reused = 0;
+    clc_entry *slot = e ? NULL : free_slot(handle, ctx, &reused);
+    if (slot) {
+        e = slot;
+        if (reused) g_tombstones--;
+        else g_count++;
+        e->kernel_id = id_only.kernel_id;
         e->device = device;
         e->fallback = d.fallback;
         e->n_clauses = 0;
@@ -320,66 +581,83 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
         e->layout = layout;
         e->n_params = n_params;
         e->args_end = end;
+        e->owner = owner;
+        e->prev = NULL;
+        e->clauses = NULL;
+        atomic_store_explicit(&e->shapes, NULL, memory_order_relaxed);
+        atomic_store(&e->launches, 0);
+        atomic_store(&e->denied, 0);
+        atomic_store(&e->recorded, 0);
+        atomic_store(&e->timed, 0);
+        atomic_store(&e->graph_nodes, 0);
+        atomic_store(&e->gpu_ns, 0);
+        atomic_store(&e->failed, 0);
         layout = NULL; /* the entry's now */
         if (d.n_clauses && d.mode == CLC_MODE_CACHED) {
-            e->clauses = malloc(sizeof(clc_clause) * d.n_clauses);
-            if (e->clauses) {
-                memcpy(e->clauses, d.clauses, sizeof(clc_clause) * d.n_clauses);
+            clc_clause *clauses = malloc(sizeof(clc_clause) * d.n_clauses);
+            if (clauses) {
+                memcpy(clauses, d.clauses, sizeof(clc_clause) * d.n_clauses);
+                e->clauses = clauses;
                 e->n_clauses = (uint16_t)d.n_clauses;
             }
         }
+        /* The key last, its context with release: see clc_cache_find. */
+        __atomic_store_n(&e->handle, handle, __ATOMIC_RELAXED);
+        __atomic_store_n(&e->ctx, ctx, __ATOMIC_RELEASE);
         atomic_store_explicit(&e->ready, 1, memory_order_release);
         clc_capture_kernel(e, name ? name : "<unnamed>");
     } else if (!e) {
-        static int reported;
-        if (!reported++)
-            clc_log(CLC_MSG_ERROR, "decision table full (%u kernels): new kernels get on_error",
-                    g_count);
+        e = uncached(handle, ctx, device, &d, layout, n_params, end);
+        layout = NULL;
     }
     pthread_mutex_unlock(&g_insert_lock);
-    free(layout); /* another thread's entry won, or the table is full */
+    free(layout); /* another thread's entry won */
     /* The engine answered for this launch: in mode PER_SHAPE that is this shape's answer. */
-    if (e && e->mode == CLC_MODE_PER_SHAPE) add_shape(e, l, &d.fallback);
+    if (e->mode == CLC_MODE_PER_SHAPE && e->kernel_id != CLC_KERNEL_UNCACHED)
+        add_shape(e, l, &d.fallback);
     return e;
-}
-
-/* A destroyed context's entries keep their counts but no longer match a launch: their ctx
- * gets CLC_CTX_DESTROYED (probe chains stay whole; a new context at the same address makes
- * new entries after them). Returns how many. */
-unsigned clc_cache_forget_context(uint64_t ctx) {
-    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
-    unsigned n = 0;
-    if (!t || !ctx) return 0;
-    pthread_mutex_lock(&g_insert_lock);
-    for (uint32_t i = 0; i < CLC_CACHE_SIZE; i++)
-        if (atomic_load_explicit(&t[i].ready, memory_order_acquire) && t[i].ctx == ctx) {
-            __atomic_store_n(&t[i].ctx, ctx | CLC_CTX_DESTROYED, __ATOMIC_RELEASE);
-            n++;
-        }
-    pthread_mutex_unlock(&g_insert_lock);
-    return n;
 }
 
 void clc_cache_each(clc_entry_fn fn, void *arg) {
     clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     if (!t) return;
     for (uint32_t i = 0; i < CLC_CACHE_SIZE; i++)
-        if (atomic_load_explicit(&t[i].ready, memory_order_acquire)) fn(&t[i], arg);
+        if (atomic_load_explicit(&t[i].ready, memory_order_acquire) &&
+            !(__atomic_load_n(&t[i].ctx, __ATOMIC_ACQUIRE) & CLC_CTX_DESTROYED))
+            fn(&t[i], arg);
+}
+
+void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg) {
+    pthread_mutex_lock(&g_insert_lock);
+    for (size_t i = 0; i < g_archived; i++) fn(&g_archive[i], arg);
+    clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
+    for (uint32_t i = 0; t && i < CLC_CACHE_SIZE; i++) {
+        clc_entry *e = &t[i];
+        if (!atomic_load_explicit(&e->ready, memory_order_acquire) || (e->ctx & CLC_CTX_DESTROYED))
+            continue;
+        clc_kernel_counts c;
+        entry_counts(e, &c);
+        fn(&c, arg);
+    }
+    pthread_mutex_unlock(&g_insert_lock);
 }
 
 static void reset_counts(clc_entry *e, void *arg) {
     (void)arg;
-    atomic_store(&e->launches, 0);
-    atomic_store(&e->denied, 0);
-    atomic_store(&e->recorded, 0);
-    atomic_store(&e->timed, 0);
-    atomic_store(&e->graph_nodes, 0);
-    atomic_store(&e->gpu_ns, 0);
-    atomic_store(&e->failed, 0);
+    for (; e; e = e->prev) {
+        atomic_store(&e->launches, 0);
+        atomic_store(&e->denied, 0);
+        atomic_store(&e->recorded, 0);
+        atomic_store(&e->timed, 0);
+        atomic_store(&e->graph_nodes, 0);
+        atomic_store(&e->gpu_ns, 0);
+        atomic_store(&e->failed, 0);
+    }
 }
 
 /* The decisions stay valid in a forked child; the counts are the parent's and are not. */
 void clc_cache_after_fork_child(void) {
     pthread_mutex_init(&g_insert_lock, NULL);
     clc_cache_each(reset_counts, NULL);
+    g_archived = 0;
 }

@@ -64,7 +64,10 @@ static clc_outcome outcome_from_env(const char *v) {
     return o;
 }
 
+static void reset_rule_counts(void);
+
 static void after_fork_child(void) {
+    reset_rule_counts();
     clc_bridge_after_fork_child();
     clc_capture_after_fork_child();
     clc_cache_after_fork_child();
@@ -163,6 +166,9 @@ int clc_driver_load(void) {
             g_drv.primary_retain = driver_sym(h, "cuDevicePrimaryCtxRetain", NULL);
             g_drv.memset_d8_async_ptsz =
                 driver_sym(h, "cuMemsetD8Async_ptsz", "cuMemsetD8Async");
+            g_drv.kernel_get_library = driver_sym(h, "cuKernelGetLibrary", NULL);
+            g_drv.func_get_module = driver_sym(h, "cuFuncGetModule", NULL);
+            g_drv.library_get_module = driver_sym(h, "cuLibraryGetModule", NULL);
             g_hot.ctx_get_current = g_drv.ctx_get_current;
             atomic_store_explicit(&g_hot.driver_ready, 1, memory_order_release);
         }
@@ -262,8 +268,31 @@ typedef struct {
     CUstream stream;
     uint64_t t_ns, seq;
     clc_timing *timing;
+    int record; /* write a LAUNCH record: the outcome asks, or one of a kernel's first denies */
     clc_outcome scratch; /* the engine's answer for this launch (modes other than cached) */
 } gate;
+
+/* Denied launches per deciding rule (clc_outcome.rule + 2; the last counts every rule past the
+ * table's end), written into the capture at exit (CLC_REC_RULE_STATS). */
+#define CLC_RULE_COUNTERS 4096
+static _Atomic uint64_t g_rule_denied[CLC_RULE_COUNTERS];
+
+static void count_denied_by(int32_t rule) {
+    int64_t i = (int64_t)rule + 2;
+    if (i < 0 || i >= CLC_RULE_COUNTERS) i = CLC_RULE_COUNTERS - 1;
+    atomic_fetch_add_explicit(&g_rule_denied[i], 1, memory_order_relaxed);
+}
+
+static void reset_rule_counts(void) {
+    for (int i = 0; i < CLC_RULE_COUNTERS; i++) atomic_store(&g_rule_denied[i], 0);
+}
+
+void clc_rule_stats(void (*fn)(int32_t rule, uint64_t denied, void *), void *arg) {
+    for (int i = 0; i < CLC_RULE_COUNTERS; i++) {
+        uint64_t n = atomic_load_explicit(&g_rule_denied[i], memory_order_relaxed);
+        if (n) fn(i == CLC_RULE_COUNTERS - 1 ? INT32_MAX : i - 2, n, arg);
+    }
+}
 
 static _Atomic uint64_t g_seq;
 
@@ -315,9 +344,14 @@ __attribute__((noinline)) static int gate_setup(gate *g, const clc_outcome *o,
     g->stream = stream;
     g->timing = NULL;
     g->seq = atomic_fetch_add_explicit(&g_seq, 1, memory_order_relaxed);
-    g->t_ns = (o->flags & CLC_FLAG_RECORD) ? clc_launch_time_ns() : 0;
-    if (e && o->action == CLC_ACTION_DENY)
-        atomic_fetch_add_explicit(&e->denied, 1, memory_order_relaxed);
+    g->record = (o->flags & CLC_FLAG_RECORD) != 0;
+    if (o->action == CLC_ACTION_DENY) {
+        count_denied_by(o->rule);
+        if (e && atomic_fetch_add_explicit(&e->denied, 1, memory_order_relaxed) <
+                     CLC_DENIED_RECORDED)
+            g->record = 1;
+    }
+    g->t_ns = g->record ? clc_launch_time_ns() : 0;
     if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e &&
         (entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) < CLC_ENTRY_GRAPH_ADD_NODE) {
         t_in_clc = 1;
@@ -387,7 +421,7 @@ static CUresult gate_exit(gate *g, CUresult result) {
             clc_timing_end(g->timing, NULL, 0, NULL, 0);
     }
     clc_rec_launch *r;
-    if ((o->flags & CLC_FLAG_RECORD) && e && clc_capture_enabled() &&
+    if (g->record && e && e->kernel_id != CLC_KERNEL_UNCACHED && clc_capture_enabled() &&
         (r = clc_capture_begin(CLC_REC_LAUNCH, sizeof *r)) != NULL) {
         *r = (clc_rec_launch){
             .seq = g->seq,
@@ -871,16 +905,41 @@ CLC_EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel kernel,
     return r;
 }
 
+/* An unloaded module's or library's kernels lose their decisions (the driver reuses their
+ * handles). A library's kernels may have been launched as CUfunctions of its per-context
+ * modules (cuKernelGetFunction): those are asked for while the library still exists. */
+static void forget_unloaded(const uint64_t *owners, unsigned n) {
+    if (t_in_clc || !atomic_load_explicit(&g_hot.table, memory_order_acquire)) return;
+    t_in_clc = 1;
+    unsigned k = clc_cache_forget_owners(owners, n);
+    if (k) clc_debug("%u decisions forgotten at an unload", k);
+    t_in_clc = 0;
+}
+
 CLC_EXPORT CUresult cuModuleUnload(CUmodule mod) {
     CLC_REAL_OR_FAIL(cuModuleUnload)
     CUresult r = real(mod);
+    if (r == CUDA_SUCCESS) {
+        uint64_t owner = (uint64_t)(uintptr_t)mod;
+        forget_unloaded(&owner, 1);
+    }
     report_load(CLC_LOAD_MODULE_UNLOAD, (uint64_t)(uintptr_t)mod, NULL, NULL, 0, r);
     return r;
 }
 
+#define CLC_MAX_LIBRARY_MODULES 64
+
 CLC_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
     CLC_REAL_OR_FAIL(cuLibraryUnload)
+    uint64_t owners[1 + CLC_MAX_LIBRARY_MODULES] = {(uint64_t)(uintptr_t)lib};
+    unsigned n = 1;
+    if (!t_in_clc && atomic_load_explicit(&g_hot.table, memory_order_acquire)) {
+        t_in_clc = 1;
+        n += clc_cache_library_modules(owners[0], owners + 1, CLC_MAX_LIBRARY_MODULES);
+        t_in_clc = 0;
+    }
     CUresult r = real(lib);
+    if (r == CUDA_SUCCESS) forget_unloaded(owners, n);
     report_load(CLC_LOAD_LIBRARY_UNLOAD, (uint64_t)(uintptr_t)lib, NULL, NULL, 0, r);
     return r;
 }
@@ -983,21 +1042,15 @@ typedef struct {
     int max, n;
 } counts_walk;
 
-static void add_counts(clc_entry *e, void *arg) {
+static void add_counts(const clc_kernel_counts *c, void *arg) {
     counts_walk *w = arg;
-    if (w->n >= w->max) return;
-    w->out[w->n++] = (clc_kernel_counts){
-        .kernel_id = e->kernel_id, .device = e->device, .handle = e->handle, .ctx = e->ctx,
-        .launches = atomic_load(&e->launches), .denied = atomic_load(&e->denied),
-        .failed = atomic_load(&e->failed), .recorded = atomic_load(&e->recorded),
-        .timed = atomic_load(&e->timed), .graph_nodes = atomic_load(&e->graph_nodes),
-        .gpu_ns = atomic_load(&e->gpu_ns)};
+    if (w->n < w->max) w->out[w->n++] = *c;
 }
 
 /* Fills up to `max` rows; returns how many were written. */
 CLC_EXPORT int clc_shim_kernel_counts(clc_kernel_counts *out, int max) {
     counts_walk w = {out, max, 0};
-    clc_cache_each(add_counts, &w);
+    clc_cache_counts(add_counts, &w);
     return w.n;
 }
 

@@ -192,6 +192,9 @@ typedef struct {
     CUresult (*primary_get_state)(CUdevice, unsigned int *, int *);
     CUresult (*primary_retain)(CUcontext *, CUdevice);
     CUresult (*memset_d8_async_ptsz)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*kernel_get_library)(CUlibrary *, CUkernel);
+    CUresult (*func_get_module)(CUmodule *, CUfunction);
+    CUresult (*library_get_module)(CUmodule *, CUlibrary);
 } clc_driver;
 extern clc_driver g_drv;
 
@@ -276,6 +279,9 @@ typedef struct clc_entry {
     const clc_param_info *layout;       /* the parameters (n_params), or NULL when unknown */
     uint32_t n_params, args_end;        /* args_end: the parameter block's size in bytes */
     _Atomic uint64_t denied, recorded, timed, graph_nodes, gpu_ns, failed;
+    uint64_t owner;         /* the CUlibrary or CUmodule the kernel came from; 0: unknown */
+    struct clc_entry *prev; /* the same kernel's entry in the table this one was copied from
+                               (launches in flight then may still count there): counted too */
 } __attribute__((aligned(64))) clc_entry;
 
 /* A launch as the engine is asked about it, beyond the kernel. */
@@ -307,8 +313,11 @@ static inline uint32_t clc_slot_of(uint64_t handle, uint64_t ctx) {
     return (uint32_t)(h >> (64 - CLC_CACHE_BITS));
 }
 
-/* Lock-free: an entry is trusted once `ready` is set (acquire); entries are never removed,
- * so the probe for a key ends at the first slot that is not ready. */
+/* Lock-free: a slot is used once `ready` is set (acquire) and never becomes empty again, so
+ * the probe for a key ends at the first slot that is not ready. A forgotten entry (its kernel's
+ * module unloaded, its context destroyed) stays as a tombstone whose ctx has CLC_CTX_DESTROYED,
+ * which no launch's context has; an insert may reuse it, writing its handle first and its ctx
+ * last (release), so a reader that sees the new ctx (acquire) sees the whole new entry. */
 static inline clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
     clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     if (unlikely(!t)) return NULL;
@@ -316,7 +325,8 @@ static inline clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
          i = (i + 1) & (CLC_CACHE_SIZE - 1), n++) {
         clc_entry *e = &t[i];
         if (!atomic_load_explicit(&e->ready, memory_order_acquire)) return NULL;
-        if (likely(e->handle == handle && e->ctx == ctx)) return e;
+        if (likely(__atomic_load_n(&e->ctx, __ATOMIC_ACQUIRE) == ctx && e->handle == handle))
+            return e;
     }
     return NULL;
 }
@@ -334,9 +344,17 @@ const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_o
 /* Each outcome an entry holds (fallback, shape clauses, per-shape answers). */
 void clc_entry_outcomes(clc_entry *e, void (*fn)(const clc_outcome *, void *), void *arg);
 typedef void (*clc_entry_fn)(clc_entry *, void *);
-/* A context was destroyed: its entries stop matching launches (see CLC_CTX_DESTROYED). */
+/* A context was destroyed: its entries are forgotten (see CLC_CTX_DESTROYED). */
 unsigned clc_cache_forget_context(uint64_t ctx);
+/* Modules or libraries were unloaded: the entries of their kernels (and of kernels whose owner
+ * the driver could not say) are forgotten, and the engine told (CLC_LOAD_KERNEL_FORGOTTEN). */
+unsigned clc_cache_forget_owners(const uint64_t *owners, unsigned n);
+/* The modules that stand for library `lib` in each context holding entries (the driver's
+ * cuLibraryGetModule, asked with each such context current): up to max, into out. */
+unsigned clc_cache_library_modules(uint64_t lib, uint64_t *out, unsigned max);
 void clc_cache_each(clc_entry_fn fn, void *arg);
+/* Each kernel's counts, forgotten entries included: live entries summed with their copies. */
+void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg);
 void clc_cache_after_fork_child(void);
 
 /* ---- the bridge to Python (stage 2) ------------------------------------------------------ */
@@ -364,6 +382,10 @@ typedef struct clc_timing clc_timing;
 int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz);
 void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint64_t seq);
 void clc_timing_drain_all(void);
+
+/* Denied launches per rule so far: fn(rule, count) for each rule that denied any (rule as in
+ * clc_outcome.rule; INT32_MAX sums rules past the counters' end). */
+void clc_rule_stats(void (*fn)(int32_t rule, uint64_t denied, void *), void *arg);
 
 /* ---- process lifetime -------------------------------------------------------------------- */
 void clc_ensure_exit_handler(void);

@@ -20,6 +20,7 @@ from harness import (AUDIT, Run, DENY_DEBUG, TIME_ALL, clc_command, env_for, exe
                      kernel_launches, nonzero)
 
 DEBUG = "_Z12debug_kernelPi"
+VECADD = "_Z6vecAddPKfS0_Pfi"
 
 
 @pytest.mark.parametrize("prog", ["prog_cudart", "prog_triton", "prog_linked", "prog_threads"])
@@ -43,19 +44,26 @@ def test_audit_counts_equal_the_drivers_counts(native, clc_run, prog):
     cap = run.capture()
     assert cap.complete
     assert executed(cap) == nonzero(run.fake_counts())
-    # (launches the driver refused, as prog_linked's stale handle, count as failed attempts)
-    assert kernel_launches(cap) == run.attempts()
+    # (launches the driver refused count as failed attempts; prog_linked's launch of a handle
+    # whose module it had unloaded is no longer vecAdd's: the driver names no kernel there)
+    attempts = run.attempts()
+    printed = collections.Counter({key: len(v) for key, v in run.results().items()
+                                   if not key[1].startswith("cuGraph")})
+    if prog == "prog_linked":
+        attempts[VECADD] -= 1
+        attempts["<unnamed>"] = 1
+        printed[(VECADD, "cuLaunchKernel")] -= 1
+        printed[("<unnamed>", "cuLaunchKernel")] = 1
+    assert kernel_launches(cap) == attempts
     # AND every direct launch was recorded, on the entry point the program used
     launches = [launch for launch in cap.launches
                 if (launch.entry & ~abi.ENTRY_PTSZ) < abi.ENTRY_GRAPH_ADD_NODE]
-    assert len(launches) == sum(run.attempts().values())
+    assert len(launches) == sum(attempts.values())
     seen = collections.Counter(
         (cap.kernels[launch.kernel_id].mangled,
          abi.ENTRY_NAMES[launch.entry & ~abi.ENTRY_PTSZ] + ("_ptsz" if launch.ptsz else ""))
         for launch in launches)
-    printed = collections.Counter({key: len(v) for key, v in run.results().items()
-                                   if not key[1].startswith("cuGraph")})
-    assert seen == printed
+    assert seen == +printed
 
 
 def test_cudart_path_hooks_ptsz_and_graph_nodes(native, clc_run):

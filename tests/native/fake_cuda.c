@@ -122,8 +122,9 @@ struct CUfunc_st {
 
 struct CUmod_st {
     uint32_t tag;
-    unsigned n;
+    unsigned n, cap;
     struct CUfunc_st *funcs;
+    struct CUmod_st *next_free; /* unloaded: kept for the next load, as the real driver does */
 };
 
 /* A CUkernel is context-independent; its CUfunction (cuKernelGetFunction) lives inside it. */
@@ -143,8 +144,9 @@ struct managed_var {
 
 struct CUlib_st {
     uint32_t tag;
-    unsigned n;
+    unsigned n, cap;
     struct CUkern_st *kernels;
+    struct CUlib_st *next_free;
     unsigned n_managed;
     struct managed_var *managed;
 };
@@ -229,6 +231,12 @@ static struct CUctx_st g_primary = {.tag = TAG_CTX, .dev = 0, .primary = 1};
 static __thread CUcontext tls_ctx; /* cuInit makes nothing current, like the real driver */
 static atomic_ullong g_clock_ns;
 static int g_lazy_events;          /* FAKE_CUDA_LAZY_EVENTS=1; set before any CUDA call */
+/* Handles are reused after an unload, as the real driver's are (measured on driver 580: the next
+ * module's kernel gets the unloaded one's handle): an unloaded module or library is kept and
+ * given to the next load that fits in it. FAKE_CUDA_NO_REUSE=1 makes every load new. */
+static int g_no_reuse;
+static struct CUmod_st *g_free_modules;
+static struct CUlib_st *g_free_libraries;
 static atomic_ullong g_record_seq; /* lazy events: numbers every cuEventRecord, from 1 */
 
 static struct kname *g_names[MAX_KERNEL_NAMES]; /* sorted by name */
@@ -286,6 +294,8 @@ __attribute__((constructor)) static void fake_init(void)
 {
     const char *lazy = getenv("FAKE_CUDA_LAZY_EVENTS");
     g_lazy_events = lazy && strcmp(lazy, "1") == 0;
+    const char *reuse = getenv("FAKE_CUDA_NO_REUSE");
+    g_no_reuse = reuse && strcmp(reuse, "1") == 0;
     pthread_atfork(lock, unlock, unlock);
 }
 
@@ -746,12 +756,21 @@ static CUresult module_from_entries(CUmodule *out, struct entry_decl *ks, unsign
                                     int from_cubin)
 {
     unsigned i;
-    struct CUmod_st *m;
-    if (!(m = calloc(1, sizeof *m)) || !(m->funcs = calloc(n ? n : 1, sizeof *m->funcs))) {
+    struct CUmod_st *m = NULL;
+    lock();
+    if (g_free_modules && g_free_modules->cap >= n) {
+        m = g_free_modules;
+        g_free_modules = m->next_free;
+        memset(m->funcs, 0, m->cap * sizeof *m->funcs);
+    }
+    unlock();
+    if (!m && (!(m = calloc(1, sizeof *m)) || !(m->funcs = calloc(n ? n : 1, sizeof *m->funcs)))) {
         free(m);
         free(ks);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (!m->cap)
+        m->cap = n ? n : 1;
     for (i = 0; i < n; i++) {
         func_init(&m->funcs[i], &ks[i], from_cubin);
         m->funcs[i].module = m;
@@ -776,13 +795,23 @@ static CUresult library_from_entries(CUlibrary *out, struct entry_decl *ks, unsi
                                      struct managed_var *vars, unsigned nvars, int from_cubin)
 {
     unsigned i;
-    struct CUlib_st *l;
-    if (!(l = calloc(1, sizeof *l)) || !(l->kernels = calloc(n ? n : 1, sizeof *l->kernels))) {
+    struct CUlib_st *l = NULL;
+    lock();
+    if (g_free_libraries && g_free_libraries->cap >= n) {
+        l = g_free_libraries;
+        g_free_libraries = l->next_free;
+        memset(l->kernels, 0, l->cap * sizeof *l->kernels);
+    }
+    unlock();
+    if (!l &&
+        (!(l = calloc(1, sizeof *l)) || !(l->kernels = calloc(n ? n : 1, sizeof *l->kernels)))) {
         free(l);
         free(ks);
         free_managed(vars, nvars);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (!l->cap)
+        l->cap = n ? n : 1;
     for (i = 0; i < n; i++) {
         l->kernels[i].tag = TAG_KERNEL;
         l->kernels[i].k = ks[i].k;
@@ -1345,6 +1374,40 @@ CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N
     return memset_d8(dstDevice, uc, N, NULL);
 }
 
+CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    size_t i;
+    TRY(need_ctx());
+    if (N == 0)
+        return CUDA_SUCCESS;
+    lock();
+    if (N > SIZE_MAX / 4 || !allocation_of_locked((uintptr_t)dstDevice, N * 4)) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (i = 0; i < N; i++)
+        memcpy((char *)(uintptr_t)dstDevice + 4 * i, &ui, 4);
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    TRY(need_ctx());
+    if (ByteCount == 0)
+        return CUDA_SUCCESS;
+    if (!dstHost)
+        return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    if (!allocation_of_locked((uintptr_t)srcDevice, ByteCount)) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    memcpy(dstHost, (const void *)(uintptr_t)srcDevice, ByteCount);
+    unlock();
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
                                  CUstream hStream)
 {
@@ -1438,6 +1501,10 @@ CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
     hmod->tag = TAG_DEAD;
     for (i = 0; i < hmod->n; i++)
         hmod->funcs[i].tag = TAG_DEAD;
+    if (!g_no_reuse) {
+        hmod->next_free = g_free_modules;
+        g_free_modules = hmod;
+    }
     unlock();
     return CUDA_SUCCESS;
 }
@@ -1526,6 +1593,10 @@ CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
     for (i = 0; i < library->n; i++) {
         library->kernels[i].tag = TAG_DEAD;
         library->kernels[i].func.tag = TAG_DEAD;
+    }
+    if (!g_no_reuse && !library->n_managed) {
+        library->next_free = g_free_libraries;
+        g_free_libraries = library;
     }
     unlock();
     return CUDA_SUCCESS;
@@ -2645,6 +2716,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuMemAlloc_v2)                                                                               \
     X(cuMemFree_v2)                                                                                \
     X(cuMemsetD8_v2)                                                                               \
+    X(cuMemsetD32_v2)                                                                              \
+    X(cuMemcpyDtoH_v2)                                                                             \
     X(cuMemsetD8Async)                                                                             \
     X(cuMemsetD8Async_ptsz)                                                                        \
     X(cuModuleLoad)                                                                                \
@@ -2790,6 +2863,8 @@ static const struct {
     {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2"},
     {"cuMemFree", 3020, 0, "cuMemFree_v2"},
     {"cuMemsetD8", 3020, 0, "cuMemsetD8_v2"},
+    {"cuMemsetD32", 3020, 0, "cuMemsetD32_v2"},
+    {"cuMemcpyDtoH", 3020, 0, "cuMemcpyDtoH_v2"},
     {"cuMemsetD8Async", 3020, 0, "cuMemsetD8Async"},
     {"cuMemsetD8Async", 7000, 1, "cuMemsetD8Async_ptsz"},
     {"cuKernelGetFunction", 12000, 0, "cuKernelGetFunction"},

@@ -255,7 +255,7 @@ def test_parser_catches_a_one_sided_change(header_text, defines, structs):
                                                    "#define CLC_REC_END 10"))
     assert renumbered["CLC_REC_END"] != abi.REC_END
 
-    signed = header_text.replace("uint32_t kernel_id; /* dense", "int32_t kernel_id; /* dense")
+    signed = header_text.replace("uint32_t kernel_id; /* from 0", "int32_t kernel_id; /* from 0")
     assert signed != header_text
     py_codes = layout_of_python(abi.REC_KERNEL_BODY)
     assert same_layout(py_codes, layout_of_c(structs, "clc_rec_kernel"))
