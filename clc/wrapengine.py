@@ -223,7 +223,7 @@ class WrapEngine:
     def _cache(self):
         if self._disk is None and not self._disk_failed:
             try:
-                self._disk = DiskCache()
+                self._disk = DiskCache(warn=lambda text: self._say(abi.MSG_WARNING, text))
             except Exception as e:
                 self._disk_failed = True
                 self._say(abi.MSG_WARNING, f"the wrapped-kernel disk cache is off: {e}")

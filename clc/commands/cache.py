@@ -1,12 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """`clc cache ls|stats|clear [--dir DIR]`: the disk cache of wrapped kernels (clc.wrapcache).
 
-The directory is --dir, else $CLC_CACHE_DIR, else ~/.cache/clc. Only what is on disk is
-shown: the hit and miss counters belong to the processes that used the cache.
+The directory is --dir (which must exist), else $CLC_CACHE_DIR, else ~/.cache/clc. A
+directory that is not the user's alone is refused here as it is by the traced programs, and
+`ls` marks the entries that they would not use, and why. Only what is on disk is shown: the
+hit and miss counters belong to the processes that used the cache.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -49,13 +52,18 @@ class CacheCommand:
         ls = sub.add_parser("ls", parents=[common],
                             help="one line per entry, most recently used first")
         ls.add_argument("--json", action="store_true", help="print the entries as JSON")
+        ls.add_argument("--verify", action="store_true",
+                        help="also check each entry's authentication (reads every entry whole)")
         stats = sub.add_parser("stats", parents=[common],
                                help="the number of entries, their bytes and the cap")
         stats.add_argument("--json", action="store_true", help="print the numbers as JSON")
         sub.add_parser("clear", parents=[common], help="remove every entry")
 
     def run(self, args):
-        cache = DiskCache(args.dir)
+        cache = DiskCache(args.dir, warn=lambda text: print(f"clc: {text}", file=sys.stderr))
+        # A mistyped --dir would otherwise list nothing, as an empty cache does.
+        if args.dir is not None and not os.path.lexists(cache.root):
+            raise ClcError(f"{cache.root}: no such cache directory")
         try:
             return getattr(self, args.cache_command)(cache, args)
         except OSError as e:
@@ -63,10 +71,10 @@ class CacheCommand:
 
     @staticmethod
     def ls(cache, args):
-        entries = sorted(cache.entries(), key=lambda e: (-e.mtime, e.key))
+        entries = sorted(cache.entries(verify=args.verify), key=lambda e: (-e.mtime, e.key))
         if args.json:
-            out = [{"key": e.key, "size": e.size, "mtime": e.mtime, "metadata": e.metadata}
-                   for e in entries]
+            out = [{"key": e.key, "size": e.size, "mtime": e.mtime, "metadata": e.metadata,
+                    "problem": e.problem} for e in entries]
             sys.stdout.write(json.dumps(out, indent=2) + "\n")
             return 0
         if not entries:
@@ -74,21 +82,20 @@ class CacheCommand:
             return 0
         now = time.time()
         for e in entries:
-            if e.metadata is None:
-                described = "(unreadable header)"
-            else:
-                described = " ".join(f"{name}={e.metadata[name]}"
-                                     for name in ("kind", "kernel", "source", "wrapper",
-                                                  "arch")
-                                     if e.metadata.get(name) is not None)
+            described = [f"{name}={e.metadata[name]}"
+                         for name in ("kind", "kernel", "source", "wrapper", "arch")
+                         if e.metadata and e.metadata.get(name) is not None]
+            if e.problem:
+                described.append(f"(not used: {e.problem})")
             line = f"{e.key[:12]}  {format_size(e.size):>10}  {format_age(now - e.mtime):>4} ago"
-            print(f"{line}  {described}".rstrip())
+            print(f"{line}  {' '.join(described)}".rstrip())
         return 0
 
     @staticmethod
     def stats(cache, args):
         stats = cache.stats()
-        numbers = {name: stats[name] for name in ("root", "entries", "bytes", "max_bytes")}
+        numbers = {name: stats[name]
+                   for name in ("root", "entries", "bytes", "max_bytes", "shared")}
         if args.json:
             sys.stdout.write(json.dumps(numbers, indent=2) + "\n")
             return 0
@@ -97,6 +104,8 @@ class CacheCommand:
         print(f"entries:   {stats['entries']}")
         print(f"bytes:     {stats['bytes']} ({format_size(stats['bytes'])}, {used:.1f}% of cap)")
         print(f"max_bytes: {stats['max_bytes']} ({format_size(stats['max_bytes'])})")
+        if stats["shared"]:
+            print(f"shared:    {stats['shared']} (read-only, $CLC_CACHE_SHARED_DIR)")
         return 0
 
     @staticmethod

@@ -4,6 +4,7 @@ and `clc cache`."""
 
 import errno
 import hashlib
+import hmac
 import json
 import os
 import pathlib
@@ -17,9 +18,14 @@ import pytest
 import clc.wrapcache
 from clc.cli import main
 from clc.errors import ClcError
-from clc.wrapcache import MAGIC, DiskCache, LibraryCache, cache_key
+from clc.wrapcache import HEADER_SIZE, MAGIC, DiskCache, LibraryCache, cache_key
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_shared_cache(monkeypatch):
+    monkeypatch.delenv("CLC_CACHE_SHARED_DIR", raising=False)
 
 
 def key(n):
@@ -75,12 +81,20 @@ def test_file_format(tmp_path):
     cache = DiskCache(tmp_path)
     cache.put(key(1), b"payload", {"arch": "sm_90"})
     blob = pathlib.Path(cache.path(key(1))).read_bytes()
-    assert blob[:8] == MAGIC == b"CLCCUBN1"
-    assert blob[8:40] == hashlib.sha256(b"payload").digest()
-    assert int.from_bytes(blob[40:48], "little") == 7
-    meta_size = int.from_bytes(blob[48:52], "little")
-    assert json.loads(blob[52:52 + meta_size]) == {"arch": "sm_90"}
-    assert blob[52 + meta_size:] == b"payload"
+    assert blob[:8] == MAGIC == b"CLCCUBN2"
+    assert HEADER_SIZE == 84
+    assert int.from_bytes(blob[72:80], "little") == 7
+    meta_size = int.from_bytes(blob[80:84], "little")
+    meta = blob[84:84 + meta_size]
+    assert json.loads(meta) == {"arch": "sm_90"}
+    assert blob[84 + meta_size:] == b"payload"
+    # Both digests cover the format, the key, the lengths, the metadata and the payload: the
+    # HMAC with the 32-byte key of the cache root, the sha256 without a key.
+    signed = MAGIC + key(1).encode() + blob[72:84] + meta + b"payload"
+    secret = (tmp_path / "key").read_bytes()
+    assert len(secret) == 32
+    assert blob[8:40] == hmac.new(secret, signed, hashlib.sha256).digest()
+    assert blob[40:72] == hashlib.sha256(signed).digest()
 
 
 @pytest.mark.parametrize("bad", ["", "ABC", "0" * 63, "g" * 64, "A" * 64, "../" + "0" * 61])
@@ -107,7 +121,7 @@ def test_damaged_entry_is_a_miss_and_removed(tmp_path, damage):
     elif damage == "extra byte":
         blob += b"\0"
     elif damage == "bad metadata":
-        blob[52] = ord("[")
+        blob[HEADER_SIZE] = ord("[")
     else:
         blob = b""
     path.write_bytes(bytes(blob))
@@ -131,7 +145,7 @@ def test_hit_refreshes_mtime(tmp_path):
 
 def test_lru_eviction_honours_recency(tmp_path):
     # GIVEN a cap of three entries' worth, filled with 1 (oldest), 2, 3
-    one = 52 + 1000
+    one = HEADER_SIZE + 1000
     cache = DiskCache(tmp_path, max_bytes=3 * one)
     for n in (1, 2, 3):
         assert cache.put(key(n), bytes([n]) * 1000)
@@ -183,7 +197,7 @@ def test_entries_and_clear(tmp_path):
     entries = {e.key: e for e in cache.entries()}
     assert set(entries) == {key(1), key(2)}
     assert entries[key(1)].metadata == {"kernel": "k1"} and entries[key(2)].metadata == {}
-    assert entries[key(2)].size == 52 + 2
+    assert entries[key(2)].size == HEADER_SIZE + 2
     assert cache.clear() == 2
     assert cache.entries() == [] and cache.clear() == 0
     assert DiskCache(tmp_path / "missing").stats()["entries"] == 0
@@ -242,13 +256,13 @@ def test_read_only_cache_never_raises(tmp_path):
 def test_disk_full_leaves_no_temp_file(tmp_path, monkeypatch):
     cache = DiskCache(tmp_path)
 
-    def full(src, dst):
+    def full(src, dst, **dir_fds):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(clc.wrapcache.os, "replace", full)
     assert cache.put(key(1), b"x") is False
     assert "No space left" in cache.last_error
-    assert list(tmp_path.rglob("*")) == [tmp_path / key(1)[:2]]
+    assert sorted(tmp_path.rglob("*")) == [tmp_path / key(1)[:2], tmp_path / "key"]
 
 
 WORKER = r"""
@@ -480,14 +494,14 @@ def test_cli_ls_stats_clear(tmp_path, capsys):
     assert main(["cache", "ls", "--dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
-    assert lines[0].split() == [new[:12], "62", "B", "0s", "ago"]
+    assert lines[0].split() == [new[:12], "94", "B", "0s", "ago"]
     assert lines[1].split() == [old[:12], "2.1", "KiB", "2h", "ago", "kernel=_Z4axpyPfS_f",
                                 "wrapper=persistent", "arch=sm_90"]
     # AND as JSON
     assert main(["cache", "ls", "--json", "--dir", str(tmp_path)]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [e["key"] for e in listed] == [new, old]
-    assert listed[1]["metadata"]["build_ms"] == 120 and listed[1]["size"] == 52 + 2000 + len(
+    assert listed[1]["metadata"]["build_ms"] == 120 and listed[1]["size"] == 84 + 2000 + len(
         json.dumps({"arch": "sm_90", "build_ms": 120, "kernel": "_Z4axpyPfS_f",
                     "wrapper": "persistent"}, sort_keys=True))
     # WHEN counted
