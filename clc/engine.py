@@ -3,7 +3,7 @@
 
 "First sight of kernel K in context C": ask the deciders in order (the --hooks files' Python
 hooks, then the policy's rules, a hook rule asking its function, then the default; the policy
-comes from clc-run as JSON in CLC_POLICY) and return the decision that the C side caches for
+comes from clc-run as JSON, through the shim's copy of its settings) and return the decision that the C side caches for
 every later launch, or that it must ask again per shape or at every launch. "A module or
 library was loaded": remember where its image is, for the wrap pipeline (clc.wrapengine,
 imported only when a decision wraps), which turns a `wrap` outcome into the clc_replacement
@@ -33,7 +33,7 @@ from clc.hooks import (QUERY_STATUS_AT, ExitStats, QueryLaunch, checked_layout, 
                        load_hook_file, resolve_hook_ref)
 from clc.policy import Decision, KernelInfo, Outcome, Policy
 
-__all__ = ["Engine", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
+__all__ = ["Engine", "shim_settings", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
            "process_names"]
 
 
@@ -149,15 +149,34 @@ _PER_SHAPE, _EVERY_LAUNCH = abi.MODE_PER_SHAPE, abi.MODE_EVERY_LAUNCH
 _SLOW = SLOW_HOOK_NS
 
 
+def shim_settings():
+    """The settings clc-run gave the program, as the shim copied them when the process started
+    (a program's own changes to its environment do not reach them)."""
+    shim = _shim()
+    fn = getattr(shim, "clc_shim_setting", None) if shim is not None else None
+    if fn is None:
+        return {}
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = [ctypes.c_char_p]
+    out = {}
+    for key in ("CLC_POLICY", "CLC_TENANT", "CLC_VERBOSE"):
+        value = fn(key.encode())
+        if value is not None:
+            out[key] = value.decode("utf-8", "replace")
+    return out
+
+
 class Engine:
-    def __init__(self, environ=os.environ):
-        if "CLC_POLICY" not in environ:
-            raise RuntimeError("CLC_POLICY is not set (run the program under clc-run)")
-        self.policy = Policy.from_json(environ["CLC_POLICY"])
-        self.tenant = environ.get("CLC_TENANT", "")
+    def __init__(self, settings=None):
+        settings = shim_settings() if settings is None else settings
+        if "CLC_POLICY" not in settings:
+            raise RuntimeError("no policy: clc-run's settings were not found (run the program "
+                               "under clc-run)")
+        self.policy = Policy.from_json(settings["CLC_POLICY"])
+        self.tenant = settings.get("CLC_TENANT", "")
         self.process_names = process_names()
         self.modules = {}
-        self.verbose = environ.get("CLC_VERBOSE", "0") not in ("", "0")
+        self.verbose = settings.get("CLC_VERBOSE", "0") not in ("", "0")
         self._announced = set()
         self._reported = set()
         self.kernels = {}

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Where the built shim is, and the environment that preloads it into a program."""
 
+import fcntl
 import importlib.machinery
 import os
 import pathlib
@@ -9,7 +10,10 @@ import sysconfig
 
 import clc
 
-__all__ = ["preload_path", "bridge_path", "libpython_path", "preload_environment"]
+__all__ = ["preload_path", "bridge_path", "libpython_path", "preload_environment", "settings_fd",
+           "SETTINGS_VAR"]
+
+SETTINGS_VAR = "CLC_SETTINGS_FD"
 
 PACKAGE = pathlib.Path(clc.__file__).resolve().parent
 
@@ -42,16 +46,17 @@ def libpython_path():
 
 
 def preload_environment(base, *, policy_json, on_error, output, force=False, verbose=False):
-    """The child's environment: `base` plus the preload (prepended to LD_PRELOAD, never
-    replacing it) and the CLC_* settings the shim reads at start-up."""
+    """(environment, settings) for the program: `base` plus the preload (prepended to
+    LD_PRELOAD, never replacing it), and the CLC_* settings the shim reads at start-up, which
+    reach it through a sealed memfd (settings_fd), not through the environment."""
     preload = preload_path()
     if preload is None:
         raise FileNotFoundError("the shim is not built: install clc with pip install .")
-    env = dict(base)
+    env = {k: v for k, v in base.items() if k != SETTINGS_VAR}
     old = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{preload}:{old}" if old else str(preload)
     bridge = bridge_path()
-    env.update({
+    settings = {
         "CLC_POLICY": policy_json,
         "CLC_ON_ERROR": on_error,
         "CLC_OUTPUT": str(output),
@@ -63,5 +68,27 @@ def preload_environment(base, *, policy_json, on_error, output, force=False, ver
         "CLC_PYTHON_EXE": sys.executable,
         "CLC_SYS_PATH": os.pathsep.join(p for p in sys.path if p and os.pathsep not in p),
         "CLC_PKG_PATH": str(PACKAGE.parent),
-    })
-    return env
+    }
+    if base.get("CLC_TENANT"):
+        settings["CLC_TENANT"] = base["CLC_TENANT"]
+    return env, settings
+
+
+def settings_fd(settings):
+    """A sealed memfd holding `settings` as "KEY=VALUE\0" records (shim/settings.c reads it),
+    inheritable: its number goes into the program's CLC_SETTINGS_FD."""
+    block = b"".join(f"{k}={v}".encode() + b"\0" for k, v in settings.items())
+    if block.count(b"\0") != len(settings):
+        raise ValueError("a clc setting contains a NUL byte")
+    fd = os.memfd_create("clc-settings", os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(block)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK
+                    | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        os.set_inheritable(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

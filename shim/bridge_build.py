@@ -217,14 +217,20 @@ __attribute__((visibility("default"))) int clc_bridge_launch(const clc_kernel_qu
 
 ffibuilder.set_source("clc._bridge", _START, include_dirs=[str(SHIM)], py_limited_api=False)
 
-# Runs once, inside the traced program, at the first call. CLC_PKG_PATH is appended (never
-# prepended) so that the program's own packages keep precedence.
+# Runs once, inside the traced program, at the first call. CLC_PKG_PATH (from the shim's copy of
+# clc-run's settings) is appended (never prepended) so that the program's own packages keep
+# precedence.
 ffibuilder.embedding_init_code(
     """
-import os, sys
-_path = os.environ.get("CLC_PKG_PATH")
-if _path and _path not in sys.path:
-    sys.path.append(_path)
+import ctypes, sys
+_get = getattr(ctypes.CDLL(None), "clc_shim_setting", None)
+if _get is not None:
+    _get.restype = ctypes.c_char_p
+    _get.argtypes = [ctypes.c_char_p]
+    _path = _get(b"CLC_PKG_PATH")
+    _path = _path.decode() if _path else None
+    if _path and _path not in sys.path:
+        sys.path.append(_path)
 
 from clc._bridge import ffi
 from clc import engine

@@ -49,8 +49,8 @@ static void minor_version(const char *full, char *out, size_t n) {
 }
 
 static void load(void) {
-    const char *bridge = getenv("CLC_BRIDGE");
-    const char *want = getenv("CLC_PYTHON_VERSION");
+    const char *bridge = clc_setting("CLC_BRIDGE");
+    const char *want = clc_setting("CLC_PYTHON_VERSION");
     if (!bridge || !*bridge || !want) {
         bridge_off("no Python bridge configured (run the program under clc-run)");
         return;
@@ -70,7 +70,7 @@ static void load(void) {
         }
         p_is_initialized = dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     } else {
-        const char *libpython = getenv("CLC_PYTHON_LIB");
+        const char *libpython = clc_setting("CLC_PYTHON_LIB");
         if (!libpython || !*libpython || !dlopen(libpython, RTLD_NOW | RTLD_GLOBAL)) {
             snprintf(msg, sizeof msg, "cannot load libpython (%s): %s",
                      libpython && *libpython ? libpython : "clc's Python has no shared library",
@@ -95,8 +95,8 @@ static void load(void) {
         return;
     }
     if (!get_version) {
-        const char *exe = getenv("CLC_PYTHON_EXE");
-        if (start(exe ? exe : "python3", getenv("CLC_SYS_PATH")) != 0) {
+        const char *exe = clc_setting("CLC_PYTHON_EXE");
+        if (start(exe ? exe : "python3", clc_setting("CLC_SYS_PATH")) != 0) {
             bridge_off("cannot start clc's Python interpreter");
             return;
         }

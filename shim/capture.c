@@ -382,7 +382,7 @@ static void write_preamble(void) {
     cmd[n] = '\0';
     clc_rec_process p = {.pid = (uint32_t)getpid(), .ppid = (uint32_t)getppid()};
     clc_capture_write(CLC_REC_PROCESS, &p, sizeof p, cmd, n);
-    const char *policy = getenv("CLC_POLICY");
+    const char *policy = clc_setting("CLC_POLICY");
     if (policy) clc_capture_write(CLC_REC_POLICY, NULL, 0, policy, strlen(policy));
     clc_cache_each(rewrite_known_kernel, NULL);
 }

@@ -83,14 +83,15 @@ static void resolve_dlsym(void) {
  * variables and return. */
 __attribute__((constructor)) static void clc_init(void) {
     resolve_dlsym();
-    const char *v = getenv("CLC_VERBOSE");
+    g_cfg.configured = clc_settings_load();
+    const char *v = clc_setting("CLC_VERBOSE");
     g_cfg.verbose = v && *v && strcmp(v, "0") != 0;
-    g_cfg.on_error = outcome_from_env(getenv("CLC_ON_ERROR"));
-    v = getenv("CLC_OUTPUT");
-    g_cfg.output = v && *v ? strdup(v) : NULL;
-    v = getenv("CLC_ROOT_PID");
+    g_cfg.on_error = outcome_from_env(clc_setting("CLC_ON_ERROR"));
+    v = clc_setting("CLC_OUTPUT");
+    g_cfg.output = v && *v ? v : NULL;
+    v = clc_setting("CLC_ROOT_PID");
     g_cfg.root_pid = v ? atoi(v) : 0;
-    v = getenv("CLC_FORCE");
+    v = clc_setting("CLC_FORCE");
     g_cfg.force = v && strcmp(v, "1") == 0;
     pthread_atfork(NULL, NULL, after_fork_child);
 }

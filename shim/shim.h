@@ -238,6 +238,7 @@ static inline void clc_replace_end(clc_replaced *r) {
 
 /* ---- process-wide settings, read from the environment once --------------------------------- */
 typedef struct {
+    int configured; /* clc-run's settings were found (settings.c) */
     int verbose;
     clc_outcome on_error; /* what launches get when clc cannot decide */
     const char *output;   /* capture path (CLC_OUTPUT); NULL: no capture */
@@ -245,6 +246,10 @@ typedef struct {
     int force;
 } clc_settings;
 extern clc_settings g_cfg;
+
+/* ---- settings: what clc-run gave the program, fixed at start (settings.c) ------------------ */
+int clc_settings_load(void);            /* 1 when the process has clc-run's settings */
+const char *clc_setting(const char *key); /* a setting's value, NULL when not set */
 
 /* ---- logging: every clc problem is reported once, to stderr and into the capture ---------- */
 void clc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -19,7 +19,7 @@ from clc.errors import EXIT_USAGE, ClcError
 from clc.hooks import HookError, load_hook_file, resolve_hook_ref
 from clc.policy import PolicyError, load_policy, parse_policy
 from clc.reports import summary
-from clc.shim import preload_environment
+from clc.shim import SETTINGS_VAR, preload_environment, settings_fd
 
 __all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
            "load_policy_and_hooks"]
@@ -119,18 +119,18 @@ class RunCommand:
             environ["CLC_TENANT"] = args.tenant
         output = pathlib.Path(args.output).resolve() if args.output else None
         try:
-            env = preload_environment(environ, policy_json=policy_json,
-                                      on_error=policy.on_error, output=output or "",
-                                      force=args.force, verbose=args.verbose)
+            env, settings = preload_environment(environ, policy_json=policy_json,
+                                                on_error=policy.on_error, output=output or "",
+                                                force=args.force, verbose=args.verbose)
         except FileNotFoundError as e:
             raise ClcError(str(e)) from None
-        status, output = _spawn(argv, env, output, args.force)
+        status, output = _spawn(argv, env, settings, output, args.force)
         if not args.no_report:
             _report(output)
         return status
 
 
-def _spawn(argv, env, output, force):
+def _spawn(argv, env, settings, output, force):
     """fork, check the capture's name (it holds the child's pid) before the program starts,
     then let the child exec. Both sides derive the default name from the same pid."""
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED + (signal.SIGCHLD,))
@@ -144,8 +144,9 @@ def _spawn(argv, env, output, force):
             os.close(err_r)
             if os.read(go_r, 1) != b"g":
                 os._exit(code)
-            env["CLC_ROOT_PID"] = str(os.getpid())
-            env["CLC_OUTPUT"] = str(output or default_output(argv[0], os.getpid()))
+            settings["CLC_ROOT_PID"] = str(os.getpid())
+            settings["CLC_OUTPUT"] = str(output or default_output(argv[0], os.getpid()))
+            env[SETTINGS_VAR] = str(settings_fd(settings))
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
             os.execvpe(argv[0], argv, env)
         except OSError as e:
