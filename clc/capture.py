@@ -1,13 +1,24 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Reading the capture files the shim writes (layout: shim/clc_abi.h, mirrored in clc.abi).
+"""Reading the capture files the shim writes (layout: shim/clc_abi.h, mirrored in clc.abi;
+described for users in docs/capture.md).
 
-A capture is read whole into plain dataclasses; reports are computed from those afterwards.
-The reader is lenient where a crashed program leaves its mark (a file cut short, KERNEL_STATS
-never written) and strict where the file is not a capture at all.
+A capture can hold millions of launches, so it is read as a stream of records through a
+buffer of fixed size. `scan_capture` makes one pass and keeps what does not grow with the
+launches (kernels, exit statistics, per-rule counts, modules, messages, the END record);
+`launch_stream` then reads the LAUNCH records again, one at a time. `read_capture` also keeps
+every launch in a list, sorted by seq: for tests and small captures.
+
+The reader is lenient where a crashed program or a full disk leaves its mark (a file cut
+short, KERNEL_STATS never written) and strict where the file is not a capture at all.
 """
 
+import errno
+import heapq
 import json
+import os
+import stat
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -16,12 +27,28 @@ from clc.demangle import demangle
 
 __all__ = [
     "CaptureError", "Capture", "Kernel", "Launch", "Module", "Message", "KernelStats",
-    "LEVEL_NAMES", "read_capture", "read_captures",
+    "LEVEL_NAMES", "read_capture", "read_captures", "scan_capture", "scan_captures",
+    "launch_stream", "LaunchStream", "LAUNCH_WINDOW", "error_name", "file_kind",
 ]
 
 LEVEL_NAMES = {abi.MSG_INFO: "info", abi.MSG_WARNING: "warning", abi.MSG_ERROR: "error"}
 
 _DIRECT_ENTRIES = (abi.ENTRY_LAUNCH, abi.ENTRY_LAUNCH_EX, abi.ENTRY_LAUNCH_COOPERATIVE)
+
+CHUNK = 1 << 20
+# The shim's records are at most half of its 256 KiB per-thread buffer; a size far above that
+# is not a record but garbage (a file overwritten, or not a capture past its header).
+MAX_RECORD = 16 << 20
+# LAUNCH records kept back while their TIMING record may still come, and to put launches that
+# threads wrote out of order back in seq order. A thread writes a launch's TIMING at one of
+# its later timed launches (at most 1024 later) or at exit.
+LAUNCH_WINDOW = 1 << 15
+
+# What the counts derived from LAUNCH records need: kernel_id, entry, action, rule, result.
+_LAUNCH_COUNTED = struct.Struct("<24xII32xIii")
+_SEQ = struct.Struct("<Q")
+# The END record of writers that had only t_ns and dropped.
+_END_V1 = struct.Struct("<QQ")
 
 
 class CaptureError(Exception):
@@ -97,8 +124,9 @@ class KernelStats:
     graph_nodes: int
     gpu_ns: int
     failed: int
-    # True when the shim never wrote this kernel's KERNEL_STATS (it died before exit) and the
-    # counts were derived from the records that exist: launches it did not record are missing.
+    # True when the shim never wrote this kernel's KERNEL_STATS (it died before exit, or the
+    # file refused the record) and the counts were derived from the records that exist:
+    # launches it did not record are missing.
     partial: bool = False
 
 
@@ -112,20 +140,41 @@ class Capture:
     command: str = ""
     policy: Optional[dict] = None
     kernels: dict = field(default_factory=dict)
-    launches: list = field(default_factory=list)
+    # Every LAUNCH record sorted by seq (read_capture), or None: scan_capture leaves them in
+    # the file, for launch_stream.
+    launches: Optional[list] = field(default_factory=list)
     modules: list = field(default_factory=list)
     messages: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    # rule -> launches it denied: the RULE_STATS records, else counted from denied LAUNCH
+    # records (rule_stats_partial).
+    rule_stats: dict = field(default_factory=dict)
+    rule_stats_partial: bool = False
+    # kernel_id -> the rules named by its LAUNCH records
+    kernel_rules: dict = field(default_factory=dict)
+    launch_records: int = 0
+    timing_records: int = 0
     complete: bool = False
     dropped: int = 0
+    write_lost_bytes: int = 0
+    capped_bytes: int = 0
+    write_errno: int = 0
+    # Bytes after the last whole record: a record cut short, or what is not records at all.
+    trailing_bytes: int = 0
+    header_size: int = abi.CAPTURE_HEADER.size
 
     @property
     def stats_partial(self):
         """True when some kernel's counts are derived rather than the shim's exit totals."""
         return any(s.partial for s in self.stats.values())
 
+    def kernel(self, kernel_id):
+        """The kernel of a record's kernel_id; a stand-in when its KERNEL record is missing."""
+        k = self.kernels.get(kernel_id)
+        return k if k is not None else _stand_in(kernel_id)
+
     def rule_name(self, rule):
-        """The policy's name for a LAUNCH record's `rule`."""
+        """The policy's name for a LAUNCH or RULE_STATS record's `rule`."""
         if rule == abi.RULE_DEFAULT:
             return "default"
         if rule == abi.RULE_ON_ERROR:
@@ -144,127 +193,282 @@ class Capture:
         return f"rule {rule}"
 
 
+def error_name(code):
+    """'ENOSPC (No space left on device)' for an errno value."""
+    name = errno.errorcode.get(code, f"errno {code}")
+    return f"{name} ({os.strerror(code)})"
+
+
+def _stand_in(kernel_id):
+    return Kernel(kernel_id, -1, 0, 0, 0, "", f"<unknown kernel {kernel_id}>")
+
+
 def _text(raw):
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 def _name(names, value, what):
     return names.get(value, f"{what} {value}")
 
 
-def read_capture(path):
-    """Read one capture file into a Capture; CaptureError when it is not a readable capture."""
-    path = str(path)
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+
+
+def file_kind(mode):
+    """'a directory', 'a FIFO (named pipe)'... for an st_mode that is not a regular file's."""
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def _open(path):
+    """The capture at `path`, open for reading, and its size. Only a regular file is read: a
+    FIFO or a device could block or never end. O_NONBLOCK keeps the open itself from waiting
+    for a FIFO's writer; links are followed, a link to one's own capture being a fine input."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        raise CaptureError(path, f"cannot read: {e.strerror or e}") from None
+        mode = None
+        if e.errno == errno.ENXIO:  # a socket, or a device with nothing behind it
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                pass
+        if mode is None:
+            raise CaptureError(path, f"cannot read: {e.strerror or e}") from None
+        raise _refusal(path, mode) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refusal(path, st.st_mode)
+        f = os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return f, st.st_size
 
-    # A prefix of the magic (an empty file included) is a header the program died writing.
-    if not abi.CAPTURE_MAGIC.startswith(data[:len(abi.CAPTURE_MAGIC)]):
-        raise CaptureError(path, "not a clc capture file")
-    if len(data) < abi.CAPTURE_HEADER.size:
-        raise CaptureError(path, f"header cut short ({len(data)} of "
-                                 f"{abi.CAPTURE_HEADER.size} bytes): the program died at start")
-    (_, version, header_size, pid, ppid, start_mono,
-     start_real) = abi.CAPTURE_HEADER.unpack_from(data, 0)
-    if version != abi.CAPTURE_VERSION:
-        raise CaptureError(path, f"unsupported capture version {version} "
-                                 f"(this clc reads version {abi.CAPTURE_VERSION})")
-    if header_size < abi.CAPTURE_HEADER.size or header_size > len(data):
-        raise CaptureError(path, f"bad header size {header_size}")
 
+def _refusal(path, mode):
+    return CaptureError(path, f"is {file_kind(mode)}, not a capture file (captures are regular "
+                              f"files)")
+
+
+def _read_exact(f, n):
+    out = b""
+    while len(out) < n:
+        more = f.read(n - len(out))
+        if not more:
+            break
+        out += more
+    return out
+
+
+def _open_capture(path):
+    """Open and check the header: (file, header fields, file size)."""
+    path = str(path)
+    f, size = _open(path)
+    try:
+        try:
+            head = _read_exact(f, abi.CAPTURE_HEADER.size)
+        except OSError as e:
+            raise CaptureError(path, f"cannot read: {e.strerror or e}") from None
+        # A prefix of the magic (an empty file included) is a header the program died writing.
+        if not abi.CAPTURE_MAGIC.startswith(head[:len(abi.CAPTURE_MAGIC)]):
+            raise CaptureError(path, "not a clc capture file")
+        if len(head) < abi.CAPTURE_HEADER.size:
+            raise CaptureError(path, f"header cut short ({len(head)} of "
+                                     f"{abi.CAPTURE_HEADER.size} bytes): the program died at "
+                                     f"start, or its capture could not be written")
+        fields = abi.CAPTURE_HEADER.unpack(head)
+        version, header_size = fields[1], fields[2]
+        if version != abi.CAPTURE_VERSION:
+            raise CaptureError(path, f"unsupported capture version {version} "
+                                     f"(this clc reads version {abi.CAPTURE_VERSION})")
+        if header_size < abi.CAPTURE_HEADER.size or header_size > size:
+            raise CaptureError(path, f"bad header size {header_size}")
+        if header_size > len(head):
+            f.seek(header_size)
+    except BaseException:
+        f.close()
+        raise
+    return f, fields, size
+
+
+class _Records:
+    """The records of an open capture, read through one buffer of CHUNK bytes: iterating
+    yields (type, buffer, body start, body end), the buffer being reused at the next step.
+    Afterwards `trailing` counts the bytes after the last whole record."""
+
+    def __init__(self, f, start, size):
+        self._f = f
+        self._start = start
+        self._size = size
+        self.trailing = 0
+
+    def __iter__(self):
+        f = self._f
+        unpack = abi.RECORD_HEADER.unpack_from
+        buf = bytearray(CHUNK)
+        pos = end = 0  # the unread records are buf[pos:end]
+        base = self._start  # file offset of buf[0]
+        eof = False
+        while True:
+            need = 8
+            if end - pos >= 8:
+                rtype, _, size = unpack(buf, pos)
+                # A size that cannot be right means the rest is not records (a writer that
+                # died between reserving space and filling it leaves zeros): stop as at a cut.
+                if size < 8 or size % 8 or size > MAX_RECORD:
+                    break
+                if end - pos >= size:
+                    yield rtype, buf, pos + 8, pos + size
+                    pos += size
+                    continue
+                need = size
+            if eof:
+                break
+            # Move the part of a record left at the end to the front, and read after it into
+            # the same buffer: one buffer, grown only for a record larger than it.
+            rest = end - pos
+            buf[:rest] = buf[pos:end]
+            base += pos
+            pos, end = 0, rest
+            if need > len(buf):
+                buf += bytes(need - len(buf))
+            with memoryview(buf) as whole, whole[end:] as free:
+                n = f.readinto(free)
+            if not n:
+                eof = True
+            end += n or 0
+        self.trailing = max(self._size, base + end) - (base + pos)
+
+
+def _iter_file(cap):
+    """The records of `cap`'s file, read again; the caller closes the file it gets."""
+    f, _, size = _open_capture(cap.path)
+    return f, _Records(f, cap.header_size, size)
+
+
+def _scan(path, keep_launches):
+    path = str(path)
+    f, fields, size = _open_capture(path)
+    (_, _, header_size, pid, ppid, start_mono, start_real) = fields
     cap = Capture(path=path, pid=pid, ppid=ppid, start_monotonic_ns=start_mono,
-                  start_realtime_ns=start_real)
+                  start_realtime_ns=start_real, header_size=header_size,
+                  launches=[] if keep_launches else None)
+    # Counts of (kernel_id, entry, action, rule, result) over the LAUNCH records, and
+    # kernel_id -> [TIMING records, their gpu_ns]: what derived statistics and the per-kernel
+    # rules need, in memory that grows with kernels and rules, not launches.
+    launch_counts = {}
+    timing_sums = {}
     raw_launches = []
     timings = {}
+    rule_stats = {}
+    launch_size = abi.REC_LAUNCH_BODY.size
+    timing = abi.REC_TIMING_BODY
+    counted = _LAUNCH_COUNTED.unpack_from
+    records = _Records(f, header_size, size)
+    try:
+        for rtype, buf, b, e in records:
+            if rtype == abi.REC_LAUNCH:
+                if e - b >= launch_size:
+                    key = counted(buf, b)
+                    launch_counts[key] = launch_counts.get(key, 0) + 1
+                    if keep_launches:
+                        raw_launches.append(abi.REC_LAUNCH_BODY.unpack_from(buf, b))
+            elif rtype == abi.REC_TIMING:
+                if e - b >= timing.size:
+                    seq, kid, gpu_ns = timing.unpack_from(buf, b)
+                    t = timing_sums.get(kid)
+                    if t is None:
+                        t = timing_sums[kid] = [0, 0]
+                    t[0] += 1
+                    t[1] += gpu_ns
+                    if keep_launches:
+                        timings.setdefault(seq, gpu_ns)
+            elif rtype != abi.REC_PAD:
+                _other_record(cap, rtype, buf[b:e], rule_stats)
+    except OSError as e:
+        raise CaptureError(path, f"cannot read: {e.strerror or e}") from None
+    finally:
+        f.close()
+    cap.trailing_bytes = records.trailing
 
-    hdr = abi.RECORD_HEADER
-    off = header_size
-    end = len(data)
-    while end - off >= hdr.size:
-        rtype, _, size = hdr.unpack_from(data, off)
-        # A size that cannot be right means the rest is not records (a writer that died
-        # between reserving space and filling it leaves zeros): stop as at a cut.
-        if size < hdr.size or size % 8 or size > end - off:
-            break
-        body = data[off + hdr.size:off + size]
-        off += size
-        if rtype == abi.REC_LAUNCH:
-            if len(body) >= abi.REC_LAUNCH_BODY.size:
-                raw_launches.append(abi.REC_LAUNCH_BODY.unpack_from(body))
-        elif rtype == abi.REC_TIMING:
-            if len(body) >= abi.REC_TIMING_BODY.size:
-                seq, kid, gpu_ns = abi.REC_TIMING_BODY.unpack_from(body)
-                timings.setdefault(seq, (kid, gpu_ns))
-        elif rtype == abi.REC_KERNEL:
-            s = abi.REC_KERNEL_BODY
-            if len(body) >= s.size:
-                kid, device, handle, ctx, t_ns = s.unpack_from(body)
-                mangled = _text(body[s.size:])
-                cap.kernels.setdefault(kid, Kernel(kid, device, handle, ctx, t_ns, mangled,
-                                                   demangle(mangled)))
-        elif rtype == abi.REC_PROCESS:
-            s = abi.REC_PROCESS_BODY
-            if len(body) >= s.size:
-                cap.command = _text(body[s.size:])
-        elif rtype == abi.REC_POLICY:
-            try:
-                policy = json.loads(_text(body))
-            except ValueError:
-                policy = None
-            cap.policy = policy if isinstance(policy, dict) else None
-        elif rtype == abi.REC_MODULE:
-            s = abi.REC_MODULE_BODY
-            if len(body) >= s.size:
-                t_ns, api, image, handle, ptr, isize, preserved, result = s.unpack_from(body)
-                cap.modules.append(Module(
-                    t_ns, api, image, handle, ptr, isize, preserved, result,
-                    _name(abi.LOAD_NAMES, api, "api"), _name(abi.IMAGE_NAMES, image, "image"),
-                    _text(body[s.size:]) or None))
-        elif rtype == abi.REC_KERNEL_STATS:
-            if len(body) >= abi.REC_KERNEL_STATS_BODY.size:
-                st = KernelStats(*abi.REC_KERNEL_STATS_BODY.unpack_from(body))
-                cap.stats[st.kernel_id] = st
-        elif rtype == abi.REC_MESSAGE:
-            s = abi.REC_MESSAGE_BODY
-            if len(body) >= s.size:
-                level, t_ns = s.unpack_from(body)
-                cap.messages.append(Message(level, t_ns, _text(body[s.size:]),
-                                            _name(LEVEL_NAMES, level, "level")))
-        elif rtype == abi.REC_END:
-            if len(body) >= 16:  # t_ns, dropped; later fields when the writer has them
-                _, cap.dropped = struct.unpack_from("<QQ", body)
-                cap.complete = True
-        # Any other type comes from a newer writer; its size already moved us past it.
-
-    raw_launches.sort(key=lambda r: r[0])
-    for (seq, t_ns, stream, kid, entry, gx, gy, gz, bx, by, bz, smem, tid, action, rule,
-         result) in raw_launches:
-        timing = timings.pop(seq, None)
-        gpu_ns = timing[1] if timing is not None else None
-        cap.launches.append(Launch(
-            seq, t_ns, stream, kid, entry, (gx, gy, gz), (bx, by, bz), smem, tid, action,
-            rule, result, gpu_ns,
-            _name(abi.ENTRY_NAMES, entry & ~abi.ENTRY_PTSZ, "entry"),
-            bool(entry & abi.ENTRY_PTSZ), _name(abi.ACTION_NAMES, action, "action")))
-    # Timings whose launch was not recorded (FLAG_TIME without FLAG_RECORD, or the LAUNCH
-    # record was lost) still count towards their kernel's derived totals.
-    orphan_timings = list(timings.values())
-
+    cap.launch_records = sum(launch_counts.values())
+    cap.timing_records = sum(n for n, _ in timing_sums.values())
+    if keep_launches:
+        raw_launches.sort(key=lambda r: r[0])
+        cap.launches = [_launch(r, timings.get(r[0])) for r in raw_launches]
     cap.modules.sort(key=lambda m: m.t_ns)
     cap.messages.sort(key=lambda m: m.t_ns)
-    _derive_missing_stats(cap, orphan_timings)
-    # Threads flush in chunks, so a LAUNCH can outlive the KERNEL record of another thread's
-    # chunk that the crash cut off; give such ids a stand-in so every id resolves.
-    for kid in sorted(set(cap.stats) - set(cap.kernels)):
-        cap.kernels[kid] = Kernel(kid, -1, 0, 0, 0, "", f"<unknown kernel {kid}>")
-    cap.kernels = dict(sorted(cap.kernels.items()))
+    _derive(cap, launch_counts, timing_sums, rule_stats)
     return cap
 
 
-def _derive_missing_stats(cap, orphan_timings):
+def _other_record(cap, rtype, body, rule_stats):
+    if rtype == abi.REC_KERNEL:
+        s = abi.REC_KERNEL_BODY
+        if len(body) >= s.size:
+            kid, device, handle, ctx, t_ns = s.unpack_from(body)
+            mangled = _text(body[s.size:])
+            cap.kernels.setdefault(kid, Kernel(kid, device, handle, ctx, t_ns, mangled,
+                                               demangle(mangled)))
+    elif rtype == abi.REC_PROCESS:
+        s = abi.REC_PROCESS_BODY
+        if len(body) >= s.size:
+            cap.command = _text(body[s.size:])
+    elif rtype == abi.REC_POLICY:
+        try:
+            policy = json.loads(_text(body))
+        except ValueError:
+            policy = None
+        cap.policy = policy if isinstance(policy, dict) else None
+    elif rtype == abi.REC_MODULE:
+        s = abi.REC_MODULE_BODY
+        if len(body) >= s.size:
+            t_ns, api, image, handle, ptr, isize, preserved, result = s.unpack_from(body)
+            cap.modules.append(Module(
+                t_ns, api, image, handle, ptr, isize, preserved, result,
+                _name(abi.LOAD_NAMES, api, "api"), _name(abi.IMAGE_NAMES, image, "image"),
+                _text(body[s.size:]) or None))
+    elif rtype == abi.REC_KERNEL_STATS:
+        if len(body) >= abi.REC_KERNEL_STATS_BODY.size:
+            st = KernelStats(*abi.REC_KERNEL_STATS_BODY.unpack_from(body))
+            cap.stats[st.kernel_id] = st
+    elif rtype == abi.REC_RULE_STATS:
+        if len(body) >= abi.REC_RULE_STATS_BODY.size:
+            rule, denied = abi.REC_RULE_STATS_BODY.unpack_from(body)
+            rule_stats[rule] = rule_stats.get(rule, 0) + denied
+    elif rtype == abi.REC_MESSAGE:
+        s = abi.REC_MESSAGE_BODY
+        if len(body) >= s.size:
+            level, t_ns = s.unpack_from(body)
+            cap.messages.append(Message(level, t_ns, _text(body[s.size:]),
+                                        _name(LEVEL_NAMES, level, "level")))
+    elif rtype == abi.REC_END:
+        # Writers before write_lost_bytes, capped_bytes and write_errno wrote 16 bytes.
+        if len(body) >= abi.REC_END_BODY.size:
+            (_, cap.dropped, cap.write_lost_bytes, cap.capped_bytes,
+             cap.write_errno) = abi.REC_END_BODY.unpack_from(body)
+            cap.complete = True
+        elif len(body) >= _END_V1.size:
+            _, cap.dropped = _END_V1.unpack_from(body)
+            cap.complete = True
+    # Any other type comes from a newer writer; its size already moved us past it.
+
+
+def _launch(raw, gpu_ns):
+    (seq, t_ns, stream, kid, entry, gx, gy, gz, bx, by, bz, smem, tid, action, rule,
+     result) = raw
+    return Launch(seq, t_ns, stream, kid, entry, (gx, gy, gz), (bx, by, bz), smem, tid, action,
+                  rule, result, gpu_ns,
+                  _name(abi.ENTRY_NAMES, entry & ~abi.ENTRY_PTSZ, "entry"),
+                  bool(entry & abi.ENTRY_PTSZ), _name(abi.ACTION_NAMES, action, "action"))
+
+
+def _derive(cap, launch_counts, timing_sums, rule_stats):
+    """Statistics of the kernels whose KERNEL_STATS record is missing, from their LAUNCH and
+    TIMING records; per-kernel rules; per-rule denied counts when no RULE_STATS exist."""
     derived = {}
 
     def get(kid):
@@ -277,31 +481,151 @@ def _derive_missing_stats(cap, orphan_timings):
 
     for kid in cap.kernels:
         get(kid)
-    for ln in cap.launches:
-        st = get(ln.kernel_id)
+    denied_by_rule = {}
+    for (kid, entry, action, rule, result), n in launch_counts.items():
+        cap.kernel_rules.setdefault(kid, set()).add(rule)
+        if action == abi.ACTION_DENY:
+            denied_by_rule[rule] = denied_by_rule.get(rule, 0) + n
+        st = get(kid)
         if st is None:
             continue
-        st.recorded += 1
-        if ln.entry & ~abi.ENTRY_PTSZ in _DIRECT_ENTRIES:
-            st.launches += 1
-            if ln.action == abi.ACTION_DENY:
-                st.denied += 1
-            elif ln.result != 0:
-                st.failed += 1
+        st.recorded += n
+        if entry & ~abi.ENTRY_PTSZ in _DIRECT_ENTRIES:
+            st.launches += n
         else:
-            st.graph_nodes += 1
-        if ln.gpu_ns is not None:
-            st.timed += 1
-            st.gpu_ns += ln.gpu_ns
-    for kid, gpu_ns in orphan_timings:
+            st.graph_nodes += n
+        # The shim counts denied and failed graph-node calls as it does launches.
+        if action == abi.ACTION_DENY:
+            st.denied += n
+        elif result != 0:
+            st.failed += n
+    # Every TIMING record counts, its LAUNCH record there or not (lost: dropped, not written).
+    for kid, (n, gpu_ns) in timing_sums.items():
         st = get(kid)
         if st is not None:
-            st.timed += 1
+            st.timed += n
             st.gpu_ns += gpu_ns
     cap.stats.update(derived)
     cap.stats = dict(sorted(cap.stats.items()))
+    # Threads flush in chunks, so a LAUNCH can outlive the KERNEL record of another thread's
+    # chunk that the crash cut off; give such ids a stand-in so every id resolves.
+    for kid in sorted(set(cap.stats) - set(cap.kernels)):
+        cap.kernels[kid] = _stand_in(kid)
+    cap.kernels = dict(sorted(cap.kernels.items()))
+    if rule_stats:
+        cap.rule_stats = rule_stats
+    elif denied_by_rule:
+        # No RULE_STATS (the program died before exit, or an older writer): the denied
+        # launches that were recorded, a lower bound.
+        cap.rule_stats = denied_by_rule
+        cap.rule_stats_partial = True
+
+
+def read_capture(path):
+    """Read one capture file whole into a Capture, every launch in `launches` (sorted by seq);
+    CaptureError when it is not a readable capture. Memory grows with the launches: reports
+    use scan_capture."""
+    return _scan(path, True)
 
 
 def read_captures(paths):
     """Read several captures (a program and each child process write their own file)."""
     return [read_capture(p) for p in paths]
+
+
+def scan_capture(path):
+    """Read one capture in one streaming pass, in memory that does not grow with its
+    launches: everything but the launches (`launches` is None; see launch_stream)."""
+    return _scan(path, False)
+
+
+def scan_captures(paths):
+    """scan_capture of each file."""
+    return [scan_capture(p) for p in paths]
+
+
+class LaunchStream:
+    """A capture's launches, each with its GPU time when its TIMING record was found.
+
+    A capture from read_capture gives its list. Otherwise the file is read again and launches
+    come out in seq order as far as a window of `window` LAUNCH records can restore it;
+    timings are matched within the same window. Once iterated, `unmatched_timings` counts the
+    TIMING records that matched no launch: its record was lost, or (streaming) lay more than
+    the window away, and then shows no GPU time.
+    """
+
+    def __init__(self, cap, window=LAUNCH_WINDOW):
+        self.cap = cap
+        self.window = window
+        self.unmatched_timings = 0
+
+    def __iter__(self):
+        matched = 0
+        try:
+            for ln in self._launches():
+                if ln.gpu_ns is not None:
+                    matched += 1
+                yield ln
+        finally:
+            self.unmatched_timings = max(0, self.cap.timing_records - matched)
+
+    def _launches(self):
+        if self.cap.launches is not None:
+            yield from self.cap.launches
+            return
+        f, records = _iter_file(self.cap)
+        try:
+            yield from self._stream(records)
+        except OSError as e:
+            raise CaptureError(self.cap.path, f"cannot read: {e.strerror or e}") from None
+        finally:
+            f.close()
+
+    def _stream(self, records):
+        window = self.window
+        launch_size = abi.REC_LAUNCH_BODY.size
+        unpack_launch = abi.REC_LAUNCH_BODY.unpack
+        unpack_seq = _SEQ.unpack_from
+        timing = abi.REC_TIMING_BODY
+        heap = []  # (seq, the LAUNCH body's bytes): a third of its unpacked size
+        pending = {}  # seq -> gpu_ns of launches in the heap; None until timed
+        early = OrderedDict()  # seq -> gpu_ns of timings whose launch has not come yet
+        emitted = -1  # the highest seq given out
+
+        def pop():
+            nonlocal emitted
+            seq, body = heapq.heappop(heap)
+            emitted = max(emitted, seq)
+            return _launch(unpack_launch(body), pending.pop(seq, None))
+
+        for rtype, buf, b, e in records:
+            if rtype == abi.REC_LAUNCH:
+                if e - b < launch_size:
+                    continue
+                body = bytes(buf[b:b + launch_size])
+                seq = unpack_seq(body)[0]
+                if seq in pending:  # only a damaged or hand-made file repeats a seq
+                    yield _launch(unpack_launch(body), None)
+                    continue
+                pending[seq] = early.pop(seq, None)
+                heapq.heappush(heap, (seq, body))
+                if len(heap) > window:
+                    yield pop()
+            elif rtype == abi.REC_TIMING:
+                if e - b < timing.size:
+                    continue
+                seq, _, gpu_ns = timing.unpack_from(buf, b)
+                if seq in pending:
+                    if pending[seq] is None:
+                        pending[seq] = gpu_ns
+                elif seq > emitted:  # else its launch has gone, or was never recorded
+                    early.setdefault(seq, gpu_ns)
+                    if len(early) > window:
+                        early.popitem(last=False)
+        while heap:
+            yield pop()
+
+
+def launch_stream(cap, window=LAUNCH_WINDOW):
+    """The launches of `cap` (see LaunchStream)."""
+    return LaunchStream(cap, window)

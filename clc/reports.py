@@ -2,24 +2,35 @@
 """Reports computed from captures: a text summary, JSON, and a Chrome/Perfetto trace.
 
 Per-kernel figures merge kernel ids by mangled name, so one kernel loaded in two contexts or
-launched by two processes is one row.
+launched by two processes is one row. The summary needs only what scan_capture keeps; the
+JSON and the trace list launches, which they read from the captures and write out one at a
+time (clc.capture.launch_stream), so that no report holds a capture's launches in memory.
+The formats are described in docs/capture.md.
 """
 
+import errno
 import json
+import os
+import stat
 import sys
+import textwrap
 from dataclasses import dataclass, field
 
 from clc import abi
+from clc.capture import LAUNCH_WINDOW, error_name, file_kind, launch_stream
 
-__all__ = ["FORMATS", "summary", "to_json", "to_chrome", "write_report"]
+__all__ = ["FORMATS", "summary", "to_json", "to_chrome", "write_json", "write_chrome",
+           "write_report", "open_output", "OutputError"]
 
 FORMATS = ("summary", "json", "chrome")
 
 JSON_VERSION = 1
 KERNEL_WIDTH = 100  # summary column; the json carries the full name
+NOTE_WIDTH = 96
 LAUNCH_DUR_US = 1.0  # nominal width of a CPU-side launch in the trace, so it can be clicked
 # Real tids stay below pid_max (at most 2**22); trace viewers read tids as 32-bit numbers.
 GPU_TID_BASE = 0x40000000
+_WRITE_BUFFER = 1 << 20
 
 
 @dataclass
@@ -62,19 +73,58 @@ def _kernel_rows(captures):
             row.gpu_ns += st.gpu_ns
             row.failed += st.failed
             row.partial |= st.partial
-        for ln in cap.launches:
-            rows[keys[ln.kernel_id]].rules.add(cap.rule_name(ln.rule))
+        for kid, rules in cap.kernel_rules.items():
+            if kid in keys:
+                rows[keys[kid]].rules.update(cap.rule_name(r) for r in rules)
     return sorted(rows.values(), key=lambda r: (-r.launches, -r.graph_nodes, r.name))
+
+
+def _rule_rows(captures):
+    """[(rule name, denied, partial)] merged by name, most denied first."""
+    rows = {}
+    for cap in captures:
+        for rule, denied in cap.rule_stats.items():
+            name = cap.rule_name(rule)
+            n, partial = rows.get(name, (0, False))
+            rows[name] = (n + denied, partial or cap.rule_stats_partial)
+    return sorted(((name, n, p) for name, (n, p) in rows.items()), key=lambda r: (-r[1], r[0]))
 
 
 # ---- summary ----------------------------------------------------------------------------------
 
-def _capture_line(cap):
+def _size(n):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit} ({n} bytes)"
+    return f"{n} byte{'' if n == 1 else 's'}"
+
+
+def _capture_lines(cap):
     parts = [f"pid {cap.pid}", f"command: {cap.command or '?'}",
-             "complete" if cap.complete else "INCOMPLETE (program crashed?)"]
+             "complete" if cap.complete else "INCOMPLETE"]
+    notes = []
     if cap.dropped:
         parts.append(f"{cap.dropped} records dropped (buffers full)")
-    return f"{cap.path}: " + ", ".join(parts)
+    if cap.write_lost_bytes:
+        why = f" ({error_name(cap.write_errno)})" if cap.write_errno else ""
+        parts.append(f"{_size(cap.write_lost_bytes)} lost to write errors{why}")
+    if cap.capped_bytes:
+        parts.append(f"{_size(cap.capped_bytes)} not written (size cap reached: "
+                     "clc-run --capture-limit)")
+    if cap.trailing_bytes:
+        parts.append(f"last {_size(cap.trailing_bytes)} not whole records")
+    if not cap.complete:
+        notes.append("no END record: the program crashed or was killed, or its capture could "
+                     "not be written (full disk?); see what clc printed while it ran")
+    elif cap.write_lost_bytes or cap.capped_bytes:
+        notes.append("some records never reached the file: the JSON and the timeline lack "
+                     "their launches")
+    return [f"{cap.path}: " + ", ".join(parts)] + [_wrap(n, "  ") for n in notes]
+
+
+def _wrap(text, indent=""):
+    return textwrap.fill(text, NOTE_WIDTH, initial_indent=indent,
+                         subsequent_indent=indent + "  ")
 
 
 def _truncate(name, width):
@@ -87,48 +137,99 @@ def _gpu_cells(timed, gpu_ns):
     return f"{gpu_ns / 1e6:.3f}", f"{gpu_ns / timed / 1e3:.3f}"
 
 
-def _row_cells(launches, denied, failed, recorded, timed, gpu_ns, graph_nodes, partial, name):
+def _row_cells(launches, graph_nodes, denied, failed, recorded, timed, gpu_ns, partial, name):
     total, mean = _gpu_cells(timed, gpu_ns)
     mark = "*" if partial else ""
-    return [f"{launches}{mark}", f"{denied}{mark}", f"{failed}{mark}", f"{recorded}", total,
-            mean, f"{graph_nodes}{mark}", name]
+    return [f"{launches}{mark}", f"{graph_nodes}{mark}", f"{denied}{mark}", f"{failed}{mark}",
+            f"{recorded}", total, mean, name]
 
 
-def summary(captures):
-    """A text report in the manner of `nsys stats`: captures, a per-kernel table, messages."""
-    captures = list(captures)
-    if not captures:
-        return "no captures\n"
-    out = [_capture_line(cap) for cap in captures]
-    out.append("")
-
-    rows = _kernel_rows(captures)
-    headers = ["Launches", "Denied", "Failed", "Recorded", "GPU total (ms)", "GPU mean (us)",
-               "Graph nodes", "Kernel"]
-    table = [_row_cells(r.launches, r.denied, r.failed, r.recorded, r.timed, r.gpu_ns, r.graph_nodes,
-                        r.partial, _truncate(r.name, KERNEL_WIDTH)) for r in rows]
-    partial = any(r.partial for r in rows)
-    table.append(_row_cells(
-        sum(r.launches for r in rows), sum(r.denied for r in rows),
-        sum(r.failed for r in rows), sum(r.recorded for r in rows), sum(r.timed for r in rows),
-        sum(r.gpu_ns for r in rows), sum(r.graph_nodes for r in rows), partial,
-        f"Total ({len(rows)} kernel{'' if len(rows) == 1 else 's'})"))
-    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(headers)]
+def _table(headers, rows):
+    """A function that formats a row (numbers right-aligned, the last column, a name, left
+    as it is) and the rule line under the headers, for `rows` under `headers`."""
+    widths = [max(len(h), *(len(t[i]) for t in rows)) for i, h in enumerate(headers)]
 
     def line(cells):
         nums = [c.rjust(w) for c, w in zip(cells[:-1], widths)]
         return "  ".join(nums + [cells[-1]]).rstrip()
 
+    return line, line(["-" * w for w in widths])
+
+
+def summary(captures):
+    """A text report in the manner of `nsys stats`: the captures, a per-kernel table, the
+    launches each rule denied, the messages.
+
+    The table's columns, per kernel (merged over contexts and processes by mangled name):
+
+    - Launches: direct launches the program made (cuLaunchKernel, cuLaunchKernelEx,
+      cuLaunchCooperativeKernel), denied and failed ones included.
+    - Graph nodes: kernel nodes added to or changed in CUDA graphs (cuGraphAddKernelNode and
+      the setters). They are not launches: a graph's replays do not pass through clc.
+    - Denied: launches and graph-node calls the policy refused.
+    - Failed: launches and graph-node calls the driver itself refused (denies not counted).
+      Launches - Denied - Failed is what reached the GPU.
+    - Recorded: LAUNCH records written to the capture, for launches and graph-node calls;
+      besides those the policy asks to record, the first abi.DENIED_RECORDED denied launches
+      of each kernel are recorded for audit. At most Launches + Graph nodes.
+    - GPU total (ms), GPU mean (us): over the launches timed (their TIMING records).
+
+    A `*` marks counts derived from the records because the shim wrote no exit statistics
+    for the kernel: launches it did not record are missing from them.
+    """
+    captures = list(captures)
+    if not captures:
+        return "no captures\n"
+    out = [ln for cap in captures for ln in _capture_lines(cap)]
+    out.append("")
+
+    rows = _kernel_rows(captures)
+    headers = ["Launches", "Graph nodes", "Denied", "Failed", "Recorded", "GPU total (ms)",
+               "GPU mean (us)", "Kernel"]
+    table = [_row_cells(r.launches, r.graph_nodes, r.denied, r.failed, r.recorded, r.timed,
+                        r.gpu_ns, r.partial, _truncate(r.name, KERNEL_WIDTH)) for r in rows]
+    partial = any(r.partial for r in rows)
+    table.append(_row_cells(
+        sum(r.launches for r in rows), sum(r.graph_nodes for r in rows),
+        sum(r.denied for r in rows), sum(r.failed for r in rows), sum(r.recorded for r in rows),
+        sum(r.timed for r in rows), sum(r.gpu_ns for r in rows), partial,
+        f"Total ({len(rows)} kernel{'' if len(rows) == 1 else 's'})"))
+    line, rule = _table(headers, table)
     out.append(line(headers))
-    out.append(line(["-" * w for w in widths[:-1]] + ["-" * widths[-1]]))
+    out.append(rule)
     out.extend(line(t) for t in table[:-1])
-    out.append(line(["-" * w for w in widths[:-1]] + ["-" * widths[-1]]))
+    out.append(rule)
     out.append(line(table[-1]))
+
+    # Said only where a row could look inconsistent without it.
+    notes = []
+    if any(r.graph_nodes for r in rows):
+        notes.append("Graph nodes: kernel nodes made or changed in CUDA graphs, not launches. "
+                     "Denied, Failed and Recorded count graph nodes as well as launches.")
+    if any(r.denied for r in rows):
+        notes.append(f"Recorded: LAUNCH records written. The first {abi.DENIED_RECORDED} "
+                     "denied launches of each kernel are recorded for audit, even when the "
+                     "policy records nothing.")
     if partial:
+        notes.append("* partial: the capture has no exit statistics for the kernel (see "
+                     "above); counts come from its records alone, so launches that were not "
+                     "recorded are missing.")
+    if notes:
         out.append("")
-        out.append("* partial: the shim wrote no exit statistics (did the program crash?);")
-        out.append("  counts come from the LAUNCH records alone, so unrecorded launches are "
-                   "missing.")
+        out.extend(_wrap(n) for n in notes)
+
+    rule_rows = _rule_rows(captures)
+    if rule_rows:
+        cells = [[f"{n}{'*' if p else ''}", name] for name, n, p in rule_rows]
+        line, rule = _table(["Denied", "Rule"], cells)
+        out.append("")
+        out.append("Denied by rule:")
+        out.append("  " + line(["Denied", "Rule"]))
+        out.append("  " + rule)
+        out.extend("  " + line(c) for c in cells)
+        if any(p for _, _, p in rule_rows):
+            out.append(_wrap("* counted from the recorded denied launches only: the capture "
+                             "has no per-rule counts (written at exit)", "  "))
 
     counts = {}
     for cap in captures:
@@ -148,10 +249,20 @@ def summary(captures):
 
 # ---- json -------------------------------------------------------------------------------------
 
-def to_json(captures):
-    """Everything in the captures as plain data (schema version JSON_VERSION)."""
-    captures = list(captures)
-    kernels = [{
+def _json_captures(captures):
+    return [{
+        "path": c.path, "pid": c.pid, "ppid": c.ppid, "command": c.command,
+        "complete": c.complete, "dropped": c.dropped,
+        "write_lost_bytes": c.write_lost_bytes, "capped_bytes": c.capped_bytes,
+        "write_errno": c.write_errno,
+        "write_error": error_name(c.write_errno) if c.write_errno else None,
+        "trailing_bytes": c.trailing_bytes, "launch_records": c.launch_records,
+        "timing_records": c.timing_records, "stats_partial": c.stats_partial,
+    } for c in captures]
+
+
+def _json_kernels(captures):
+    return [{
         "name": r.name,
         "mangled": r.mangled,
         "devices": sorted(r.devices),
@@ -164,26 +275,40 @@ def to_json(captures):
         "gpu_ns_total": r.gpu_ns,
         "gpu_ns_mean": r.gpu_ns / r.timed if r.timed else None,
         "rules": sorted(r.rules),
+        "partial": r.partial,
     } for r in _kernel_rows(captures)]
-    launches = [{
-        "pid": cap.pid,
-        "seq": ln.seq,
-        "kernel": cap.kernels[ln.kernel_id].name,
-        "mangled": cap.kernels[ln.kernel_id].mangled,
-        "t_ns": ln.t_ns,
-        "grid": list(ln.grid),
-        "block": list(ln.block),
-        "shared_mem": ln.shared_mem,
-        "stream": ln.stream,
-        "tid": ln.tid,
-        "entry": ln.entry_name,
-        "ptsz": ln.ptsz,
-        "action": ln.action_name,
-        "rule": cap.rule_name(ln.rule),
-        "result": ln.result,
-        "gpu_ns": ln.gpu_ns,
-    } for cap in captures for ln in cap.launches]
-    modules = [{
+
+
+def _json_rules(captures):
+    return [{"rule": name, "denied": n, "partial": p} for name, n, p in _rule_rows(captures)]
+
+
+def _json_launches(cap, stream):
+    pid = cap.pid
+    for ln in stream:
+        k = cap.kernel(ln.kernel_id)
+        yield {
+            "pid": pid,
+            "seq": ln.seq,
+            "kernel": k.name,
+            "mangled": k.mangled,
+            "t_ns": ln.t_ns,
+            "grid": list(ln.grid),
+            "block": list(ln.block),
+            "shared_mem": ln.shared_mem,
+            "stream": ln.stream,
+            "tid": ln.tid,
+            "entry": ln.entry_name,
+            "ptsz": ln.ptsz,
+            "action": ln.action_name,
+            "rule": cap.rule_name(ln.rule),
+            "result": ln.result,
+            "gpu_ns": ln.gpu_ns,
+        }
+
+
+def _json_modules(captures):
+    return [{
         "pid": cap.pid,
         "t_ns": m.t_ns,
         "api": m.api_name,
@@ -195,17 +320,64 @@ def to_json(captures):
         "result": m.result,
         "path": m.path,
     } for cap in captures for m in cap.modules]
-    messages = [{"pid": cap.pid, "level": m.level_name, "text": m.text}
-                for cap in captures for m in cap.messages]
-    return {
-        "version": JSON_VERSION,
-        "captures": [{"path": c.path, "pid": c.pid, "ppid": c.ppid, "command": c.command,
-                      "complete": c.complete, "dropped": c.dropped} for c in captures],
-        "kernels": kernels,
-        "launches": launches,
-        "modules": modules,
-        "messages": messages,
-    }
+
+
+def _json_messages(captures):
+    return [{"pid": cap.pid, "level": m.level_name, "text": m.text}
+            for cap in captures for m in cap.messages]
+
+
+def _head(captures):
+    return {"version": JSON_VERSION, "captures": _json_captures(captures),
+            "kernels": _json_kernels(captures), "denied_by_rule": _json_rules(captures)}
+
+
+def _unmatched(streams):
+    return sum(s.unmatched_timings for s in streams)
+
+
+def to_json(captures):
+    """Everything in the captures as plain data (schema version JSON_VERSION), launches
+    included: in memory, for small captures; write_json streams the same document."""
+    captures = list(captures)
+    streams = [launch_stream(cap) for cap in captures]
+    doc = _head(captures)
+    doc["launches"] = [d for cap, s in zip(captures, streams) for d in _json_launches(cap, s)]
+    doc["unmatched_timings"] = _unmatched(streams)
+    doc["modules"] = _json_modules(captures)
+    doc["messages"] = _json_messages(captures)
+    return doc
+
+
+def write_json(captures, out):
+    """Write to_json's document to the text file `out`, one launch at a time (one launch a
+    line); returns the number of GPU times matched to no launch record."""
+    captures = list(captures)
+
+    def item(key, value, last=False):
+        text = json.dumps(value, indent=2).replace("\n", "\n  ")
+        out.write(f"  {json.dumps(key)}: {text}{'' if last else ','}\n")
+
+    out.write("{\n")
+    for key, value in _head(captures).items():
+        item(key, value)
+    out.write('  "launches": [')
+    sep = "\n    "
+    streams = []
+    for cap in captures:
+        stream = launch_stream(cap)
+        streams.append(stream)
+        for d in _json_launches(cap, stream):
+            out.write(sep)
+            out.write(json.dumps(d))
+            sep = ",\n    "
+    out.write("\n  ],\n" if sep != "\n    " else "],\n")
+    unmatched = _unmatched(streams)
+    item("unmatched_timings", unmatched)
+    item("modules", _json_modules(captures))
+    item("messages", _json_messages(captures), last=True)
+    out.write("}\n")
+    return unmatched
 
 
 # ---- chrome trace -----------------------------------------------------------------------------
@@ -214,23 +386,21 @@ def _meta(name, pid, tid, value):
     return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": value}
 
 
-def to_chrome(captures):
-    """A Chrome trace event file (chrome://tracing, Perfetto) of launches, GPU time, loads."""
-    captures = list(captures)
+def _chrome_events(captures, streams):
     base = min((c.start_monotonic_ns for c in captures), default=0)
 
     def us(t_ns):
         return (t_ns - base) / 1e3
 
-    events = []
     for cap in captures:
         pid = cap.pid
-        events.append(_meta("process_name", pid, 0,
-                            {"name": f"{cap.command or '?'} (pid {pid})"}))
+        yield _meta("process_name", pid, 0, {"name": f"{cap.command or '?'} (pid {pid})"})
         gpu_tids = {}
         cpu_tids = set()
-        for ln in cap.launches:
-            name = cap.kernels[ln.kernel_id].name
+        stream = launch_stream(cap)
+        streams.append(stream)
+        for ln in stream:
+            name = cap.kernel(ln.kernel_id).name
             cpu_tids.add(ln.tid)
             args = {
                 "seq": ln.seq,
@@ -245,54 +415,148 @@ def to_chrome(captures):
             }
             if ln.gpu_ns is not None:
                 args["gpu_ns"] = ln.gpu_ns
-            events.append({"ph": "X", "name": name,
-                           "cat": "denied" if ln.action == abi.ACTION_DENY else "launch",
-                           "pid": pid, "tid": ln.tid, "ts": us(ln.t_ns), "dur": LAUNCH_DUR_US,
-                           "args": args})
+            yield {"ph": "X", "name": name,
+                   "cat": "denied" if ln.action == abi.ACTION_DENY else "launch",
+                   "pid": pid, "tid": ln.tid, "ts": us(ln.t_ns), "dur": LAUNCH_DUR_US,
+                   "args": args}
             if ln.gpu_ns is None:
                 continue
             tid = gpu_tids.get(ln.stream)
             if tid is None:
                 tid = gpu_tids[ln.stream] = GPU_TID_BASE + len(gpu_tids)
-            events.append({"ph": "X", "name": name, "cat": "gpu", "pid": pid, "tid": tid,
-                           "ts": us(ln.t_ns), "dur": ln.gpu_ns / 1e3,
-                           "args": {"seq": ln.seq, "gpu_ns": ln.gpu_ns,
-                                    "note": "GPU start approximated by the launch's CPU time; "
-                                            "the duration is measured"}})
+            yield {"ph": "X", "name": name, "cat": "gpu", "pid": pid, "tid": tid,
+                   "ts": us(ln.t_ns), "dur": ln.gpu_ns / 1e3,
+                   "args": {"seq": ln.seq, "gpu_ns": ln.gpu_ns,
+                            "note": "GPU start approximated by the launch's CPU time; "
+                                    "the duration is measured"}}
         for tid in sorted(cpu_tids):
-            events.append(_meta("thread_name", pid, tid,
-                                {"name": "main thread" if tid == pid else f"thread {tid}"}))
-        for stream, tid in gpu_tids.items():
-            events.append(_meta("thread_name", pid, tid, {"name": f"GPU stream {stream:#x}"}))
+            yield _meta("thread_name", pid, tid,
+                        {"name": "main thread" if tid == pid else f"thread {tid}"})
+        for s, tid in gpu_tids.items():
+            yield _meta("thread_name", pid, tid, {"name": f"GPU stream {s:#x}"})
             # Below the CPU threads, which sort by tid.
-            events.append(_meta("thread_sort_index", pid, tid, {"sort_index": tid}))
+            yield _meta("thread_sort_index", pid, tid, {"sort_index": tid})
         for m in cap.modules:
-            events.append({"ph": "i", "s": "p", "name": m.api_name, "cat": "module",
-                           "pid": pid, "tid": pid, "ts": us(m.t_ns),
-                           "args": {"image": m.image_name, "handle": f"{m.handle:#x}",
-                                    "image_size": m.image_size, "path": m.path,
-                                    "result": m.result}})
+            yield {"ph": "i", "s": "p", "name": m.api_name, "cat": "module",
+                   "pid": pid, "tid": pid, "ts": us(m.t_ns),
+                   "args": {"image": m.image_name, "handle": f"{m.handle:#x}",
+                            "image_size": m.image_size, "path": m.path,
+                            "result": m.result}}
         for m in cap.messages:
-            events.append({"ph": "i", "s": "p", "name": f"clc {m.level_name}",
-                           "cat": "message", "pid": pid, "tid": pid, "ts": us(m.t_ns),
-                           "args": {"text": m.text}})
-    return {"traceEvents": events, "displayTimeUnit": "ns"}
+            yield {"ph": "i", "s": "p", "name": f"clc {m.level_name}",
+                   "cat": "message", "pid": pid, "tid": pid, "ts": us(m.t_ns),
+                   "args": {"text": m.text}}
+
+
+def to_chrome(captures):
+    """A Chrome trace event file (chrome://tracing, Perfetto) of launches, GPU time, loads, in
+    memory; write_chrome streams the same."""
+    captures = list(captures)
+    return {"traceEvents": list(_chrome_events(captures, [])), "displayTimeUnit": "ns"}
+
+
+def write_chrome(captures, out):
+    """Write to_chrome's trace to the text file `out`, one event at a time; returns the number
+    of GPU times matched to no launch record."""
+    captures = list(captures)
+    streams = []
+    out.write('{"traceEvents":[')
+    sep = ""
+    for event in _chrome_events(captures, streams):
+        out.write(sep)
+        out.write(json.dumps(event, separators=(",", ":")))
+        sep = ","
+    out.write('],"displayTimeUnit":"ns"}\n')
+    return _unmatched(streams)
 
 
 # ---- output -----------------------------------------------------------------------------------
 
+class OutputError(Exception):
+    """An output path clc refuses or cannot open; `usage` when the path is the user's to
+    change (exists, a link, no such folder) rather than a failure of the system."""
+
+    def __init__(self, message, usage=True):
+        super().__init__(message)
+        self.usage = usage
+
+
+def _link_refusal(path):
+    return OutputError(f"{path} is a symbolic link: clc does not write through links "
+                       "(name the file itself, or remove the link)")
+
+
+def open_output(path, force=False):
+    """Open the report file `path` for writing: (text file, whether it was created).
+
+    A new file is created (mode 0644, less the umask) and never through a link, even a
+    dangling one. An existing one is written only with `force`, when it is a regular file and
+    not a link; it is emptied then. A FIFO or a device is never opened for writing: that
+    could block, or send the report somewhere else.
+    """
+    path = str(path)
+    flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    created = True
+    try:
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            created = False
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                raise _link_refusal(path) from None
+            if not force:
+                raise OutputError(f"{path} exists (use --force to overwrite it)") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise OutputError(f"{path} is {file_kind(st.st_mode)}: --force overwrites only "
+                                  "regular files") from None
+            fd = os.open(path, flags)
+    except OSError as e:
+        folder = os.path.dirname(path) or "."
+        if e.errno == errno.ENOENT:
+            raise OutputError(f"cannot write {path}: the folder {folder} does not exist") \
+                from None
+        if e.errno == errno.ENOTDIR:
+            raise OutputError(f"cannot write {path}: {folder} is not a folder") from None
+        if e.errno == errno.ELOOP:
+            raise _link_refusal(path) from None
+        raise OutputError(f"cannot write {path}: {e.strerror or e}", usage=False) from None
+    try:
+        # Checked again on what was opened: the path may have changed since the lstat.
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OutputError(f"{path} is {file_kind(st.st_mode)}: --force overwrites only regular "
+                              "files")
+        if not created:
+            os.ftruncate(fd, 0)
+        return os.fdopen(fd, "w", encoding="utf-8", buffering=_WRITE_BUFFER), created
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def write_report(captures, fmt, out=None):
-    """Write the `fmt` report (one of FORMATS) of `captures` to the path `out`, or stdout."""
-    if fmt == "summary":
-        text = summary(captures)
-    elif fmt == "json":
-        text = json.dumps(to_json(captures), indent=2) + "\n"
-    elif fmt == "chrome":
-        text = json.dumps(to_chrome(captures), separators=(",", ":")) + "\n"
-    else:
+    """Write the `fmt` report (one of FORMATS) of `captures` to `out`: a text file, a new
+    file's path (see open_output), or None for stdout. Returns notes for the user (GPU times
+    that matched no launch record)."""
+    if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
     if out is None:
-        sys.stdout.write(text)
-    else:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(text)
+        return _write(captures, fmt, sys.stdout)
+    if isinstance(out, (str, os.PathLike)):
+        f, _ = open_output(out)
+        with f:
+            return _write(captures, fmt, f)
+    return _write(captures, fmt, out)
+
+
+def _write(captures, fmt, out):
+    if fmt == "summary":
+        out.write(summary(captures))
+        return []
+    unmatched = (write_json if fmt == "json" else write_chrome)(captures, out)
+    if not unmatched:
+        return []
+    return [f"{unmatched} GPU time{'s' if unmatched != 1 else ''} matched no launch record: "
+            f"the launch's record was lost, or lay more than {LAUNCH_WINDOW} launch records "
+            f"away in the file"]

@@ -4,14 +4,16 @@
 The real writer is the C shim; this one lets unit tests build captures of any shape, including
 ones a crash would leave (cut short, no KERNEL_STATS, no END). Each record method appends the
 record to `records` and returns its bytes, so tests can reorder records (as writer threads
-interleave them) or cut the file anywhere.
+interleave them) or cut the file anywhere. launch_block and big_capture make captures of
+millions of launches in a second or two.
 """
 
+import array
 import json
 
 from clc import abi
 
-__all__ = ["CaptureWriter", "record"]
+__all__ = ["CaptureWriter", "record", "launch_block", "big_capture"]
 
 
 def record(rtype, body):
@@ -19,6 +21,18 @@ def record(rtype, body):
     padded = len(body) + (-(abi.RECORD_HEADER.size + len(body)) % 8)
     size = abi.RECORD_HEADER.size + padded
     return abi.RECORD_HEADER.pack(rtype, 0, size) + body.ljust(padded, b"\0")
+
+
+def launch_block(first_seq, count, kernel_id=0, t0_ns=1_000_000_000, **fields):
+    """`count` LAUNCH records of seqs first_seq, first_seq + 1, ..., 1 us apart: the bytes,
+    made without a Python loop per record so that tests can write millions."""
+    one = CaptureWriter().launch(0, kernel_id, t_ns=0, **fields)
+    words = len(one) // 8
+    block = array.array("Q", one * count)
+    # seq and t_ns are the body's first two words, after the 8-byte record header.
+    block[1::words] = array.array("Q", range(first_seq, first_seq + count))
+    block[2::words] = array.array("Q", range(t0_ns, t0_ns + 1000 * count, 1000))
+    return block.tobytes()
 
 
 def _cstr(text):
@@ -90,9 +104,18 @@ class CaptureWriter:
         t_ns = self.start_monotonic_ns + 1 if t_ns is None else t_ns
         return self.add(abi.REC_MESSAGE, abi.REC_MESSAGE_BODY.pack(level, t_ns) + _cstr(text))
 
-    def end(self, dropped=0, t_ns=None):
+    def rule_stats(self, rule, denied):
+        return self.add(abi.REC_RULE_STATS, abi.REC_RULE_STATS_BODY.pack(rule, denied))
+
+    def end(self, dropped=0, t_ns=None, write_lost_bytes=0, capped_bytes=0, write_errno=0):
         t_ns = self.start_monotonic_ns + 10**9 if t_ns is None else t_ns
-        return self.add(abi.REC_END, abi.REC_END_BODY.pack(t_ns, dropped, 0, 0, 0))
+        return self.add(abi.REC_END, abi.REC_END_BODY.pack(t_ns, dropped, write_lost_bytes,
+                                                           capped_bytes, write_errno))
+
+    def old_end(self, dropped=0, t_ns=None):
+        """The END record of writers that had only t_ns and dropped (16 bytes)."""
+        t_ns = self.start_monotonic_ns + 10**9 if t_ns is None else t_ns
+        return self.add(abi.REC_END, abi.REC_END_BODY.pack(t_ns, dropped, 0, 0, 0)[:16])
 
     def data(self):
         return self.header() + b"".join(self.records)
@@ -100,3 +123,26 @@ class CaptureWriter:
     def write(self, path):
         path.write_bytes(self.data())
         return path
+
+
+def big_capture(path, launches, kernel="_Z6vecAddPKfS0_Pfi"):
+    """Write a complete capture of `launches` launches (a multiple of 10,000) of one kernel,
+    every tenth one timed, its TIMING record after the next 10,000 launches, to `path`;
+    returns `path`."""
+    w = CaptureWriter()
+    w.process("./big")
+    w.kernel(0, kernel)
+    head = w.data()
+    tail = CaptureWriter()
+    tail.kernel_stats(0, launches=launches, recorded=launches, timed=launches // 10,
+                      gpu_ns=launches // 10 * 1000)
+    tail.end()
+    block = 10_000
+    with open(path, "wb") as f:
+        f.write(head)
+        for first in range(0, launches, block):
+            f.write(launch_block(first, block))
+            f.write(b"".join(CaptureWriter().timing(seq, 0, 1000)
+                             for seq in range(first, first + block, 10)))
+        f.write(b"".join(tail.records))
+    return path

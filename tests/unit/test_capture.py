@@ -1,11 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """The capture reader, on files built by tests/unit/capture_writer.py."""
 
+import errno
+import os
+import signal
+import socket
+import tracemalloc
+
 import pytest
 
-from capture_writer import CaptureWriter, record
-from clc import abi
-from clc.capture import CaptureError, read_capture, read_captures
+from capture_writer import CaptureWriter, launch_block, record
+from clc import abi, capture
+from clc.capture import CaptureError, launch_stream, read_capture, read_captures, scan_capture
 
 VECADD = "_Z6vecAddPKfS0_Pfi"
 VECADD_NAME = "vecAdd(float const*, float const*, float*, int)"
@@ -267,3 +273,233 @@ def test_rule_names_cover_python_hooks_after_the_rules(tmp_path):
     # THEN indices past the rules name the hooks, in order
     assert [cap.rule_name(i) for i in (0, 1, 2, 3, -1)] == [
         "only-rule", "hook h.py:first", "hook h.py:second", "rule 3", "default"]
+
+
+# ---- streaming ------------------------------------------------------------------------------
+
+def test_scan_keeps_everything_but_the_launches(tmp_path):
+    # GIVEN a capture with every kind of record
+    path = normal_writer().write(tmp_path / "a.clc")
+    # WHEN it is scanned rather than read whole
+    full, scanned = read_capture(path), scan_capture(path)
+    # THEN only the launch list differs, and streaming the launches gives the same ones
+    assert scanned.launches is None
+    for name in ("pid", "command", "policy", "kernels", "modules", "messages", "stats",
+                 "rule_stats", "kernel_rules", "complete", "dropped", "launch_records",
+                 "timing_records"):
+        assert getattr(scanned, name) == getattr(full, name), name
+    assert list(launch_stream(scanned)) == full.launches
+    assert scanned.launch_records == 4 and scanned.timing_records == 2
+
+
+@pytest.mark.parametrize("chunk", [8, 24, 100])
+def test_records_across_buffer_refills(tmp_path, monkeypatch, chunk):
+    # GIVEN a read buffer smaller than most records, so that records straddle every refill
+    path = normal_writer().write(tmp_path / "a.clc")
+    expected = read_capture(path)
+    monkeypatch.setattr(capture, "CHUNK", chunk)
+    # THEN the capture reads the same
+    for reader in (read_capture, scan_capture):
+        cap = reader(path)
+        assert (cap.kernels, cap.stats, cap.messages, cap.policy, cap.complete, cap.dropped) == \
+            (expected.kernels, expected.stats, expected.messages, expected.policy, True, 2)
+    assert list(launch_stream(scan_capture(path))) == expected.launches
+
+
+def test_a_record_larger_than_the_buffer(tmp_path):
+    # GIVEN a message record of several read buffers (a long traceback)
+    w = CaptureWriter()
+    text = "x" * (3 * capture.CHUNK + 5)
+    w.message(text)
+    w.end()
+    cap = scan_capture(w.write(tmp_path / "m.clc"))
+    # THEN it reads whole, and so do the records after it
+    assert [m.text for m in cap.messages] == [text]
+    assert cap.complete
+
+
+def test_garbage_size_stops_the_records(tmp_path):
+    # GIVEN records followed by a header claiming a size no writer makes
+    w = crashed_writer()
+    path = tmp_path / "g.clc"
+    path.write_bytes(w.data() + abi.RECORD_HEADER.pack(abi.REC_MESSAGE, 0, 1 << 30) + b"\1" * 64)
+    cap = scan_capture(path)
+    # THEN what came before reads, and the rest is counted as trailing bytes
+    assert cap.launch_records == 4 and not cap.complete
+    assert cap.trailing_bytes == 8 + 64
+
+
+def test_trailing_bytes_of_a_cut_record(tmp_path):
+    data = crashed_writer().data()
+    path = tmp_path / "t.clc"
+    path.write_bytes(data[:-5])
+    cap = scan_capture(path)
+    assert cap.trailing_bytes == len(CaptureWriter().launch(3, 0)) - 5
+    path.write_bytes(data)
+    assert scan_capture(path).trailing_bytes == 0
+
+
+def window_writer(n, timing_lag):
+    """n launches of one kernel; the launch `timing_lag` launches back gets its TIMING after
+    each even launch; the records of launches 10 and 11 are swapped (two threads' chunks)."""
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    for i in range(n):
+        w.launch(i, 0)
+        if i >= timing_lag and i % 2 == 0:
+            w.timing(i - timing_lag, 0, 1000 + i)
+    w.records[11], w.records[12] = w.records[12], w.records[11]
+    w.end()
+    return w
+
+
+def test_launch_stream_restores_seq_order_and_matches_timings_in_its_window(tmp_path):
+    cap = scan_capture(window_writer(200, timing_lag=30).write(tmp_path / "w.clc"))
+    # WHEN the launches are streamed with a window wider than the timings' lag
+    stream = launch_stream(cap, window=40)
+    launches = list(stream)
+    # THEN they come in seq order, every timing found its launch
+    assert [ln.seq for ln in launches] == list(range(200))
+    timed = [ln.seq for ln in launches if ln.gpu_ns is not None]
+    assert timed == [i - 30 for i in range(30, 200) if i % 2 == 0]
+    assert all(ln.gpu_ns == 1000 + ln.seq + 30 for ln in launches if ln.gpu_ns is not None)
+    assert stream.unmatched_timings == 0
+
+
+def test_launch_stream_counts_timings_beyond_its_window(tmp_path):
+    cap = scan_capture(window_writer(200, timing_lag=30).write(tmp_path / "w.clc"))
+    # WHEN the window is narrower than the lag
+    stream = launch_stream(cap, window=10)
+    launches = list(stream)
+    # THEN every launch still comes out once, and the timings that came too late are counted
+    assert sorted(ln.seq for ln in launches) == list(range(200))
+    assert all(ln.gpu_ns is None for ln in launches)
+    assert stream.unmatched_timings == cap.timing_records == 85
+
+
+def test_launch_stream_memory_is_bounded_by_its_window(tmp_path):
+    # GIVEN 50,000 launches (about 20 MB as Launch objects) streamed through a window of 1,000
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    path = tmp_path / "big.clc"
+    path.write_bytes(w.data() + launch_block(0, 50_000))
+    cap = scan_capture(path)
+    tracemalloc.start()
+    try:
+        n = sum(1 for _ in launch_stream(cap, window=1000))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # THEN the peak is the read buffer and the window, not the launches
+    assert n == 50_000
+    assert peak < capture.CHUNK + 1_000_000
+
+
+def test_timing_before_its_launch_is_matched(tmp_path):
+    # A fast GPU can finish a launch before the thread writes its LAUNCH record.
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.timing(0, 0, 777)
+    w.launch(0, 0)
+    w.end()
+    cap = scan_capture(w.write(tmp_path / "e.clc"))
+    assert [ln.gpu_ns for ln in launch_stream(cap)] == [777]
+
+
+# ---- END and RULE_STATS -----------------------------------------------------------------------
+
+def test_end_record_with_write_errors(tmp_path):
+    w = crashed_writer()
+    w.end(dropped=3, write_lost_bytes=123456, capped_bytes=789, write_errno=errno.ENOSPC)
+    cap = read_capture(w.write(tmp_path / "e.clc"))
+    assert cap.complete
+    assert (cap.dropped, cap.write_lost_bytes, cap.capped_bytes, cap.write_errno) == \
+        (3, 123456, 789, errno.ENOSPC)
+
+
+def test_old_sixteen_byte_end_record(tmp_path):
+    # GIVEN a capture from a writer whose END held only t_ns and dropped
+    w = crashed_writer()
+    w.old_end(dropped=5)
+    assert len(w.records[-1]) == abi.RECORD_HEADER.size + 16
+    cap = read_capture(w.write(tmp_path / "o.clc"))
+    # THEN it is complete, with no write errors
+    assert cap.complete and cap.dropped == 5
+    assert (cap.write_lost_bytes, cap.capped_bytes, cap.write_errno) == (0, 0, 0)
+
+
+def test_rule_stats_records(tmp_path):
+    w = crashed_writer()
+    w.rule_stats(0, 40)
+    w.rule_stats(abi.RULE_DEFAULT, 2)
+    w.end()
+    cap = read_capture(w.write(tmp_path / "r.clc"))
+    assert cap.rule_stats == {0: 40, abi.RULE_DEFAULT: 2}
+    assert not cap.rule_stats_partial
+
+
+def test_rule_counts_from_denied_launch_records_without_rule_stats(tmp_path):
+    # GIVEN a crashed program: no RULE_STATS, one denied launch recorded (rule 0)
+    cap = read_capture(crashed_writer().write(tmp_path / "c.clc"))
+    # THEN the per-rule count comes from it, marked partial
+    assert cap.rule_stats == {0: 1} and cap.rule_stats_partial
+    assert cap.kernel_rules == {0: {abi.RULE_DEFAULT}, 1: {0}}
+
+
+def test_denied_graph_nodes_in_derived_counts(tmp_path):
+    # The shim counts a denied graph-node call in `denied` and its record in `recorded`.
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.launch(0, 0, action=abi.ACTION_DENY, rule=0)
+    w.launch(1, 0, entry=abi.ENTRY_GRAPH_ADD_NODE, action=abi.ACTION_DENY, rule=0)
+    st = read_capture(w.write(tmp_path / "g.clc")).stats[0]
+    assert (st.launches, st.graph_nodes, st.denied, st.recorded) == (1, 1, 2, 2)
+
+
+# ---- inputs that are not capture files ---------------------------------------------------------
+
+@pytest.fixture
+def alarm():
+    """Fail instead of hanging: a read that blocks is the bug these tests look for."""
+    def on_alarm(signum, frame):
+        raise TimeoutError("reading blocked")
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def fifo(tmp_path):
+    path = tmp_path / "pipe.clc"
+    os.mkfifo(path)
+    return path
+
+
+def unix_socket(tmp_path):
+    path = tmp_path / "sock.clc"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    return path, s
+
+
+@pytest.mark.parametrize("reader", [read_capture, scan_capture])
+def test_non_regular_files_are_refused_at_once(tmp_path, alarm, reader):
+    path, sock = unix_socket(tmp_path)
+    try:
+        cases = [(fifo(tmp_path), "is a FIFO"), ("/dev/zero", "is a character device"),
+                 (tmp_path, "is a directory"), (path, "is a socket")]
+        for target, said in cases:
+            with pytest.raises(CaptureError) as e:
+                reader(target)
+            assert e.value.message.startswith(said), e.value.message
+            assert "not a capture file" in e.value.message
+    finally:
+        sock.close()
+
+
+def test_a_link_to_a_capture_is_read(tmp_path):
+    target = normal_writer().write(tmp_path / "a.clc")
+    link = tmp_path / "link.clc"
+    link.symlink_to(target)
+    assert scan_capture(link).complete

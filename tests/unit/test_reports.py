@@ -1,15 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
 """Reports over captures built by tests/unit/capture_writer.py."""
 
+import errno
+import io
 import json
+import pathlib
+import re
+import tracemalloc
 
 import pytest
 
-from capture_writer import CaptureWriter
+from capture_writer import CaptureWriter, big_capture
 from clc import abi
-from clc.capture import read_capture
-from clc.reports import summary, to_chrome, to_json, write_report
+from clc.capture import LAUNCH_WINDOW, read_capture, scan_capture, scan_captures
+from clc.commands.run import load_policy_and_hooks
+from clc.reports import summary, to_chrome, to_json, write_chrome, write_json, write_report
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 VECADD = "_Z6vecAddPKfS0_Pfi"
 VECADD_NAME = "vecAdd(float const*, float const*, float*, int)"
 SCALE = "_Z5scalePff"
@@ -17,9 +24,12 @@ SCALE_NAME = "scale(float*, float)"
 LONG = "_Z" + "40" + "x" * 40 + "I" + "".join(f"Li{i}E" for i in range(40)) + "Evv"
 POLICY = {"rules": [{"name": "deny-scale"}, {"name": "time-vecadd"}]}
 
-CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped"}
+CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_lost_bytes",
+                "capped_bytes", "write_errno", "write_error", "trailing_bytes",
+                "launch_records", "timing_records", "stats_partial"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
-               "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules"}
+               "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial"}
+RULE_KEYS = {"rule", "denied", "partial"}
 LAUNCH_KEYS = {"pid", "seq", "kernel", "mangled", "t_ns", "grid", "block", "shared_mem",
                "stream", "tid", "entry", "ptsz", "action", "rule", "result", "gpu_ns"}
 MODULE_KEYS = {"pid", "t_ns", "api", "image", "handle", "image_ptr", "image_size", "preserved",
@@ -27,7 +37,7 @@ MODULE_KEYS = {"pid", "t_ns", "api", "image", "handle", "image_ptr", "image_size
 MESSAGE_KEYS = {"pid", "level", "text"}
 
 
-def parent(tmp_path):
+def parent(tmp_path, reader=read_capture):
     """A complete capture: vecAdd timed, scale denied once."""
     w = CaptureWriter(pid=100, ppid=1, start_monotonic_ns=5_000_000)
     w.process("./app --size 4")
@@ -45,11 +55,12 @@ def parent(tmp_path):
     # Launches that were not recorded show only in the stats.
     w.kernel_stats(0, launches=10, recorded=2, timed=2, gpu_ns=6_000_000)
     w.kernel_stats(1, launches=3, denied=1, recorded=1, graph_nodes=2)
+    w.rule_stats(0, 1)
     w.end(dropped=4)
-    return read_capture(w.write(tmp_path / "100.clc"))
+    return reader(w.write(tmp_path / "100.clc"))
 
 
-def child(tmp_path):
+def child(tmp_path, reader=read_capture):
     """A crashed child process: the same vecAdd on device 1, plus a long-named kernel."""
     w = CaptureWriter(pid=101, ppid=100, start_monotonic_ns=4_000_000)
     w.process("./worker")
@@ -60,12 +71,14 @@ def child(tmp_path):
     w.timing(0, 3, 3_000_000)
     w.launch(1, 0, t_ns=6_001_000, rule=-2, tid=202)
     w.message("kernel scale denied", level=abi.MSG_WARNING)
-    return read_capture(w.write(tmp_path / "101.clc"))
+    return reader(w.write(tmp_path / "101.clc"))
 
 
-@pytest.fixture
-def caps(tmp_path):
-    return [parent(tmp_path), child(tmp_path)]
+# Reports read the same from captures held whole and from captures scanned (launches streamed
+# from the file).
+@pytest.fixture(params=[read_capture, scan_capture], ids=["read", "scan"])
+def caps(tmp_path, request):
+    return [parent(tmp_path, request.param), child(tmp_path, request.param)]
 
 
 def table_row(text, name):
@@ -75,15 +88,16 @@ def table_row(text, name):
 
 def test_summary_numbers(tmp_path):
     text = summary([parent(tmp_path)])
-    assert table_row(text, VECADD_NAME) == ["10", "0", "0", "2", "6.000", "3000.000", "0"]
-    assert table_row(text, SCALE_NAME) == ["3", "1", "0", "1", "-", "-", "2"]
-    assert table_row(text, "Total (2 kernels)") == ["13", "1", "0", "3", "6.000", "3000.000",
-                                                    "2"]
+    # Launches, Graph nodes, Denied, Failed, Recorded, GPU total, GPU mean
+    assert table_row(text, VECADD_NAME) == ["10", "0", "0", "0", "2", "6.000", "3000.000"]
+    assert table_row(text, SCALE_NAME) == ["3", "2", "1", "0", "1", "-", "-"]
+    assert table_row(text, "Total (2 kernels)") == ["13", "2", "1", "0", "3", "6.000",
+                                                    "3000.000"]
     lines = text.splitlines()
     header = next(ln for ln in lines if "Launches" in ln)
-    for col in ("Launches", "Denied", "Failed", "Recorded", "GPU total (ms)", "GPU mean (us)",
-                "Graph nodes", "Kernel"):
-        assert col in header
+    assert re.split(r"\s{2,}", header.strip()) == [
+        "Launches", "Graph nodes", "Denied", "Failed", "Recorded", "GPU total (ms)",
+        "GPU mean (us)", "Kernel"]
     # Sorted by launches, most first.
     assert lines.index(next(ln for ln in lines if ln.endswith(VECADD_NAME))) < \
         lines.index(next(ln for ln in lines if ln.endswith(SCALE_NAME)))
@@ -94,8 +108,12 @@ def test_summary_capture_lines_and_messages(caps):
     first, second = text.splitlines()[:2]
     assert first.startswith(caps[0].path) and "pid 100" in first and "./app --size 4" in first
     assert "complete" in first and "4 records dropped" in first
-    assert second.startswith(caps[1].path) and "INCOMPLETE (program crashed?)" in second
+    assert second.startswith(caps[1].path) and "INCOMPLETE" in second
     assert "dropped" not in second
+    # An incomplete capture names every cause, not only a crash.
+    said = " ".join(text.split())
+    assert ("no END record: the program crashed or was killed, or its capture could not be "
+            "written (full disk?); see what clc printed while it ran") in said
     # Both processes warned the same; it shows once.
     assert text.count("kernel scale denied") == 1
     assert "error: bridge not found" in text
@@ -104,8 +122,8 @@ def test_summary_capture_lines_and_messages(caps):
 def test_summary_merges_and_marks_partial(caps):
     text = summary(caps)
     # vecAdd: 10 launches from the parent's stats, 1 derived from the child's records.
-    assert table_row(text, VECADD_NAME) == ["11*", "0*", "0*", "3", "9.000", "3000.000", "0*"]
-    assert "partial" in text
+    assert table_row(text, VECADD_NAME) == ["11*", "0*", "0*", "0*", "3", "9.000", "3000.000"]
+    assert "* partial: the capture has no exit statistics" in text
 
 
 def test_summary_truncates_long_names(caps):
@@ -114,8 +132,7 @@ def test_summary_truncates_long_names(caps):
     text = summary(caps)
     assert long_name not in text
     assert any(ln.endswith("...") for ln in text.splitlines())
-    assert max(len(ln) for ln in text.splitlines() if "Kernel" not in ln
-               and "partial" not in ln) < 200
+    assert max(len(ln) for ln in text.splitlines() if "Kernel" not in ln) < 200
 
 
 def test_summary_of_nothing():
@@ -124,17 +141,25 @@ def test_summary_of_nothing():
 
 def test_json_schema(caps):
     doc = json.loads(json.dumps(to_json(caps)))
-    assert set(doc) == {"version", "captures", "kernels", "launches", "modules", "messages"}
+    assert set(doc) == {"version", "captures", "kernels", "denied_by_rule", "launches",
+                        "unmatched_timings", "modules", "messages"}
     assert doc["version"] == 1
     assert all(set(c) == CAPTURE_KEYS for c in doc["captures"])
     assert all(set(k) == KERNEL_KEYS for k in doc["kernels"])
+    assert doc["denied_by_rule"] and all(set(r) == RULE_KEYS for r in doc["denied_by_rule"])
     assert all(set(ln) == LAUNCH_KEYS for ln in doc["launches"])
     assert all(set(m) == MODULE_KEYS for m in doc["modules"])
     assert all(set(m) == MESSAGE_KEYS for m in doc["messages"])
 
-    assert doc["captures"][0] == {"path": caps[0].path, "pid": 100, "ppid": 1,
-                                  "command": "./app --size 4", "complete": True, "dropped": 4}
+    assert doc["captures"][0] == {
+        "path": caps[0].path, "pid": 100, "ppid": 1, "command": "./app --size 4",
+        "complete": True, "dropped": 4, "write_lost_bytes": 0, "capped_bytes": 0,
+        "write_errno": 0, "write_error": None, "trailing_bytes": 0, "launch_records": 3,
+        "timing_records": 2, "stats_partial": False}
     assert doc["captures"][1]["complete"] is False
+    assert doc["captures"][1]["stats_partial"] is True
+    assert doc["denied_by_rule"] == [{"rule": "deny-scale", "denied": 1, "partial": False}]
+    assert doc["unmatched_timings"] == 0
 
 
 def test_json_kernels(caps):
@@ -144,7 +169,7 @@ def test_json_kernels(caps):
     assert vec == {"name": VECADD_NAME, "mangled": VECADD, "devices": [0, 1], "launches": 11,
                    "denied": 0, "recorded": 3, "timed": 3, "graph_nodes": 0, "failed": 0,
                    "gpu_ns_total": 9_000_000, "gpu_ns_mean": 3_000_000.0,
-                   "rules": ["child-rule", "time-vecadd"]}
+                   "rules": ["child-rule", "time-vecadd"], "partial": True}
     scale = kernels[SCALE]
     assert (scale["launches"], scale["denied"], scale["graph_nodes"], scale["gpu_ns_mean"],
             scale["rules"]) == (3, 1, 2, None, ["deny-scale"])
@@ -231,3 +256,214 @@ def test_write_report(caps, fmt, tmp_path, capsys):
 def test_write_report_unknown_format(caps):
     with pytest.raises(ValueError):
         write_report(caps, "xml", None)
+
+
+def test_write_json_streams_to_json_document(caps, tmp_path):
+    # WHEN the JSON is written launch by launch
+    out = io.StringIO()
+    assert write_json(caps, out) == 0
+    text = out.getvalue()
+    # THEN it is the same document as to_json's, one launch a line
+    assert json.loads(text) == json.loads(json.dumps(to_json(caps)))
+    lines = text.splitlines()
+    first = lines.index('  "launches": [')
+    assert all(json.loads(ln.strip().rstrip(",")) for ln in lines[first + 1:first + 6])
+
+
+def test_write_chrome_is_to_chrome_compact(caps):
+    out = io.StringIO()
+    write_chrome(caps, out)
+    assert out.getvalue() == json.dumps(to_chrome(caps), separators=(",", ":")) + "\n"
+
+
+def test_empty_launch_list_is_valid_json(tmp_path):
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.kernel_stats(0, launches=5)
+    w.end()
+    out = io.StringIO()
+    write_json([scan_capture(w.write(tmp_path / "n.clc"))], out)
+    assert json.loads(out.getvalue())["launches"] == []
+
+
+def capture_lines(text, cap):
+    """The capture's line and the indented lines under it."""
+    lines = text.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith(cap.path))
+    j = i + 1
+    while j < len(lines) and lines[j].startswith("  "):
+        j += 1
+    return " ".join(" ".join(lines[i:j]).split())
+
+
+def test_summary_reports_write_errors_and_the_size_cap(tmp_path):
+    # GIVEN a program whose capture met a full disk, then its size cap, and still ended
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.kernel_stats(0, launches=4_000_000, recorded=600_000)
+    w.end(write_lost_bytes=5 * 2**20, capped_bytes=2048, write_errno=errno.ENOSPC)
+    cap = scan_capture(w.write(tmp_path / "full.clc"))
+    text = capture_lines(summary([cap]), cap)
+    # THEN the summary says what was lost and why, and blames no crash
+    assert "complete" in text and "INCOMPLETE" not in text and "crash" not in text
+    assert "5.0 MiB (5242880 bytes) lost to write errors (ENOSPC (No space left on device))" \
+        in text
+    assert ("2.0 KiB (2048 bytes) not written (size cap reached: clc-run --capture-limit)"
+            in text)
+    assert "some records never reached the file" in text
+    (c,) = to_json([cap])["captures"]
+    assert (c["write_lost_bytes"], c["capped_bytes"], c["write_errno"], c["write_error"]) == \
+        (5 * 2**20, 2048, errno.ENOSPC, "ENOSPC (No space left on device)")
+
+
+def test_summary_of_a_capture_cut_mid_record(tmp_path):
+    # GIVEN a capture that ends inside a record (the disk filled, or the program was killed)
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.launch(0, 0)
+    w.launch(1, 0)
+    path = tmp_path / "cut.clc"
+    path.write_bytes(w.data()[:-30])
+    cap = scan_capture(path)
+    text = capture_lines(summary([cap]), cap)
+    # THEN the summary names the cut and every cause, not only a crash
+    assert "INCOMPLETE" in text and "last 58 bytes not whole records" in text
+    assert "crashed or was killed, or its capture could not be written (full disk?)" in text
+
+
+def test_summary_of_an_old_capture(tmp_path):
+    # GIVEN a capture from a writer with the 16-byte END record and no RULE_STATS
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.kernel_stats(0, launches=3)
+    w.old_end(dropped=1)
+    cap = scan_capture(w.write(tmp_path / "old.clc"))
+    text = capture_lines(summary([cap]), cap)
+    assert "complete, 1 records dropped (buffers full)" in text
+    assert "lost" not in text and "not written" not in text
+
+
+def deny_example_capture(tmp_path, name="deny.clc", pid=300, denied=20, by_hook=0):
+    """A run under policies/deny-example.yaml (no rule records anything) with one --hooks
+    hook: the policy record as clc-run writes it, 20 debug launches denied, the first 16
+    recorded for audit, and the exit counts per rule."""
+    hooks = tmp_path / "h.py"
+    hooks.write_text("import clc\n\n@clc.on_launch(kernel='*')\ndef first(launch):\n"
+                     "    return None\n")
+    _, policy_json = load_policy_and_hooks(str(ROOT / "policies" / "deny-example.yaml"),
+                                           [str(hooks)])
+    n_rules = len(json.loads(policy_json)["rules"])
+    w = CaptureWriter(pid=pid)
+    w.process("./app")
+    w.policy(policy_json)
+    w.kernel(0, "_Z12debug_kernelPi")
+    w.kernel(1, VECADD)
+    for seq in range(min(denied, abi.DENIED_RECORDED)):
+        w.launch(seq, 0, action=abi.ACTION_DENY, rule=0, result=800)
+    w.kernel_stats(0, launches=denied, denied=denied, recorded=min(denied, abi.DENIED_RECORDED))
+    w.kernel_stats(1, launches=30, denied=by_hook)
+    w.rule_stats(0, denied)
+    if by_hook:
+        w.rule_stats(n_rules, by_hook)
+    w.end()
+    return scan_capture(w.write(tmp_path / name))
+
+
+def test_denied_launches_recorded_for_audit(tmp_path):
+    cap = deny_example_capture(tmp_path)
+    text = summary([cap])
+    # THEN the table counts 16 records of 20 denied launches and says why they are recorded
+    assert table_row(text, "debug_kernel(int*)") == ["20", "0", "20", "0", "16", "-", "-"]
+    assert "The first 16 denied launches of each kernel are recorded for audit" in \
+        " ".join(text.split())
+    # AND the JSON names the rule that denied them, from the capture's policy
+    kernels = {k["mangled"]: k for k in to_json([cap])["kernels"]}
+    assert kernels["_Z12debug_kernelPi"]["rules"] == ["no-debug-kernels"]
+    assert all(ln["rule"] == "no-debug-kernels" and ln["action"] == "deny"
+               for ln in to_json([cap])["launches"])
+
+
+def denied_by_rule_rows(text):
+    lines = text.splitlines()
+    i = lines.index("Denied by rule:")
+    rows = []
+    for ln in lines[i + 3:]:
+        if not ln.strip() or ln.strip().startswith("*"):
+            break
+        count, name = ln.split(None, 1)
+        rows.append((count, name))
+    return rows
+
+
+def test_denied_by_rule(tmp_path):
+    # GIVEN two processes under the same policy; in one, a --hooks hook denied launches too
+    a = deny_example_capture(tmp_path, "a.clc", 300, denied=20, by_hook=7)
+    b = deny_example_capture(tmp_path, "b.clc", 301, denied=5)
+    text = summary([a, b])
+    # THEN the summary lists each rule's denied launches, merged by name, most first
+    assert denied_by_rule_rows(text) == [("25", "no-debug-kernels"), ("7", "hook h.py:first")]
+    assert to_json([a, b])["denied_by_rule"] == [
+        {"rule": "no-debug-kernels", "denied": 25, "partial": False},
+        {"rule": "hook h.py:first", "denied": 7, "partial": False}]
+
+
+def test_denied_by_rule_from_records_is_marked_partial(caps):
+    # The crashed child wrote no RULE_STATS; the parent did. Give the child a denied record.
+    text = summary(caps)
+    assert denied_by_rule_rows(text) == [("1", "deny-scale")]
+    caps[0].rule_stats, caps[0].rule_stats_partial = {0: 1}, True
+    text = summary(caps)
+    assert denied_by_rule_rows(text) == [("1*", "deny-scale")]
+    assert "* counted from the recorded denied launches only" in text
+
+
+def test_summary_explains_columns_only_where_needed(tmp_path):
+    # GIVEN a capture with neither graph nodes nor denied launches
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.launch(0, 0)
+    w.kernel_stats(0, launches=9, recorded=1)
+    w.end()
+    plain = summary([scan_capture(w.write(tmp_path / "p.clc"))])
+    assert "Graph nodes:" not in plain and "Recorded:" not in plain
+    assert "Denied by rule" not in plain
+    # AND one with graph nodes: Denied and Recorded count them with the launches
+    w.records.insert(-1, w.kernel_stats(0, launches=1, graph_nodes=1, denied=2, recorded=2))
+    w.records.pop()
+    text = " ".join(summary([scan_capture(w.write(tmp_path / "g.clc"))]).split())
+    assert ("Graph nodes: kernel nodes made or changed in CUDA graphs, not launches. Denied, "
+            "Failed and Recorded count graph nodes as well as launches.") in text
+
+
+def test_unmatched_timings_are_reported(tmp_path, capsys):
+    # GIVEN a timed launch whose LAUNCH record was lost (a full buffer)
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.launch(0, 0)
+    w.timing(0, 0, 10)
+    w.timing(1, 0, 20)
+    w.end()
+    cap = scan_capture(w.write(tmp_path / "t.clc"))
+    out = io.StringIO()
+    notes = write_report([cap], "json", out)
+    assert json.loads(out.getvalue())["unmatched_timings"] == 1
+    assert notes == ["1 GPU time matched no launch record: the launch's record was lost, or lay "
+                     f"more than {LAUNCH_WINDOW} launch records away in the file"]
+    assert write_report([cap], "summary", io.StringIO()) == []
+
+
+# ---- memory --------------------------------------------------------------------------------
+
+def test_summary_memory_does_not_grow_with_launches(tmp_path):
+    # GIVEN a capture of 300,000 launches (read whole, over 100 MB of Python objects)
+    path = big_capture(tmp_path / "big.clc", 300_000)
+    # WHEN it is scanned and summarized
+    tracemalloc.start()
+    try:
+        text = summary(scan_captures([path]))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # THEN the peak is about the read buffer, and the counts are the exit statistics
+    assert table_row(text, VECADD_NAME)[:5] == ["300000", "0", "0", "0", "300000"]
+    assert peak < 2 * 2**20

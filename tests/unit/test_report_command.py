@@ -1,0 +1,198 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`clc report`: inputs that are not captures, the -o file, captures of millions of launches."""
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from capture_writer import CaptureWriter, big_capture
+from clc.cli import main
+
+VECADD = "_Z6vecAddPKfS0_Pfi"
+
+
+@pytest.fixture
+def alarm():
+    """Fail instead of hanging: an open or read that blocks is the bug these tests look for."""
+    def on_alarm(signum, frame):
+        raise TimeoutError("clc report blocked")
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def cap(tmp_path):
+    w = CaptureWriter()
+    w.process("./app")
+    w.kernel(0, VECADD)
+    w.launch(0, 0)
+    w.kernel_stats(0, launches=1, recorded=1)
+    w.end()
+    return w.write(tmp_path / "cap.clc")
+
+
+def report(*argv):
+    return main(["report", *map(str, argv)])
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+
+def test_fifo_is_refused_without_blocking(tmp_path, alarm, capsys):
+    # GIVEN a FIFO that no one writes to (opening it for reading would wait for a writer)
+    path = tmp_path / "pipe.clc"
+    os.mkfifo(path)
+    # THEN clc report refuses it at once, as a usage error
+    assert report(path) == 2
+    assert capsys.readouterr().err == (f"clc: {path}: is a FIFO (named pipe), not a capture "
+                                       "file (captures are regular files)\n")
+
+
+@pytest.mark.parametrize("what", ["/dev/zero", "directory", "socket"])
+def test_other_non_regular_inputs_are_refused(tmp_path, alarm, capsys, what):
+    sock = None
+    if what == "directory":
+        path, said = tmp_path, "is a directory"
+    elif what == "socket":
+        path, said = tmp_path / "s.clc", "is a socket"
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+    else:
+        path, said = what, "is a character device"
+    try:
+        assert report(path) == 2
+    finally:
+        if sock is not None:
+            sock.close()
+    assert capsys.readouterr().err.startswith(f"clc: {path}: {said}, not a capture file")
+
+
+def test_missing_input(tmp_path, capsys):
+    assert report(tmp_path / "nope.clc") == 2
+    assert "nope.clc: cannot read: No such file or directory" in capsys.readouterr().err
+
+
+# ---- the -o file --------------------------------------------------------------------------------
+
+def test_output_is_created_0644(cap, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    old = os.umask(0o022)
+    try:
+        assert report(cap, "--format", "json", "-o", out) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    assert json.loads(out.read_text())["kernels"][0]["mangled"] == VECADD
+    assert capsys.readouterr().out == ""
+
+
+def test_existing_output_needs_force(cap, tmp_path, capsys):
+    out = tmp_path / "r.txt"
+    out.write_text("keep me")
+    assert report(cap, "-o", out) == 2
+    assert capsys.readouterr().err == f"clc: {out} exists (use --force to overwrite it)\n"
+    assert out.read_text() == "keep me"
+    # WITH --force it is replaced, not appended to
+    assert report(cap, "-o", out, "--force") == 0
+    assert out.read_text().startswith(f"{cap}: pid ")
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_dangling_link_is_not_written_through(cap, tmp_path, capsys, force):
+    # GIVEN an output path that is a link to a file that does not exist yet
+    target = tmp_path / "elsewhere" / "target.txt"
+    target.parent.mkdir()
+    link = tmp_path / "r.txt"
+    link.symlink_to(target)
+    # THEN clc report refuses it, with or without --force, and creates nothing
+    assert report(cap, "-o", link, *force) == 2
+    assert "is a symbolic link: clc does not write through links" in capsys.readouterr().err
+    assert not target.exists() and link.is_symlink()
+
+
+def test_link_to_an_existing_file_is_not_overwritten(cap, tmp_path, capsys):
+    target = tmp_path / "precious.txt"
+    target.write_text("precious")
+    link = tmp_path / "r.txt"
+    link.symlink_to(target)
+    assert report(cap, "-o", link, "--force") == 2
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert target.read_text() == "precious"
+
+
+def test_fifo_output_is_refused_without_blocking(cap, tmp_path, alarm, capsys):
+    out = tmp_path / "pipe"
+    os.mkfifo(out)
+    assert report(cap, "-o", out, "--force") == 2
+    assert capsys.readouterr().err == (f"clc: {out} is a FIFO (named pipe): --force overwrites "
+                                       "only regular files\n")
+
+
+def test_output_in_a_missing_folder(cap, tmp_path, capsys):
+    out = tmp_path / "no" / "such" / "r.txt"
+    assert report(cap, "-o", out) == 2
+    assert capsys.readouterr().err == (f"clc: cannot write {out}: the folder {out.parent} does "
+                                       "not exist\n")
+
+
+def test_output_that_is_an_input_is_refused(cap, capsys):
+    size = cap.stat().st_size
+    assert report(cap, "-o", cap, "--force") == 2
+    assert "is one of the captures to read" in capsys.readouterr().err
+    assert cap.stat().st_size == size
+
+
+def test_no_output_is_left_when_a_capture_is_refused(tmp_path, capsys):
+    bad = tmp_path / "bad.clc"
+    bad.write_bytes(b"not a capture at all")
+    out = tmp_path / "r.txt"
+    assert report(bad, "-o", out) == 2
+    assert "not a clc capture file" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_unmatched_gpu_times_are_said_on_stderr(tmp_path, capsys):
+    # GIVEN a TIMING record whose LAUNCH record was lost
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.timing(5, 0, 100)
+    w.end()
+    path = w.write(tmp_path / "t.clc")
+    assert report(path, "--format", "chrome") == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["traceEvents"]
+    assert err.startswith("clc: 1 GPU time matched no launch record")
+
+
+# ---- scale ------------------------------------------------------------------------------------
+
+MEASURE = """
+import resource, sys
+from clc.cli import main
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+code = main(["report", sys.argv[1], "-o", sys.argv[2]])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(code, (after - before) * 1024)
+"""
+
+
+def test_report_of_two_million_launches_in_bounded_memory(tmp_path):
+    # GIVEN a capture of 2,000,000 launches (176 MB; held whole, over 1 GB of Python objects)
+    path = big_capture(tmp_path / "big.clc", 2_000_000)
+    out = tmp_path / "summary.txt"
+    # WHEN clc report summarizes it, in a process of its own to measure the peak
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(path), str(out)],
+                          capture_output=True, text=True, timeout=120)
+    code, grown = map(int, proc.stdout.split())
+    # THEN the process grew by a few MB at most
+    assert code == 0, proc.stderr
+    assert grown < 16 * 2**20
+    assert "2000000" in out.read_text()
