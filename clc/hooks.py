@@ -43,7 +43,8 @@ from clc import abi
 from clc.cuda_errors import CUDA_ERRORS, error_name
 # _glob_problem is the policy loader's own glob check: sharing it keeps a glob that a policy
 # refuses from being accepted in a hook (and the other way round).
-from clc.policy import KernelInfo, Outcome, Rule, WrapRequest, _glob_problem, base_name
+from clc.policy import (KernelInfo, Outcome, Rule, WrapRequest, _glob_problem, base_name,
+                        regex_problem)
 
 __all__ = [
     "on_launch", "on_exit", "allow", "deny", "wrap", "HookDecision", "HookError",
@@ -617,11 +618,9 @@ def _checked_regex(pattern, name: str) -> str | None:
     if not isinstance(pattern, str):
         raise HookError(f"@clc.on_launch on {name}: kernel_regex must be a string, got "
                         f"{type(pattern).__name__}")
-    try:
-        re.compile(pattern)
-    except re.error as e:
-        raise HookError(f"@clc.on_launch on {name}: invalid regex '{pattern}' in kernel_regex: "
-                        f"{e}") from None
+    problem = regex_problem(pattern)
+    if problem is not None:
+        raise HookError(f"@clc.on_launch on {name}: {problem}")
     return pattern
 
 
@@ -680,7 +679,8 @@ def on_launch(fn=None, *, kernel=None, kernel_regex: str | None = None,
               every_launch: bool = False, per_shape: bool = False):
     """Declare a launch hook: `@clc.on_launch` or `@clc.on_launch(kernel=..., ...)`.
 
-    kernel: a glob or a list of globs; kernel_regex: a regex (re.search); both are tried on
+    kernel: a glob or a list of globs; kernel_regex: a regex (re.search syntax, run in linear
+    time: no backreferences or lookarounds); both are tried on
     the mangled name, the demangled name and the bare name, as policy rules do. Without them
     every kernel is asked about. The hook is asked once per kernel and context, or once per
     launch shape (per_shape=True), or at every launch (every_launch=True). Returns the

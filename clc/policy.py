@@ -18,6 +18,34 @@ Python hooks decide in two places; the engine calls them:
   (and launch shapes) its `match` accepts. Policy.decide stops at the first such rule that
   matches (Decision.pending_hook); the engine calls the hook and goes on with Policy.resume.
 Only the engine imports hook files; this module checks that they exist and names them.
+
+The keys of a rule's `match` (every key given must hold; a list holds when any item does):
+- kernel: globs (fnmatch, case-sensitive) tried on the kernel's base name, demangled name and
+  mangled name.
+- kernel_regex: a regex (Python's syntax) searched for in the same names. clc runs it in time
+  linear in the name's length, so it may not use backreferences, lookarounds, conditional or
+  atomic groups, possessive repeats or verbose mode; {m,n} repeats may write out to at most
+  2000 states.
+- grid_blocks, block_threads, shared_mem: the launch's blocks, threads per block and dynamic
+  shared memory: an integer, or a mapping of gt/ge/lt/le/eq to integers (0 to 2**64-1).
+- device: device ordinals (0 to 2**31-1).
+- process: globs on the program's names (clc.engine.process_names).
+- tenant: globs on the tenant name, $CLC_TENANT or `clc-run --tenant`. Whoever starts the
+  program chooses it: a label for accounting, not an identity to trust.
+- user: globs on the names and numeric ids of the process's real and effective user
+  (`user: alice`, `user: 1000`, `user: "svc-*"`).
+- group: globs on the names and numeric ids of the process's real, effective and supplementary
+  groups: the rule holds when any of them matches.
+- cgroup: globs on the process's cgroup v2 path as /proc/self/cgroup gives it (inside a
+  cgroup namespace, relative to its root), such as "/system.slice/slurmstepd.scope/*"; `*`
+  matches '/' too. On a machine without cgroup v2 it never matches.
+user, group and cgroup come from the kernel (the process's credentials, the user and group
+databases, /proc/self/cgroup), read once when the program starts (process_identity), never
+from its environment.
+
+Loading reports every mistake of a file at once (PolicyError.errors). A policy that loads may
+still carry warnings (Policy.warnings): rules that earlier rules leave unreachable, deny rules
+that ask to record or time, on_error: allow in a policy that denies.
 """
 
 from __future__ import annotations
@@ -25,11 +53,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import grp
 import json
 import keyword
 import math
 import os
+import pwd
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -37,7 +68,8 @@ from clc import abi
 from clc.cuda_errors import CUDA_ERRORS, error_name
 
 __all__ = [
-    "ANY_RANGE", "PolicyError", "HookFileError", "KernelInfo", "base_name", "Outcome", "Clause",
+    "ANY_RANGE", "PolicyError", "HookFileError", "PolicyWarning", "Identity", "identity_of",
+    "process_identity", "regex_problem", "KernelInfo", "base_name", "Outcome", "Clause",
     "Decision", "HookRef", "Rule", "Step", "Explanation", "Policy", "load_policy",
     "parse_policy",
 ]
@@ -45,6 +77,10 @@ __all__ = [
 _U64_MAX = 2**64 - 1
 ANY_RANGE = (0, _U64_MAX)
 _INT32_MAX = 2**31 - 1
+_UINT32_MAX = 2**32 - 1
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
+# uid_t and gid_t are 32 bits, and (uid_t)-1 is no one's id.
+_ID_MAX = 2**32 - 2
 
 _ACTIONS = ("allow", "deny")  # the verdicts of default and on_error
 _RULE_ACTIONS = ("allow", "deny", "hook", "wrap")
@@ -56,7 +92,9 @@ _WRAP_KEYS = ("wrapper", "params", "on_unwrappable")
 _HOOK_ANSWERS = ("message", "error", "record", "time")
 _HOOK_FORM = "FILE.py:FUNCTION"
 _MATCH_KEYS = ("kernel", "kernel_regex", "grid_blocks", "block_threads", "shared_mem", "device",
-               "process", "tenant")
+               "process", "tenant", "user", "group", "cgroup")
+_GLOB_KEYS = ("kernel", "process", "tenant", "cgroup")
+_ID_KEYS = ("user", "group")
 _SHAPE_KEYS = ("grid_blocks", "block_threads", "shared_mem")
 _RANGE_OPS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "=="}
 # difflib would suggest 'gt' for 'gte'; these spellings have one obvious meaning.
@@ -72,18 +110,34 @@ _BOOLEANS = {"true": True, "True": True, "TRUE": True,
              "false": False, "False": False, "FALSE": False}
 _YAML11_BOOL_WORDS = {"yes", "no", "on", "off", "y", "n"}
 _DECIMAL_RE = re.compile(r"[-+]?[0-9]+")
+# YAML 1.2 floats that PyYAML (YAML 1.1) reads as strings, such as 1e20: numbers where a number
+# is expected.
+_YAML12_FLOAT_RE = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
 _PREFIXED_INT_RE = re.compile(r"[-+]?0(?:[xX][0-9a-fA-F]+|[bB][01]+)")
 
 
 class PolicyError(Exception):
-    """A policy that cannot be used; str() is `path:line:column: message` (1-based)."""
+    """A policy that cannot be used: one line `path:line:column: message` (1-based) per mistake.
 
-    def __init__(self, path: str, line: int, column: int, message: str):
-        super().__init__(f"{path}:{line}:{column}: {message}")
+    errors lists every mistake found in the file, each a PolicyError, in the order of their
+    positions; path, line, column and message are the first one's.
+    """
+
+    def __init__(self, path: str, line: int, column: int, message: str,
+                 more: Sequence[PolicyError] = ()):
         self.path = path
         self.line = line
         self.column = column
         self.message = message
+        self.errors = [self, *more]
+        super().__init__("\n".join(f"{e.path}:{e.line}:{e.column}: {e.message}"
+                                   for e in self.errors))
+
+    @classmethod
+    def collect(cls, errors: Sequence[PolicyError]) -> PolicyError:
+        """One PolicyError that reports all of errors (at least one), sorted by position."""
+        first, *more = sorted(errors, key=lambda e: (e.line, e.column))
+        return cls(first.path, first.line, first.column, first.message, more)
 
 
 class HookFileError(PolicyError):
@@ -99,6 +153,21 @@ class HookFileError(PolicyError):
         self.line = 0
         self.column = 0
         self.message = message
+        self.errors = [self]
+
+
+@dataclass(frozen=True)
+class PolicyWarning:
+    """Something in a policy that loads but is probably not what its author meant; str() is
+    `path:line:column: warning: message`."""
+
+    path: str
+    line: int
+    column: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}: warning: {self.message}"
 
 
 # ---- kernels -------------------------------------------------------------------------------
@@ -180,6 +249,72 @@ def base_name(demangled: str) -> str:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """Who runs the program, as the kernel knows it: what `user`, `group` and `cgroup` match.
+
+    users and groups hold, for each id, its name (when the user or group database has one)
+    and the id in decimal; cgroup is the cgroup v2 path, None where there is none. An empty
+    Identity matches no user, group or cgroup condition.
+    """
+
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    cgroup: str | None = None
+
+    def format(self) -> str:
+        return (f"user {_quoted(self.users) or '(unknown)'}; groups "
+                f"{_quoted(self.groups) or '(unknown)'}; cgroup "
+                + (f"'{self.cgroup}'" if self.cgroup is not None else "(none)"))
+
+
+def _id_names(ids: Iterable[int], lookup) -> tuple[str, ...]:
+    forms = []
+    for number in dict.fromkeys(ids):
+        try:
+            forms.append(lookup(number))
+        except (KeyError, OverflowError):  # an id with no entry in the database
+            pass
+        forms.append(str(number))
+    return tuple(dict.fromkeys(forms))
+
+
+def identity_of(uids: Iterable[int], gids: Iterable[int], cgroup: str | None = None) -> Identity:
+    """The Identity of these user ids, group ids and cgroup path, with the names the user and
+    group databases give them."""
+    return Identity(_id_names(uids, lambda uid: pwd.getpwuid(uid).pw_name),
+                    _id_names(gids, lambda gid: grp.getgrgid(gid).gr_name), cgroup)
+
+
+_PROC_CGROUP = "/proc/self/cgroup"
+
+
+def _cgroup_v2_path(text: str) -> str | None:
+    """The path of the unified hierarchy's line, `0::PATH`, of /proc/PID/cgroup."""
+    for line in text.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "" and path.startswith("/"):
+            return path
+    return None
+
+
+def process_identity() -> Identity:
+    """This process's Identity: its real and effective user ids, its real, effective and
+    supplementary group ids, and its cgroup v2 path.
+
+    All of it comes from the kernel (system calls and /proc/self/cgroup) and the user and group
+    databases, none from environment variables, which the program's user sets at will.
+    """
+    try:
+        with open(_PROC_CGROUP, encoding="utf-8", errors="replace") as f:
+            cgroup = _cgroup_v2_path(f.read())
+    except OSError:
+        cgroup = None
+    return identity_of((os.getuid(), os.geteuid()),
+                       (os.getgid(), os.getegid(), *os.getgroups()), cgroup)
+
+
+@dataclass(frozen=True)
 class KernelInfo:
     """What the policy may look at when a kernel is first seen."""
 
@@ -188,6 +323,7 @@ class KernelInfo:
     device: int
     process_names: tuple[str, ...] = ()
     tenant: str = ""
+    identity: Identity = Identity()
 
     @property
     def base(self) -> str:
@@ -205,6 +341,505 @@ class KernelInfo:
     @property
     def display_name(self) -> str:
         return self.base or self.mangled
+
+
+# ---- kernel_regex: matched in time linear in the name -------------------------------------
+#
+# Problem: Python's re backtracks, so a pattern such as '^(a+)+$' takes exponential time on a
+# name of many a's, and the engine would hang the program at its first launch.
+# Solution: the pattern is parsed here (Python's syntax, less what only backtracking can do:
+# backreferences, lookarounds, conditional and atomic groups, possessive repeats) into a
+# Thompson NFA that is run over the name one character at a time, every state at once. The
+# answer is re.search's; the time is the name's length times the NFA's size, at most.
+
+_MAX_REGEX_STATES = 2000
+_RE_IGNORECASE, _RE_MULTILINE, _RE_DOTALL, _RE_ASCII = 1, 2, 4, 8
+_RE_FLAG_BITS = {"i": _RE_IGNORECASE, "m": _RE_MULTILINE, "s": _RE_DOTALL, "a": _RE_ASCII,
+                 "u": 0}
+_RE_ESCAPES = {"a": 7, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92}
+_RE_HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
+_OCTAL = "01234567"
+_ASCII_SPACE = " \t\n\r\f\v"
+_RE_LINEAR = ("clc runs kernel_regex in time linear in the name's length, without "
+              "backreferences, lookarounds, conditional or atomic groups, possessive repeats "
+              "or verbose mode")
+# NFA state kinds
+_CHAR, _SPLIT, _ASSERT, _MATCH = range(4)
+
+
+class _RegexUnsupported(ValueError):
+    """A pattern Python's re accepts that the linear matcher does not run."""
+
+
+def _is_word(c: str | None, ascii_only: bool) -> bool:
+    if c is None:
+        return False
+    if ascii_only:
+        return c.isascii() and (c.isalnum() or c == "_")
+    return c.isalnum() or c == "_"
+
+
+def _case_variants(c: str, ascii_only: bool) -> tuple[str, ...]:
+    if ascii_only:
+        return (c.swapcase(),) if c.isascii() and c.isalpha() else ()
+    return tuple(v for v in (c.lower(), c.upper(), c.casefold()) if len(v) == 1 and v != c)
+
+
+class _CharSet:
+    """One position of the pattern: a literal, '.', a class, or \\d \\w \\s and their negations."""
+
+    __slots__ = ("ranges", "categories", "negate", "fold", "ascii")
+
+    def __init__(self, ranges, categories, negate, flags):
+        self.ranges = tuple(ranges)
+        self.categories = tuple(categories)
+        self.negate = negate
+        self.fold = bool(flags & _RE_IGNORECASE)
+        self.ascii = bool(flags & _RE_ASCII)
+
+    def _has(self, c: str) -> bool:
+        code = ord(c)
+        for lo, hi in self.ranges:
+            if lo <= code <= hi:
+                return True
+        for category in self.categories:
+            if category.lower() == "d":
+                hit = "0" <= c <= "9" if self.ascii else c.isdecimal()
+            elif category.lower() == "s":
+                hit = c in _ASCII_SPACE if self.ascii else c.isspace()
+            else:
+                hit = _is_word(c, self.ascii)
+            if hit != category.isupper():
+                return True
+        return False
+
+    def __call__(self, c: str) -> bool:
+        hit = self._has(c) or (self.fold and any(self._has(v) for v in
+                                                  _case_variants(c, self.ascii)))
+        return hit != self.negate
+
+
+def _assertion_holds(kind: str, text: str, i: int) -> bool:
+    n = len(text)
+    prev = text[i - 1] if i else None
+    here = text[i] if i < n else None
+    if kind in ("bol", "begin"):
+        return i == 0
+    if kind == "bol_m":
+        return i == 0 or prev == "\n"
+    if kind == "eol":
+        return i == n or (i == n - 1 and here == "\n")
+    if kind == "eol_m":
+        return i == n or here == "\n"
+    if kind == "end":
+        return i == n
+    ascii_only = kind.endswith("_a")
+    boundary = n > 0 and _is_word(prev, ascii_only) != _is_word(here, ascii_only)
+    return boundary if kind.startswith("boundary") else n > 0 and not boundary
+
+
+class _RegexParser:
+    """Python's regex syntax into a tree: ("char", _CharSet), ("assert", kind), ("cat", [...]),
+    ("alt", [...]), ("repeat", node, min, max or None). The pattern has passed re.compile, so
+    only what the linear matcher cannot run is reported here."""
+
+    def __init__(self, pattern: str):
+        self.p = pattern
+        self.i = 0
+
+    def unsupported(self, what: str, at: int):
+        raise _RegexUnsupported(f"{what} at offset {at} ({_RE_LINEAR})")
+
+    def peek(self, ahead: int = 0) -> str:
+        at = self.i + ahead
+        return self.p[at] if at < len(self.p) else ""
+
+    def at(self, chars: str, ahead: int = 0) -> bool:
+        c = self.peek(ahead)
+        return c != "" and c in chars
+
+    def parse(self):
+        flags = 0
+        while True:
+            # Global flags, (?aimsu), stand only at the start; comments may come between them.
+            match = re.match(r"\(\?([aiLmsux]+)\)|\(\?#[^)]*\)", self.p[self.i:])
+            if not match:
+                break
+            for letter in match.group(1) or "":
+                flags |= self.flag_bit(letter, self.i)
+            self.i += match.end()
+        node = self.alternation(flags)
+        if self.i != len(self.p):
+            self.unsupported("an unmatched ')'", self.i)
+        return node
+
+    def flag_bit(self, letter: str, at: int) -> int:
+        if letter == "x":
+            self.unsupported("verbose mode (?x)", at)
+        if letter not in _RE_FLAG_BITS:
+            self.unsupported(f"the flag '{letter}'", at)
+        return _RE_FLAG_BITS[letter]
+
+    def alternation(self, flags):
+        branches = [self.sequence(flags)]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.sequence(flags))
+        return branches[0] if len(branches) == 1 else ("alt", branches)
+
+    def sequence(self, flags):
+        items = []
+        while self.i < len(self.p) and self.p[self.i] not in "|)":
+            atom = self.atom(flags)
+            if atom is not None:
+                items.append(self.repeated(atom))
+        return ("cat", items)
+
+    def counts(self):
+        """The {m}, {m,}, {,n} or {m,n} at self.i as (min, max, end), or None (a literal '{')."""
+        match = re.match(r"\{([0-9]*)(?:(,)([0-9]*))?\}", self.p[self.i:])
+        if not match or match.group(0) == "{}":
+            return None
+        low, comma, high = match.groups()
+        lo = int(low) if low else 0
+        hi = (int(high) if high else None) if comma else lo
+        return lo, hi, self.i + match.end()
+
+    def repeated(self, atom):
+        start = self.i
+        c = self.peek()
+        if c == "*":
+            lo, hi, end = 0, None, self.i + 1
+        elif c == "+":
+            lo, hi, end = 1, None, self.i + 1
+        elif c == "?":
+            lo, hi, end = 0, 1, self.i + 1
+        elif c == "{" and self.counts() is not None:
+            lo, hi, end = self.counts()
+        else:
+            return atom
+        self.i = end
+        if atom[0] == "assert":
+            self.unsupported("a repeat of an anchor", start)
+        if self.peek() == "?":  # lazy: the same names match
+            self.i += 1
+        elif self.peek() == "+":
+            self.unsupported("a possessive repeat", start)
+        if self.peek() in ("*", "+", "?") or (self.peek() == "{" and self.counts()):
+            self.unsupported("a repeat of a repeat", self.i)
+        return ("repeat", atom, lo, hi)
+
+    def atom(self, flags):
+        c = self.p[self.i]
+        if c == "(":
+            return self.group(flags)
+        if c == "[":
+            return self.char_class(flags)
+        if c == "\\":
+            return self.escape(flags)
+        if c in "*+?" or (c == "{" and self.counts() is not None):
+            self.unsupported("a repeat with nothing to repeat", self.i)
+        self.i += 1
+        if c == ".":
+            return ("char", _CharSet((), (), True, 0) if flags & _RE_DOTALL else
+                    _CharSet(((10, 10),), (), True, 0))
+        if c == "^":
+            return ("assert", "bol_m" if flags & _RE_MULTILINE else "bol")
+        if c == "$":
+            return ("assert", "eol_m" if flags & _RE_MULTILINE else "eol")
+        return self.literal(ord(c), flags)
+
+    @staticmethod
+    def literal(code: int, flags):
+        return ("char", _CharSet(((code, code),), (), False, flags))
+
+    def group(self, flags):
+        start = self.i
+        self.i += 1
+        if self.peek() == "?":
+            kind = self.peek(1)
+            if kind == ":":
+                self.i += 2
+            elif kind == "P" and self.peek(2) == "<":
+                end = self.p.find(">", self.i)
+                if end < 0:
+                    self.unsupported("an unterminated group name", start)
+                self.i = end + 1
+            elif kind == "P" and self.peek(2) == "=":
+                self.unsupported("a backreference", start)
+            elif kind == "#":
+                end = self.p.find(")", self.i)
+                if end < 0:
+                    self.unsupported("an unterminated comment", start)
+                self.i = end + 1
+                if self.at("*+?{"):  # Python repeats the item before the comment
+                    self.unsupported("a repeat after a (?#...) comment", self.i)
+                return None
+            elif kind in "=!" or (kind == "<" and self.peek(2) in ("=", "!")):
+                self.unsupported("a lookahead" if kind in "=!" else "a lookbehind", start)
+            elif kind == "(":
+                self.unsupported("a conditional group", start)
+            elif kind == ">":
+                self.unsupported("an atomic group", start)
+            else:
+                flags = self.scoped_flags(flags, start)
+        node = self.alternation(flags)
+        if self.peek() != ")":
+            self.unsupported("a group without its ')'", start)
+        self.i += 1
+        return node
+
+    def scoped_flags(self, flags, start):
+        """(?flags-flags:...) with self.i at the '?'."""
+        match = re.match(r"\?([aiLmsux]*)(?:-([imsx]*))?:", self.p[self.i:])
+        if not match:
+            self.unsupported("flags set after the start of the pattern", start)
+        for letter in match.group(1):
+            flags |= self.flag_bit(letter, start)
+        for letter in match.group(2) or "":
+            flags &= ~self.flag_bit(letter, start)
+        self.i += match.end()
+        return flags
+
+    def code_escape(self, c: str, start: int, in_class: bool) -> int:
+        """The code point of an escape \\c that stands for one character (self.i after c)."""
+        if c in _RE_HEX_DIGITS:
+            digits = self.p[self.i:self.i + _RE_HEX_DIGITS[c]]
+            self.i += len(digits)
+            return int(digits, 16)
+        if c == "N":
+            import unicodedata
+            end = self.p.index("}", self.i)
+            name = self.p[self.i + 1:end]
+            self.i = end + 1
+            return ord(unicodedata.lookup(name))
+        if c in _RE_ESCAPES:
+            return _RE_ESCAPES[c]
+        if c == "b" and in_class:
+            return 8
+        if c in _OCTAL and (in_class or c == "0"):
+            digits = c
+            while len(digits) < 3 and self.at(_OCTAL):
+                digits += self.p[self.i]
+                self.i += 1
+            return int(digits, 8)
+        if c.isdigit():
+            if c in _OCTAL and self.at(_OCTAL) and self.at(_OCTAL, 1):
+                self.i += 2
+                return int(c + self.p[self.i - 2:self.i], 8)
+            self.unsupported("a backreference", start)
+        if c.isascii() and c.isalpha():
+            self.unsupported(f"the escape \\{c}", start)
+        return ord(c)
+
+    def escape(self, flags):
+        start = self.i
+        c = self.peek(1)
+        self.i += 2
+        if c in "AZbB":
+            ascii_suffix = "_a" if flags & _RE_ASCII else "_u"
+            return ("assert", {"A": "begin", "Z": "end", "b": "boundary" + ascii_suffix,
+                               "B": "nonboundary" + ascii_suffix}[c])
+        if c in "dDsSwW":
+            return ("char", _CharSet((), (c,), False, flags))
+        return self.literal(self.code_escape(c, start, False), flags)
+
+    def class_item(self):
+        """One member of a [...] set: a code point, or a category letter (str)."""
+        start = self.i
+        c = self.p[self.i]
+        self.i += 1
+        if c != "\\":
+            return ord(c)
+        e = self.peek()
+        self.i += 1
+        if e in "dDsSwW":
+            return e
+        return self.code_escape(e, start, True)
+
+    def char_class(self, flags):
+        start = self.i
+        self.i += 1
+        negate = self.peek() == "^"
+        if negate:
+            self.i += 1
+        ranges, categories = [], []
+        first = True
+        while True:
+            if self.i >= len(self.p):
+                self.unsupported("an unterminated set", start)
+            if self.p[self.i] == "]" and not first:
+                self.i += 1
+                break
+            first = False
+            lo = self.class_item()
+            if self.peek() == "-" and self.peek(1) not in ("", "]"):
+                self.i += 1
+                hi = self.class_item()
+                if isinstance(lo, str) or isinstance(hi, str):
+                    self.unsupported("a range with a category", start)
+                ranges.append((lo, hi))
+            elif isinstance(lo, str):
+                categories.append(lo)
+            else:
+                ranges.append((lo, lo))
+        return ("char", _CharSet(ranges, categories, negate, flags))
+
+
+def _regex_size(node) -> int:
+    tag = node[0]
+    if tag in ("char", "assert"):
+        return 1
+    if tag == "cat":
+        return sum(_regex_size(child) for child in node[1])
+    if tag == "alt":
+        return sum(_regex_size(child) for child in node[1]) + len(node[1]) - 1
+    _, child, lo, hi = node
+    size = _regex_size(child)
+    if size == 0:
+        return 0
+    return size * (hi if hi is not None else max(lo, 1)) + (hi - lo if hi is not None else 1)
+
+
+class _Regex:
+    """A checked kernel_regex, ready to search names (see the section's comment)."""
+
+    def __init__(self, pattern: str):
+        tree = _RegexParser(pattern).parse()
+        if _regex_size(tree) > _MAX_REGEX_STATES:
+            raise _RegexUnsupported(f"more than {_MAX_REGEX_STATES} states once its {{m,n}} "
+                                    "repeats are written out (clc runs kernel_regex in time "
+                                    "linear in the name's length and the regex's size)")
+        self.kinds: list[str] = []
+        self.states: list[list] = [[_MATCH, None, None]]
+        self.start = self.build(tree, 0)
+        self._closures: dict = {}
+        self._steps: dict = {}
+
+    def new(self, kind, a, b) -> int:
+        self.states.append([kind, a, b])
+        return len(self.states) - 1
+
+    def build(self, node, nxt: int) -> int:
+        """The first state of node's fragment, whose way out leads to state nxt."""
+        tag = node[0]
+        if tag == "char":
+            return self.new(_CHAR, node[1], nxt)
+        if tag == "assert":
+            if node[1] not in self.kinds:
+                self.kinds.append(node[1])
+            return self.new(_ASSERT, self.kinds.index(node[1]), nxt)
+        if tag == "cat":
+            for child in reversed(node[1]):
+                nxt = self.build(child, nxt)
+            return nxt
+        if tag == "alt":
+            starts = [self.build(child, nxt) for child in node[1]]
+            first = starts.pop()
+            for other in reversed(starts):
+                first = self.new(_SPLIT, other, first)
+            return first
+        _, child, lo, hi = node
+        if _regex_size(child) == 0:
+            return nxt
+        if hi is None:
+            loop = self.new(_SPLIT, None, nxt)
+            self.states[loop][1] = self.build(child, loop)
+            tail = loop
+        else:
+            tail = nxt
+            for _ in range(hi - lo):
+                tail = self.new(_SPLIT, self.build(child, tail), nxt)
+        for _ in range(lo):
+            tail = self.build(child, tail)
+        return tail
+
+    def closure(self, reached: frozenset, context: tuple):
+        """The character states reached from `reached` and the start without reading, or True
+        when the pattern has matched."""
+        key = (reached, context)
+        hit = self._closures.get(key)
+        if hit is not None:
+            return hit
+        seen = set()
+        chars = []
+        stack = [self.start, *reached]
+        result = None
+        while stack:
+            index = stack.pop()
+            if index in seen:
+                continue
+            seen.add(index)
+            kind, a, b = self.states[index]
+            if kind == _MATCH:
+                result = True
+                break
+            if kind == _CHAR:
+                chars.append(index)
+            elif kind == _SPLIT:
+                stack += (b, a)
+            elif context[a]:
+                stack.append(b)
+        if result is None:
+            result = frozenset(chars)
+        if len(self._closures) > 4096:
+            self._closures.clear()
+        self._closures[key] = result
+        return result
+
+    def step(self, chars: frozenset, c: str) -> frozenset:
+        key = (chars, c)
+        hit = self._steps.get(key)
+        if hit is None:
+            states = self.states
+            hit = frozenset(states[index][2] for index in chars if states[index][1](c))
+            if len(self._steps) > 4096:
+                self._steps.clear()
+            self._steps[key] = hit
+        return hit
+
+    def search(self, text: str) -> bool:
+        """Whether re.search would find the pattern in text."""
+        reached = frozenset()
+        kinds = self.kinds
+        for i in range(len(text) + 1):
+            context = tuple(_assertion_holds(kind, text, i) for kind in kinds)
+            chars = self.closure(reached, context)
+            if chars is True:
+                return True
+            if i == len(text):
+                return False
+            reached = self.step(chars, text[i])
+        return False
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why clc cannot run `pattern` as a kernel_regex (`invalid regex ...`, `unsupported regex
+    ...`, naming it), or None."""
+    with warnings.catch_warnings():
+        # re's FutureWarnings are about its own later versions; clc's matcher is _Regex.
+        warnings.simplefilter("ignore")
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            return f"invalid regex '{pattern}' in kernel_regex: {e}"
+    try:
+        _regex(pattern)
+    except _RegexUnsupported as e:
+        return f"unsupported regex '{pattern}' in kernel_regex: {e}"
+    return None
+
+
+_regex_cache: dict[str, _Regex] = {}
+
+
+def _regex(pattern: str) -> _Regex:
+    """The matcher of a kernel_regex, built once per pattern; _RegexUnsupported (a ValueError)
+    for one that `clc policy check` would have refused."""
+    hit = _regex_cache.get(pattern)
+    if hit is None:
+        hit = _regex_cache[pattern] = _Regex(pattern)
+    return hit
 
 
 # ---- decisions: the Python side of clc_decision ----------------------------------------------
@@ -306,10 +941,15 @@ def _glob_hit(globs: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, str]
     return None
 
 
+_NOTHING_TO_MATCH = {"user": "(no user known)", "group": "(no group known)",
+                     "cgroup": "(no cgroup v2 path)"}
+
+
 def _globs_miss(what: str, globs: tuple[str, ...], names: tuple[str, ...]) -> str:
     subject = f"{what} glob '{globs[0]}' does not" if len(globs) == 1 else \
         f"{what} globs {_quoted(globs)} do not"
-    return f"{subject} match {_quoted(names) if names else f'(no {what} name)'}"
+    nothing = _NOTHING_TO_MATCH.get(what, f"(no {what} name)")
+    return f"{subject} match {_quoted(names) if names else nothing}"
 
 
 # ---- rules and policies ------------------------------------------------------------------------
@@ -364,6 +1004,11 @@ class Rule:
     device: tuple[int, ...] | None = None
     process: tuple[str, ...] | None = None
     tenant: tuple[str, ...] | None = None
+    # Globs on Identity's users and groups (ids written as integers are kept in decimal) and
+    # on its cgroup.
+    user: tuple[str, ...] | None = None
+    group: tuple[str, ...] | None = None
+    cgroup: tuple[str, ...] | None = None
     action: str = "allow"
     message: str = ""
     error: int = 0  # CUresult of a deny; 0 for allow
@@ -406,7 +1051,8 @@ class Rule:
                 return False, [_globs_miss("kernel", self.kernel, (info.display_name,))]
             reasons.append(f"kernel glob '{hit[0]}' matches '{hit[1]}'")
         if self.kernel_regex is not None:
-            found = next((n for n in names if re.search(self.kernel_regex, n)), None)
+            regex = _regex(self.kernel_regex)
+            found = next((n for n in names if regex.search(n)), None)
             if found is None:
                 return False, [f"kernel_regex '{self.kernel_regex}' does not match "
                                f"'{info.display_name}'"]
@@ -420,8 +1066,13 @@ class Rule:
             if not inside:
                 return False, [f"device {info.device} {verb} {wanted}"]
             reasons.append(f"device {info.device} {verb} {wanted}")
-        for what, globs, candidates in (("process", self.process, tuple(info.process_names)),
-                                        ("tenant", self.tenant, (info.tenant,))):
+        identity = info.identity
+        for what, globs, candidates in (
+                ("process", self.process, tuple(info.process_names)),
+                ("tenant", self.tenant, (info.tenant,)),
+                ("user", self.user, identity.users),
+                ("group", self.group, identity.groups),
+                ("cgroup", self.cgroup, () if identity.cgroup is None else (identity.cgroup,))):
             if globs is None:
                 continue
             hit = _glob_hit(globs, candidates)
@@ -512,6 +1163,8 @@ class Explanation:
             lines.append(f"  mangled:   {info.mangled}")
         processes = _quoted(info.process_names) if info.process_names else "(none)"
         lines.append(f"device {info.device}, process {processes}, tenant '{info.tenant}'")
+        if info.identity != Identity():
+            lines.append(info.identity.format())
         grid_blocks = math.prod(self.grid)
         block_threads = math.prod(self.block)
         lines.append(f"launch: grid {self.grid} = {grid_blocks} blocks, block {self.block} = "
@@ -536,7 +1189,7 @@ def _verdict_outcome(verdict: str, rule: int) -> Outcome:
     return Outcome(abi.ACTION_ALLOW, 0, 0, rule)
 
 
-_TUPLE_FIELDS = ("kernel", "device", "process", "tenant")
+_TUPLE_FIELDS = ("kernel", "device", "process", "tenant", "user", "group", "cgroup")
 
 
 def _rule_from_dict(fields: dict) -> Rule:
@@ -568,6 +1221,10 @@ class Policy:
     # `clc-run --hooks FILE`, in order: HookRef(path, None, FILE as given). The engine asks
     # them before the rules; decide() does not visit them.
     hooks: list[HookRef] = dataclasses.field(default_factory=list)
+    # What loading the file found questionable; not part of what the policy decides, so not
+    # compared and not sent to the program.
+    warnings: list[PolicyWarning] = dataclasses.field(default_factory=list, compare=False,
+                                                      repr=False)
 
     @property
     def rule_names(self) -> list[str]:
@@ -734,11 +1391,17 @@ class Policy:
 
 # ---- loading ---------------------------------------------------------------------------------
 
+def _closest(word: str, choices, aliases=None) -> str | None:
+    if aliases and word in aliases:
+        return aliases[word]
+    close = difflib.get_close_matches(word, choices, n=1)
+    return close[0] if close else None
+
+
 def _suggestion(word: str, choices, aliases=None) -> str:
-    close = [aliases[word]] if aliases and word in aliases else \
-        difflib.get_close_matches(word, choices, n=1)
+    close = _closest(word, choices, aliases)
     if close:
-        return f"did you mean '{close[0]}'?"
+        return f"did you mean '{close}'?"
     return "expected one of: " + ", ".join(choices)
 
 
@@ -761,17 +1424,116 @@ def _glob_problem(pattern: str) -> str | None:
     return None
 
 
+def _yaml_float(text: str) -> float | None:
+    """The value of a scalar PyYAML resolves as a float; None for YAML 1.1's base-60 form
+    (1:30.5), a string in YAML 1.2."""
+    plain = text.replace("_", "")
+    special = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf,
+               ".nan": math.nan}.get(plain.lower())
+    if special is not None:
+        return special
+    if ":" in plain:
+        return None
+    try:
+        return float(plain)
+    except ValueError:
+        return None
+
+
+# Limits of the built-in wrappers' numbers that wrapper_spec does not check, as (lowest as
+# written, lowest, highest, why): beyond them the value cannot reach the GPU as written.
+_WRAPPER_LIMITS = {
+    ("sm_share", "share"): ("0.000001", 1e-6, 1, "the shim keeps a share in millionths of the "
+                                                 "GPU"),
+    ("sm_share", "sms"): ("1", 1, _UINT32_MAX, "the shim keeps it in 32 bits"),
+    ("deadline", "ms"): ("0.000001", 1e-6, 18_446_744_073_709,
+                         "the device code counts it in nanoseconds, in 64 bits"),
+}
+
+# Globs that every launch's value matches, by key: every kernel has a mangled name, a tenant
+# is a string (maybe empty), and a user or group always has its numeric id. A process may have
+# no names, and a machine without cgroup v2 no cgroup path.
+_EVERY_VALUE_KEYS = ("kernel", "tenant", "user", "group")
+_STATIC_KEYS = ("kernel", "kernel_regex", "device", "process", "tenant", "user", "group",
+                "cgroup")
+
+
+def _matches_everything(globs: tuple[str, ...]) -> bool:
+    return any(pattern and set(pattern) == {"*"} for pattern in globs)
+
+
+def _decides_first(earlier: Rule, later: Rule) -> bool:
+    """Whether every launch that `later` matches is decided by `earlier`, a rule before it."""
+    if earlier.action == "hook":  # its hook may return None and leave the launch to later
+        return False
+    for key in _SHAPE_KEYS:
+        lo, hi = earlier.shape_range(key)
+        later_lo, later_hi = later.shape_range(key)
+        if later_lo < lo or later_hi > hi:
+            return False
+    for key in _STATIC_KEYS:
+        wanted = getattr(earlier, key)
+        if wanted is None or (key in _EVERY_VALUE_KEYS and _matches_everything(wanted)):
+            continue
+        given = getattr(later, key)
+        if given is None:
+            return False
+        if key == "kernel_regex":
+            if given != wanted:
+                return False
+        elif not set(given) <= set(wanted):
+            return False
+    return True
+
+
+_INVALID = object()  # what _Loader.attempt gives for a part whose mistakes it has noted
+
+
+class _Reported(Exception):
+    """A part of the policy whose mistakes are already among the loader's errors."""
+
+
 class _Loader:
-    """Walks a composed YAML node tree, so that every error can name its node's position."""
+    """Walks a composed YAML node tree, so that every error can name its node's position.
+
+    Every part is checked even when an earlier one is wrong (attempt), so that a file's
+    mistakes are reported together; warnings are kept for a policy that loads.
+    """
 
     def __init__(self, path: str):
         self.path = path
         # Relative hook files are found next to the policy file.
         self.directory = os.path.dirname(os.path.abspath(path))
+        self.errors: list[PolicyError] = []
+        self.warnings: list[PolicyWarning] = []
 
     def error(self, node, message: str) -> PolicyError:
         return PolicyError(self.path, node.start_mark.line + 1, node.start_mark.column + 1,
                            message)
+
+    def report(self, node, message: str) -> None:
+        self.errors.append(self.error(node, message))
+
+    def warn(self, node, message: str) -> None:
+        self.warnings.append(PolicyWarning(self.path, node.start_mark.line + 1,
+                                           node.start_mark.column + 1, message))
+
+    def attempt(self, parse, *args):
+        """parse(*args), or _INVALID once its mistakes are among self.errors."""
+        try:
+            return parse(*args)
+        except PolicyError as e:
+            self.errors.append(e)
+        except _Reported:
+            pass
+        return _INVALID
+
+    @staticmethod
+    def settled(values: list) -> tuple:
+        """values as a tuple, or _Reported when one of them was wrong."""
+        if any(value is _INVALID for value in values):
+            raise _Reported
+        return tuple(values)
 
     # -- scalars and their kinds
 
@@ -797,7 +1559,9 @@ class _Loader:
             if _PREFIXED_INT_RE.fullmatch(digits):
                 return "int", int(digits, 0)
         if kind == "float":
-            return "float", text
+            value = _yaml_float(text)
+            if value is not None:
+                return "float", value
         return "str", text
 
     def describe(self, node) -> str:
@@ -839,6 +1603,18 @@ class _Loader:
             raise self.error(node, f"{what} must be at most {limit}, got {value}")
         return value
 
+    def number(self, node, what: str) -> int | float:
+        """An integer or a finite number. A plain 1e20 is one too: PyYAML follows YAML 1.1,
+        where a float needs a dot, and would read it as a string."""
+        kind, value = self.kind(node)
+        if kind == "str" and node.style is None and _YAML12_FLOAT_RE.fullmatch(value):
+            kind, value = "float", float(value)
+        if kind not in ("int", "float"):
+            raise self.type_error(node, what, "a number")
+        if not math.isfinite(value):
+            raise self.error(node, f"{what} must be a finite number, got {node.value}")
+        return value
+
     def choice(self, node, what: str) -> str:
         kind, value = self.kind(node)
         if kind != "str" or value not in _ACTIONS:
@@ -848,23 +1624,33 @@ class _Loader:
     # -- composite values
 
     def mapping(self, node, allowed: tuple[str, ...], where: str, noun: str = "key",
-                aliases: dict | None = None) -> dict:
-        """{key: (key node, value node)}, refusing unknown and repeated keys."""
+                aliases: dict | None = None, meant: set | None = None) -> dict:
+        """{key: (key node, value node)}; unknown and repeated keys are reported and left out.
+
+        meant gets the keys suggested for unknown ones: a key missing because it was
+        misspelled is not reported a second time as missing.
+        """
         pairs = {}
         for key_node, value_node in node.value:
             if key_node.id != "scalar":
-                raise self.error(key_node,
-                                 f"expected a {noun} {where}, got {self.describe(key_node)}")
+                self.attempt(self.not_a_key, key_node, noun, where)
+                continue
             key = key_node.value
             if key not in allowed:
-                raise self.error(key_node, f"unknown {noun} '{key}' {where} "
-                                           f"({_suggestion(key, allowed, aliases)})")
-            if key in pairs:
+                close = _closest(key, allowed, aliases)
+                if meant is not None and close:
+                    meant.add(close)
+                self.report(key_node, f"unknown {noun} '{key}' {where} "
+                                      f"({_suggestion(key, allowed, aliases)})")
+            elif key in pairs:
                 first = pairs[key][0].start_mark.line + 1
-                raise self.error(key_node, f"duplicate {noun} '{key}' {where} "
-                                           f"(first at line {first})")
-            pairs[key] = (key_node, value_node)
+                self.report(key_node, f"duplicate {noun} '{key}' {where} (first at line {first})")
+            else:
+                pairs[key] = (key_node, value_node)
         return pairs
+
+    def not_a_key(self, node, noun: str, where: str):
+        raise self.error(node, f"expected a {noun} {where}, got {self.describe(node)}")
 
     def items(self, node, what: str, single: str) -> list:
         """The nodes of a value that may be one item or a non-empty list of them."""
@@ -877,29 +1663,41 @@ class _Loader:
         return node.value
 
     def globs(self, node, what: str) -> tuple[str, ...]:
-        patterns = []
-        for item in self.items(node, what, "a glob"):
-            if self.kind(item)[0] != "str":
-                label = what if item is node else f"each item of {what}"
-                raise self.type_error(item, label, "a glob (a string)")
-            pattern = item.value
-            problem = _glob_problem(pattern)
-            if problem:
-                raise self.error(item, f"invalid glob '{pattern}' in {what}: {problem}")
-            patterns.append(pattern)
-        return tuple(patterns)
+        return self.settled([self.attempt(self.glob, item, what, item is node)
+                             for item in self.items(node, what, "a glob")])
+
+    def glob(self, node, what: str, alone: bool, expected: str = "a glob (a string)") -> str:
+        if self.kind(node)[0] != "str":
+            raise self.type_error(node, what if alone else f"each item of {what}", expected)
+        pattern = node.value
+        problem = _glob_problem(pattern)
+        if problem:
+            raise self.error(node, f"invalid glob '{pattern}' in {what}: {problem}")
+        if what == "cgroup" and pattern[:1] not in ("/", "*", "?", "["):
+            raise self.error(node, f"cgroup glob '{pattern}' can never match: cgroup paths "
+                                   "start with '/', as in /proc/self/cgroup")
+        return pattern
+
+    def ids(self, node, what: str) -> tuple[str, ...]:
+        """`user` or `group`: names, globs or numeric ids, the ids kept in decimal."""
+        return self.settled([self.attempt(self.id_glob, item, what, item is node)
+                             for item in self.items(node, what, "a name or an id")])
+
+    def id_glob(self, node, what: str, alone: bool) -> str:
+        if self.kind(node)[0] == "int":
+            return str(self.unsigned(node, f"{what} id", _ID_MAX))
+        return self.glob(node, what, alone, "a name or glob (a string) or a numeric id")
 
     def regex(self, node, what: str) -> str:
         pattern = self.string(node, what)
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise self.error(node, f"invalid regex '{pattern}' in {what}: {e}") from None
+        problem = regex_problem(pattern)
+        if problem:
+            raise self.error(node, problem)
         return pattern
 
     def devices(self, node) -> tuple[int, ...]:
-        return tuple(self.unsigned(item, "device", _INT32_MAX)
-                     for item in self.items(node, "device", "a device ordinal"))
+        return self.settled([self.attempt(self.unsigned, item, "device", _INT32_MAX)
+                             for item in self.items(node, "device", "a device ordinal")])
 
     def shape(self, node, what: str) -> tuple[tuple[str, int], ...]:
         kind, _ = self.kind(node)
@@ -908,12 +1706,16 @@ class _Loader:
         if kind != "mapping":
             raise self.type_error(node, what, "an integer or a mapping of gt/ge/lt/le/eq to "
                                               "integers")
+        before = len(self.errors)
         pairs = self.mapping(node, tuple(_RANGE_OPS), f"in {what}", "range operator",
                              _RANGE_OP_ALIASES)
-        if not pairs:
+        if not pairs and len(self.errors) == before:
             raise self.error(node, f"{what} needs at least one of: " + ", ".join(_RANGE_OPS))
-        conditions = tuple((op, self.unsigned(value_node, f"{what} {op}", _U64_MAX))
-                           for op, (_, value_node) in pairs.items())
+        bounds = self.settled([self.attempt(self.unsigned, value_node, f"{what} {op}", _U64_MAX)
+                               for op, (_, value_node) in pairs.items()])
+        if len(self.errors) > before:
+            raise _Reported
+        conditions = tuple(zip(pairs, bounds))
         lo, hi = _bounds(conditions)
         if lo > hi:
             wanted = " and ".join(f"{_RANGE_OPS[op]} {bound}" for op, bound in conditions)
@@ -939,142 +1741,239 @@ class _Loader:
 
     # -- the document
 
+    def other_version(self, root) -> PolicyError | None:
+        """The error for a policy written for another version, whose other keys are not
+        checked: against this version's format they would only be noise."""
+        for key_node, value_node in root.value:
+            if key_node.id == "scalar" and key_node.value == "version":
+                try:
+                    kind, version = self.kind(value_node)
+                except PolicyError:
+                    return None
+                if kind == "int" and version != _SUPPORTED_VERSION:
+                    return self.error(value_node, f"unsupported policy version {version} (this "
+                                                  f"clc reads version {_SUPPORTED_VERSION})")
+                return None
+        return None
+
+    def version(self, node) -> int:
+        kind, version = self.kind(node)
+        if kind != "int":
+            raise self.type_error(node, "version", f"the integer {_SUPPORTED_VERSION}")
+        return version
+
     def policy(self, root) -> Policy:
         if root.id != "mapping":
             raise self.error(root, "a policy must be a mapping that starts with 'version: 1', "
                                    f"got {self.describe(root)}")
-        pairs = self.mapping(root, _TOP_KEYS, "at the top level")
-        if "version" not in pairs:
-            raise self.error(root, "missing 'version' (this clc reads policies with "
-                                   f"'version: {_SUPPORTED_VERSION}')")
-        version_node = pairs["version"][1]
-        kind, version = self.kind(version_node)
-        if kind != "int":
-            raise self.type_error(version_node, "version", f"the integer {_SUPPORTED_VERSION}")
-        if version != _SUPPORTED_VERSION:
-            raise self.error(version_node, f"unsupported policy version {version} (this clc "
-                                           f"reads version {_SUPPORTED_VERSION})")
-        default = self.choice(pairs["default"][1], "default") if "default" in pairs else "allow"
-        on_error = self.choice(pairs["on_error"][1], "on_error") \
+        other = self.other_version(root)
+        if other is not None:
+            raise other
+        meant = set()
+        pairs = self.mapping(root, _TOP_KEYS, "at the top level", meant=meant)
+        if "version" not in pairs and "version" not in meant:
+            self.report(root, "missing 'version' (this clc reads policies with "
+                              f"'version: {_SUPPORTED_VERSION}')")
+        elif "version" in pairs:
+            self.attempt(self.version, pairs["version"][1])
+        default = self.attempt(self.choice, pairs["default"][1], "default") \
+            if "default" in pairs else "allow"
+        on_error = self.attempt(self.choice, pairs["on_error"][1], "on_error") \
             if "on_error" in pairs else "allow"
+        rules = self.attempt(self.rules, pairs["rules"][1]) if "rules" in pairs else []
+        if self.errors:
+            raise PolicyError.collect(self.errors)
+        if on_error == "allow" and (default == "deny" or any(r.action == "deny" for r in rules)):
+            self.warn_on_error(root, pairs.get("on_error"))
+        return Policy(self.path, _SUPPORTED_VERSION, default, on_error, rules,
+                      warnings=sorted(self.warnings, key=lambda w: (w.line, w.column)))
+
+    def rules(self, node) -> list[Rule]:
+        if node.id != "sequence":
+            raise self.type_error(node, "rules", "a list of rules")
         rules = []
-        if "rules" in pairs:
-            rules_node = pairs["rules"][1]
-            if rules_node.id != "sequence":
-                raise self.type_error(rules_node, "rules", "a list of rules")
-            first_use = {}
-            shape_rules = 0
-            for index, rule_node in enumerate(rules_node.value):
-                rule = self.rule(rule_node, index, first_use)
-                if rule.has_shape:
-                    shape_rules += 1
-                    if shape_rules > abi.MAX_CLAUSES:
-                        raise self.error(rule_node, "too many rules with launch-shape conditions "
-                                                    "(grid_blocks, block_threads, shared_mem): "
-                                                    f"at most {abi.MAX_CLAUSES} are supported")
-                rules.append(rule)
-        return Policy(self.path, version, default, on_error, rules)
+        first_use = {}
+        shape_rules = 0
+        for index, rule_node in enumerate(node.value):
+            rule = self.attempt(self.rule, rule_node, index, first_use)
+            if rule is _INVALID:
+                continue
+            if rule.has_shape:
+                shape_rules += 1
+                if shape_rules > abi.MAX_CLAUSES:
+                    self.report(rule_node, "too many rules with launch-shape conditions "
+                                           "(grid_blocks, block_threads, shared_mem): at most "
+                                           f"{abi.MAX_CLAUSES} are supported")
+            for earlier in rules:
+                if _decides_first(earlier, rule):
+                    self.warn(rule_node, f"rule '{rule.name}' is never reached: rule "
+                                         f"'{earlier.name}' (line {earlier.line}) comes before "
+                                         f"it and decides every launch that '{rule.name}' "
+                                         "matches")
+                    break
+            rules.append(rule)
+        return rules
+
+    def warn_on_error(self, root, on_error_pair) -> None:
+        effect = ("should clc fail to decide a launch (its engine does not start, a hook "
+                  "raises), the launch runs, whatever this policy would deny")
+        if on_error_pair is None:
+            self.warn(root, f"on_error is not set, so it is allow: {effect}; add "
+                            "'on_error: deny' to refuse such launches")
+        else:
+            self.warn(on_error_pair[1], f"on_error: allow in a policy that denies: {effect}; "
+                                        "'on_error: deny' refuses such launches")
+
+    def rule_name(self, node) -> str:
+        name = self.string(node, "name")
+        if not name:
+            raise self.error(node, "a rule name must not be empty")
+        if name == "default":
+            raise self.error(node, "the rule name 'default' is reserved for the policy's default")
+        return name
+
+    def action(self, node) -> str:
+        action = self.string(node, "action")
+        if action not in _RULE_ACTIONS:
+            raise self.error(node, f"unknown action '{action}' "
+                                   f"({_suggestion(action, _RULE_ACTIONS)})")
+        return action
 
     def rule(self, node, index: int, first_use: dict) -> Rule:
         if node.id != "mapping":
             raise self.type_error(node, f"rule {index + 1}", "a mapping with at least 'action'")
-        pairs = self.mapping(node, _RULE_KEYS, f"in rule {index + 1}")
+        before = len(self.errors)
+        meant = set()
+        pairs = self.mapping(node, _RULE_KEYS, f"in rule {index + 1}", meant=meant)
+        name, name_node = f"rule-{index + 1}", node
         if "name" in pairs:
             name_node = pairs["name"][1]
-            name = self.string(name_node, "name")
-            if not name:
-                raise self.error(name_node, "a rule name must not be empty")
-            if name == "default":
-                raise self.error(name_node, "the rule name 'default' is reserved for the "
-                                            "policy's default")
-        else:
-            name_node = node
-            name = f"rule-{index + 1}"
-        if name in first_use:
-            raise self.error(name_node, f"duplicate rule name '{name}' (first used at line "
-                                        f"{first_use[name]})")
-        first_use[name] = node.start_mark.line + 1
+            written = self.attempt(self.rule_name, name_node)
+            name = name if written is _INVALID else written
+            if written is not _INVALID and name in first_use:
+                self.report(name_node, f"duplicate rule name '{name}' (first used at line "
+                                       f"{first_use[name]})")
+        elif name in first_use:
+            self.report(node, f"duplicate rule name '{name}' (first used at line "
+                              f"{first_use[name]})")
+        first_use.setdefault(name, node.start_mark.line + 1)
 
-        if "action" not in pairs:
-            raise self.error(node, f"rule '{name}' has no 'action' (expected one of: "
-                                   + ", ".join(_RULE_ACTIONS) + ")")
-        action_node = pairs["action"][1]
-        action = self.string(action_node, "action")
-        if action not in _RULE_ACTIONS:
-            raise self.error(action_node, f"unknown action '{action}' "
-                                          f"({_suggestion(action, _RULE_ACTIONS)})")
+        action = None
+        if "action" in pairs:
+            action = self.attempt(self.action, pairs["action"][1])
+            action = None if action is _INVALID else action
+        elif "action" not in meant:
+            self.report(node, f"rule '{name}' has no 'action' (expected one of: "
+                              + ", ".join(_RULE_ACTIONS) + ")")
         hook = None
         if action == "hook":
-            if "hook" not in pairs:
-                raise self.error(node, f"rule '{name}' has action: hook but no 'hook' (expected "
-                                       f"hook: {_HOOK_FORM})")
-            # In document order, so that the first offending key is the one reported.
+            if "hook" not in pairs and "hook" not in meant:
+                self.report(node, f"rule '{name}' has action: hook but no 'hook' (expected "
+                                  f"hook: {_HOOK_FORM})")
             for key, (key_node, _) in pairs.items():
                 if key in _HOOK_ANSWERS:
-                    raise self.error(key_node, f"'{key}' is not allowed on a hook rule: its hook "
-                                               f"answers it (rule '{name}' has action: hook)")
-            hook = self.hook(pairs["hook"][1])
-        elif "hook" in pairs:
-            raise self.error(pairs["hook"][0], f"'hook' is only allowed on a hook rule (rule "
-                                               f"'{name}' has action: {action})")
+                    self.report(key_node, f"'{key}' is not allowed on a hook rule: its hook "
+                                          f"answers it (rule '{name}' has action: hook)")
+            if "hook" in pairs:
+                hook = self.attempt(self.hook, pairs["hook"][1])
+        elif action is not None and "hook" in pairs:
+            self.report(pairs["hook"][0], f"'hook' is only allowed on a hook rule (rule "
+                                          f"'{name}' has action: {action})")
         if action in ("allow", "wrap"):
             for key in ("message", "error"):
                 if key in pairs:
-                    raise self.error(pairs[key][0], f"'{key}' is only allowed on a deny rule "
-                                                    f"(rule '{name}' has action: {action})")
+                    self.report(pairs[key][0], f"'{key}' is only allowed on a deny rule (rule "
+                                               f"'{name}' has action: {action})")
         wrap = None
         if action == "wrap":
-            wrap = self.wrap(node, pairs, name)
-        else:
+            wrap = self.attempt(self.wrap, node, pairs, name, meant)
+        elif action is not None:
             for key, (key_node, _) in pairs.items():
                 if key in _WRAP_KEYS:
-                    raise self.error(key_node, f"'{key}' is only allowed on a wrap rule (rule "
-                                               f"'{name}' has action: {action})")
+                    self.report(key_node, f"'{key}' is only allowed on a wrap rule (rule "
+                                          f"'{name}' has action: {action})")
 
-        fields = {}
-        if "match" in pairs:
-            match_node = pairs["match"][1]
-            if match_node.id != "mapping":
-                raise self.type_error(match_node, "match", "a mapping")
-            for key, (_, value_node) in self.mapping(match_node, _MATCH_KEYS, "in match").items():
-                if key in ("kernel", "process", "tenant"):
-                    fields[key] = self.globs(value_node, key)
-                elif key == "kernel_regex":
-                    fields[key] = self.regex(value_node, key)
-                elif key == "device":
-                    fields[key] = self.devices(value_node)
-                else:
-                    fields[key] = self.shape(value_node, key)
-        return Rule(
-            name=name, action=action, line=node.start_mark.line + 1,
-            message=self.string(pairs["message"][1], "message") if "message" in pairs else "",
-            error=(self.error_code(pairs["error"][1]) if "error" in pairs else _NOT_PERMITTED)
-            if action == "deny" else 0,
-            record=self.boolean(pairs["record"][1], "record") if "record" in pairs else False,
-            time=self.boolean(pairs["time"][1], "time") if "time" in pairs else False,
-            hook=hook, wrap=wrap, **fields)
+        fields = self.attempt(self.match, pairs["match"][1]) if "match" in pairs else {}
+        # Values are checked unless the key itself was refused above.
+        denies = action in ("deny", None)
+        message = self.attempt(self.string, pairs["message"][1], "message") \
+            if denies and "message" in pairs else ""
+        error = self.attempt(self.error_code, pairs["error"][1]) \
+            if denies and "error" in pairs else _NOT_PERMITTED
+        record = self.attempt(self.boolean, pairs["record"][1], "record") \
+            if action != "hook" and "record" in pairs else False
+        time = self.attempt(self.boolean, pairs["time"][1], "time") \
+            if action != "hook" and "time" in pairs else False
+        if len(self.errors) > before:
+            raise _Reported
+        if action == "deny" and time:
+            self.warn(pairs["time"][0], f"time: true on deny rule '{name}': a denied launch "
+                                        "never runs, so it has no GPU time; clc only records "
+                                        "it, as record: true does")
+        elif action == "deny" and record:
+            self.warn(pairs["record"][0], f"record: true on deny rule '{name}': a denied launch "
+                                          "never runs, so clc records only that it was refused "
+                                          "(its shape and the error it returned)")
+        return Rule(name=name, action=action, line=node.start_mark.line + 1,
+                    message=message, error=error if action == "deny" else 0,
+                    record=record, time=time, hook=hook, wrap=wrap, **fields)
 
-    def wrap(self, node, pairs, name) -> WrapRequest:
+    def match(self, node) -> dict:
+        if node.id != "mapping":
+            raise self.type_error(node, "match", "a mapping")
+        before = len(self.errors)
+        fields = {key: self.attempt(self.condition, key, value_node)
+                  for key, (_, value_node) in self.mapping(node, _MATCH_KEYS, "in match").items()}
+        if len(self.errors) > before:
+            raise _Reported
+        return fields
+
+    def condition(self, key: str, node):
+        if key in _GLOB_KEYS:
+            return self.globs(node, key)
+        if key in _ID_KEYS:
+            return self.ids(node, key)
+        if key == "kernel_regex":
+            return self.regex(node, key)
+        if key == "device":
+            return self.devices(node)
+        return self.shape(node, key)
+
+    def wrap(self, node, pairs, name, meant) -> WrapRequest:
         """`wrapper:` (a built-in or a .cu path relative to the policy), `params:`, and
         `on_unwrappable:`, checked as the wrap pipeline will use them."""
-        from clc.wrapbuild import wrapper_spec   # stdlib-only, like this module
+        from clc.wrapbuild import BUILTIN_WRAPPERS, wrapper_spec   # stdlib-only, like this module
         if "wrapper" not in pairs:
+            if "wrapper" in meant:
+                raise _Reported
             raise self.error(node, f"rule '{name}' has action: wrap but no 'wrapper' (expected "
                                    "sm_share, block_count, deadline or a .cu file)")
+        before = len(self.errors)
         wrapper_node = pairs["wrapper"][1]
-        wrapper = self.string(wrapper_node, "wrapper")
-        params = {}
+        wrapper = self.attempt(self.string, wrapper_node, "wrapper")
+        params, value_nodes = {}, {}
         if "params" in pairs:
             params_node = pairs["params"][1]
             if params_node.id != "mapping":
                 raise self.type_error(params_node, "params", "a mapping")
             for key_node, value_node in params_node.value:
-                kind, value = self.kind(value_node)
-                if kind not in ("int", "float"):
-                    raise self.type_error(value_node, f"params.{key_node.value}", "a number")
-                params[key_node.value] = float(value) if kind == "float" else value
-        on_unwrappable = self.choice(pairs["on_unwrappable"][1], "on_unwrappable") \
+                if key_node.id != "scalar":
+                    self.attempt(self.not_a_key, key_node, "parameter name", "in params")
+                    continue
+                key = key_node.value
+                if key in value_nodes:
+                    first = value_nodes[key].start_mark.line + 1
+                    self.report(key_node, f"duplicate parameter '{key}' in params (first at "
+                                          f"line {first})")
+                    continue
+                value_nodes[key] = value_node
+                value = self.attempt(self.number, value_node, f"params.{key}")
+                if value is not _INVALID:
+                    params[key] = value
+        on_unwrappable = self.attempt(self.choice, pairs["on_unwrappable"][1], "on_unwrappable") \
             if "on_unwrappable" in pairs else "allow"
+        if len(self.errors) > before:
+            raise _Reported
         try:
             spec = wrapper_spec(wrapper, params, self.directory)
         except ValueError as e:
@@ -1083,11 +1982,31 @@ class _Loader:
             if "params" in pairs and not text.startswith("unknown wrapper") \
                     and "cannot read" not in text:
                 at = pairs["params"][1]
-                for key_node, value_node in at.value:     # the value the message names
-                    if f" {key_node.value} must" in text:
+                for key, value_node in value_nodes.items():     # the value the message names
+                    if f" {key} must" in text:
                         at = value_node
             raise self.error(at, text) from None
+        for key, value in params.items():
+            self.attempt(self.wrapper_limit, wrapper, wrapper not in BUILTIN_WRAPPERS, key, value,
+                         value_nodes[key])
+        if len(self.errors) > before:
+            raise _Reported
         return WrapRequest(spec.name, spec.params, on_unwrappable)
+
+    def wrapper_limit(self, wrapper: str, custom: bool, key: str, value, node) -> None:
+        """A parameter within what the shim and the device code can hold."""
+        if (wrapper, key) in _WRAPPER_LIMITS:
+            lowest_text, lowest, highest, why = _WRAPPER_LIMITS[(wrapper, key)]
+            if value < lowest:
+                raise self.error(node, f"wrapper {wrapper}: {key} must be at least {lowest_text} "
+                                       f"({why}), got {node.value}")
+            if value > highest:
+                raise self.error(node, f"wrapper {wrapper}: {key} must be at most {highest} "
+                                       f"({why}), got {node.value}")
+        elif custom and isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+            raise self.error(node, f"wrapper {wrapper}: parameter {key} must be between "
+                                   f"{_INT64_MIN} and {_INT64_MAX} (the device code gets it as "
+                                   f"a C integer constant), got {value}")
 
     def hook(self, node) -> HookRef:
         """`hook: FILE.py:FUNCTION`, FILE relative to the policy's directory."""

@@ -1,14 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`clc policy check FILE...` and `clc policy explain FILE --kernel NAME [...]`"""
+"""`clc policy check [--strict] FILE...` and `clc policy explain FILE --kernel NAME [...]`"""
 
+import dataclasses
+import grp
 import os
+import pwd
 import sys
 
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
-from clc.policy import KernelInfo, PolicyError, load_policy
+from clc.policy import KernelInfo, PolicyError, identity_of, load_policy, process_identity
 
-__all__ = ["PolicyCommand", "parse_dim3"]
+__all__ = ["PolicyCommand", "parse_dim3", "explained_identity"]
 
 
 def parse_dim3(text):
@@ -22,6 +25,28 @@ def parse_dim3(text):
     return tuple(parts + [1] * (3 - len(parts)))
 
 
+def _id_of(text, lookup, kind):
+    """The numeric id of a user or group given by name or number."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return lookup(text)
+    except KeyError:
+        raise ClcError(f"no {kind} named {text!r} on this machine", EXIT_USAGE) from None
+
+
+def explained_identity(args):
+    """Your Identity, with what --user, --group and --cgroup say in its place."""
+    own = process_identity()
+    users = own.users if args.user is None else identity_of(
+        [_id_of(args.user, lambda name: pwd.getpwnam(name).pw_uid, "user")], []).users
+    groups = own.groups if args.group is None else identity_of(
+        [], [_id_of(g, lambda name: grp.getgrnam(name).gr_gid, "group") for g in args.group]
+    ).groups
+    cgroup = own.cgroup if args.cgroup is None else args.cgroup
+    return dataclasses.replace(own, users=users, groups=groups, cgroup=cgroup)
+
+
 class PolicyCommand:
     name = "policy"
     help = "check policy files, or explain which rule decides a launch"
@@ -29,7 +54,15 @@ class PolicyCommand:
     @staticmethod
     def add_arguments(parser):
         sub = parser.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
-        check = sub.add_parser("check", help="validate policy files")
+        check = sub.add_parser(
+            "check", help="validate policy files",
+            description="Check policy files as clc-run would load them. Every error of a file "
+                        "is printed (FILE:LINE:COLUMN: what was expected), then its warnings: "
+                        "rules that earlier rules leave unreachable, deny rules that ask to "
+                        "record or time, on_error: allow in a policy that denies. The status "
+                        "is 2 when a file has errors.")
+        check.add_argument("--strict", action="store_true",
+                           help="fail (status 2) on warnings too")
         check.add_argument("files", nargs="+", metavar="FILE")
         explain = sub.add_parser("explain", help="show which rule decides a launch, and why")
         explain.add_argument("file", metavar="FILE")
@@ -40,26 +73,42 @@ class PolicyCommand:
         explain.add_argument("--device", type=int, default=0)
         explain.add_argument("--process", default="", help="program name")
         explain.add_argument("--tenant", default=os.environ.get("CLC_TENANT", ""))
+        explain.add_argument("--user", metavar="NAME|UID",
+                             help="the program's user (default: yours)")
+        explain.add_argument("--group", metavar="NAME|GID", action="append",
+                             help="a group of the program, repeated for each (default: yours)")
+        explain.add_argument("--cgroup", metavar="PATH",
+                             help="the program's cgroup v2 path (default: yours)")
         explain.add_argument("--hooks", metavar="FILE", action="append",
                              help="hook files given to clc-run, asked before the rules")
 
     def run(self, args):
         if args.policy_command == "check":
-            return self.check(args.files)
+            return self.check(args.files, args.strict)
         return self.explain(args)
 
     @staticmethod
-    def check(files):
+    def check(files, strict=False):
         failed = False
         for path in files:
             try:
                 policy = load_policy(path)
             except PolicyError as e:
                 print(e, file=sys.stderr)
+                count = len(e.errors)
+                print(f"{path}: {count} error{'s' if count != 1 else ''}", file=sys.stderr)
+                failed = True
+                continue
+            for warning in policy.warnings:
+                print(warning, file=sys.stderr)
+            count = len(policy.warnings)
+            warned = f"{count} warning{'s' if count != 1 else ''}"
+            if strict and count:
+                print(f"{path}: {warned}, which --strict makes errors", file=sys.stderr)
                 failed = True
                 continue
             print(f"{path}: ok ({len(policy.rules)} rules, default {policy.default}, "
-                  f"on_error {policy.on_error})")
+                  f"on_error {policy.on_error}" + (f", {warned})" if count else ")"))
         return EXIT_USAGE if failed else 0
 
     @staticmethod
@@ -71,7 +120,7 @@ class PolicyCommand:
         info = KernelInfo(mangled=args.kernel, demangled=demangle(args.kernel),
                           device=args.device,
                           process_names=(args.process,) if args.process else (),
-                          tenant=args.tenant)
+                          tenant=args.tenant, identity=explained_identity(args))
         explanation = policy.explain(info, grid=parse_dim3(args.grid),
                                      block=parse_dim3(args.block), shared_mem=args.shared_mem)
         print(explanation.format())

@@ -25,6 +25,9 @@ POLICIES = REPO / "policies"
 # policies/hook-example.yaml names this file, which is shipped separately.
 EXAMPLE_HOOK = REPO / "examples" / "hooks" / "arg_guard.py"
 U64_MAX = 2**64 - 1
+# Why a kernel_regex construct is refused, as errors say it.
+LINEAR = ("clc runs kernel_regex in time linear in the name's length, without backreferences, "
+          "lookarounds, conditional or atomic groups, possessive repeats or verbose mode")
 
 TEMPLATE_MANGLED = ("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5"
                     "arrayIPcLm1EEEEviT0_T1_")
@@ -133,7 +136,8 @@ ERRORS = [
               stream: 0
             action: deny
         """, "p.yaml:4:7: unknown key 'stream' in match (expected one of: kernel, kernel_regex, "
-             "grid_blocks, block_threads, shared_mem, device, process, tenant)"),
+             "grid_blocks, block_threads, shared_mem, device, process, tenant, user, group, "
+             "cgroup)"),
     ("unknown-range-op-alias", """\
         version: 1
         rules:
@@ -497,40 +501,6 @@ ERRORS = [
           - action: hook
             hook: "guard.py:guard:extra"
         """, "p.yaml:4:11: hook file 'guard.py:guard' must be a Python file ending in .py"),
-    ("hook-with-message", """\
-        version: 1
-        rules:
-          - name: guard
-            action: hook
-            hook: guard.py:guard
-            message: "no"
-        """, "p.yaml:6:5: 'message' is not allowed on a hook rule: its hook answers it (rule "
-             "'guard' has action: hook)"),
-    ("hook-with-error", """\
-        version: 1
-        rules:
-          - action: hook
-            error: CUDA_ERROR_NOT_PERMITTED
-            hook: guard.py:guard
-        """, "p.yaml:4:5: 'error' is not allowed on a hook rule: its hook answers it (rule "
-             "'rule-1' has action: hook)"),
-    ("hook-with-record-and-time", """\
-        version: 1
-        rules:
-          - action: hook
-            hook: guard.py:guard
-            time: true
-            record: true
-        """, "p.yaml:5:5: 'time' is not allowed on a hook rule: its hook answers it (rule "
-             "'rule-1' has action: hook)"),
-    ("hook-answers-before-hook-form", """\
-        version: 1
-        rules:
-          - action: hook
-            hook: 5
-            record: false
-        """, "p.yaml:5:5: 'record' is not allowed on a hook rule: its hook answers it (rule "
-             "'rule-1' has action: hook)"),
     ("hook-unknown-key", """\
         version: 1
         rules:
@@ -662,6 +632,232 @@ ERRORS = [
           - name: ""
             action: deny
         """, "p.yaml:3:11: a rule name must not be empty"),
+    # wrapper params: finite, integral where counted, within what the shim keeps
+    ("param-inf", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: sm_share
+            params: {share: .inf}
+        """, "p.yaml:5:21: params.share must be a finite number, got .inf"),
+    ("param-nan", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: sm_share
+            params:
+              share: .NaN
+        """, "p.yaml:6:14: params.share must be a finite number, got .NaN"),
+    ("param-negative-inf", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: deadline
+            params: {ms: -.inf}
+        """, "p.yaml:5:18: params.ms must be a finite number, got -.inf"),
+    ("param-sms-exponent", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: sm_share
+            params: {sms: 1e20}
+        """, "p.yaml:5:19: wrapper sm_share: sms must be an integer, got 1e+20"),
+    ("param-sms-beyond-32-bits", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: sm_share
+            params: {sms: 4294967296}
+        """, "p.yaml:5:19: wrapper sm_share: sms must be at most 4294967295 (the shim keeps it "
+             "in 32 bits), got 4294967296"),
+    ("param-share-below-resolution", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: sm_share
+            params: {share: 1.0e-9}
+        """, "p.yaml:5:21: wrapper sm_share: share must be at least 0.000001 (the shim keeps a "
+             "share in millionths of the GPU), got 1.0e-9"),
+    ("param-ms-beyond-64-bits", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: deadline
+            params: {ms: 1e30}
+        """, "p.yaml:5:18: wrapper deadline: ms must be at most 18446744073709 (the device "
+             "code counts it in nanoseconds, in 64 bits), got 1e30"),
+    ("param-ms-below-a-nanosecond", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: deadline
+            params: {ms: 0.0000001}
+        """, "p.yaml:5:18: wrapper deadline: ms must be at least 0.000001 (the device code "
+             "counts it in nanoseconds, in 64 bits), got 0.0000001"),
+    ("param-duplicate", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: deadline
+            params:
+              ms: 5
+              ms: 6
+        """, "p.yaml:7:7: duplicate parameter 'ms' in params (first at line 6)"),
+    ("param-bool", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: deadline
+            params: {ms: true}
+        """, "p.yaml:5:18: params.ms must be a number, got the boolean true"),
+    ("error-inf", """\
+        version: 1
+        rules:
+          - action: deny
+            error: .inf
+        """, "p.yaml:4:12: error must be a CUresult name or number, got the number .inf"),
+    ("shape-float", """\
+        version: 1
+        rules:
+          - match:
+              block_threads: {le: 1024.0}
+            action: deny
+        """, "p.yaml:4:27: block_threads le must be an integer, got the number 1024.0"),
+    ("shape-nan", """\
+        version: 1
+        rules:
+          - match:
+              shared_mem: .nan
+            action: deny
+        """, "p.yaml:4:19: shared_mem must be an integer or a mapping of gt/ge/lt/le/eq to "
+             "integers, got the number .nan"),
+    ("device-beyond-int", """\
+        version: 1
+        rules:
+          - match:
+              device: [0, 2147483648]
+            action: deny
+        """, "p.yaml:4:19: device must be at most 2147483647, got 2147483648"),
+    # kernel_regex: what cannot run in linear time
+    ("regex-backreference", """\
+        version: 1
+        rules:
+          - match:
+              kernel_regex: '(gemm)_\\1'
+            action: deny
+        """, "p.yaml:4:21: unsupported regex '(gemm)_\\1' in kernel_regex: a backreference at "
+             "offset 7 (" + LINEAR + ")"),
+    ("regex-named-backreference", """\
+        version: 1
+        rules:
+          - match:
+              kernel_regex: '(?P<k>gemm)(?P=k)'
+            action: deny
+        """, "p.yaml:4:21: unsupported regex '(?P<k>gemm)(?P=k)' in kernel_regex: a "
+             "backreference at offset 11 (" + LINEAR + ")"),
+    ("regex-lookahead", """\
+        version: 1
+        rules:
+          - match:
+              kernel_regex: 'gemm(?!_f16)'
+            action: deny
+        """, "p.yaml:4:21: unsupported regex 'gemm(?!_f16)' in kernel_regex: a lookahead at "
+             "offset 4 (" + LINEAR + ")"),
+    ("regex-lookbehind", """\
+        version: 1
+        rules:
+          - match:
+              kernel_regex: '(?<=at::)add'
+            action: deny
+        """, "p.yaml:4:21: unsupported regex '(?<=at::)add' in kernel_regex: a lookbehind at "
+             "offset 0 (" + LINEAR + ")"),
+    ("regex-atomic", """\
+        version: 1
+        rules:
+          - match:
+              kernel_regex: '(?>a+)b'
+            action: deny
+        """, "p.yaml:4:21: unsupported regex '(?>a+)b' in kernel_regex: an atomic group at "
+             "offset 0 (" + LINEAR + ")"),
+    ("regex-possessive", """\
+        version: 1
+        rules:
+          - match:
+              kernel_regex: 'a++b'
+            action: deny
+        """, "p.yaml:4:21: unsupported regex 'a++b' in kernel_regex: a possessive repeat at "
+             "offset 1 (" + LINEAR + ")"),
+    ("regex-verbose", """\
+        version: 1
+        rules:
+          - match:
+              kernel_regex: '(?x) gemm'
+            action: deny
+        """, "p.yaml:4:21: unsupported regex '(?x) gemm' in kernel_regex: verbose mode (?x) at "
+             "offset 0 (" + LINEAR + ")"),
+    ("regex-too-large", """\
+        version: 1
+        rules:
+          - match:
+              kernel_regex: '(a{50}){50}'
+            action: deny
+        """, "p.yaml:4:21: unsupported regex '(a{50}){50}' in kernel_regex: more than 2000 "
+             "states once its {m,n} repeats are written out (clc runs kernel_regex in time "
+             "linear in the name's length and the regex's size)"),
+    # user, group, cgroup
+    ("user-negative-id", """\
+        version: 1
+        rules:
+          - match:
+              user: -1
+            action: deny
+        """, "p.yaml:4:13: user id must not be negative, got -1"),
+    ("group-id-beyond-32-bits", """\
+        version: 1
+        rules:
+          - match:
+              group: [wheel, 4294967295]
+            action: deny
+        """, "p.yaml:4:22: group id must be at most 4294967294, got 4294967295"),
+    ("user-float", """\
+        version: 1
+        rules:
+          - match:
+              user: 1000.5
+            action: deny
+        """, 'p.yaml:4:13: user must be a name or glob (a string) or a numeric id, got the '
+             'number 1000.5 (quote it to mean the text: "1000.5")'),
+    ("group-mapping", """\
+        version: 1
+        rules:
+          - match:
+              group: {name: wheel}
+            action: deny
+        """, "p.yaml:4:14: group must be a name or an id or a list of them, got a mapping"),
+    ("user-glob-unclosed", """\
+        version: 1
+        rules:
+          - match:
+              user: "svc-[ab"
+            action: deny
+        """, "p.yaml:4:13: invalid glob 'svc-[ab' in user: the '[' at offset 4 has no closing "
+             "']'"),
+    ("cgroup-relative", """\
+        version: 1
+        rules:
+          - match:
+              cgroup: [/system.slice/*, user.slice/*]
+            action: deny
+        """, "p.yaml:4:33: cgroup glob 'user.slice/*' can never match: cgroup paths start with "
+             "'/', as in /proc/self/cgroup"),
+    ("cgroup-int", """\
+        version: 1
+        rules:
+          - match:
+              cgroup: 0
+            action: deny
+        """, 'p.yaml:4:15: cgroup must be a glob (a string), got the integer 0 (quote it to '
+             'mean the text: "0")'),
 ]
 
 
@@ -676,6 +872,192 @@ def test_error_points_at_the_offending_node(text, expected):
     assert str(caught.value) == expected
     error = caught.value
     assert f"{error.path}:{error.line}:{error.column}: {error.message}" == expected
+
+
+def test_every_error_of_a_file_is_reported():
+    # GIVEN a policy with three different mistakes in three places
+    text = """\
+        version: 1
+        default: maybe
+        rules:
+          - name: quarter
+            match: {kernel: "*gemm*"}
+            action: wrap
+            wrapper: sm_share
+            params: {share: .inf}
+          - name: no-debug
+            match:
+              kernel_regex: '^(debug)+\\1$'
+            action: deny
+        """
+    # WHEN it is parsed
+    with pytest.raises(PolicyError) as caught:
+        policy(text)
+    # THEN all three are reported, one per line, in the order of the file
+    assert str(caught.value).splitlines() == [
+        "p.yaml:2:10: default must be 'allow' or 'deny', got the string 'maybe'",
+        "p.yaml:8:21: params.share must be a finite number, got .inf",
+        "p.yaml:11:21: unsupported regex '^(debug)+\\1$' in kernel_regex: a backreference at "
+        f"offset 9 ({LINEAR})",
+    ]
+    # AND each is a PolicyError of its own, the first one's position on the whole
+    error = caught.value
+    assert [(e.line, e.column) for e in error.errors] == [(2, 10), (8, 21), (11, 21)]
+    assert (error.line, error.column, error.message) == (2, 10, error.errors[0].message)
+
+
+def test_mistakes_in_one_rule_and_in_lists_are_all_reported():
+    # GIVEN one rule with a bad name, a bad glob in a list, two bad devices and a bad record
+    text = """\
+        version: 1
+        rules:
+          - name: 5
+            match:
+              kernel: [ok, "gemm_[sd"]
+              device: [-1, 0, x]
+            action: allow
+            record: yes
+        """
+    # WHEN it is parsed
+    with pytest.raises(PolicyError) as caught:
+        policy(text)
+    # THEN every one of them is reported
+    assert str(caught.value).splitlines() == [
+        'p.yaml:3:11: name must be a string, got the integer 5 (quote it to mean the text: '
+        '"5")',
+        "p.yaml:5:20: invalid glob 'gemm_[sd' in kernel: the '[' at offset 5 has no closing "
+        "']'",
+        "p.yaml:6:16: device must not be negative, got -1",
+        "p.yaml:6:23: device must be an integer, got the string 'x'",
+        "p.yaml:8:13: record must be true or false, got the string 'yes' (only true and false "
+        "are booleans here)",
+    ]
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a misspelt key is not reported a second time as the key that is missing
+    ("version: 1\nrules:\n  - acton: deny\n",
+     ["p.yaml:3:5: unknown key 'acton' in rule 1 (did you mean 'action'?)"]),
+    ("versoin: 1\n", ["p.yaml:1:1: unknown key 'versoin' at the top level (did you mean "
+                      "'version'?)"]),
+    ("version: 1\nrules:\n  - action: wrap\n    wraper: sm_share\n",
+     ["p.yaml:4:5: unknown key 'wraper' in rule 1 (did you mean 'wrapper'?)"]),
+    # an unknown range operator does not also leave the range empty
+    ("version: 1\nrules:\n  - match: {grid_blocks: {gte: 1, lt: -1}}\n    action: deny\n",
+     ["p.yaml:3:27: unknown range operator 'gte' in grid_blocks (did you mean 'ge'?)",
+      "p.yaml:3:39: grid_blocks lt must not be negative, got -1"]),
+])
+def test_one_mistake_is_reported_once(text, expected):
+    # GIVEN a policy whose mistakes could each be read as two
+    # WHEN it is parsed
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text, "p.yaml")
+    # THEN each is reported once
+    assert str(caught.value).splitlines() == expected
+
+
+def test_another_version_is_reported_alone():
+    # GIVEN a policy for another version, whose keys this version does not know
+    # WHEN it is parsed
+    with pytest.raises(PolicyError) as caught:
+        parse_policy("version: 2\nlimits: {gpus: 1}\nrules: 5\n", "p.yaml")
+    # THEN only the version is reported: the rest is not this version's format
+    assert str(caught.value) == "p.yaml:1:10: unsupported policy version 2 (this clc reads " \
+                                "version 1)"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("""\
+        version: 1
+        rules:
+          - name: guard
+            action: hook
+            hook: guard.py:guard
+            message: "no"
+        """, ["p.yaml:6:5: 'message' is not allowed on a hook rule: its hook answers it (rule "
+              "'guard' has action: hook)"]),
+    ("""\
+        version: 1
+        rules:
+          - action: hook
+            error: CUDA_ERROR_NOT_PERMITTED
+            hook: guard.py:guard
+        """, ["p.yaml:4:5: 'error' is not allowed on a hook rule: its hook answers it (rule "
+              "'rule-1' has action: hook)"]),
+    ("""\
+        version: 1
+        rules:
+          - action: hook
+            hook: guard.py:guard
+            time: true
+            record: true
+        """, ["p.yaml:5:5: 'time' is not allowed on a hook rule: its hook answers it (rule "
+              "'rule-1' has action: hook)",
+              "p.yaml:6:5: 'record' is not allowed on a hook rule: its hook answers it (rule "
+              "'rule-1' has action: hook)"]),
+    ("""\
+        version: 1
+        rules:
+          - action: hook
+            hook: 5
+            record: false
+        """, ['p.yaml:4:11: hook must be a string, got the integer 5 (quote it to mean the '
+              'text: "5")',
+              "p.yaml:5:5: 'record' is not allowed on a hook rule: its hook answers it (rule "
+              "'rule-1' has action: hook)"]),
+], ids=["message", "error", "record-and-time", "bad-hook-and-record"])
+def test_hook_rule_mistakes_are_all_reported(hook_dir, text, expected):
+    # GIVEN a hook rule (its file exists) that sets what its hook answers
+    # WHEN it is parsed
+    with pytest.raises(PolicyError) as caught:
+        policy(text)
+    # THEN each key it may not set is reported, with any other mistake
+    assert str(caught.value).splitlines() == expected
+
+
+def test_custom_wrapper_params_fit_a_c_constant(tmp_path):
+    # GIVEN a wrap rule with a device policy file and integer params beyond 64 bits
+    (tmp_path / "policy.cu").write_text('extern "C" __device__ void clc_policy_init(void *s) {}\n')
+    path = tmp_path / "p.yaml"
+    path.write_text("version: 1\nrules:\n  - action: wrap\n    wrapper: policy.cu\n"
+                    "    params: {budget: 9223372036854775808, floor: -9223372036854775809, "
+                    "ok: 9223372036854775807, ratio: .nan}\n")
+    # WHEN it is loaded
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    # THEN the non-finite one is reported; fixed, the ones too large for a C integer are
+    assert str(caught.value) == f"{path}:5:104: params.ratio must be a finite number, got .nan"
+    path.write_text(path.read_text().replace(", ratio: .nan", ""))
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}:5:22: wrapper policy.cu: parameter budget must be between "
+        "-9223372036854775808 and 9223372036854775807 (the device code gets it as a C integer "
+        "constant), got 9223372036854775808",
+        f"{path}:5:50: wrapper policy.cu: parameter floor must be between "
+        "-9223372036854775808 and 9223372036854775807 (the device code gets it as a C integer "
+        "constant), got -9223372036854775809",
+    ]
+
+
+def test_exponent_without_a_dot_is_a_number():
+    # GIVEN params written as YAML 1.2 floats, which YAML 1.1 would read as strings
+    loaded = policy("""\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: deadline
+            params: {ms: 1e3}
+          - action: wrap
+            wrapper: sm_share
+            params: {share: 25E-2}
+        """)
+    # THEN they are the numbers
+    assert loaded.rules[0].wrap.params == (("ms", 1000.0),)
+    assert loaded.rules[1].wrap.params == (("share", 0.25),)
+    # AND quoted they stay strings
+    with pytest.raises(PolicyError, match="params.ms must be a number, got the string '1e3'"):
+        policy('version: 1\nrules:\n  - {action: wrap, wrapper: deadline, params: {ms: "1e3"}}')
 
 
 def test_wrap_rule_with_a_missing_policy_file_names_it(tmp_path):
@@ -1124,6 +1506,389 @@ def test_base_name(demangled, base):
     assert base_name(base) == base
 
 
+# ---- kernel_regex -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pattern, names", [
+    ("gemm_.*_f16$", {"gemm_tn_f16": True, "gemm_tn_f16x": False, "xgemm_nn_f16": True}),
+    ("^(sgemm|dgemm)", {"sgemm_128": True, "dgemm": True, "hgemm": False, "my_sgemm": False}),
+    ("[a-z]+_kernel", {"add_kernel": True, "_kernel": False, "ADD_kernel": False}),
+    ("(?i)^VecAdd\\b", {"vecadd": True, "VECADD_2": False, "vecAdd": True}),
+    ("^at::native::\\w+<4,", {TEMPLATE_BASE: True, "at::native::x<8, 4>": False}),
+])
+def test_ordinary_regexes_match_as_in_python(pattern, names):
+    # GIVEN a deny rule with an ordinary kernel_regex
+    loaded = parse_policy(f"version: 1\non_error: deny\nrules:\n"
+                          f"  - match: {{kernel_regex: '{pattern}'}}\n    action: deny\n")
+    for name, denied in names.items():
+        # WHEN a kernel of that name is decided
+        outcome = loaded.decide(kernel(name, name)).fallback
+        # THEN the rule matches exactly when re.search finds the pattern
+        assert (outcome.rule == 0) is denied is (re.search(pattern, name) is not None)
+
+
+def test_backtracking_regex_is_checked_and_decided_quickly():
+    # GIVEN '^(a+)+$', which re.search takes exponential time on, and a long name of a's that
+    # does not match it
+    code = textwrap.dedent("""\
+        from clc.policy import KernelInfo, parse_policy
+        loaded = parse_policy("version: 1\\nrules:\\n  - match: {kernel_regex: '^(a+)+$'}\\n"
+                              "    action: deny\\n")
+        for name in ("a" * 100_000 + "b", "a" * 100_000):
+            print(loaded.decide(KernelInfo(name, name, 0)).fallback.rule)
+        """)
+    # WHEN the policy is checked and the kernels decided, in a process that may be killed
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=60)
+    # THEN it finishes: the first falls to the default, the second is denied by the rule
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(abi.RULE_DEFAULT), "0"]
+
+
+def random_pattern(rng: random.Random, depth: int = 0) -> str:
+    atoms = ["a", "b", "_", ".", "[ab]", "[^a]", "[a-c_]", "\\w", "\\W", "\\d", "\\s", "\\b",
+             "\\B", "^", "$", "\\A", "\\Z", "A", "\\.", "[]a]", "\\n", "1", "[\\d_]", "\\x61"]
+    roll = rng.random()
+    if depth > 3 or roll < 0.4:
+        return rng.choice(atoms)
+    if roll < 0.6:
+        return "".join(random_pattern(rng, depth + 1) for _ in range(rng.randint(1, 3)))
+    if roll < 0.75:
+        return "(" + rng.choice(["", "?:", "?P<g>"]) + "|".join(
+            random_pattern(rng, depth + 1) for _ in range(rng.randint(1, 3))) + ")"
+    inner = random_pattern(rng, depth + 1)
+    return f"({inner})" + rng.choice(["*", "+", "?", "{2}", "{1,3}", "{,2}", "{2,}", "*?", "{}"])
+
+
+def test_regexes_find_what_python_finds():
+    # GIVEN random regexes of every construct clc supports, with and without flags, and names
+    from clc.policy import _regex
+    rng = random.Random(7)
+    compared = 0
+    for _ in range(1500):
+        pattern = rng.choice(["", "", "(?i)", "(?m)", "(?s)", "(?a)"]) + random_pattern(rng)
+        try:
+            expected = re.compile(pattern)
+        except re.error:
+            continue
+        for name in ["", "a", "ab", "A_b", "a\n", "\nb", "é1", "x.y z"] + [
+                "".join(rng.choice("abA_\n.1 ") for _ in range(rng.randint(0, 8)))
+                for _ in range(4)]:
+            # WHEN clc searches each name
+            # THEN it finds the pattern exactly when re.search does
+            assert _regex(pattern).search(name) is (expected.search(name) is not None), \
+                (pattern, name)
+            compared += 1
+    assert compared > 5000
+
+
+# ---- warnings ----------------------------------------------------------------------------------
+
+def warnings_of(text: str) -> list[str]:
+    return [str(w) for w in policy(text).warnings]
+
+
+@pytest.mark.parametrize("rules, warned", [
+    # an earlier catch-all
+    ("""\
+      - name: all
+        match: {kernel: "*"}
+        action: allow
+      - name: gemm
+        match: {kernel: "*gemm*", grid_blocks: {gt: 10}}
+        action: deny
+    """, [(7, "gemm", "all", 4)]),
+    # a rule without match matches everything after it
+    ("""\
+      - name: time-all
+        action: allow
+        time: true
+      - name: gemm
+        match: {kernel: "*gemm*"}
+        action: deny
+    """, [(7, "gemm", "time-all", 4)]),
+    # identical match blocks
+    ("""\
+      - name: first
+        match: {kernel: "*gemm*", user: alice, grid_blocks: {gt: 5}}
+        action: deny
+      - name: second
+        match: {kernel: "*gemm*", user: alice, grid_blocks: {gt: 5}}
+        action: allow
+    """, [(7, "second", "first", 4)]),
+    # an earlier rule with more globs, more devices and a wider range
+    ("""\
+      - name: wide
+        match: {kernel: ["*gemm*", "*conv*"], device: [0, 1], shared_mem: {ge: 10}}
+        action: allow
+      - name: narrow
+        match: {kernel: "*gemm*", device: 1, shared_mem: {ge: 100}, tenant: b}
+        action: deny
+    """, [(7, "narrow", "wide", 4)]),
+    # a hook may return None: the rules after it stay reachable
+    ("""\
+      - name: guard
+        match: {kernel: "*"}
+        action: hook
+        hook: guard.py:guard
+      - name: gemm
+        match: {kernel: "*gemm*"}
+        action: deny
+    """, []),
+    # an earlier rule that is narrower in any way leaves launches to the later one
+    ("""\
+      - name: gemm
+        match: {kernel: "*gemm*"}
+        action: allow
+      - name: small
+        match: {grid_blocks: {lt: 10}}
+        action: allow
+      - name: rest
+        match: {kernel: "*", grid_blocks: {lt: 100}}
+        action: deny
+      - name: other-process
+        match: {process: "*"}
+        action: allow
+      - name: regex
+        match: {kernel_regex: "gemm"}
+        action: allow
+      - name: regex-elsewhere
+        match: {kernel_regex: "gemm$", kernel: "*"}
+        action: deny
+    """, []),
+])
+def test_unreachable_rules_are_warned(hook_dir, rules, warned):
+    # GIVEN rules, some of which an earlier rule may leave unreachable
+    text = "version: 1\non_error: deny\nrules:\n" + textwrap.dedent(rules)
+    # WHEN the policy is loaded
+    # THEN each such rule gets a warning naming the rule that decides first
+    assert warnings_of(text) == [
+        f"p.yaml:{line}:3: warning: rule '{name}' is never reached: rule '{first}' (line "
+        f"{first_line}) comes before it and decides every launch that '{name}' matches"
+        for line, name, first, first_line in warned]
+
+
+def test_deny_rules_that_record_or_time_are_warned():
+    # GIVEN deny rules asking to record and to time, and allow rules asking the same
+    text = """\
+        version: 1
+        on_error: deny
+        rules:
+          - match: {kernel: "*a*"}
+            action: deny
+            record: true
+          - match: {kernel: "*b*"}
+            action: deny
+            record: true
+            time: true
+          - match: {kernel: "*c*"}
+            action: deny
+            record: false
+          - match: {kernel: "*d*"}
+            action: allow
+            time: true
+        """
+    # WHEN the policy is loaded
+    # THEN each deny rule is told what clc does with its denied launches
+    assert warnings_of(text) == [
+        "p.yaml:6:5: warning: record: true on deny rule 'rule-1': a denied launch never runs, "
+        "so clc records only that it was refused (its shape and the error it returned)",
+        "p.yaml:10:5: warning: time: true on deny rule 'rule-2': a denied launch never runs, so "
+        "it has no GPU time; clc only records it, as record: true does",
+    ]
+    # AND the rules keep their flags
+    assert [rule.flags for rule in policy(text).rules] == [
+        abi.FLAG_RECORD, abi.FLAG_RECORD | abi.FLAG_TIME, 0, abi.FLAG_RECORD | abi.FLAG_TIME]
+
+
+EFFECT = ("should clc fail to decide a launch (its engine does not start, a hook raises), the "
+          "launch runs, whatever this policy would deny")
+
+
+@pytest.mark.parametrize("text, warned", [
+    ("version: 1\non_error: allow\nrules:\n  - {match: {kernel: x}, action: deny}\n",
+     [f"p.yaml:2:11: warning: on_error: allow in a policy that denies: {EFFECT}; "
+      "'on_error: deny' refuses such launches"]),
+    ("# strict\nversion: 1\ndefault: deny\n",
+     [f"p.yaml:2:1: warning: on_error is not set, so it is allow: {EFFECT}; add "
+      "'on_error: deny' to refuse such launches"]),
+    ("version: 1\ndefault: deny\non_error: deny\n", []),
+    ("version: 1\non_error: allow\nrules:\n  - {action: allow, record: true}\n", []),
+], ids=["deny-rule", "default-deny", "on-error-deny", "nothing-denied"])
+def test_on_error_allow_in_a_policy_that_denies_is_warned(text, warned):
+    # GIVEN a policy with or without denials, and its on_error
+    # WHEN it is loaded
+    # THEN on_error: allow, written or not, is warned about only where something is denied
+    assert [str(w) for w in parse_policy(text, "p.yaml").warnings] == warned
+
+
+def test_warnings_are_not_part_of_the_policy():
+    # GIVEN a policy with a warning
+    loaded = policy("version: 1\ndefault: deny\n")
+    assert len(loaded.warnings) == 1
+    # WHEN it goes to JSON and back
+    again = Policy.from_json(loaded.to_json())
+    # THEN the program's copy decides the same and carries no warnings
+    assert again == loaded and again.warnings == []
+    assert "warning" not in loaded.to_json()
+
+
+# ---- identity: user, group, cgroup -------------------------------------------------------------
+
+PASSWD = {1000: "alice", 0: "root"}
+GROUPS = {1000: "alice", 44: "video", 0: "root"}
+
+
+@pytest.fixture
+def identity_db(monkeypatch):
+    """A user and group database holding PASSWD and GROUPS."""
+    import grp
+    import pwd
+
+    def user(uid):
+        if uid not in PASSWD:
+            raise KeyError(f"getpwuid(): uid not found: {uid}")
+        return pwd.struct_passwd((PASSWD[uid], "x", uid, uid, "", "/", "/bin/sh"))
+
+    def group(gid):
+        if gid not in GROUPS:
+            raise KeyError(f"getgrgid(): gid not found: {gid}")
+        return grp.struct_group((GROUPS[gid], "x", gid, []))
+
+    monkeypatch.setattr(pwd, "getpwuid", user)
+    monkeypatch.setattr(grp, "getgrgid", group)
+
+
+def test_process_identity_comes_from_the_kernel(identity_db, monkeypatch, tmp_path):
+    # GIVEN a process of uid 1000 with groups 1000, 44 and 4242 (no name), in a cgroup, and
+    # environment variables that claim to be root
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "getgid", lambda: 1000)
+    monkeypatch.setattr(os, "getegid", lambda: 1000)
+    monkeypatch.setattr(os, "getgroups", lambda: [44, 1000, 4242])
+    cgroup = tmp_path / "cgroup"
+    cgroup.write_text("12:cpu,cpuacct:/v1/ignored\n0::/user.slice/user-1000.slice/s-3.scope\n")
+    monkeypatch.setattr("clc.policy._PROC_CGROUP", str(cgroup))
+    for name in ("USER", "LOGNAME", "CLC_TENANT"):
+        monkeypatch.setenv(name, "root")
+    # WHEN its identity is read
+    from clc.policy import Identity, process_identity
+    identity = process_identity()
+    # THEN names and ids come from the ids the kernel gives, the path from the v2 line
+    assert identity == Identity(users=("alice", "1000"),
+                                groups=("alice", "1000", "video", "44", "4242"),
+                                cgroup="/user.slice/user-1000.slice/s-3.scope")
+
+
+def test_process_identity_of_a_set_user_id_program_without_cgroup_v2(identity_db, monkeypatch,
+                                                                     tmp_path):
+    # GIVEN a set-user-ID root program run by uid 1000, on a machine with cgroup v1 only
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "getgid", lambda: 5000)
+    monkeypatch.setattr(os, "getegid", lambda: 5000)
+    monkeypatch.setattr(os, "getgroups", lambda: [])
+    cgroup = tmp_path / "cgroup"
+    cgroup.write_text("12:cpu,cpuacct:/\n1:name=systemd:/user.slice\n")
+    monkeypatch.setattr("clc.policy._PROC_CGROUP", str(cgroup))
+    # WHEN its identity is read
+    from clc.policy import process_identity
+    identity = process_identity()
+    # THEN both users count, the group without a name is its id, and there is no cgroup
+    assert (identity.users, identity.groups, identity.cgroup) == (
+        ("alice", "1000", "root", "0"), ("5000",), None)
+    # AND without /proc/self/cgroup there is none either
+    monkeypatch.setattr("clc.policy._PROC_CGROUP", str(tmp_path / "absent"))
+    assert process_identity().cgroup is None
+
+
+IDENTITY_RULES = """\
+    version: 1
+    on_error: deny
+    rules:
+      - name: alice
+        match: {user: alice}
+        action: deny
+        error: 1
+      - name: service-uid
+        match: {user: 990}
+        action: deny
+        error: 2
+      - name: video
+        match: {group: [44, "gpu-*"]}
+        action: deny
+        error: 3
+      - name: batch
+        match: {cgroup: "/system.slice/slurmstepd.scope/*"}
+        action: deny
+        error: 4
+    """
+
+
+def with_identity(users=(), groups=(), cgroup=None) -> KernelInfo:
+    from clc.policy import Identity
+    return KernelInfo("_Z6vecAddPKfS0_Pfi", "vecAdd(float const*, float const*, float*, int)",
+                      0, ("a.out",), "", Identity(tuple(users), tuple(groups), cgroup))
+
+
+@pytest.mark.parametrize("identity, rule", [
+    (dict(users=("alice", "1000")), 0),
+    (dict(users=("bob", "1001"), groups=("bob", "1001")), abi.RULE_DEFAULT),
+    (dict(users=("svc", "990")), 1),
+    (dict(users=("990x",)), abi.RULE_DEFAULT),
+    (dict(users=("bob", "1001"), groups=("bob", "1001", "video", "44")), 2),
+    (dict(users=("bob", "1001"), groups=("gpu-users", "2000")), 2),
+    (dict(users=("bob", "1001"), cgroup="/system.slice/slurmstepd.scope/job_7/step_0"), 3),
+    (dict(users=("bob", "1001"), cgroup="/user.slice/system.slice/slurmstepd.scope/x"),
+     abi.RULE_DEFAULT),
+    (dict(), abi.RULE_DEFAULT),
+])
+def test_identity_keys_match(identity, rule):
+    # GIVEN rules on a user name, a numeric uid, groups and a cgroup
+    loaded = policy(IDENTITY_RULES)
+    # WHEN a kernel of a process with this identity is decided
+    outcome = loaded.decide(with_identity(**identity)).fallback
+    # THEN the expected rule decides
+    assert outcome.rule == rule
+
+
+def test_identity_keys_are_explained():
+    # GIVEN the identity rules and a process of bob in group video, and one of unknown identity
+    loaded = policy(IDENTITY_RULES)
+    known = loaded.explain(with_identity(("bob", "1001"), ("bob", "1001", "video", "44"),
+                                         "/user.slice"))
+    unknown = loaded.explain(with_identity())
+    # THEN each step says what was matched against what
+    assert [s.reason for s in known.steps[:3]] == [
+        "user glob 'alice' does not match 'bob', '1001'",
+        "user glob '990' does not match 'bob', '1001'",
+        "group glob '44' matches '44'",
+    ]
+    assert [s.reason for s in unknown.steps] == [
+        "user glob 'alice' does not match (no user known)",
+        "user glob '990' does not match (no user known)",
+        "group globs '44', 'gpu-*' do not match (no group known)",
+        "cgroup glob '/system.slice/slurmstepd.scope/*' does not match (no cgroup v2 path)",
+    ]
+    # AND the identity is shown under the process
+    assert known.format().splitlines()[4] == (
+        "user 'bob', '1001'; groups 'bob', '1001', 'video', '44'; cgroup '/user.slice'")
+    assert not any(line.startswith("user ") for line in unknown.format().splitlines())
+
+
+def test_identity_rules_round_trip_through_json():
+    # GIVEN the identity rules
+    loaded = policy(IDENTITY_RULES)
+    assert loaded.rules[1].user == ("990",) and loaded.rules[2].group == ("44", "gpu-*")
+    # WHEN they go to JSON and back
+    again = Policy.from_json(loaded.to_json())
+    # THEN they are the same and decide the same
+    assert again == loaded
+    info = with_identity(("bob", "1001"), ("gpu-a",))
+    assert again.decide(info) == loaded.decide(info)
+
+
 # ---- explain -----------------------------------------------------------------------------------
 
 def test_explain_deny_by_rule():
@@ -1296,6 +2061,54 @@ def test_module_needs_only_the_standard_library():
 
 
 # ---- shipped policies ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(POLICIES.glob("*.yaml")), ids=lambda path: path.name)
+def test_every_shipped_policy_loads_without_warnings(path):
+    # GIVEN a policy shipped in policies/ (the hook example needs the example hook)
+    if path.name == "hook-example.yaml" and not EXAMPLE_HOOK.exists():
+        pytest.skip("examples/hooks/arg_guard.py is absent")
+    # WHEN it is loaded
+    loaded = load_policy(path)
+    # THEN it has rules and nothing `clc policy check --strict` would refuse
+    assert loaded.rules
+    assert [str(w) for w in loaded.warnings] == []
+
+
+def test_strict_example_policy():
+    # GIVEN the shipped fail-closed template
+    from clc.policy import Identity
+    loaded = load_policy(POLICIES / "strict-example.yaml")
+    assert (loaded.default, loaded.on_error) == ("deny", "deny")
+    assert loaded.on_error_outcome() == Outcome(abi.ACTION_DENY, 0, 800, abi.RULE_ON_ERROR)
+    bob = Identity(("bob", "1001"), ("bob", "1001"), "/user.slice/user-1001.slice")
+    user = Identity(("carol", "1002"), ("carol", "1002", "gpu-users", "3000"), "/user.slice")
+    admin = Identity(("dave", "1003"), ("dave", "1003", "wheel", "10"), "/user.slice")
+    job = Identity(("erin", "1004"), ("erin", "1004"),
+                   "/system.slice/slurmstepd.scope/job_17/step_0/user/task_0")
+    service = Identity(("infer", "990"), ("infer", "990"), "/system.slice/infer.service")
+
+    def decide(identity, name="vecAdd(float*)", mangled="_Z6vecAddPf"):
+        return loaded.decide(KernelInfo(mangled, name, 0, ("a.out",), "", identity))
+
+    # WHEN kernels of each kind of process are decided
+    # THEN someone listed nowhere is refused, even when the tenant claims otherwise
+    assert decide(bob).fallback == Outcome(abi.ACTION_DENY, 0, 800, abi.RULE_DEFAULT)
+    assert loaded.decide(KernelInfo("_Z1kv", "k()", 0, (), "admins", bob)).fallback.rule == \
+        abi.RULE_DEFAULT
+    # AND administrators run anything, recorded
+    assert decide(admin).fallback == Outcome(abi.ACTION_ALLOW, abi.FLAG_RECORD, 0, 0)
+    # AND batch jobs run library kernels only
+    assert decide(job, "void cutlass::Kernel<F>(F)", "_ZN7cutlass6KernelI1FEEvT_").fallback \
+        == Outcome(abi.ACTION_ALLOW, 0, 0, 1)
+    assert decide(job).fallback.rule == abi.RULE_DEFAULT
+    # AND gpu-users run their kernels, but not huge grids
+    decision = decide(user)
+    assert decision.outcome_for(1_000_000, 256, 0) == Outcome(abi.ACTION_ALLOW, 0, 0, 3)
+    assert decision.outcome_for(1_000_001, 256, 0) == Outcome(abi.ACTION_DENY, 0, 800, 2)
+    # AND the service account runs only its inference kernels
+    assert decide(service, "infer_resnet50", "infer_resnet50").fallback.rule == 4
+    assert decide(service).fallback.rule == abi.RULE_DEFAULT
+
 
 def test_audit_policy():
     # GIVEN the shipped audit policy
