@@ -31,7 +31,7 @@ from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
 from clc.hooks import (QUERY_STATUS_AT, ExitStats, QueryLaunch, checked_layout, import_hook_file,
                        load_hook_file, resolve_hook_ref)
-from clc.policy import Decision, KernelInfo, Outcome, Policy
+from clc.policy import Decision, KernelInfo, Outcome, Policy, process_identity
 
 __all__ = ["Engine", "shim_settings", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
            "process_names"]
@@ -175,6 +175,7 @@ class Engine:
         self.policy = Policy.from_json(settings["CLC_POLICY"])
         self.tenant = settings.get("CLC_TENANT", "")
         self.process_names = process_names()
+        self.identity = process_identity()  # from the kernel, never from the environment
         self.modules = {}
         self.verbose = settings.get("CLC_VERBOSE", "0") not in ("", "0")
         self._announced = set()
@@ -222,7 +223,8 @@ class Engine:
         kernel = self.kernels.get(key)
         if kernel is None or kernel.info.mangled != mangled:
             info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
-                              process_names=self.process_names, tenant=self.tenant)
+                              process_names=self.process_names, tenant=self.tenant,
+                              identity=self.identity)
             kernel = self.kernels[key] = _Kernel(handle, info, self._plan(info), ctx, layout)
         if kernel_id is not None and kernel_id != abi.KERNEL_UNCACHED:
             self.names[kernel_id] = kernel.info.demangled

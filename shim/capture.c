@@ -13,9 +13,11 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,7 +41,22 @@ typedef struct tbuf {
 
 static tbuf *_Atomic g_bufs; /* every buffer ever made, newest first; never freed */
 static pthread_mutex_t g_file_lock = PTHREAD_MUTEX_INITIALIZER;
-static int g_fd = -1;
+/* The capture file, by path and identity: each flush opens it anew (O_APPEND, no link
+ * followed), checks that it is still the file clc created, writes and closes, so that a
+ * program that closes or reuses descriptors can neither lose the capture nor receive it. */
+static char g_path[4200];
+static dev_t g_dev;
+static ino_t g_ino;
+static int g_file_ok; /* 0 once the file is gone or replaced: said once, nothing more written */
+static uint64_t g_written, g_max_bytes, g_lost_bytes;
+static int g_write_errno;
+/* The size cap applies to launch and timing records, the ones a program makes without bound;
+ * kernels, loads, messages and the exit records are always kept, so that every count and
+ * name stays in the file. */
+static _Atomic uint64_t g_capped_bytes;
+static _Atomic int g_over_cap; /* set by the flushes once the file holds g_max_bytes: read-mostly,
+                                  so recording threads never contend on a shared counter (the
+                                  file may pass the cap by what was buffered until then) */
 static _Atomic int g_state; /* 0: not opened, 1: open, 2: failed or finished */
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t g_dropped;
@@ -144,31 +161,100 @@ uint32_t clc_tid(void) {
     return t_tid;
 }
 
-static void write_all(int fd, const char *p, size_t n) {
+/* A line on stderr, at once: about the capture itself, so never into it. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    char msg[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n > 0) (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+}
+
+static int write_all(int fd, const char *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return;
+        if (w < 0) return errno;
+        if (w == 0) return EIO;
         p += w;
         n -= (size_t)w;
     }
+    return 0;
 }
 
-/* Called with g_file_lock held. */
-static void flush_buf(tbuf *b) {
+/* The capture, reopened for appending; -1 (said once) when it is no longer clc's file. */
+static int open_for_append(void) {
+    static int said;
+    struct stat st;
+    int fd = open(g_path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino) return fd;
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0) close(fd);
+    g_file_ok = 0;
+    if (!said++)
+        say("clc: the capture %s %s: no more records are written\n", g_path,
+            e ? strerror(e) : "was replaced by another file");
+    return -1;
+}
+
+/* Writes n bytes (whole records) to the file, or loses them, counted: a failed or short write
+ * is cut back off, so that the file stays a sequence of whole records. Said once per cause, on
+ * stderr at the time (the capture may be what cannot be written). */
+static void append(int fd, const char *p, size_t n) {
+    static int said_error;
+    struct stat st;
+    off_t before = fstat(fd, &st) == 0 ? st.st_size : -1;
+    int e = write_all(fd, p, n);
+    if (!e) {
+        g_written += n;
+        if (g_max_bytes && g_written >= g_max_bytes) atomic_store(&g_over_cap, 1);
+        return;
+    }
+    if (before >= 0) (void)!ftruncate(fd, before);
+    g_lost_bytes += n;
+    if (!g_write_errno) g_write_errno = e;
+    if (!said_error++)
+        say("clc: writing the capture %s failed: %s; records are being lost (counted in its "
+            "end record, if that can be written)\n", g_path, strerror(e));
+}
+
+/* Called with g_file_lock held; fd is the capture opened for this flush. */
+static void flush_buf(tbuf *b, int fd) {
     size_t head = atomic_load_explicit(&b->head, memory_order_acquire);
     size_t tail = atomic_load_explicit(&b->tail, memory_order_relaxed);
-    if (head == tail || g_fd < 0) return;
+    if (head == tail) return;
     size_t from = tail % BUF_SIZE, n = head - tail;
     size_t first = n < BUF_SIZE - from ? n : BUF_SIZE - from;
-    write_all(g_fd, b->data + from, first);
-    if (n > first) write_all(g_fd, b->data, n - first);
+    if (fd >= 0) {
+        append(fd, b->data + from, first);
+        if (n > first) append(fd, b->data, n - first);
+    }
     atomic_store_explicit(&b->tail, head, memory_order_release);
+}
+
+/* Flushes one buffer (or all, b NULL) through a descriptor of its own. */
+static int pending(const tbuf *b) {
+    return atomic_load_explicit(&b->head, memory_order_acquire) !=
+           atomic_load_explicit(&b->tail, memory_order_relaxed);
+}
+
+static void flush_locked(tbuf *b) {
+    int any = b ? pending(b) : 0;
+    for (tbuf *x = b ? NULL : atomic_load(&g_bufs); x && !any; x = x->next) any = pending(x);
+    if (!any) return;
+    int fd = g_file_ok ? open_for_append() : -1;
+    if (b)
+        flush_buf(b, fd);
+    else
+        for (tbuf *x = atomic_load(&g_bufs); x; x = x->next) flush_buf(x, fd);
+    if (fd >= 0) close(fd);
 }
 
 static void flush_all(void) {
     pthread_mutex_lock(&g_file_lock);
-    for (tbuf *b = atomic_load(&g_bufs); b; b = b->next) flush_buf(b);
+    flush_locked(NULL);
     pthread_mutex_unlock(&g_file_lock);
 }
 
@@ -237,26 +323,46 @@ static char *capture_path(char *out, size_t n) {
 static void write_preamble(void);
 
 static void open_capture(void) {
-    char path[4096];
-    if (!capture_path(path, sizeof path)) {
+    char path[4200];
+    if (!capture_path(path, 4096)) { /* PATH_MAX: room left for a ".N" suffix */
         atomic_store(&g_state, 2);
         return;
     }
-    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (g_cfg.force ? O_TRUNC : O_EXCL);
-    int fd = open(path, flags, 0644);
+    /* Never through a link, never into something that is not a regular file (a FIFO would
+     * block, a device take the records), never over an existing file without --force. */
+    int base = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    int fd = open(path, base | (g_cfg.force ? 0 : O_EXCL), 0600);
     if (fd < 0 && errno == EEXIST) {
         /* Same pid, new image (a script that exec'd the program): keep the first file. */
         char alt[4200];
         for (int i = 1; fd < 0 && errno == EEXIST && i < 100; i++) {
-            snprintf(alt, sizeof alt, "%s.%d", path, i);
-            fd = open(alt, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            snprintf(alt, sizeof alt, "%.4096s.%d", path, i);
+            fd = open(alt, base | O_EXCL, 0600);
+            if (fd >= 0) memcpy(path, alt, sizeof path - 1);
         }
+    }
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+        errno = EINVAL;
+    }
+    if (fd >= 0 && g_cfg.force && ftruncate(fd, 0) != 0) {
+        close(fd);
+        fd = -1;
     }
     if (fd < 0) {
         atomic_store(&g_state, 2);
-        clc_log(CLC_MSG_ERROR, "cannot write the capture %s: %s", path, strerror(errno));
+        clc_log(CLC_MSG_ERROR, "cannot write the capture %s: %s", path,
+                errno == EINVAL ? "not a regular file" : strerror(errno));
         return;
     }
+    memcpy(g_path, path, sizeof path);
+    g_dev = st.st_dev;
+    g_ino = st.st_ino;
+    g_file_ok = 1;
+    const char *cap = clc_setting("CLC_CAPTURE_MAX_BYTES");
+    g_max_bytes = cap ? strtoull(cap, NULL, 10) : 0;
     clc_capture_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, CLC_CAPTURE_MAGIC, 8);
@@ -268,8 +374,8 @@ static void open_capture(void) {
     h.start_monotonic_ns = clc_now_ns();
     clock_gettime(CLOCK_REALTIME, &rt);
     h.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
-    write_all(fd, (const char *)&h, sizeof h);
-    g_fd = fd;
+    append(fd, (const char *)&h, sizeof h);
+    close(fd);
     atomic_store(&g_state, 1);
     write_preamble();
     check_tsc();
@@ -298,7 +404,7 @@ static int make_room(tbuf *b, size_t head, size_t n) {
     if (likely(head + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE))
         return 1;
     pthread_mutex_lock(&g_file_lock);
-    flush_buf(b);
+    flush_locked(b);
     pthread_mutex_unlock(&g_file_lock);
     return head + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE;
 }
@@ -309,6 +415,16 @@ static int make_room(tbuf *b, size_t head, size_t n) {
 void *clc_capture_begin(uint16_t type, size_t body_size) {
     tbuf *b = thread_buf();
     size_t size = (sizeof(clc_record_header) + body_size + 7) & ~(size_t)7;
+    if (unlikely(atomic_load_explicit(&g_over_cap, memory_order_relaxed)) &&
+        (type == CLC_REC_LAUNCH || type == CLC_REC_TIMING)) {
+        static _Atomic int said;
+        atomic_fetch_add_explicit(&g_capped_bytes, size, memory_order_relaxed);
+        if (!atomic_exchange(&said, 1))
+            say("clc: the capture %s reached its size limit (%llu bytes): later launch and "
+                "timing records are dropped and counted; counts stay exact\n", g_path,
+                (unsigned long long)g_max_bytes);
+        return NULL;
+    }
     if (unlikely(!b || size > BUF_SIZE / 2)) {
         atomic_fetch_add(&g_dropped, 1);
         return NULL;
@@ -412,22 +528,27 @@ void clc_capture_finish(void) {
     if (atomic_load(&g_state) != 1) return;
     clc_cache_counts(write_stats, NULL);
     clc_rule_stats(write_rule_stats, NULL);
-    clc_rec_end end = {.t_ns = clc_now_ns(), .dropped = atomic_load(&g_dropped)};
+    flush_all();
+    pthread_mutex_lock(&g_file_lock);
+    clc_rec_end end = {.t_ns = clc_now_ns(), .dropped = atomic_load(&g_dropped),
+                       .write_lost_bytes = g_lost_bytes,
+                       .capped_bytes = atomic_load(&g_capped_bytes),
+                       .write_errno = g_write_errno};
+    pthread_mutex_unlock(&g_file_lock);
     clc_capture_write(CLC_REC_END, &end, sizeof end, NULL, 0);
     atomic_store(&g_state, 2);
     flush_all();
-    pthread_mutex_lock(&g_file_lock);
-    close(g_fd);
-    g_fd = -1;
-    pthread_mutex_unlock(&g_file_lock);
 }
 
 /* The parent's file and buffers are not the child's: it opens its own capture on first use. */
 void clc_capture_after_fork_child(void) {
     pthread_mutex_init(&g_file_lock, NULL);
     pthread_mutex_init(&g_open_lock, NULL);
-    if (g_fd >= 0) close(g_fd);
-    g_fd = -1;
+    g_file_ok = 0;
+    g_written = g_lost_bytes = 0;
+    atomic_store(&g_over_cap, 0);
+    atomic_store(&g_capped_bytes, 0);
+    g_write_errno = 0;
     atomic_store(&g_bufs, NULL);
     t_buf = NULL;
     t_tid = 0;

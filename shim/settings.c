@@ -107,6 +107,30 @@ static int find_inherited(void) {
     return found;
 }
 
+/* Tells clc-run that the shim runs in this process ("pid name\n" into the status pipe it
+ * named, when that descriptor is still its pipe), so that it can say when a program ran
+ * without the shim (setuid, static, LD_PRELOAD removed) instead of "no kernel". */
+static void announce(void) {
+    const char *fd_s = clc_setting("CLC_STATUS_FD"), *ino_s = clc_setting("CLC_STATUS_INO");
+    struct stat st;
+    if (!fd_s || !ino_s) return;
+    int fd = atoi(fd_s);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode) ||
+        (unsigned long long)st.st_ino != strtoull(ino_s, NULL, 10))
+        return;
+    char comm[32] = "?", line[64];
+    int c = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    if (c >= 0) {
+        ssize_t n = read(c, comm, sizeof comm - 1);
+        comm[n > 0 ? n : 0] = '\0';
+        close(c);
+        comm[strcspn(comm, "\n")] = '\0';
+    }
+    int n = snprintf(line, sizeof line, "%d %s\n", (int)getpid(), comm);
+    if (n > 0) (void)!write(fd, line, (size_t)n); /* the pipe is non-blocking: never waits */
+    fcntl(fd, F_SETFD, 0);
+}
+
 int clc_settings_load(void) {
     const char *v = getenv(SETTINGS_VAR);
     int ok = 0;
@@ -119,7 +143,10 @@ int clc_settings_load(void) {
         ok = find_inherited() >= 0;
     }
     /* Clear FD_CLOEXEC: children inherit the descriptor whatever the program's spawn. */
-    if (ok) fcntl(g_fd, F_SETFD, 0);
+    if (ok) {
+        fcntl(g_fd, F_SETFD, 0);
+        announce();
+    }
     return ok;
 }
 

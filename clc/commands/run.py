@@ -11,10 +11,12 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
+import stat
 import sys
 
-from clc.capture import CaptureError, read_captures
+from clc.capture import CaptureError, scan_captures
 from clc.errors import EXIT_USAGE, ClcError
 from clc.hooks import HookError, load_hook_file, resolve_hook_ref
 from clc.policy import PolicyError, load_policy, parse_policy
@@ -22,7 +24,7 @@ from clc.reports import summary
 from clc.shim import SETTINGS_VAR, preload_environment, settings_fd
 
 __all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
-           "load_policy_and_hooks"]
+           "load_policy_and_hooks", "check_output", "parse_size"]
 
 # Used when no --policy is given: let everything run and record every launch.
 DEFAULT_POLICY = """\
@@ -59,6 +61,8 @@ def load_policy_and_hooks(policy_path, hook_files):
         policy = policy.with_cli_hooks(hook_files or [])
     except PolicyError as e:
         raise ClcError(str(e), EXIT_USAGE) from None
+    for warning in getattr(policy, "warnings", ()):
+        print(f"clc: {warning}", file=sys.stderr)
     try:
         names = [hook.name for ref in policy.hooks for hook in load_hook_file(ref.path).hooks]
         for rule in policy.rules:
@@ -73,7 +77,108 @@ def load_policy_and_hooks(policy_path, hook_files):
 
 def default_output(program, pid):
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(program)) or "program"
-    return pathlib.Path(f"clc-{name}.{pid}.clc").resolve()
+    return pathlib.Path(os.path.abspath(f"clc-{name}.{pid}.clc"))
+
+
+DEFAULT_CAPTURE_LIMIT = 2 << 30
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text):
+    """'500M', '4G', '1048576' -> bytes; argparse's type for --capture-limit."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (a number of bytes, or with "
+                                         f"K, M, G or T after it)")
+    return int(m[1]) * _UNITS[m[2]]
+
+
+def check_output(path, force):
+    """Refuses, before the program starts, a capture path clc could not or must not write: a
+    missing folder, a link (never followed: another user may have planted it), something that
+    is not a regular file, an existing file without --force."""
+    parent = path.parent
+    if not parent.is_dir():
+        raise ClcError(f"cannot write the capture {path}: the folder {parent} does not exist",
+                       EXIT_USAGE)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ClcError(f"cannot write the capture {path}: {parent} is not writable", EXIT_USAGE)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise ClcError(f"{path} is a symbolic link: clc does not write through links (remove "
+                       f"it, or name another file with -o)", EXIT_USAGE)
+    if not stat.S_ISREG(st.st_mode):
+        raise ClcError(f"{path} is not a regular file: name a file for the capture with -o",
+                       EXIT_USAGE)
+    if not force:
+        raise ClcError(f"{path} exists (use --force to overwrite it, or -o to name another "
+                       f"file)", EXIT_USAGE)
+
+
+def _warn_unpreloadable(program):
+    """The loader ignores LD_PRELOAD for setuid and setgid programs (unless run by root) and
+    static binaries load nothing: say so before the program starts."""
+    path = program if os.sep in program else shutil.which(program)
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return
+    if st.st_mode & (stat.S_ISUID | stat.S_ISGID) and os.geteuid() != 0:
+        print(f"clc: {program} is set{'uid' if st.st_mode & stat.S_ISUID else 'gid'}: the "
+              f"loader ignores clc's preload for it, so its launches cannot be seen or "
+              f"controlled", file=sys.stderr)
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return
+    if head[:4] == b"\x7fELF" and not _has_interp(path):
+        print(f"clc: {program} is statically linked: nothing can be preloaded into it, so its "
+              f"launches cannot be seen or controlled", file=sys.stderr)
+
+
+def _has_interp(path):
+    """Whether an ELF executable names a dynamic loader (PT_INTERP)."""
+    import struct
+    try:
+        with open(path, "rb") as f:
+            ident = f.read(64)
+            if len(ident) < 64 or ident[4] != 2:  # 32-bit: do not guess
+                return True
+            phoff, = struct.unpack_from("<Q", ident, 0x20)
+            phentsize, phnum = struct.unpack_from("<HH", ident, 0x36)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return True
+    return any(struct.unpack_from("<I", table, i * phentsize)[0] == 3  # PT_INTERP
+               for i in range(len(table) // max(phentsize, 1)))
+
+
+def _read_status(fd):
+    """{pid: name} of each process in which the shim started (each wrote "pid name" into the
+    status pipe)."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    out = {}
+    for line in data.decode(errors="replace").splitlines():
+        pid, _, name = line.partition(" ")
+        if pid.isdigit():
+            out[int(pid)] = name
+    return out
 
 
 def capture_files(output):
@@ -106,6 +211,10 @@ class RunCommand:
         parser.add_argument("--no-report", action="store_true",
                             help="do not print the summary at exit")
         parser.add_argument("--tenant", help="tenant name for policies (default: $CLC_TENANT)")
+        parser.add_argument("--capture-limit", metavar="SIZE", type=parse_size,
+                            default=DEFAULT_CAPTURE_LIMIT,
+                            help="largest capture file per process, e.g. 500M or 4G; records "
+                                 "past it are dropped and counted (default: 2G; 0: no limit)")
         parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM ARGS",
                             help="the program to run and its arguments")
 
@@ -117,20 +226,36 @@ class RunCommand:
         environ = dict(os.environ)
         if args.tenant is not None:
             environ["CLC_TENANT"] = args.tenant
-        output = pathlib.Path(args.output).resolve() if args.output else None
+        # Not resolve(): a link at the output is refused, never followed.
+        output = pathlib.Path(os.path.abspath(args.output)) if args.output else None
+        if output is not None:
+            check_output(output, args.force)
+        _warn_unpreloadable(argv[0])
         try:
             env, settings = preload_environment(environ, policy_json=policy_json,
                                                 on_error=policy.on_error, output=output or "",
                                                 force=args.force, verbose=args.verbose)
         except FileNotFoundError as e:
             raise ClcError(str(e)) from None
-        status, output = _spawn(argv, env, settings, output, args.force)
+        settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
+        status_r, status_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            settings["CLC_STATUS_FD"] = str(status_w)
+            settings["CLC_STATUS_INO"] = str(os.fstat(status_w).st_ino)
+            status, output = _spawn(argv, env, settings, output, args.force, status_w)
+            os.close(status_w)
+            status_w = -1
+            shimmed = _read_status(status_r)
+        finally:
+            os.close(status_r)
+            if status_w >= 0:
+                os.close(status_w)
         if not args.no_report:
-            _report(output)
+            _report(output, shimmed, argv[0])
         return status
 
 
-def _spawn(argv, env, settings, output, force):
+def _spawn(argv, env, settings, output, force, status_w):
     """fork, check the capture's name (it holds the child's pid) before the program starts,
     then let the child exec. Both sides derive the default name from the same pid."""
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED + (signal.SIGCHLD,))
@@ -144,6 +269,7 @@ def _spawn(argv, env, settings, output, force):
             os.close(err_r)
             if os.read(go_r, 1) != b"g":
                 os._exit(code)
+            os.set_inheritable(status_w, True)
             settings["CLC_ROOT_PID"] = str(os.getpid())
             settings["CLC_OUTPUT"] = str(output or default_output(argv[0], os.getpid()))
             env[SETTINGS_VAR] = str(settings_fd(settings))
@@ -158,11 +284,12 @@ def _spawn(argv, env, settings, output, force):
     os.close(err_w)
     try:
         output = output or default_output(argv[0], pid)
-        if output.exists() and not force:
+        try:
+            check_output(output, force)
+        except ClcError:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            raise ClcError(f"{output} exists (use --force to overwrite it, or -o to name "
-                           f"another file)", EXIT_USAGE)
+            raise
         _go(pid, go_w, err_r, argv[0], output)
         return _wait(pid), output
     finally:
@@ -193,13 +320,23 @@ def _wait(pid):
             os.kill(pid, info.si_signo)
 
 
-def _report(output):
+def _report(output, shimmed, program):
     files = capture_files(output)
     if not files:
-        print("clc: the program launched no kernel; no capture was written", file=sys.stderr)
+        if not shimmed:
+            print(f"clc: clc's shim never started in {program} (a setuid or setgid program, a "
+                  f"static binary, or LD_PRELOAD removed from its environment): its launches "
+                  f"were neither seen nor controlled; no capture was written", file=sys.stderr)
+        else:
+            names = ", ".join(f"{name} ({pid})" for pid, name in sorted(shimmed.items())[:5])
+            more = f" and {len(shimmed) - 5} more" if len(shimmed) > 5 else ""
+            print(f"clc: the program launched no kernel in the {len(shimmed)} process"
+                  f"{'es' if len(shimmed) > 1 else ''} clc ran in ({names}{more}); a CUDA "
+                  f"program they started without clc's preload (env -i, setuid, static) would "
+                  f"not be seen. No capture was written", file=sys.stderr)
         return
     try:
-        print(summary(read_captures(files)), file=sys.stderr)
+        print(summary(scan_captures(files)), file=sys.stderr)
     except CaptureError as e:
         print(f"clc: cannot read the capture: {e}", file=sys.stderr)
     print(f"clc: capture written to {files[0]}", file=sys.stderr)

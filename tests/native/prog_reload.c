@@ -6,12 +6,15 @@
  * apply to the wrong kernel. Built against the fake driver for CI and against the real one on
  * the GPU (tests/gpu), from this one source.
  *
- *   prog_reload module|library|keep CYCLES [debug-first] [check]
+ *   prog_reload module|library|keep CYCLES [debug-first] [check] [own-file=PATH]
  *
  * module: cuModuleLoadData / cuModuleGetFunction / cuModuleUnload; library: cuLibraryLoadData /
  * cuLibraryGetKernel (the CUkernel launched, as cudart does) / cuLibraryUnload; keep: modules
  * that are never unloaded (CYCLES live kernels). `check` reads the buffer back after each
- * launch (a real GPU runs the kernels; the fake does not). Prints one line per launch of the
+ * launch (a real GPU runs the kernels; the fake does not). `own-file=PATH`: halfway, the program
+ * closes descriptors 3..1023 (as daemons do), opens PATH as its own file, writes 8 bytes, and
+ * waits 300 ms (long enough for clc to flush), then carries on; at exit it prints PATH's size
+ * (own-file-size=N). Prints one line per launch of the
  * first 8 cycles and a summary:
  *
  *   summary cycles=N reused=R ok_ran=A ok_refused=B debug_ran=C debug_refused=D wrong=W
@@ -20,9 +23,13 @@
  * but left another value than their kernel's (checked runs only).
  */
 #include <cuda.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #define N 256
 
@@ -57,9 +64,12 @@ int main(int argc, char **argv)
     }
     const char *mode = argv[1];
     long cycles = atol(argv[2]);
-    int first = 0, check = 0;
+    int first = 0, check = 0, own = -1;
+    const char *own_path = NULL;
     for (int i = 3; i < argc; i++) {
-        if (strcmp(argv[i], "debug-first") == 0)
+        if (strncmp(argv[i], "own-file=", 9) == 0)
+            own_path = argv[i] + 9;
+        else if (strcmp(argv[i], "debug-first") == 0)
             first = 1;
         else if (strcmp(argv[i], "check") == 0)
             check = 1;
@@ -81,6 +91,17 @@ int main(int argc, char **argv)
     int host[N];
     for (long c = 0; c < cycles; c++) {
         int k = (int)((c + first) % 2);
+        if (own_path && c == cycles / 2) {
+            for (int fd = 3; fd < 1024; fd++)
+                close(fd);
+            own = open(own_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (own < 0 || write(own, "my data\n", 8) != 8) {
+                printf("FAILED opening %s\n", own_path);
+                return 1;
+            }
+            struct timespec pause = {0, 300 * 1000000L};
+            nanosleep(&pause, NULL);
+        }
         CUmodule mod = NULL;
         CUlibrary lib = NULL;
         CUfunction f;
@@ -129,5 +150,10 @@ int main(int argc, char **argv)
            cycles, reused, ran[0], refused[0], ran[1], refused[1], wrong);
     CHECK(cuMemFree(buf));
     CHECK(cuDevicePrimaryCtxRelease(dev));
+    if (own >= 0) {
+        struct stat st;
+        fstat(own, &st);
+        printf("own-file-size=%lld\n", (long long)st.st_size);
+    }
     return 0;
 }

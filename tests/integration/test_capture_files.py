@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The capture file: never written into the program's files or through links, checked before
+the program starts, bounded, and honest about what it lost."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from harness import clc_command, env_for
+
+AUDIT = """\
+version: 1
+default: allow
+rules:
+  - name: record-all
+    match: {kernel: "*"}
+    action: allow
+    record: true
+"""
+
+
+def summary(run):
+    m = re.search(r"^summary (.*)$", run.stdout, re.M)
+    assert m, run.stdout + run.stderr
+    return {k: int(v) for k, v in (kv.split("=") for kv in m[1].split())}
+
+
+def test_a_program_that_closes_and_reuses_descriptors_keeps_its_file(native, clc_run, tmp_path):
+    # GIVEN a program that, halfway through its launches, closes descriptors 3..1023, opens a
+    # file of its own (which may get the number clc's file had) and writes 8 bytes into it
+    own = tmp_path / "mine.txt"
+    run = clc_run(AUDIT, [native["prog_reload"], "module", "400", f"own-file={own}"])
+    assert run.proc.returncode == 0, run.stdout + run.stderr
+    # THEN its file holds only what it wrote
+    assert own.read_bytes() == b"my data\n"
+    assert "own-file-size=8" in run.stdout
+    # AND the capture has every launch, before and after
+    cap = run.capture()
+    assert cap.complete
+    assert len(cap.launches) == 400
+    assert sum(st.launches for st in cap.stats.values()) == 400
+
+
+def run_clc(native, tmp_path, *args, env=None):
+    return subprocess.run(clc_command() + list(map(str, args)), env=env_for(native, env),
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def test_a_missing_output_folder_stops_before_the_program_runs(native, tmp_path):
+    marker = tmp_path / "ran"
+    proc = run_clc(native, tmp_path, "-o", tmp_path / "nope" / "cap.clc", "--", "sh", "-c",
+                   f"touch {marker}")
+    assert proc.returncode == 2, proc.stderr
+    assert "the folder" in proc.stderr and "does not exist" in proc.stderr
+    assert not marker.exists()
+
+
+def test_a_link_at_the_output_is_refused_even_with_force(native, tmp_path):
+    # GIVEN another user's file, and a link to it planted where the capture would go
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    link = tmp_path / "cap.clc"
+    link.symlink_to(victim)
+    marker = tmp_path / "ran"
+    # WHEN clc-run is asked to overwrite the capture
+    proc = run_clc(native, tmp_path, "-o", link, "--force", "--", "sh", "-c", f"touch {marker}")
+    # THEN it refuses before the program starts, and the link's target is untouched
+    assert proc.returncode == 2, proc.stderr
+    assert "symbolic link" in proc.stderr
+    assert victim.read_text() == "precious\n" and not marker.exists()
+    # AND a dangling link is refused the same way
+    link.unlink()
+    link.symlink_to(tmp_path / "nowhere")
+    proc = run_clc(native, tmp_path, "-o", link, "--force", "--", "true")
+    assert proc.returncode == 2 and "symbolic link" in proc.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("target", ["/dev/full", "/dev/null"])
+def test_an_output_that_is_not_a_regular_file_is_refused(native, tmp_path, target):
+    proc = run_clc(native, tmp_path, "-o", target, "--force", "--", "true")
+    assert proc.returncode == 2, proc.stderr
+    assert "not a regular file" in proc.stderr
+
+
+def test_write_errors_are_said_at_once_and_the_program_is_unharmed(native, tmp_path):
+    # GIVEN a program whose files may not grow past 64 KiB (as on a full disk, writes fail)
+    script = (f"trap '' XFSZ; ulimit -f 64; exec {native['prog_reload']} module 3000")
+    proc = run_clc(native, tmp_path, "-o", tmp_path / "cap.clc", "--", "sh", "-c", script)
+    # THEN the program ran to its end and its exit status is its own
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "summary cycles=3000" in proc.stdout
+    # AND clc said once, while it ran, that records were being lost, and why
+    assert proc.stderr.count("writing the capture") == 1, proc.stderr[-3000:]
+    assert "File too large" in proc.stderr
+    # AND the file holds whole records only, within the limit
+    assert (tmp_path / "cap.clc").stat().st_size <= 64 * 1024
+
+
+def test_the_capture_limit_drops_and_counts(native, clc_run, tmp_path):
+    # GIVEN the same program run without a limit and with a 64 KiB one
+    argv = [native["prog_reload"], "module", "3000"]
+    full = clc_run(AUDIT, argv, output=tmp_path / "full.clc", options=["--capture-limit", "0"])
+    run = clc_run(AUDIT, argv, options=["--capture-limit", "64K"])
+    assert run.proc.returncode == 0 and full.proc.returncode == 0, run.stderr[-3000:]
+    # THEN the limited run said once that it dropped launch records
+    assert run.stderr.count("reached its size limit") == 1, run.stderr[-3000:]
+    assert "size limit" not in full.stderr
+    cap, whole = run.capture(), full.capture()
+    # AND those are gone, while the kernels, the exact counts and the end record are kept
+    assert len(whole.launches) == 3000 and len(cap.launches) < 3000
+    assert cap.complete
+    assert len(cap.kernels) == len(whole.kernels) == 3000
+    assert sum(st.launches for st in cap.stats.values()) == 3000
+    assert run.output.stat().st_size < full.output.stat().st_size
+
+
+def test_clc_run_says_when_its_shim_never_started(native, tmp_path):
+    # GIVEN a statically linked program: nothing can be preloaded into it
+    cc = shutil.which("gcc") or shutil.which("cc")
+    src = tmp_path / "static.c"
+    src.write_text("int main(void) { return 3; }\n")
+    exe = tmp_path / "static_prog"
+    if cc is None or subprocess.run([cc, "-static", "-o", exe, src]).returncode != 0:
+        pytest.skip("no static C library to link a static program with")
+    proc = run_clc(native, tmp_path, "-o", tmp_path / "c.clc", "--", exe)
+    # THEN clc-run warns before it starts and says at the end that nothing was seen, rather
+    # than "no kernel"; the program's status is passed on
+    assert proc.returncode == 3
+    assert "statically linked" in proc.stderr
+    assert "never started" in proc.stderr, proc.stderr
+    assert "launched no kernel" not in proc.stderr
+
+
+def test_clc_run_names_the_processes_it_ran_in_when_no_kernel_was_launched(native, tmp_path):
+    # GIVEN a script that starts the CUDA program with LD_PRELOAD removed
+    proc = run_clc(native, tmp_path, "-o", tmp_path / "c.clc", "--", "sh", "-c",
+                   f"env -u LD_PRELOAD {native['prog_reload']} module 2")
+    assert proc.returncode == 0, proc.stderr
+    # THEN clc-run says where it ran, and what it could not see
+    assert "launched no kernel in the 2 processes clc ran in (sh" in proc.stderr, proc.stderr
+    assert "without clc's preload" in proc.stderr
+    assert sys.executable  # (the program itself ran: its summary is on stdout)
+    assert "summary cycles=2" in proc.stdout
+    assert not os.path.exists(tmp_path / "c.clc")
