@@ -98,7 +98,7 @@ __attribute__((constructor)) static void clc_init(void) {
 
 /* ---- the real driver ------------------------------------------------------------------------ */
 
-static void *libcuda_handle(void) {
+void *clc_libcuda_handle(void) {
     static void *_Atomic handle;
     void *h = atomic_load_explicit(&handle, memory_order_acquire);
     if (h) return h;
@@ -109,13 +109,15 @@ static void *libcuda_handle(void) {
     return h;
 }
 
+void *clc_hook_addr(int slot) { return slot >= 0 && slot < CLC_N_SLOTS ? hook_addr[slot] : NULL; }
+
 static int is_hook(void *p) {
     for (int i = 0; i < CLC_N_SLOTS; i++)
         if (hook_addr[i] == p) return 1;
     return 0;
 }
 
-static void set_real(int slot, void *p) {
+void clc_set_real(int slot, void *p) {
     if (!p || is_hook(p)) return;
     void *expected = NULL;
     atomic_compare_exchange_strong(&g_real[slot], &expected, p);
@@ -125,10 +127,10 @@ void *clc_resolve_real(int slot) {
     if (!real_dlsym) resolve_dlsym();
     void *p = real_dlsym(RTLD_NEXT, slot_names[slot]);
     if (!p) {
-        void *h = libcuda_handle();
+        void *h = clc_libcuda_handle();
         if (h) p = real_dlsym(h, slot_names[slot]);
     }
-    set_real(slot, p);
+    clc_set_real(slot, p);
     return atomic_load_explicit(&g_real[slot], memory_order_acquire);
 }
 
@@ -142,7 +144,7 @@ int clc_driver_load(void) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
     if (!atomic_load_explicit(&g_hot.driver_ready, memory_order_relaxed)) {
-        void *h = libcuda_handle();
+        void *h = clc_libcuda_handle();
         if (h) {
             g_drv.ctx_get_current = driver_sym(h, "cuCtxGetCurrent", NULL);
             g_drv.ctx_set_current = driver_sym(h, "cuCtxSetCurrent", NULL);
@@ -180,7 +182,7 @@ int clc_driver_load(void) {
 
 /* ---- handing out the hooks -------------------------------------------------------------------- */
 
-static int slot_by_name(const char *name) {
+int clc_slot_by_name(const char *name) {
     if (name[0] != 'c' || name[1] != 'u') return -1;
     for (int i = 0; i < CLC_N_SLOTS; i++)
         if (strcmp(slot_names[i], name) == 0) return i;
@@ -219,12 +221,12 @@ static int slot_for_request(const char *name, int version, cuuint64_t flags) {
     if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
         return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxReset_v2
                                 : CLC_SLOT_cuDevicePrimaryCtxReset;
-    return slot_by_name(name);
+    return clc_slot_by_name(name);
 }
 
 static void *substitute(int slot, void *real) {
     if (slot < 0 || !real || is_hook(real)) return real;
-    set_real(slot, real);
+    clc_set_real(slot, real);
     clc_debug("hooked %s (real %p)", slot_names[slot], real);
     return hook_addr[slot];
 }
@@ -235,7 +237,7 @@ CLC_EXPORT void *dlsym(void *handle, const char *name) {
     if (unlikely(!real_dlsym)) resolve_dlsym();
     if (handle == RTLD_NEXT) return real_dlsym(handle, name);
     void *p = real_dlsym(handle, name);
-    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(slot_by_name(name), p);
+    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);
     return p;
 }
 

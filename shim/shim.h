@@ -169,6 +169,14 @@ static inline void *clc_real(int slot) {
     return likely(p != NULL) ? p : clc_resolve_real(slot);
 }
 
+/* The hooked symbols by name (preload.c): a slot of the table above or -1; the hook's address;
+ * the real pointer for a slot (kept only when not a hook, and only the first one); libcuda's
+ * dlopen handle. */
+int clc_slot_by_name(const char *name);
+void *clc_hook_addr(int slot);
+void clc_set_real(int slot, void *p);
+void *clc_libcuda_handle(void);
+
 /* Driver helpers stage 1 calls itself, resolved from the same libcuda. */
 typedef struct {
     CUresult (*ctx_get_current)(CUcontext *);
