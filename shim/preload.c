@@ -6,6 +6,9 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <gnu/libc-version.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,10 +76,74 @@ static void after_fork_child(void) {
     clc_cache_after_fork_child();
 }
 
-static void resolve_dlsym(void) {
-    /* glibc 2.34 moved dlsym into libc under a new version; older binaries bind the old one. */
-    real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!real_dlsym) real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+/* ---- libc's own dlsym and dlvsym ------------------------------------------------------------
+ * The shim exports both (a program's lookups of driver symbols must get the hooks), so any call
+ * to them from here would reach the shim's own. libc's are found in libc's dynamic symbol table
+ * (its GNU hash), by the default version of each name. */
+
+typedef struct {
+    const char *name;
+    void *found;
+    uintptr_t libc_base;
+} libc_lookup;
+
+static uint32_t gnu_hash(const char *s) {
+    uint32_t h = 5381;
+    for (; *s; s++) h = h * 33 + (unsigned char)*s;
+    return h;
+}
+
+static int find_in_libc(struct dl_phdr_info *info, size_t size, void *arg) {
+    libc_lookup *q = arg;
+    if (info->dlpi_addr != q->libc_base) return 0;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    uintptr_t symtab = 0, strtab = 0, gnuhash = 0, versym = 0;
+    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
+        uintptr_t v = dyn->d_un.d_ptr;
+        if (v < info->dlpi_addr) v += info->dlpi_addr; /* not relocated in place (read-only) */
+        if (dyn->d_tag == DT_SYMTAB) symtab = v;
+        else if (dyn->d_tag == DT_STRTAB) strtab = v;
+        else if (dyn->d_tag == DT_GNU_HASH) gnuhash = v;
+        else if (dyn->d_tag == DT_VERSYM) versym = v;
+    }
+    if (!symtab || !strtab || !gnuhash) return 1;
+    const uint32_t *h = (const uint32_t *)gnuhash;
+    uint32_t nbuckets = h[0], symoffset = h[1], bloom_size = h[2];
+    const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)(h + 4) + bloom_size);
+    const uint32_t *chain = buckets + nbuckets;
+    uint32_t hash = gnu_hash(q->name);
+    const ElfW(Sym) *syms = (const ElfW(Sym) *)symtab;
+    for (uint32_t i = buckets[hash % nbuckets]; i >= symoffset; i++) {
+        uint32_t ch = chain[i - symoffset];
+        const ElfW(Sym) *sym = &syms[i];
+        if ((ch | 1) == (hash | 1) && strcmp((const char *)strtab + sym->st_name, q->name) == 0 &&
+            sym->st_value && !(versym && (((const uint16_t *)versym)[i] & 0x8000))) {
+            q->found = (void *)(info->dlpi_addr + sym->st_value);
+            return 1;
+        }
+        if (ch & 1) break;
+    }
+    return 1;
+}
+
+static void *libc_symbol(const char *name) {
+    Dl_info where;
+    libc_lookup q = {name, NULL, 0};
+    /* gnu_get_libc_version is libc's alone: no preload defines it. */
+    if (!dladdr((void *)&gnu_get_libc_version, &where)) return NULL;
+    q.libc_base = (uintptr_t)where.dli_fbase;
+    dl_iterate_phdr(find_in_libc, &q);
+    return q.found;
+}
+
+static void resolve_dlsym(void) { real_dlsym = (dlsym_fn)libc_symbol("dlsym"); }
+
+void *clc_next_symbol(const char *name) {
+    if (unlikely(!real_dlsym)) resolve_dlsym();
+    return real_dlsym ? real_dlsym(RTLD_NEXT, name) : NULL;
 }
 
 /* Runs in every process that inherits LD_PRELOAD, most of which never touch CUDA: read a few
@@ -231,12 +298,41 @@ static void *substitute(int slot, void *real) {
     return hook_addr[slot];
 }
 
-/* RTLD_NEXT is resolved by glibc from the caller's return address, so that case must leave
- * as a tail call (a jump) for "next" to mean next after the program's object, not ours. */
+/* A hooked symbol asked for with RTLD_NEXT: whatever comes after the caller, its launches must
+ * reach the hook (which calls the driver's own). NULL when the driver does not define it. */
+__attribute__((noinline)) static void *next_hooked(int slot) {
+    return clc_real(slot) ? hook_addr[slot] : NULL;
+}
+
+/* RTLD_NEXT is resolved by glibc from the caller's return address, so a lookup of any other
+ * symbol must leave as a tail call (a jump) for "next" to mean next after the program's object,
+ * not ours. A hooked driver symbol gets the hook, by any handle. */
 CLC_EXPORT void *dlsym(void *handle, const char *name) {
     if (unlikely(!real_dlsym)) resolve_dlsym();
-    if (handle == RTLD_NEXT) return real_dlsym(handle, name);
+    if (handle == RTLD_NEXT) {
+        int slot = name[0] == 'c' && name[1] == 'u' ? clc_slot_by_name(name) : -1;
+        if (slot < 0) return real_dlsym(handle, name);
+        return next_hooked(slot);
+    }
     void *p = real_dlsym(handle, name);
+    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);
+    return p;
+}
+
+/* dlvsym: the same substitution, for programs that ask for a symbol version. */
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+CLC_EXPORT void *dlvsym(void *handle, const char *name, const char *version) {
+    static dlvsym_fn real_dlvsym;
+    if (unlikely(!real_dlvsym)) {
+        real_dlvsym = (dlvsym_fn)libc_symbol("dlvsym");
+        if (!real_dlvsym) return NULL;
+    }
+    if (handle == RTLD_NEXT) {
+        int slot = name[0] == 'c' && name[1] == 'u' ? clc_slot_by_name(name) : -1;
+        if (slot < 0) return real_dlvsym(handle, name, version);
+        return next_hooked(slot);
+    }
+    void *p = real_dlvsym(handle, name, version);
     if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);
     return p;
 }
@@ -577,6 +673,52 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
     }
 CLC_COOP_HOOK(cuLaunchCooperativeKernel, CLC_ENTRY_LAUNCH_COOPERATIVE)
 CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC_ENTRY_PTSZ)
+
+/* Several devices' cooperative launches at once: each decided as a cooperative launch; when one
+ * is denied, none is launched (the call is all or nothing, as the driver's is). Wrapped kernels
+ * run unwrapped here (said once): their replacement is made for one context. */
+CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list, unsigned int n,
+                                                         unsigned int flags) {
+    pfn_cuLaunchCooperativeKernelMultiDevice real =
+        (pfn_cuLaunchCooperativeKernelMultiDevice)clc_real(CLC_SLOT_cuLaunchCooperativeKernelMultiDevice);
+    if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (t_in_clc || !list || n == 0) return real(list, n, flags);
+    gate small[8], *g = n <= 8 ? small : malloc(n * sizeof *g);
+    unsigned char small_gated[8], *gated = n <= 8 ? small_gated : malloc(n);
+    if (!g || !gated) {
+        if (g != small) free(g);
+        if (gated != small_gated) free(gated);
+        return g_cfg.on_error.action == CLC_ACTION_DENY ? g_cfg.on_error.error
+                                                         : real(list, n, flags);
+    }
+    CUresult refused = CUDA_SUCCESS;
+    for (unsigned i = 0; i < n; i++) {
+        const clc_launch_params *p = &list[i];
+        gated[i] = (unsigned char)gate_enter(&g[i], p->function, NULL, CLC_ENTRY_LAUNCH_COOPERATIVE,
+                                             p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX,
+                                             p->blockDimY, p->blockDimZ, p->sharedMemBytes,
+                                             p->hStream, p->kernelParams, NULL);
+        if (!gated[i]) continue;
+        if (g[i].outcome->action == CLC_ACTION_DENY && refused == CUDA_SUCCESS)
+            refused = g[i].outcome->error;
+        if (g[i].outcome->action == CLC_ACTION_REPLACE) {
+            static _Atomic int said;
+            if (!atomic_exchange(&said, 1))
+                clc_log(CLC_MSG_WARNING, "a wrapped kernel launched with "
+                                         "cuLaunchCooperativeKernelMultiDevice runs unwrapped");
+        }
+    }
+    CUresult r = refused != CUDA_SUCCESS ? refused : real(list, n, flags);
+    for (unsigned i = 0; i < n; i++) {
+        if (!gated[i])
+            count_failure(&g[i], r);
+        else
+            gate_exit(&g[i], g[i].outcome->action == CLC_ACTION_DENY ? g[i].outcome->error : r);
+    }
+    if (g != small) free(g);
+    if (gated != small_gated) free(gated);
+    return r;
+}
 
 #define CLC_LAUNCH_EX_HOOK(name, entry_point)                                                    \
     __attribute__((noinline)) static CUresult name##_replaced(                                  \

@@ -205,15 +205,8 @@ static size_t env_count(char *const *envp) {
     char var_[32];                                                                               \
     char *const *env_ = child_env(envp, env_buf_, var_, sizeof var_)
 
-/* The next definition after the shim's (libc's), looked up with libc's own dlsym: the shim
- * exports a dlsym of its own. */
-static void *next_symbol(const char *name) {
-    static void *(*libc_dlsym)(void *, const char *);
-    if (!libc_dlsym) libc_dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!libc_dlsym) libc_dlsym = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    return libc_dlsym ? libc_dlsym(RTLD_NEXT, name) : NULL;
-}
-#define REAL(name) ((__typeof__(&name))next_symbol(#name))
+/* The next definition after the shim's: libc's. */
+#define REAL(name) ((__typeof__(&name))clc_next_symbol(#name))
 
 CLC_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
     CHILD_ENV(envp);

@@ -85,6 +85,16 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2: func, or kern in ctx when func i
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;
 
+/* CUDA_LAUNCH_PARAMS: one device's launch of cuLaunchCooperativeKernelMultiDevice. */
+typedef struct {
+    CUfunction function;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void **kernelParams;
+} clc_launch_params;
+
 /* The generic graph-node parameters (CUgraphNodeParams): a type, then per type a union whose
  * kernel member (CUDA_KERNEL_NODE_PARAMS_v3) has the layout of the _v2 struct. */
 #define CU_GRAPH_NODE_TYPE_KERNEL 0
@@ -120,6 +130,8 @@ typedef struct {
     X(cuLaunchKernelEx_ptsz, CLC_LAUNCH_EX_PARAMS)                                               \
     X(cuLaunchCooperativeKernel, CLC_COOP_PARAMS)                                                \
     X(cuLaunchCooperativeKernel_ptsz, CLC_COOP_PARAMS)                                           \
+    X(cuLaunchCooperativeKernelMultiDevice,                                                      \
+      (clc_launch_params * list, unsigned int n, unsigned int flags))                            \
     X(cuGraphAddKernelNode, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,         \
                              size_t n_deps, const CUDA_KERNEL_NODE_PARAMS_v1 *p))                \
     X(cuGraphAddKernelNode_v2, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,      \
@@ -176,6 +188,9 @@ int clc_slot_by_name(const char *name);
 void *clc_hook_addr(int slot);
 void clc_set_real(int slot, void *p);
 void *clc_libcuda_handle(void);
+/* The next definition of a symbol after the shim's (libc's own for the exec family, dlopen):
+ * looked up with libc's dlsym, since the shim exports dlsym and dlvsym. */
+void *clc_next_symbol(const char *name);
 
 /* Driver helpers stage 1 calls itself, resolved from the same libcuda. */
 typedef struct {

@@ -7,6 +7,7 @@ libcuda, asks for RTLD_NEXT's cuLaunchKernel and must get the driver's own, past
 """
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -40,3 +41,50 @@ def test_rtld_next_lookup_from_a_later_library_finds_the_driver(bench_inproc, cl
     assert "same_function=0" in run.stdout
     hooked = (10 + 20) * 50
     assert kernel_launches(run.capture()) == {"empty_kernel": hooked}
+
+
+DENY_DEBUG = """\
+version: 1
+default: allow
+rules:
+  - name: no-debug
+    match: {kernel: "*debug*"}
+    action: deny
+"""
+
+
+@pytest.fixture(scope="module")
+def prog_lookup(native, tmp_path_factory):
+    if not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")):
+        pytest.skip(f"no cuda.h under {CUDA_INCLUDE}")
+    out = tmp_path_factory.mktemp("lookup")
+    lib_dir = native["libcuda"].parent
+    src = ROOT / "tests" / "native"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o",
+                    out / "liblookup.so", src / "lib_lookup.c", f"-L{lib_dir}", "-lcuda", "-ldl"],
+                   check=True)
+    subprocess.run(["gcc", "-O2", f"-I{CUDA_INCLUDE}", "-o", out / "prog_lookup",
+                    src / "prog_lookup.c", f"-L{out}", "-llookup", f"-L{lib_dir}", "-lcuda",
+                    "-ldl", f"-Wl,-rpath,{out}"], check=True)
+    return out / "prog_lookup"
+
+
+def test_a_library_that_looks_the_driver_up_itself_is_still_decided(prog_lookup, clc_run,
+                                                                    run_native):
+    # GIVEN a library that finds cuLaunchKernel with dlsym(RTLD_NEXT), and launches with
+    # cuLaunchCooperativeKernelMultiDevice: without clc every launch runs
+    alone = run_native([prog_lookup])
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert " -> 800" not in alone.stdout and alone.stdout.count(" -> 0") == 4
+    # WHEN it runs under a policy that denies debug kernels
+    run = clc_run(DENY_DEBUG, [prog_lookup])
+    assert run.proc.returncode == 0, run.stdout + run.stderr
+    results = {(m[1], m[2]): int(m[3]) for m in re.finditer(r"^(\S+) (\S+) via \S+ -> (-?\d+)",
+                                                          run.stdout, re.M)}
+    # THEN each way reached the decision: debug_kernel refused, ok_kernel launched
+    for way in ("rtld-next", "multi"):
+        assert results[(way, "debug_kernel")] == 800, (way, run.stdout)
+        assert results[(way, "ok_kernel")] == 0, (way, run.stdout)
+    # AND the driver never ran the debug kernel
+    assert run.fake_counts().get("debug_kernel", 0) == 0
+    assert run.fake_counts()["ok_kernel"] == 2

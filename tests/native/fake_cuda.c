@@ -2033,6 +2033,21 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
                   sharedMemBytes, hStream, kernelParams, NULL);
 }
 
+/* Each device's launch in turn (one fake device: the same one each time). */
+CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list,
+                                                      unsigned int numDevices, unsigned int flags)
+{
+    unsigned i;
+    (void)flags;
+    if (!list || numDevices == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < numDevices; i++)
+        TRY(launch(E_COOP, list[i].function, list[i].gridDimX, list[i].gridDimY,
+                   list[i].gridDimZ, list[i].blockDimX, list[i].blockDimY, list[i].blockDimZ,
+                   list[i].sharedMemBytes, list[i].hStream, list[i].kernelParams, NULL));
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
                                                 unsigned int gridDimY, unsigned int gridDimZ,
                                                 unsigned int blockDimX, unsigned int blockDimY,
@@ -2748,6 +2763,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuLaunchKernelEx)                                                                            \
     X(cuLaunchKernelEx_ptsz)                                                                       \
     X(cuLaunchCooperativeKernel)                                                                   \
+    X(cuLaunchCooperativeKernelMultiDevice)                                                        \
     X(cuLaunchCooperativeKernel_ptsz)                                                              \
     X(cuGraphCreate)                                                                               \
     X(cuGraphDestroy)                                                                              \
@@ -2819,6 +2835,7 @@ static const struct {
     {"cuLaunchKernelEx", 11060, 0, "cuLaunchKernelEx"},
     {"cuLaunchKernelEx", 11060, 1, "cuLaunchKernelEx_ptsz"},
     {"cuLaunchCooperativeKernel", 9000, 0, "cuLaunchCooperativeKernel"},
+    {"cuLaunchCooperativeKernelMultiDevice", 9000, 0, "cuLaunchCooperativeKernelMultiDevice"},
     {"cuLaunchCooperativeKernel", 9000, 1, "cuLaunchCooperativeKernel_ptsz"},
     {"cuEventRecord", 2000, 0, "cuEventRecord"},
     {"cuEventRecord", 7000, 1, "cuEventRecord_ptsz"},
