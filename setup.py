@@ -30,7 +30,7 @@ class BuildShim(build_ext):
 preload = Extension(
     PRELOAD,
     sources=[f"shim/{f}" for f in ("preload.c", "decision_cache.c", "capture.c", "timing.c",
-                                  "bridge_loader.c", "replace.c", "settings.c")],
+                                  "bridge_loader.c", "replace.c", "settings.c", "decider.c")],
     depends=["shim/shim.h", "shim/clc_abi.h"],
     include_dirs=["shim"],
     extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra",

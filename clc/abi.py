@@ -27,6 +27,8 @@ __all__ = [
     "GRAPH_SLOTS", "GRAPH_SEQ", "OCCUPANCY_WAYS",
     "REPLACEMENT", "LAUNCH_ARG", "KERNEL_QUERY", "PARAM_INFO", "ARGS_OK", "ARGS_NONE",
     "ARGS_NULL_ENTRY", "ARGS_BAD_EXTRA", "ARGS_NO_MEMORY", "ARGS_NO_LAYOUT",
+    "DECIDE_MAGIC", "DECIDE_MAX_NAME", "DECIDE_MAX_TEXT", "DECIDE_OK", "DECIDE_ENGINE", "DECIDE_FAILED",
+    "DECIDE_REQUEST", "DECIDE_REPLY", "pack_decision",
 ]
 
 ACTION_ALLOW = 0
@@ -73,6 +75,39 @@ ARGS_NULL_ENTRY = 2
 ARGS_BAD_EXTRA = 3
 ARGS_NO_MEMORY = 4
 ARGS_NO_LAYOUT = 5
+
+# The decider's messages (clc/decider.py answers the shim's shim/decider.c)
+DECIDE_MAGIC = 0x44434C43
+DECIDE_MAX_NAME = 65536
+DECIDE_MAX_TEXT = 4096
+DECIDE_OK = 0
+DECIDE_ENGINE = 1
+DECIDE_FAILED = 2
+DECIDE_REQUEST = struct.Struct("<IiII")  # magic, device, name_size, reserved
+DECIDE_REPLY = struct.Struct("<IIII")  # magic, status, text_size, reserved
+
+# clc_decision: n_clauses, mode, clauses[MAX_CLAUSES] (three clc_range, a clc_outcome), fallback
+_RANGES = struct.Struct("<6Q")
+_OUTCOME = struct.Struct("<IIiiQ")  # action, flags, error, rule, replacement
+DECISION_SIZE = 8 + MAX_CLAUSES * (_RANGES.size + _OUTCOME.size) + _OUTCOME.size
+
+
+def _outcome_bytes(o):
+    return _OUTCOME.pack(o.action, o.flags, o.error, o.rule, o.replacement)
+
+
+def pack_decision(clauses, fallback, mode=MODE_CACHED):
+    """clc_decision's bytes: `clauses` as (grid_blocks, block_threads, shared_mem, outcome),
+    each range a (lo, hi) pair, and outcomes with action, flags, error, rule and replacement."""
+    if len(clauses) > MAX_CLAUSES:
+        raise ValueError(f"{len(clauses)} shape clauses, at most {MAX_CLAUSES} fit")
+    parts = [struct.pack("<II", len(clauses), mode)]
+    for grid, block, shared, outcome in clauses:
+        parts.append(_RANGES.pack(*grid, *block, *shared) + _outcome_bytes(outcome))
+    parts.append(bytes((MAX_CLAUSES - len(clauses)) * (_RANGES.size + _OUTCOME.size)))
+    parts.append(_outcome_bytes(fallback))
+    return b"".join(parts)
+
 
 ENTRY_LAUNCH = 0
 ENTRY_LAUNCH_EX = 1

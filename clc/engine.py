@@ -31,10 +31,10 @@ from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
 from clc.hooks import (QUERY_STATUS_AT, ExitStats, QueryLaunch, checked_layout, import_hook_file,
                        load_hook_file, resolve_hook_ref)
-from clc.policy import Decision, KernelInfo, Outcome, Policy, process_identity
+from clc.policy import ANY_RANGE, Decision, KernelInfo, Outcome, Policy, process_identity
 
 __all__ = ["Engine", "shim_settings", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
-           "process_names"]
+           "process_names", "rule_name", "deny_announcements", "describe"]
 
 
 def process_names(argv=None, exe=None):
@@ -536,49 +536,15 @@ class Engine:
     def _announce_denies(self, kernel, decision):
         """Say once per kernel and decider, on the program's stderr, who refuses its launches
         and why (the rule's message, or the one its hook gave)."""
-        info = kernel.info
-        outcomes = [c.outcome for c in decision.clauses] + [decision.fallback]
-        for outcome in outcomes:
-            if outcome.action != abi.ACTION_DENY or (info.mangled, outcome.rule) in self._announced:
-                continue
-            self._announced.add((info.mangled, outcome.rule))
-            rules = self.policy.rules
-            message = kernel.messages.get(outcome.rule, "")
-            if 0 <= outcome.rule < len(rules):
-                rule = rules[outcome.rule]
-                why = f"rule '{rule.name}'" + (f" (hook {rule.hook.label})" if rule.hook else "")
-                message = message or rule.message
-            elif outcome.rule >= len(rules):
-                why = self._rule_name(outcome.rule)
-            else:
-                why = f"the policy's {self._rule_name(outcome.rule)}"
-            sys.stderr.write(f"clc: launches of {info.demangled} are denied by {why}"
-                             + (f": {message}" if message else "") + "\n")
+        sys.stderr.write("".join(deny_announcements(self.policy, kernel.info, decision,
+                                                    self._announced, self._rule_name,
+                                                    kernel.messages)))
 
     def _rule_name(self, rule):
-        rules = self.policy.rules
-        if 0 <= rule < len(rules):
-            return rules[rule].name
-        if rule >= len(rules) and rule - len(rules) < len(self.cli_hooks):
-            return f"hook {self.cli_hooks[rule - len(rules)].name}"
-        return "default" if rule == abi.RULE_DEFAULT else "on_error"
+        return rule_name(self.policy, rule, self.cli_hooks)
 
     def _describe(self, decision, mode):
-        def one(outcome):
-            flags = [name for bit, name in ((abi.FLAG_RECORD, "record"), (abi.FLAG_TIME, "time"))
-                     if outcome.flags & bit]
-            return (f"{abi.ACTION_NAMES[outcome.action]}"
-                    + (f" ({', '.join(flags)})" if flags else "")
-                    + f" by {self._rule_name(outcome.rule)}")
-        shaped = [f"{one(c.outcome)} when grid_blocks in {list(c.grid_blocks)}, block_threads "
-                  f"in {list(c.block_threads)}, shared_mem in {list(c.shared_mem)}"
-                  for c in decision.clauses]
-        text = "; ".join(shaped + [("else " if shaped else "") + one(decision.fallback)])
-        if mode == abi.MODE_PER_SHAPE:
-            text += " (this launch; asked again per shape)"
-        elif mode == abi.MODE_EVERY_LAUNCH:
-            text += " (this launch; asked at every launch)"
-        return text
+        return describe(decision, mode, self._rule_name)
 
     # ---- loads and exit --------------------------------------------------------------------
 
@@ -670,6 +636,113 @@ class Engine:
                              f"{hook.total_ns / 1e6:.3f} ms in all, mean "
                              f"{hook.total_ns / hook.calls / 1e3:.1f} us, max "
                              f"{hook.max_ns / 1e3:.1f} us")
+
+
+def rule_name(policy, rule, cli_hooks=()):
+    """What decided: a rule's name, a --hooks hook, the default or on_error."""
+    rules = policy.rules
+    if 0 <= rule < len(rules):
+        return rules[rule].name
+    if rule >= len(rules) and rule - len(rules) < len(cli_hooks):
+        return f"hook {cli_hooks[rule - len(rules)].name}"
+    return "default" if rule == abi.RULE_DEFAULT else "on_error"
+
+
+def _shape_text(clause):
+    """The launches a shape clause holds, as a policy would say them ("grid_blocks >= 1000001")."""
+    top = ANY_RANGE[1]
+    parts = []
+    for name, (lo, hi) in (("grid_blocks", clause.grid_blocks),
+                           ("block_threads", clause.block_threads),
+                           ("shared_mem", clause.shared_mem)):
+        if lo == hi:
+            parts.append(f"{name} = {lo}")
+        elif lo > 0 and hi < top:
+            parts.append(f"{name} in [{lo}, {hi}]")
+        elif lo > 0:
+            parts.append(f"{name} >= {lo}")
+        elif hi < top:
+            parts.append(f"{name} <= {hi}")
+    return " and ".join(parts)
+
+
+def deny_announcements(policy, info, decision, announced, name_of, messages=None):
+    """The lines that say who refuses launches of a kernel and why, each once per (kernel,
+    decider) in `announced`; a rule that depends on the launch shape says which launches."""
+    lines = []
+    rules = policy.rules
+    shaped = [(c.outcome, _shape_text(c)) for c in decision.clauses]
+    for outcome, shape in shaped + [(decision.fallback, "")]:
+        if outcome.action != abi.ACTION_DENY or (info.mangled, outcome.rule) in announced:
+            continue
+        announced.add((info.mangled, outcome.rule))
+        message = (messages or {}).get(outcome.rule, "")
+        if 0 <= outcome.rule < len(rules):
+            rule = rules[outcome.rule]
+            why = f"rule '{rule.name}'" + (f" (hook {rule.hook.label})" if rule.hook else "")
+            message = message or rule.message
+        elif outcome.rule >= len(rules):
+            why = name_of(outcome.rule)
+        else:
+            why = f"the policy's {name_of(outcome.rule)}"
+        which = f" with {shape}" if shape else ""
+        lines.append(f"clc: launches of {info.demangled}{which} are denied by {why}"
+                     + (f": {message}" if message else "") + "\n")
+    return lines
+
+
+def describe(decision, mode, name_of):
+    """A decision in words, for -v."""
+    def one(outcome):
+        flags = [name for bit, name in ((abi.FLAG_RECORD, "record"), (abi.FLAG_TIME, "time"))
+                 if outcome.flags & bit]
+        return (f"{abi.ACTION_NAMES[outcome.action]}"
+                + (f" ({', '.join(flags)})" if flags else "")
+                + f" by {name_of(outcome.rule)}")
+    shaped = [f"{one(c.outcome)} when grid_blocks in {list(c.grid_blocks)}, block_threads "
+              f"in {list(c.block_threads)}, shared_mem in {list(c.shared_mem)}"
+              for c in decision.clauses]
+    text = "; ".join(shaped + [("else " if shaped else "") + one(decision.fallback)])
+    if mode == abi.MODE_PER_SHAPE:
+        text += " (this launch; asked again per shape)"
+    elif mode == abi.MODE_EVERY_LAUNCH:
+        text += " (this launch; asked at every launch)"
+    return text
+
+
+# Said of a hook that raised SystemExit, KeyboardInterrupt or another BaseException.
+_NOT_THE_END = " (a hook cannot end the program: it goes on)"
+_NOT_THE_STATUS = " (ignored: the program's exit status stays its own)"
+
+
+def _ends(e):
+    """Whether a hook's exception is one that would end a program (sys.exit(), Ctrl-C)."""
+    return not isinstance(e, Exception)
+
+
+def _failure(e):
+    """What a hook did, as a report says it: `called sys.exit(3)`, `raised ValueError: boom`."""
+    if isinstance(e, SystemExit):
+        return f"called sys.exit({'' if e.code is None else repr(e.code)})"
+    text = str(e)
+    return f"raised {type(e).__name__}" + (f": {text}" if text else "")
+
+
+def _exit_hook_name(fn):
+    """An @clc.on_exit function as the reports name hooks: `hooks.py:summary`."""
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    code = getattr(fn, "__code__", None)
+    return f"{os.path.basename(code.co_filename)}:{name}" if code is not None else name
+
+
+def flush_std():
+    """Flush Python's sys.stdout and sys.stderr (what hooks printed); never raises."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BaseException:  # a closed stream, a pipe whose reader left, a stream replaced
+            pass
 
 
 def _with_bytes(outcome):

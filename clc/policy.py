@@ -69,9 +69,9 @@ from clc.cuda_errors import CUDA_ERRORS, error_name
 
 __all__ = [
     "ANY_RANGE", "PolicyError", "HookFileError", "PolicyWarning", "Identity", "identity_of",
-    "process_identity", "regex_problem", "KernelInfo", "base_name", "Outcome", "Clause",
-    "Decision", "HookRef", "Rule", "Step", "Explanation", "Policy", "load_policy",
-    "parse_policy",
+    "process_identity", "identity_of_process", "regex_problem", "KernelInfo", "base_name",
+    "Outcome", "Clause", "Decision", "HookRef", "Rule", "Step", "Explanation", "Policy",
+    "load_policy", "parse_policy",
 ]
 
 _U64_MAX = 2**64 - 1
@@ -312,6 +312,24 @@ def process_identity() -> Identity:
         cgroup = None
     return identity_of((os.getuid(), os.geteuid()),
                        (os.getgid(), os.getegid(), *os.getgroups()), cgroup)
+
+
+def identity_of_process(pid: int) -> Identity:
+    """Process `pid`'s Identity, as process_identity() gives a process its own, read from
+    /proc/PID (its status's real and effective ids and supplementary groups, its cgroup)."""
+    ids = {}
+    with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("Uid", "Gid", "Groups"):
+                ids[key] = [int(v) for v in value.split()]
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            cgroup = _cgroup_v2_path(f.read())
+    except OSError:
+        cgroup = None
+    return identity_of(ids.get("Uid", [])[:2], ids.get("Gid", [])[:2] + ids.get("Groups", []),
+                       cgroup)
 
 
 @dataclass(frozen=True)

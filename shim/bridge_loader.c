@@ -138,8 +138,15 @@ int clc_bridge_launch(const clc_kernel_query *q, clc_outcome *out) {
     return p_launch(q, out);
 }
 
+/* With clc-run deciding first sights, the engine here hears of loads only when it may have to
+ * wrap one of their kernels: no other load brings Python in, nor waits for its GIL. */
 void clc_bridge_module(const clc_module_event *ev) {
-    if (ready()) p_module(ev);
+    static int skip = -1;
+    if (skip < 0) {
+        const char *wraps = clc_setting("CLC_POLICY_WRAPS");
+        skip = clc_decider_configured() && !(wraps && strcmp(wraps, "1") == 0);
+    }
+    if (!skip && ready()) p_module(ev);
 }
 
 /* Only while Python still runs: in a Python host it has finalized by now, and the engine ran

@@ -557,7 +557,11 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     clc_entry id_only = {.kernel_id = atomic_fetch_add(&g_next_id, 1)};
     clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
                                      name ? name : "<unnamed>", layout, n_params, end);
-    if (clc_bridge_decide(q, &d) != 0 || d.n_clauses > CLC_MAX_CLAUSES ||
+    int asked = clc_decider_configured() ? clc_decider_decide(q->name, device, &d)
+                                         : CLC_DECIDE_ENGINE;
+    if (asked == CLC_DECIDE_ENGINE) asked = clc_bridge_decide(q, &d) == 0 ? CLC_DECIDE_OK
+                                                                          : CLC_DECIDE_FAILED;
+    if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES ||
         d.mode > CLC_MODE_EVERY_LAUNCH) {
         memset(&d, 0, sizeof d);
         d.fallback = g_cfg.on_error;

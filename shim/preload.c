@@ -72,6 +72,7 @@ static void reset_rule_counts(void);
 static void after_fork_child(void) {
     reset_rule_counts();
     clc_bridge_after_fork_child();
+    clc_decider_after_fork_child();
     clc_capture_after_fork_child();
     clc_cache_after_fork_child();
 }

@@ -392,6 +392,13 @@ void clc_bridge_module(const clc_module_event *ev);
 void clc_bridge_exit(void); /* the engine's exit work (on_exit hooks), if Python still runs */
 void clc_bridge_after_fork_child(void);
 
+/* ---- the decider: clc-run answers first sights for policies without Python hooks ---------- */
+int clc_decider_configured(void);
+/* CLC_DECIDE_OK with `out` filled, CLC_DECIDE_ENGINE (the program's engine must decide: a wrap),
+ * or CLC_DECIDE_FAILED (said once; the launches get on_error). */
+int clc_decider_decide(const char *name, int device, clc_decision *out);
+void clc_decider_after_fork_child(void);
+
 /* ---- the capture ------------------------------------------------------------------------- */
 uint64_t clc_now_ns(void);       /* CLOCK_MONOTONIC */
 uint64_t clc_launch_time_ns(void); /* the same clock, cheaper: from the TSC once calibrated */

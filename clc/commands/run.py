@@ -17,6 +17,7 @@ import stat
 import sys
 
 from clc.capture import CaptureError, scan_captures
+from clc.decider import Decider, decides_alone
 from clc.errors import EXIT_USAGE, ClcError
 from clc.hooks import HookError, load_hook_file, resolve_hook_ref
 from clc.policy import PolicyError, load_policy, parse_policy
@@ -238,11 +239,17 @@ class RunCommand:
         except FileNotFoundError as e:
             raise ClcError(str(e)) from None
         settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
+        decider = None
+        if decides_alone(policy):
+            decider = Decider(policy, tenant=settings.get("CLC_TENANT", ""),
+                              verbose=args.verbose)
+            settings["CLC_DECIDER"] = decider.path
+            settings["CLC_POLICY_WRAPS"] = "1" if decider.wraps else "0"
         status_r, status_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             settings["CLC_STATUS_FD"] = str(status_w)
             settings["CLC_STATUS_INO"] = str(os.fstat(status_w).st_ino)
-            status, output = _spawn(argv, env, settings, output, args.force, status_w)
+            status, output = _spawn(argv, env, settings, output, args.force, status_w, decider)
             os.close(status_w)
             status_w = -1
             shimmed = _read_status(status_r)
@@ -250,14 +257,18 @@ class RunCommand:
             os.close(status_r)
             if status_w >= 0:
                 os.close(status_w)
+            if decider is not None:
+                decider.close()
         if not args.no_report:
             _report(output, shimmed, argv[0])
         return status
 
 
-def _spawn(argv, env, settings, output, force, status_w):
+def _spawn(argv, env, settings, output, force, status_w, decider=None):
     """fork, check the capture's name (it holds the child's pid) before the program starts,
-    then let the child exec. Both sides derive the default name from the same pid."""
+    then let the child exec. Both sides derive the default name from the same pid. The
+    decider's thread starts after the fork (the child has no thread to lose) and with the
+    forwarded signals blocked, as the thread that waits for them has them."""
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED + (signal.SIGCHLD,))
     go_r, go_w = os.pipe()
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -290,6 +301,8 @@ def _spawn(argv, env, settings, output, force, status_w):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             raise
+        if decider is not None:
+            decider.start()
         _go(pid, go_w, err_r, argv[0], output)
         return _wait(pid), output
     finally:

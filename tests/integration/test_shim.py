@@ -193,12 +193,31 @@ def test_fork_child_gets_its_own_capture(native, clc_run, variant):
     for child in children:
         child_counted.update(executed(child))
     assert child_counted == child_launched
-    if variant == "plain":
-        # The child launches a kernel its parent never did: it cannot ask Python after
-        # fork(), so that kernel gets on_error, and clc says so once.
-        said = re.findall(r"^clc: forked child \d+: kernels first launched after fork\(\) get "
-                          r"on_error=allow", run.stderr, re.M)
-        assert len(said) == 1, run.stderr
+    # AND the child's kernel that its parent never launched was decided by the policy
+    assert "get on_error" not in run.stderr, run.stderr
+
+
+DENY_SCALE = """\
+version: 1
+default: allow
+rules:
+  - name: no-scale
+    match: {kernel: "*scale*"}
+    action: deny
+"""
+
+
+def test_a_forked_child_is_decided_like_its_parent(native, clc_run):
+    # GIVEN a program whose forked child launches a kernel its parent never launched
+    # WHEN it runs under a policy that denies that kernel
+    run = clc_run(DENY_SCALE, [native["prog_fork"], "plain"], timeout=60)
+    assert run.proc.returncode == 0, run.stderr + run.stdout
+    # THEN each of the child's launches of it is refused by the rule, not left to on_error
+    child = re.findall(r"^child: launch (\S+) via \S+ -> (-?\d+)$", run.stdout, re.M)
+    assert len(child) == 3 and all(result == "800" for _, result in child), run.stdout
+    assert re.search(r"^clc: launches of scale\(float\*, float\) are denied by rule 'no-scale'$",
+                     run.stderr, re.M), run.stderr
+    assert "get on_error" not in run.stderr, run.stderr
 
 
 def test_python_host_joins_the_running_interpreter(native, clc_run):
@@ -228,16 +247,59 @@ def _other_python():
     return None, None
 
 
-@pytest.mark.parametrize("on_error,expected", [("allow", 0), ("deny", 800)])
-def test_bridge_version_mismatch_is_refused_clearly(native, clc_run, on_error, expected):
+def test_a_python_program_of_another_version_is_decided_by_the_rules(native, clc_run):
     python, version = _other_python()
     if python is None:
         pytest.skip("no Python of another minor version on this machine")
     from build import PYHOST
 
-    # GIVEN a Python program of another minor version than the bridge was built for
+    # GIVEN a Python program of another minor version than clc's, under a policy of rules
+    run = clc_run(DENY_DEBUG, [python, PYHOST], timeout=60)
+    # THEN clc-run decides its kernels: the debug kernel is refused, the others run
+    assert run.proc.returncode == 0, run.stderr
+    results = run.results()
+    assert results, run.stdout
+    for (kernel, _), rs in results.items():
+        assert all(r == (800 if "debug" in kernel else 0) for r in rs), (kernel, rs)
+    assert f"runs Python {version}" not in run.stderr and "get on_error" not in run.stderr
+    assert executed(run.capture()) == nonzero(run.fake_counts())
+
+
+def test_first_sight_does_not_wait_for_the_programs_gil(native, clc_run):
+    from build import HERE
+
+    # GIVEN a Python program whose main thread holds the GIL while a native thread launches a
+    # kernel never launched before
+    run = clc_run(DENY_DEBUG, [sys.executable, HERE / "pyhost_gil.py"], timeout=60)
+    # THEN the launch is decided (by clc-run, outside the program) and runs during the hold
+    assert run.proc.returncode == 0, run.stderr + run.stdout
+    assert "held-launch returned=1 result=0" in run.stdout, run.stdout + run.stderr
+    assert kernel_launches(run.capture()) == {"_Z5scalePff": 1}
+
+
+HOOK_FILE = """\
+import clc
+
+@clc.on_launch(kernel="*")
+def no_opinion(launch):
+    return None
+"""
+
+
+@pytest.mark.parametrize("on_error,expected", [("allow", 0), ("deny", 800)])
+def test_hooks_in_a_python_program_of_another_version_are_refused_clearly(
+        native, clc_run, tmp_path, on_error, expected):
+    python, version = _other_python()
+    if python is None:
+        pytest.skip("no Python of another minor version on this machine")
+    from build import PYHOST
+
+    # GIVEN a Python program of another minor version than the bridge was built for, and a
+    # policy with Python hooks (they run in the program's interpreter)
+    hooks = tmp_path / "hooks.py"
+    hooks.write_text(HOOK_FILE)
     policy = DENY_DEBUG.replace("default: allow", f"default: allow\non_error: {on_error}")
-    run = clc_run(policy, [python, PYHOST], timeout=60)
+    run = clc_run(policy, [python, PYHOST], options=["--hooks", str(hooks)], timeout=60)
     # THEN a one-line refusal names both versions, once, and every launch gets on_error
     assert run.proc.returncode == 0, run.stderr
     mine = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -32,6 +32,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FAKE_DRIVER_VERSION 13000
 #define FAKE_NS_PER_LAUNCH 5000ull /* the fake GPU clock advances this much per kernel run */
@@ -3191,4 +3193,59 @@ int fake_cuda_device_allocation(CUdeviceptr p, CUdeviceptr *base, size_t *size)
     }
     unlock();
     return found;
+}
+
+/* ---- a launch while the caller holds something (tests of first sight under a held GIL) ----
+ * fake_cuda_launch_when_held starts a thread that, once fake_cuda_hold is called, launches f
+ * in ctx through the process's cuLaunchKernel (a preloaded shim's, if any). fake_cuda_hold
+ * waits up to timeout_ms for that launch to return: 1 if it did (its CUresult in *result). A
+ * Python caller reaching fake_cuda_hold through ctypes.PyDLL keeps the GIL all the while. */
+static atomic_int g_hold_on, g_hold_done, g_hold_result;
+
+struct hold_launch {
+    CUcontext ctx;
+    CUfunction f;
+};
+
+static void *launch_when_held(void *arg)
+{
+    struct hold_launch job = *(struct hold_launch *)arg;
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, CUstream, void **, void **);
+    free(arg);
+    while (!atomic_load(&g_hold_on))
+        usleep(1000);
+    *(void **)&launch = dlsym(RTLD_DEFAULT, "cuLaunchKernel");
+    cuCtxSetCurrent(job.ctx);
+    atomic_store(&g_hold_result, launch(job.f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    atomic_store(&g_hold_done, 1);
+    return NULL;
+}
+
+int fake_cuda_launch_when_held(CUcontext ctx, CUfunction f)
+{
+    pthread_t t;
+    struct hold_launch *job = malloc(sizeof *job);
+    if (!job)
+        return -1;
+    job->ctx = ctx;
+    job->f = f;
+    if (pthread_create(&t, NULL, launch_when_held, job)) {
+        free(job);
+        return -1;
+    }
+    pthread_detach(t);
+    return 0;
+}
+
+int fake_cuda_hold(unsigned timeout_ms, int *result)
+{
+    unsigned waited = 0;
+    atomic_store(&g_hold_on, 1);
+    while (!atomic_load(&g_hold_done) && waited < timeout_ms) {
+        usleep(1000);
+        waited++;
+    }
+    *result = atomic_load(&g_hold_result);
+    return atomic_load(&g_hold_done);
 }

@@ -31,6 +31,8 @@ MIRRORS = {
     "LAUNCH_ARG": "clc_launch_arg",
     "KERNEL_QUERY": "clc_kernel_query",
     "PARAM_INFO": "clc_param_info",
+    "DECIDE_REQUEST": "clc_decide_request",
+    "DECIDE_REPLY": "clc_decide_reply",
     "CAPTURE_HEADER": "clc_capture_header",
     "RECORD_HEADER": "clc_record_header",
     **{name: "clc_rec_" + name[len("REC_"):-len("_BODY")].lower()
@@ -209,7 +211,8 @@ def test_name_dicts_cover_exactly_the_headers_values(prefix, dict_name, defines)
 def test_every_record_struct_is_mirrored(structs):
     c_records = {n for n in structs if n.startswith("clc_rec_")}
     c_records |= {"clc_capture_header", "clc_record_header", "clc_replacement",
-                  "clc_launch_arg", "clc_kernel_query", "clc_param_info"}
+                  "clc_launch_arg", "clc_kernel_query", "clc_param_info", "clc_decide_request",
+                  "clc_decide_reply"}
     assert set(MIRRORS.values()) == c_records
 
 
@@ -261,3 +264,18 @@ def test_parser_catches_a_one_sided_change(header_text, defines, structs):
     assert same_layout(py_codes, layout_of_c(structs, "clc_rec_kernel"))
     assert not same_layout(py_codes, layout_of_c(parse_structs(signed, defines),
                                                   "clc_rec_kernel"))
+
+
+def test_a_packed_decision_has_clc_decisions_layout(structs):
+    # clc-run's decider sends clc_decision whole: its size, and where the fallback lies.
+    size, _, fields = structs["clc_decision"]
+    from clc.policy import Outcome
+    clause = Outcome(abi.ACTION_ALLOW, abi.FLAG_TIME, 0, 1)
+    last = Outcome(abi.ACTION_DENY, abi.FLAG_RECORD, 800, 3)
+    data = abi.pack_decision([((1, 2), (3, 4), (5, 6), clause)], last)
+    assert len(data) == size
+    offsets = {name: offset for name, offset, _, _, _ in fields}
+    assert struct.unpack_from("<II", data, offsets["n_clauses"]) == (1, abi.MODE_CACHED)
+    assert struct.unpack_from("<6QIIii", data, offsets["clauses"]) == (1, 2, 3, 4, 5, 6, 0, 2,
+                                                                          0, 1)
+    assert struct.unpack_from("<IIii", data, offsets["fallback"]) == (1, 1, 800, 3)
