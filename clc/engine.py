@@ -289,7 +289,7 @@ class Engine:
             def generic(blob):
                 try:
                     return self.launch(kernel, blob)
-                except Exception:
+                except BaseException:
                     _report_once()
                     return self._on_error[1]
             return generic
@@ -315,7 +315,7 @@ class Engine:
                 args.limit = -1 if status else len(blob)
                 try:
                     answer = fn(launch)
-                except Exception as e:
+                except BaseException as e:  # sys.exit() too: a hook cannot end the program
                     answer = _Raised(e)
                 args.blob, args.limit = None, -1  # launch.clear(), inlined
                 if getrefcount(launch) + getrefcount(launch.params) == launch.refs:
@@ -323,7 +323,7 @@ class Engine:
                 if answer is None:
                     return no_opinion
                 return answered(kernel, hook, index, answer, no_opinion)
-            except Exception:
+            except BaseException:
                 _report_once()
                 return on_error
         every_launch.hook = hook
@@ -336,7 +336,7 @@ class Engine:
             if type(answer) is _Raised:
                 raise answer.error
             answer = hook.checked(answer)
-        except Exception as e:
+        except BaseException as e:
             self._hook_failed(kernel, hook, e)
             return self._on_error[1]
         if answer is None:
@@ -500,7 +500,7 @@ class Engine:
             return kernel.answers[key]
         try:
             answer = hook.call(launch)
-        except Exception as e:
+        except BaseException as e:  # sys.exit() too: a hook cannot end the program
             self._hook_failed(kernel, hook, e)
             raise _HookFailed from e
         self._check_slow(kernel, hook)
@@ -510,9 +510,9 @@ class Engine:
 
     def _hook_failed(self, kernel, hook, e):
         self._report_once(("raised", hook.name),
-                          f"hook {hook.name} raised {type(e).__name__}: {e} at a launch of "
+                          f"hook {hook.name} {_failure(e)} at a launch of "
                           f"{kernel.info.demangled}; its launches get on_error="
-                          f"{self.policy.on_error}\n"
+                          f"{self.policy.on_error}{_NOT_THE_END if _ends(e) else ''}\n"
                           + "".join(traceback.format_exception(e, limit=-3)))
 
     def _check_slow(self, kernel, hook):
@@ -627,9 +627,13 @@ class Engine:
         for fn in self.exit_functions:
             try:
                 fn(stats)
-            except Exception as e:
-                self.message(abi.MSG_ERROR, f"on_exit hook {getattr(fn, '__qualname__', fn)} "
-                             f"raised {type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}")
+            except BaseException as e:  # sys.exit() too: the program's exit status stays its own
+                self.message(abi.MSG_ERROR, f"on_exit hook {_exit_hook_name(fn)} {_failure(e)}"
+                             f"{_NOT_THE_STATUS if _ends(e) else ''}\n"
+                             + "".join(traceback.format_exception(e, limit=-3)))
+        # What the exit hooks printed: in a C or C++ program nothing else flushes clc's Python
+        # (its interpreter is never finalized), and a pipe or a file buffers it.
+        _flush_std()
         for hook in hooks:
             if hook.calls:
                 self.message(abi.MSG_INFO, f"hook {hook.name}: {hook.calls} calls, "
@@ -735,7 +739,7 @@ def _exit_hook_name(fn):
     return f"{os.path.basename(code.co_filename)}:{name}" if code is not None else name
 
 
-def flush_std():
+def _flush_std():
     """Flush Python's sys.stdout and sys.stderr (what hooks printed); never raises."""
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -866,7 +870,7 @@ def bridge_decide(ffi, query, out):
             _fill_outcome(ffi, ffi.addressof(dst.outcome), clause.outcome)
         _fill_outcome(ffi, ffi.addressof(out.fallback), decision.fallback)
         return 0
-    except Exception:
+    except BaseException:
         _report_once()
         return -1
 
@@ -882,7 +886,7 @@ def bridge_launch(kernel_id, blob):
         kernel = engine.kernels[_query_key(blob)]
         dispatch = engine.dispatcher(kernel)
         return dispatch(blob), dispatch, engine.timed_by_bridge(kernel_id, kernel, dispatch)
-    except Exception:
+    except BaseException:
         _report_once()
         return None
 
@@ -896,13 +900,18 @@ def bridge_slow(kernel_id, ns):
 
 
 def bridge_exit():
+    """clc_bridge_exit, in a C or C++ program only (a Python program's interpreter runs
+    Engine.run_exit from atexit, and flushes its own streams when it finalizes): the exit work,
+    then Python's stdout and stderr flushed, since that interpreter is never finalized."""
     try:
         if _engine is not None:
             _engine.run_exit()
         return 0
-    except Exception:
+    except BaseException:
         _report_once()
         return -1
+    finally:
+        _flush_std()
 
 
 def bridge_module(ffi, event):

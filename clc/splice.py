@@ -22,17 +22,18 @@ clc/wrappers/runtime.cu describes the protocol and its costs.
 A kernel the splice must refuse raises `Unwrappable` with the reason: clusters, cooperative
 kernels (grid sync), module variables shared with the rest of the program (a wrapped copy
 would not see the program's writes), %ctaid read inside called functions, a bare vector
-%ctaid read.
+%ctaid read, PTX that clc's reader cannot parse. `check(module, kernel, loop)` makes every one
+of those refusals without changing the module; `splice` is `check` then `splice_checked`.
 """
 
 import copy
 from dataclasses import dataclass
 
-from clc.ptx import (Block, Directive, Function, Instruction, Label, Operand, Token, Variable,
-                     callees, exits, loop_verdict, parse, remap_verdict, special_reads)
+from clc.ptx import (Block, Directive, Function, Instruction, Label, Operand, PtxError, Token,
+                     Variable, callees, exits, loop_verdict, parse, remap_verdict, special_reads)
 
-__all__ = ["Spliced", "Unwrappable", "splice", "single_entry", "ptx_text", "ARG_NAME",
-           "ARG_SIZE", "RUNTIME_FUNCTIONS"]
+__all__ = ["Spliced", "Checked", "Unwrappable", "parsed", "check", "splice", "splice_checked",
+           "single_entry", "ptx_text", "ARG_NAME", "ARG_SIZE", "RUNTIME_FUNCTIONS"]
 
 ARG_NAME = "__clc_arg"
 ARG_SIZE = 32
@@ -40,6 +41,7 @@ RUNTIME_FUNCTIONS = ("clc_claim", "clc_enter", "clc_finish")
 
 _PREFIX = "__clc_"
 _AXES = ("x", "y", "z")
+_REMAPPED = {f"{base}.{axis}" for base in ("%ctaid", "%nctaid") for axis in _AXES}
 
 _EXTERNS = """
 .extern .func (.param .align 8 .b8 func_retval0[16]) clc_claim(.param .b64 slot,
@@ -282,11 +284,27 @@ def _shared_variable_reason(module, functions):
     return None
 
 
-def splice(ptx, kernel, loop=True, enter=False):
-    """The spliced PTX of entry `kernel` of PTX text `ptx` (str or bytes). A kernel that runs
-    1:1 keeps its %ctaid reads and calls clc_enter only when `enter` (a wrapper that may skip
-    a block or that tells a policy about it)."""
-    module = parse(ptx_text(ptx))
+@dataclass
+class Checked:
+    """A kernel the splice accepts, and how it would run: what check() found."""
+
+    module: object      # the parsed module (splice_checked rewrites it in place)
+    fn: object          # the kernel's entry
+    looped: bool        # its body runs in the claim loop (else once, 1:1)
+    verdict: object     # clc.ptx.loop_verdict of the entry
+
+
+def parsed(ptx):
+    """The Module of PTX text or bytes; Unwrappable when clc's PTX reader cannot read it."""
+    try:
+        return parse(ptx_text(ptx))
+    except PtxError as e:
+        raise Unwrappable(f"its PTX does not parse: {e}") from None
+
+
+def check(module, kernel, loop=True):
+    """Whether entry `kernel` of a parsed module can be spliced, looped when `loop` and its
+    body may loop, else 1:1: a Checked, or Unwrappable with the reason. Changes nothing."""
     fn = module.entries.get(kernel)
     if fn is None:
         raise Unwrappable(f"no .entry {kernel} in this PTX")
@@ -318,7 +336,25 @@ def splice(ptx, kernel, loop=True, enter=False):
             if any(e.base == "exit" for e in exits(f)):
                 raise Unwrappable(f"calls {f.name}, which executes exit: the block could not "
                                   "free its launch slot")
+    if looped:
+        for read in special_reads(fn, ("%ctaid", "%nctaid")):
+            if read.register not in _REMAPPED:
+                raise Unwrappable(f"reads {read.register} as a whole at line "
+                                  f"{read.instruction.line}; only %ctaid.x/.y/.z reads can be "
+                                  "remapped")
+    return Checked(module, fn, looped, verdict)
 
+
+def splice(ptx, kernel, loop=True, enter=False):
+    """The spliced PTX of entry `kernel` of PTX text `ptx` (str or bytes). A kernel that runs
+    1:1 keeps its %ctaid reads and calls clc_enter only when `enter` (a wrapper that may skip
+    a block or that tells a policy about it)."""
+    return splice_checked(check(parsed(ptx), kernel, loop), enter)
+
+
+def splice_checked(checked, enter=False):
+    """splice() of a kernel check() accepted: its module rewritten in place."""
+    module, fn, looped, verdict = checked.module, checked.fn, checked.looped, checked.verdict
     if looped:
         _rewrite_specials(fn)
     inline = not looped and not enter and _inline_exits(fn)
@@ -342,7 +378,7 @@ def splice(ptx, kernel, loop=True, enter=False):
     at = next((k for k, i in enumerate(items) if not isinstance(i, Directive)
                or i.name not in (".version", ".target", ".address_size")), len(items))
     module.items = items[:at] + externs + items[at:]
-    return Spliced(str(module), kernel, looped,
+    return Spliced(str(module), fn.name, looped,
                    verdict.reason if looped else
                    ("a 1:1 remap was asked for" if verdict.ok else verdict.reason),
                    len(fn.params) - 1)

@@ -31,10 +31,11 @@ import threading
 import time
 
 from clc.fatbin import _Elf, cubin_kernels
-from clc.splice import Unwrappable, ptx_text, single_entry, splice
+from clc.splice import Unwrappable, check, parsed, ptx_text, single_entry, splice_checked
 
-__all__ = ["WrapBuildError", "Wrapper", "Built", "BUILTIN_WRAPPERS", "wrapper_spec", "build",
-           "toolchain_versions", "cubin_resources", "RUNTIME_SOURCE"]
+__all__ = ["WrapBuildError", "Wrapper", "Built", "BUILTIN_WRAPPERS", "INSPECTED_WRAPPERS",
+           "wrapper_spec", "check_wrap", "build", "toolchain_versions", "cubin_resources",
+           "RUNTIME_SOURCE"]
 
 RUNTIME_SOURCE = pathlib.Path(__file__).resolve().parent / "wrappers" / "runtime.cu"
 BUILTIN_WRAPPERS = ("sm_share", "block_count", "deadline")
@@ -124,6 +125,25 @@ def wrapper_spec(name, params=None, base_dir=None):
     defines = tuple(f"-DCLC_PARAM_{k}={v!r}" for k, v in sorted(params.items()))
     return Wrapper(str(path), tuple(sorted(params.items())), "optional", defines, None, source,
                    enter=True)
+
+
+# Each built-in wrapper, with sample params (check_wrap's verdict does not depend on them):
+# what `clc inspect` judges each kernel against.
+INSPECTED_WRAPPERS = tuple(wrapper_spec(name, params) for name, params in (
+    ("sm_share", {"share": 0.5}), ("block_count", {}), ("deadline", {"ms": 1})))
+
+
+def check_wrap(module, kernel, wrapper):
+    """Whether `wrapper` (a Wrapper) can wrap entry `kernel` of a parsed PTX module
+    (clc.splice.parsed): a clc.splice.Checked saying whether its body would loop, or
+    Unwrappable with the reason. Every refusal that build() makes is made here (build() asks
+    this before it splices), and `clc inspect` asks this for each built-in wrapper, so that
+    what inspect says, what `clc wrap` does and what clc-run does agree. Changes nothing."""
+    checked = check(module, kernel, loop=wrapper.loop != "never")
+    if wrapper.loop == "required" and not checked.looped:
+        raise Unwrappable(f"{wrapper.name} runs the body in a loop, and this kernel's may not "
+                          f"loop: {checked.verdict.reason}")
+    return checked
 
 
 @dataclasses.dataclass
@@ -367,16 +387,14 @@ def build_key(ptx, kernel, wrapper, arch, registers=None):
 
 def build(ptx, kernel, wrapper, arch, key=None, cache=None, registers=None):
     """Splice `kernel` of `ptx`, link it with `wrapper`'s device code for sm_`arch`: a Built.
-    Unwrappable when the splice refuses (or the wrapper needs a loop the body cannot take).
+    Unwrappable when check_wrap refuses (the splice's refusals, a wrapper that needs a loop the
+    body cannot take, PTX that does not parse).
     `key`: its build_key, when the caller has it already; `cache`: a DiskCache for NVRTC's
     output; `registers`: the original's register count as it runs (the driver's
     CU_FUNC_ATTRIBUTE_NUM_REGS), else the original is linked alone to count them."""
     start = time.perf_counter()
     text = ptx_text(ptx)
-    spliced = splice(text, kernel, loop=wrapper.loop != "never", enter=wrapper.enter)
-    if wrapper.loop == "required" and not spliced.looped:
-        raise Unwrappable(f"{wrapper.name} runs the body in a loop, and this kernel's may not "
-                          f"loop: {spliced.reason}")
+    spliced = splice_checked(check_wrap(parsed(text), kernel, wrapper), enter=wrapper.enter)
     inputs = [("kernel.ptx", spliced.ptx)] + runtime_inputs(wrapper, arch, spliced.looped, cache)
     limit = None
     if spliced.looped or wrapper.enter:

@@ -30,6 +30,8 @@ ffibuilder = cffi.FFI()
 ffibuilder.cdef(_abi_declarations())
 # For the engine (clc._bridge.lib): the time its timed dispatchers took, by kernel id.
 ffibuilder.cdef("int clc_bridge_dispatch_time(uint32_t kernel_id, uint64_t out[3]);")
+# For the exit entry: the program's C stdio flushed.
+ffibuilder.cdef("int clc_bridge_flush_stdio(void);")
 ffibuilder.embedding_api(
     """
     int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out);
@@ -44,6 +46,7 @@ ffibuilder.embedding_api(
 # the sys.path clc-run had (CLC_SYS_PATH), so that whatever clc-run could import (cffi's
 # backend first of all, before any Python code runs) is found the same way.
 _START = r"""
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -108,6 +111,10 @@ typedef struct {
     uint64_t calls, total_ns, max_ns;
 } clc_dispatch_time;
 static clc_dispatch_time *clc_times;
+
+/* fflush(NULL): what the program wrote through C stdio, out before what clc's exit hooks print
+ * (Python's own buffers, which the engine flushes after them). */
+int clc_bridge_flush_stdio(void) { return fflush(NULL); }
 
 static uint64_t clc_bridge_now_ns(void) {
     struct timespec t;
@@ -232,7 +239,7 @@ if _get is not None:
     if _path and _path not in sys.path:
         sys.path.append(_path)
 
-from clc._bridge import ffi
+from clc._bridge import ffi, lib
 from clc import engine
 
 @ffi.def_extern(error=-1)
@@ -243,8 +250,13 @@ def clc_bridge_decide(query, out):
 def clc_bridge_module(event):
     return engine.bridge_module(ffi, event)
 
+# The end of a C or C++ program (its atexit), whose interpreter clc started and never
+# finalizes: the program's C stdio is flushed first and Python's stdout and stderr last
+# (engine.bridge_exit), so that what the exit hooks print reaches a pipe or a file, after what
+# the program printed.
 @ffi.def_extern(error=-1)
 def clc_bridge_exit():
+    lib.clc_bridge_flush_stdio()
     return engine.bridge_exit()
 """
 )

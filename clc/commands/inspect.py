@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """`clc inspect PATH [--json]`: a CUDA file's kernels, their code, and whether clc can wrap them.
 
-Offline: nothing is loaded or run. Wrapping (issue 4) rebuilds a kernel from its PTX, so a
-kernel is wrappable when some PTX entry defines it; SASS alone cannot be rebuilt. A wrappable
-kernel is also loopable or not (clc.ptx.loop_verdict: may its body run in a persistent loop),
-judged on its best PTX: the entry of the highest arch, which the newest GPUs JIT.
+Offline: nothing is loaded or run. Wrapping rebuilds a kernel from its PTX (SASS alone cannot
+be rebuilt), judged on its best PTX: the entry of the highest arch, which the newest GPUs JIT.
+Each built-in wrapper's verdict is clc.wrapbuild.check_wrap's, the check that `clc wrap` and
+clc-run build through, so the three agree: a kernel is "wrappable" when some wrapper can wrap
+it, and the wrappers are listed one by one when they disagree (sm_share needs a body that may
+loop, block_count and deadline run it once per block). A kernel with PTX is also loopable or
+not (clc.ptx.loop_verdict: may its body run in a persistent loop).
 """
 
 import json
@@ -15,6 +18,7 @@ from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
 from clc.fatbin import FatbinError, parse_image
 from clc.ptx import PtxError, loop_verdict, parse
+from clc.splice import Unwrappable
 
 __all__ = ["InspectCommand", "inspect_image", "format_text"]
 
@@ -23,8 +27,8 @@ class InspectCommand:
     name = "inspect"
     help = ("list the kernels of an executable, shared library, fatbin, cubin or PTX file: "
             "their SASS architectures, their PTX versions and targets, whether clc can "
-            "wrap them (it needs their PTX), and whether a wrapper may loop their body "
-            "(or why not)")
+            "wrap them (it needs their PTX; each built-in wrapper is listed when they "
+            "disagree), and whether a wrapper may loop their body (or why not)")
 
     @staticmethod
     def add_arguments(parser):
@@ -90,6 +94,11 @@ def inspect_image(image, path):
         ptx_entries = k.pop("_ptx_entries")
         k["wrappable"], k["summary"] = _wrappability(ptx_entries, k["sass"])
         k["loopable"], k["loop_reason"] = _loopability(k["name"], ptx_entries, modules)
+        k["wrappers"] = _wrapper_verdicts(k["name"], ptx_entries, modules, k["summary"])
+        if k["wrappable"] and not any(w["wrappable"] for w in k["wrappers"].values()):
+            k["wrappable"] = False
+            reasons = {w["reason"] for w in k["wrappers"].values()}
+            k["summary"] = reasons.pop() if len(reasons) == 1 else "no built-in wrapper can wrap it"
         # With -rdc the device link keeps only the kernels it needs in .nv_fatbin; one found
         # only in the objects' __nv_relfatbin is not in the program's loaded code.
         k["linked"] = not (".nv_fatbin" in sections and ".nv_fatbin" not in k["sections"])
@@ -122,13 +131,11 @@ def _wrappability(ptx_entries, sass):
     return True, why
 
 
-def _loopability(name, ptx_entries, modules):
-    """(loopable, why) from the best PTX entry defining the kernel; (None, None) without PTX.
+def _best_module(ptx_entries, modules):
+    """(the best PTX entry defining a kernel, its parsed Module or PtxError).
 
     `modules` caches each entry's parse (or its PtxError): every kernel of an entry shares it.
     """
-    if not ptx_entries:
-        return None, None
     # Generic PTX before arch-specific at the same arch: it is what most GPUs would JIT.
     best = max(ptx_entries, key=lambda e: (e.arch, not e.variant))
     if id(best) not in modules:
@@ -136,7 +143,41 @@ def _loopability(name, ptx_entries, modules):
             modules[id(best)] = parse(best.text())
         except PtxError as e:
             modules[id(best)] = e
-    module = modules[id(best)]
+    return best, modules[id(best)]
+
+
+def _wrapper_verdicts(name, ptx_entries, modules, no_ptx):
+    """{wrapper: {"wrappable", "looped", "reason"}} for each built-in wrapper: the verdict of
+    clc.wrapbuild.check_wrap, the check `clc wrap` and clc-run build through, on the best PTX
+    entry (`no_ptx`: the reason when there is none)."""
+    from clc.wrapbuild import INSPECTED_WRAPPERS, check_wrap
+    out = {}
+    if not ptx_entries:
+        return {w.name: {"wrappable": False, "looped": None, "reason": no_ptx}
+                for w in INSPECTED_WRAPPERS}
+    best, module = _best_module(ptx_entries, modules)
+    for wrapper in INSPECTED_WRAPPERS:
+        if isinstance(module, PtxError):
+            out[wrapper.name] = {"wrappable": False, "looped": None,
+                                 "reason": f"its {best.arch_name} PTX does not parse: {module}"}
+            continue
+        try:
+            checked = check_wrap(module, name, wrapper)
+        except Unwrappable as e:
+            out[wrapper.name] = {"wrappable": False, "looped": None, "reason": str(e)}
+        else:
+            out[wrapper.name] = {"wrappable": True, "looped": checked.looped, "reason": None}
+    return out
+
+
+def _loopability(name, ptx_entries, modules):
+    """(loopable, why) from the best PTX entry defining the kernel; (None, None) without PTX.
+
+    `modules` caches each entry's parse (or its PtxError): every kernel of an entry shares it.
+    """
+    if not ptx_entries:
+        return None, None
+    best, module = _best_module(ptx_entries, modules)
     if isinstance(module, PtxError):
         return False, f"its {best.arch_name} PTX does not parse: {module}"
     entry = module.entries.get(name)
@@ -166,11 +207,25 @@ def format_text(report):
         name = k["demangled"] if k["demangled"] == k["name"] else f"{k['demangled']} [{k['name']}]"
         sass = ", ".join(k["sass"]) or "none"
         ptx = ", ".join(f"{p['version']} for {p['target']}" for p in k["ptx"]) or "none"
-        verdict = ("wrappable: " if k["wrappable"] else "not wrappable: ") + k["summary"]
-        if k["loopable"] is not None:
+        if k["wrappable"]:
+            verdict = "wrappable: " + k["summary"]
             verdict += ", loopable" if k["loopable"] else f", not loopable: {k['loop_reason']}"
+        elif k["loopable"] is False and k["loop_reason"] == k["summary"]:
+            verdict = "not wrappable, not loopable: " + k["summary"]
+        else:
+            verdict = "not wrappable: " + k["summary"]
         note = "" if k["linked"] else " (only in __nv_relfatbin: the device link dropped it)"
         lines.append(f"{name}: SASS {sass}; PTX {ptx}; {verdict}{note}")
+        wrappers = k["wrappers"].items()
+        if len({(w["wrappable"], w["reason"]) for _, w in wrappers}) > 1:
+            # The wrappers disagree: each one's verdict, as `clc wrap` would give it.
+            for wrapper, w in wrappers:
+                if not w["wrappable"]:
+                    lines.append(f"  {wrapper}: not wrappable: {w['reason']}")
+                else:
+                    lines.append(f"  {wrapper}: wrappable, " + (
+                        "its body looped over virtual blocks" if w["looped"]
+                        else "its body run once per block (1:1)"))
     unread = [e["name"] for e in report["entries"] if e["kernels"] is None]
     if unread:
         lines.append(f"not read for kernels: {', '.join(unread)} (LTO-IR or unknown entries)")

@@ -2,11 +2,12 @@
 """`clc wrap`: a wrapped kernel built offline from an nvcc executable, with its resources next
 to the original's; refusals and bad arguments said clearly. No GPU needed."""
 
+import json
 import subprocess
 
 import pytest
 
-from conftest import ZOO, cuda_tool
+from conftest import FILES, ZOO, cuda_tool, zoo_ptx_text
 from clc.cli import main
 from clc.fatbin import cubin_kernels
 
@@ -66,3 +67,60 @@ def test_wrap_usage_errors(exe, tmp_path, capsys, argv, fragment):
     code = main(["wrap", str(exe["templates"]), *argv, "-o", str(tmp_path / "w.cubin")])
     assert code == 2
     assert fragment in capsys.readouterr().err
+
+
+# What `clc wrap` is given for each built-in wrapper.
+WRAPPER_ARGS = {"sm_share": ["--param", "share=0.25"], "block_count": [],
+                "deadline": ["--param", "ms=5"]}
+# The zoo kernels that some wrapper refuses, and the wrappers that take them; every other zoo
+# kernel is wrapped by all three.
+PARTLY = {"grid_sync_kernel": set(), "cluster_kernel": set(), "hello_printf": set(),
+          "divergent_exit_then_barrier": {"block_count", "deadline"}}
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_inspect_says_wrappable_exactly_when_clc_wrap_builds(zoo_ptx, tmp_path, capsys, name):
+    # GIVEN a zoo program's PTX, inspected
+    path = tmp_path / name.replace(".cu", ".ptx")
+    path.write_text(zoo_ptx_text(zoo_ptx, name))
+    assert main(["inspect", "--json", str(path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kernels"]
+    for kernel in report["kernels"]:
+        verdicts = kernel["wrappers"]
+        assert set(verdicts) == set(WRAPPER_ARGS)
+        for wrapper, args in WRAPPER_ARGS.items():
+            out = tmp_path / f"{kernel['name']}.{wrapper}.cubin"
+            # WHEN clc wrap builds each of its kernels with each wrapper
+            code = main(["wrap", str(path), "--kernel", kernel["name"], "--wrapper", wrapper,
+                         *args, "-o", str(out)])
+            said = capsys.readouterr()
+            verdict = verdicts[wrapper]
+            # THEN it succeeds exactly when inspect said the wrapper can wrap the kernel
+            assert (code == 0) == verdict["wrappable"], (kernel["name"], wrapper, said.err)
+            if code == 0:
+                assert out.exists()
+                # AND its body loops exactly when inspect said so
+                assert ("looped (claims virtual blocks)" in said.out) == verdict["looped"]
+            else:
+                # AND a refusal gives inspect's reason
+                assert code == 1 and verdict["reason"] in said.err, (verdict, said.err)
+        wrappable = {w for w, v in verdicts.items() if v["wrappable"]}
+        assert wrappable == PARTLY.get(kernel["name"], set(WRAPPER_ARGS)), kernel["name"]
+        assert kernel["wrappable"] == bool(wrappable)
+
+
+def test_wrap_refuses_ptx_it_cannot_parse_as_inspect_does(tmp_path, capsys):
+    # GIVEN PTX whose kernel body never closes
+    path = tmp_path / "broken.ptx"
+    path.write_text(".version 9.0\n.target sm_90\n.address_size 64\n"
+                    ".visible .entry k()\n{\n\tret;\n")
+    # WHEN it is inspected and wrapped THEN both refuse, for the same reason
+    assert main(["inspect", str(path)]) == 0
+    assert "k: SASS none; PTX 9.0 for sm_90; not wrappable, not loopable: its compute_90 PTX " \
+           "does not parse: 5:1: '{' is never closed" in capsys.readouterr().out
+    code = main(["wrap", str(path), "--kernel", "k", "--wrapper", "block_count", "-o",
+                 str(tmp_path / "w.cubin")])
+    assert code == 1
+    assert "k cannot be wrapped with block_count: its PTX does not parse: 5:1: '{' is never " \
+           "closed" in capsys.readouterr().err

@@ -11,6 +11,7 @@ $CLC_TEST_OUT, and the tests compare the two.
 
 import collections
 import re
+import sys
 import textwrap
 
 import pytest
@@ -416,6 +417,122 @@ def test_hook_exception_gives_on_error(run_params, tmp_path, on_error, expect, m
         ["ValueError: boom from a hook"], run.stderr
     assert re.search(r"^clc: .*explode_on_debug.*boom from a hook", run.stderr, re.M), run.stderr
     assert f'File "{hooks}", line' in run.stderr  # the traceback's frame in the hook file
+
+
+# (mode, policy default, on_error, what debug_kernel's launches return). An every_launch hook
+# followed by an allowing default is called through the engine's folded dispatcher; before a
+# deny default, through its generic one, and there on_error: allow is what tells the two
+# outcomes apart.
+ENDING_HOOKS = {
+    "cached": ("", "allow", "deny", 800),
+    "per_shape": ("per_shape=True", "allow", "deny", 800),
+    "every_launch": ("every_launch=True", "allow", "deny", 800),
+    "every_launch_generic": ("every_launch=True", "deny", "allow", 0),
+}
+
+
+@pytest.mark.parametrize("how", sorted(ENDING_HOOKS))
+def test_hook_that_calls_sys_exit_is_a_hook_failure(run_params, tmp_path, how):
+    mode, default, on_error, expect = ENDING_HOOKS[how]
+    # GIVEN a hook that calls sys.exit(3) when asked about debug_kernel
+    hooks = write_hooks(tmp_path, f"""\
+        import sys
+
+        @clc.on_launch(kernel="*debug*"{", " + mode if mode else ""})
+        def quit_on_debug(launch):
+            sys.exit(3)
+    """)
+    run = run_params(f"version: 1\ndefault: {default}\non_error: {on_error}\n", [hooks])
+    # THEN the program runs to its end and exits with its own status, not the hook's
+    ok(run)
+    # AND debug_kernel's launches get the policy's on_error
+    assert rcs(run, DEBUG) == [expect] * 3
+    assert run.fake_counts().get(DEBUG, 0) == (3 if expect == 0 else 0)
+    # AND the failure is reported once, naming the hook and saying that it called sys.exit
+    assert re.search(r"^clc: hook hooks\.py:quit_on_debug called sys\.exit\(3\) at a launch of "
+                     rf"debug_kernel\(int\*\); its launches get on_error={on_error} \(a hook "
+                     r"cannot end the program: it goes on\)$", run.stderr, re.M), run.stderr
+    assert run.stderr.count("Traceback (most recent call last)") == 1, run.stderr
+    assert "Exception ignored" not in run.stderr, run.stderr
+
+
+def test_hook_that_raises_keyboard_interrupt_is_a_hook_failure(run_params, tmp_path):
+    hooks = write_hooks(tmp_path, """\
+        @clc.on_launch(kernel="*debug*", every_launch=True)
+        def interrupt(launch):
+            raise KeyboardInterrupt
+    """)
+    run = run_params("version: 1\ndefault: allow\non_error: deny\n", [hooks])
+    ok(run)
+    assert rcs(run, DEBUG) == [800] * 3
+    assert re.search(r"^clc: hook hooks\.py:interrupt raised KeyboardInterrupt at a launch of "
+                     r"debug_kernel\(int\*\); its launches get on_error=deny", run.stderr,
+                     re.M), run.stderr
+    assert "Exception ignored" not in run.stderr, run.stderr
+
+
+EXITING = """\
+    import sys
+
+    @clc.on_exit
+    def leave(stats):
+        sys.exit(3)
+
+    @clc.on_exit
+    def after(stats):
+        log("after", stats.total.launches)
+"""
+
+
+def test_exit_hook_that_calls_sys_exit_leaves_the_exit_status_alone(run_params, tmp_path):
+    # GIVEN an on_exit hook that calls sys.exit(3), and another after it
+    hooks = write_hooks(tmp_path, EXITING)
+    run = run_params(ALLOW_ALL, [hooks])
+    # THEN the program's exit status is its own
+    ok(run)
+    # AND the next on_exit hook still runs, with every launch counted
+    assert logged(tmp_path / "hooks.log") == [["after", str(2 * COUNT + 5)]]
+    # AND the failure is reported, naming the hook
+    assert re.search(r"^clc: on_exit hook hooks\.py:leave called sys\.exit\(3\) \(ignored: the "
+                     r"program's exit status stays its own\)$", run.stderr, re.M), run.stderr
+    assert "Exception ignored" not in run.stderr, run.stderr
+
+
+def test_exit_hook_that_calls_sys_exit_in_a_python_program(clc_run, tmp_path):
+    from build import PYHOST
+    # GIVEN a Python program (clc's engine joins its interpreter) and the same exit hooks
+    hooks = write_hooks(tmp_path, EXITING)
+    run = clc_run(ALLOW_ALL, [sys.executable, PYHOST], options=["--hooks", str(hooks)],
+                  env={"CLC_TEST_OUT": str(tmp_path / "hooks.log")})
+    # THEN its exit status is its own too, and the next exit hook runs
+    ok(run)
+    assert [f[0] for f in logged(tmp_path / "hooks.log")] == ["after"]
+    assert re.search(r"^clc: on_exit hook hooks\.py:leave called sys\.exit\(3\)", run.stderr,
+                     re.M), run.stderr
+    assert "Exception ignored" not in run.stderr, run.stderr
+
+
+def test_what_hooks_print_reaches_a_pipe(run_params, tmp_path):
+    # GIVEN a C program (clc starts its own Python in it) whose stdout is a pipe, and hooks
+    # that print
+    hooks = write_hooks(tmp_path, """\
+        @clc.on_launch(kernel="*vecAdd*")
+        def note(launch):
+            print("hook saw", launch.base)
+
+        @clc.on_exit
+        def summary(stats):
+            print(f"on_exit: {stats.total.launches} launches")
+    """)
+    run = run_params(ALLOW_ALL, [hooks])
+    ok(run)
+    lines = run.stdout.splitlines()
+    # THEN what they printed is in the program's stdout, the exit hook's line after everything
+    # the program printed
+    assert "hook saw vecAdd" in lines
+    assert lines[-1] == f"on_exit: {2 * COUNT + 5} launches", run.stdout[-2000:]
+    assert lines.index("hook saw vecAdd") > max(i for i, line in enumerate(lines)
+                                                if line.startswith("fake:"))
 
 
 def test_every_launch_hook_that_is_slow_or_answers_wrongly_is_reported(run_params, tmp_path):

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from clc.cli import build_parser
+from conftest import zoo_ptx_text
 
 SOURCE = r"""
 template <typename T> __global__ void scale(T *x, T a, int n) {
@@ -184,14 +185,64 @@ def test_loop_verdicts_in_text_and_json(tmp_path):
                                                  "exit before one")
 
 
+def zoo_lines(zoo_ptx, tmp_path, name):
+    """The lines `clc inspect` prints for a zoo program's PTX, after its header."""
+    path = tmp_path / name.replace(".cu", ".ptx")
+    path.write_text(zoo_ptx_text(zoo_ptx, name))
+    proc = inspect(path)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()[3:]
+
+
+def test_kernels_no_wrapper_can_wrap_say_why(zoo_ptx, tmp_path):
+    # WHEN a cooperative kernel (grid sync) is inspected THEN it is not wrappable, by any
+    # wrapper, and the line says why, as `clc wrap` does
+    assert zoo_lines(zoo_ptx, tmp_path, "cooperative.cu") == [
+        "grid_sync_kernel: SASS none; PTX 9.0 for sm_90; not wrappable: cooperative kernel: "
+        "reads %envreg2 (line 29), the grid-sync workspace; the program sizes a cooperative "
+        "grid by the original kernel's occupancy, which a wrapped copy does not have"]
+    # AND so is a kernel that uses a __device__ variable
+    (line,) = zoo_lines(zoo_ptx, tmp_path, "printf_kernel.cu")
+    assert line.startswith("hello_printf: SASS none; PTX 9.0 for sm_90; not wrappable: uses "
+                           "the module variable g_printed (__device__, line "), line
+    # AND --json has each wrapper's verdict
+    path = tmp_path / "cooperative.ptx"
+    report = json.loads(inspect(path, "--json").stdout)
+    (kernel,) = report["kernels"]
+    assert kernel["wrappable"] is False
+    assert kernel["summary"].startswith("cooperative kernel: reads %envreg2")
+    assert {w: v["wrappable"] for w, v in kernel["wrappers"].items()} == {
+        "sm_share": False, "block_count": False, "deadline": False}
+
+
+def test_wrappers_that_disagree_are_listed_one_by_one(zoo_ptx, tmp_path):
+    # WHEN a kernel whose body may not loop is inspected
+    lines = zoo_lines(zoo_ptx, tmp_path, "divergent_exit.cu")
+    # THEN its line keeps the usual form, and each wrapper's verdict follows: sm_share, which
+    # loops the body, refuses it; block_count and deadline run it once per block
+    assert lines[0].startswith("divergent_exit_then_barrier: SASS none; PTX 9.0 for sm_90; "
+                               "wrappable: PTX for compute_90 (sm_90 and newer), not loopable: "
+                               "a block barrier can run after a thread-divergent exit")
+    assert lines[1].startswith("  sm_share: not wrappable: sm_share runs the body in a loop, "
+                               "and this kernel's may not loop: a block barrier can run after")
+    assert lines[2:] == ["  block_count: wrappable, its body run once per block (1:1)",
+                         "  deadline: wrappable, its body run once per block (1:1)"]
+    # AND a kernel that every wrapper takes has no such lines
+    assert zoo_lines(zoo_ptx, tmp_path, "grid_stride.cu") == [
+        "grid_stride_saxpy: SASS none; PTX 9.0 for sm_90; wrappable: PTX for compute_90 "
+        "(sm_90 and newer), loopable"]
+
+
 def test_ptx_the_analyser_cannot_parse(tmp_path):
     # GIVEN PTX whose kernel is found but whose body never closes
     path = tmp_path / "broken.ptx"
     path.write_text(".version 9.0\n.target sm_90\n.address_size 64\n"
                     ".visible .entry k()\n{\n\tret;\n")
     proc = inspect(path)
-    # THEN inspect still lists it, not loopable, with the parse error and where
+    # THEN inspect still lists it, not wrappable and not loopable, with the parse error and
+    # where
     assert proc.returncode == 0, proc.stderr
+    assert "; not wrappable, not loopable: its compute_90 PTX" in proc.stdout
     assert proc.stdout.splitlines()[-1].endswith(
         "not loopable: its compute_90 PTX does not parse: 5:1: '{' is never closed")
 
