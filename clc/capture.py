@@ -152,6 +152,9 @@ class Capture:
     rule_stats_partial: bool = False
     # kernel_id -> the rules named by its LAUNCH records
     kernel_rules: dict = field(default_factory=dict)
+    # LAUNCH records of launches clc could not decide (the policy's on_error decided them:
+    # such launches are always recorded)
+    on_error_launches: int = 0
     launch_records: int = 0
     timing_records: int = 0
     complete: bool = False
@@ -484,6 +487,8 @@ def _derive(cap, launch_counts, timing_sums, rule_stats):
     denied_by_rule = {}
     for (kid, entry, action, rule, result), n in launch_counts.items():
         cap.kernel_rules.setdefault(kid, set()).add(rule)
+        if rule == abi.RULE_ON_ERROR:
+            cap.on_error_launches += n
         if action == abi.ACTION_DENY:
             denied_by_rule[rule] = denied_by_rule.get(rule, 0) + n
         st = get(kid)

@@ -1299,7 +1299,10 @@ class Policy:
         return _verdict_outcome(self.default, abi.RULE_DEFAULT)
 
     def on_error_outcome(self) -> Outcome:
-        return _verdict_outcome(self.on_error, abi.RULE_ON_ERROR)
+        """What a launch clc could not decide gets: on_error's verdict, always recorded (the
+        capture says which launches fell to it)."""
+        outcome = _verdict_outcome(self.on_error, abi.RULE_ON_ERROR)
+        return dataclasses.replace(outcome, flags=outcome.flags | abi.FLAG_RECORD)
 
     def decide(self, info: KernelInfo, start: int = 0) -> Decision:
         """The rules' decision for a kernel, walking the rules from index start.

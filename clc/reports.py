@@ -231,6 +231,13 @@ def summary(captures):
             out.append(_wrap("* counted from the recorded denied launches only: the capture "
                              "has no per-rule counts (written at exit)", "  "))
 
+    on_error = sum(c.on_error_launches for c in captures)
+    if on_error:
+        out.append("")
+        out.append(_wrap(f"Fell to on_error: {on_error} launch{'es' if on_error != 1 else ''} "
+                         "that clc could not decide got the policy's on_error (the messages "
+                         "say why)."))
+
     counts = {}
     for cap in captures:
         for m in cap.messages:
@@ -257,7 +264,8 @@ def _json_captures(captures):
         "write_errno": c.write_errno,
         "write_error": error_name(c.write_errno) if c.write_errno else None,
         "trailing_bytes": c.trailing_bytes, "launch_records": c.launch_records,
-        "timing_records": c.timing_records, "stats_partial": c.stats_partial,
+        "timing_records": c.timing_records, "on_error_launches": c.on_error_launches,
+        "stats_partial": c.stats_partial,
     } for c in captures]
 
 

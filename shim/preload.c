@@ -59,7 +59,9 @@ void clc_log(int level, const char *fmt, ...) {
 /* ---- settings and start-up -------------------------------------------------------------------- */
 
 static clc_outcome outcome_from_env(const char *v) {
-    clc_outcome o = {.action = CLC_ACTION_ALLOW, .rule = CLC_RULE_ON_ERROR};
+    /* Recorded, whatever the verdict: the capture says which launches clc could not decide. */
+    clc_outcome o = {.action = CLC_ACTION_ALLOW, .flags = CLC_FLAG_RECORD,
+                     .rule = CLC_RULE_ON_ERROR};
     if (v && strcmp(v, "deny") == 0) {
         o.action = CLC_ACTION_DENY;
         o.error = 800; /* CUDA_ERROR_NOT_PERMITTED */

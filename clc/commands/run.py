@@ -14,11 +14,14 @@ import re
 import shutil
 import signal
 import stat
+import struct
 import sys
+import time
 
+from clc.abi import CAPTURE_HEADER, CAPTURE_MAGIC
 from clc.capture import CaptureError, scan_captures
 from clc.decider import Decider, decides_alone
-from clc.errors import EXIT_USAGE, ClcError
+from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
 from clc.hooks import HookError, load_hook_file, resolve_hook_ref
 from clc.policy import PolicyError, load_policy, parse_policy
 from clc.reports import summary
@@ -182,14 +185,30 @@ def _read_status(fd):
     return out
 
 
-def capture_files(output):
-    """The program's capture and those of its child processes and re-executed images."""
+def capture_files(output, since_ns=None):
+    """The program's capture and those of its child processes and re-executed images; with
+    since_ns, only captures begun at or after that time (CLOCK_REALTIME, ns): an earlier run's
+    children left under the same names are not this run's."""
     output = pathlib.Path(output)
     stem = str(output)[:-4] if str(output).endswith(".clc") else str(output)
     files = [output] if output.exists() else []
     files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(stem) + ".child-*.clc"))
     files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(str(output)) + ".[0-9]*"))
-    return files
+    return [f for f in files if since_ns is None or _begun(f) >= since_ns]
+
+
+def _begun(path):
+    """The start time in a capture's header; a file that has none is kept (and reported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            head = os.read(fd, CAPTURE_HEADER.size)
+        finally:
+            os.close(fd)
+        magic, *_, start_realtime_ns = CAPTURE_HEADER.unpack(head)
+    except (OSError, struct.error):
+        return float("inf")
+    return start_realtime_ns if magic == CAPTURE_MAGIC else float("inf")
 
 
 class RunCommand:
@@ -212,6 +231,10 @@ class RunCommand:
         parser.add_argument("--no-report", action="store_true",
                             help="do not print the summary at exit")
         parser.add_argument("--tenant", help="tenant name for policies (default: $CLC_TENANT)")
+        parser.add_argument("--strict", action="store_true",
+                            help=f"exit with status {EXIT_STRICT} when the program exits 0 but "
+                                 "launches were denied, fell to the policy's on_error, or were "
+                                 "never seen (clc's shim did not start)")
         parser.add_argument("--capture-limit", metavar="SIZE", type=parse_size,
                             default=DEFAULT_CAPTURE_LIMIT,
                             help="largest capture file per process, e.g. 500M or 4G; records "
@@ -246,6 +269,7 @@ class RunCommand:
             settings["CLC_DECIDER"] = decider.path
             settings["CLC_POLICY_WRAPS"] = "1" if decider.wraps else "0"
         status_r, status_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        started_ns = time.time_ns()
         try:
             settings["CLC_STATUS_FD"] = str(status_w)
             settings["CLC_STATUS_INO"] = str(os.fstat(status_w).st_ino)
@@ -259,8 +283,15 @@ class RunCommand:
                 os.close(status_w)
             if decider is not None:
                 decider.close()
+        files = capture_files(output, started_ns)
+        captures = _scan(files)
         if not args.no_report:
-            _report(output, shimmed, argv[0])
+            _report(files, captures, shimmed, argv[0])
+        if args.strict and status == 0:
+            why = _strict_violation(files, captures, shimmed)
+            if why:
+                print(f"clc: --strict: {why}; exit status {EXIT_STRICT}", file=sys.stderr)
+                return EXIT_STRICT
         return status
 
 
@@ -333,8 +364,33 @@ def _wait(pid):
             os.kill(pid, info.si_signo)
 
 
-def _report(output, shimmed, program):
-    files = capture_files(output)
+def _scan(files):
+    try:
+        return scan_captures(files)
+    except CaptureError as e:
+        print(f"clc: cannot read the capture: {e}", file=sys.stderr)
+        return None
+
+
+def _strict_violation(files, captures, shimmed):
+    """Why a --strict run fails, or None: launches denied or left to on_error, a capture that
+    cannot be read, or a program clc never saw."""
+    if not files:
+        return None if shimmed else "clc's shim never started in the program"
+    if captures is None:
+        return "the capture cannot be read"
+    denied = sum(s.denied for c in captures for s in c.stats.values())
+    on_error = sum(c.on_error_launches for c in captures)
+    parts = []
+    if denied:
+        parts.append(f"{denied} launch{'es' if denied != 1 else ''} or graph-node call"
+                     f"{'s' if denied != 1 else ''} denied")
+    if on_error:
+        parts.append(f"{on_error} launch{'es' if on_error != 1 else ''} fell to on_error")
+    return " and ".join(parts) or None
+
+
+def _report(files, captures, shimmed, program):
     if not files:
         if not shimmed:
             print(f"clc: clc's shim never started in {program} (a setuid or setgid program, a "
@@ -348,10 +404,8 @@ def _report(output, shimmed, program):
                   f"program they started without clc's preload (env -i, setuid, static) would "
                   f"not be seen. No capture was written", file=sys.stderr)
         return
-    try:
-        print(summary(scan_captures(files)), file=sys.stderr)
-    except CaptureError as e:
-        print(f"clc: cannot read the capture: {e}", file=sys.stderr)
+    if captures is not None:
+        print(summary(captures), file=sys.stderr)
     print(f"clc: capture written to {files[0]}", file=sys.stderr)
     print(f"clc: timeline: clc report {files[0]} --format chrome -o {files[0].stem}.json",
           file=sys.stderr)

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 
+import pytest
 from harness import clc_command, env_for
 
 
@@ -113,3 +114,96 @@ def test_verbose_logs_from_the_shim(native, tmp_path):
     assert re.search(r"^clc: first sight of vecAdd\(float const\*, float const\*, float\*, int\) "
                      r"on device 0: allow \(record\) by record-all$", proc.stderr, re.M), proc.stderr
     assert os.path.exists(tmp_path / "c.clc")
+
+
+DENY_DEBUG = """\
+version: 1
+default: allow
+on_error: deny
+rules:
+  - name: no-debug
+    match: {kernel: "*debug*"}
+    action: deny
+"""
+
+ALLOW_ALL = "version: 1\ndefault: allow\non_error: deny\n"
+
+
+def _policy(tmp_path, text):
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_strict_fails_a_run_whose_launches_were_denied(native, tmp_path):
+    # GIVEN a program that launches a debug kernel and exits 0, under a policy that denies it
+    proc = run(native, [native["prog_cudart"]], "--strict", "--policy",
+               _policy(tmp_path, DENY_DEBUG), "-o", str(tmp_path / "c.clc"), cwd=tmp_path)
+    # THEN clc-run exits 3 and says why
+    assert proc.returncode == 3, proc.stderr
+    assert re.search(r"^clc: --strict: 2 launches or graph-node calls denied; exit status 3$",
+                     proc.stderr, re.M), proc.stderr
+
+
+def test_strict_passes_a_run_with_nothing_refused(native, tmp_path):
+    proc = run(native, [native["prog_cudart"]], "--strict", "--policy",
+               _policy(tmp_path, ALLOW_ALL), "-o", str(tmp_path / "c.clc"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "--strict" not in proc.stderr
+
+
+def test_strict_keeps_a_failing_programs_own_status(native, tmp_path):
+    proc = run(native, ["sh", "-c", f"{native['prog_cudart']}; exit 5"], "--strict",
+               "--policy", _policy(tmp_path, DENY_DEBUG), "-o", str(tmp_path / "c.clc"),
+               cwd=tmp_path)
+    assert proc.returncode == 5, proc.stderr
+
+
+def test_strict_fails_a_program_clc_never_saw(native, tmp_path):
+    # GIVEN a static program (the dynamic loader never preloads clc's shim into it)
+    src = tmp_path / "static.c"
+    src.write_text("int main(void) { return 0; }\n")
+    static = tmp_path / "static"
+    built = subprocess.run(["gcc", "-static", "-o", str(static), str(src)], capture_output=True,
+                           text=True)
+    if built.returncode != 0:
+        pytest.skip(f"no static C library here: {built.stderr.strip()[:200]}")
+    proc = run(native, [static], "--strict", "-o", str(tmp_path / "c.clc"), cwd=tmp_path)
+    # THEN clc-run cannot vouch for it
+    assert proc.returncode == 3, proc.stderr
+    assert "clc's shim never started" in proc.stderr
+
+
+def test_an_earlier_runs_child_captures_are_not_reported(native, tmp_path):
+    # GIVEN a child capture left by an earlier run under the name this run's children use
+    out = tmp_path / "c.clc"
+    first = run(native, ["sh", "-c", f"{native['prog_cudart']}"], "-o", str(out), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    stale = sorted(tmp_path.glob("c.child-*.clc"))
+    assert stale, first.stderr
+    # WHEN the same command runs again over it
+    again = run(native, ["sh", "-c", f"{native['prog_cudart']}"], "-o", str(out), "--force",
+                cwd=tmp_path)
+    # THEN its summary counts its own launches only
+    assert again.returncode == 0, again.stderr
+    totals = [re.search(r"^\s*(\d+)\s.*Total", p.stderr, re.M) for p in (first, again)]
+    assert totals[0] and totals[1] and totals[0][1] == totals[1][1], again.stderr
+    for path in stale:
+        assert str(path) not in again.stderr
+
+
+def test_launches_left_to_on_error_are_recorded_and_fail_strict(native, tmp_path):
+    # GIVEN a hook that raises for every kernel, and on_error: allow
+    hooks = tmp_path / "hooks.py"
+    hooks.write_text("import clc\n\n@clc.on_launch\ndef broken(launch):\n"
+                     "    raise RuntimeError('broken hook')\n")
+    policy = _policy(tmp_path, "version: 1\ndefault: allow\non_error: allow\n")
+    proc = run(native, [native["prog_cudart"]], "--strict", "--policy", policy, "--hooks",
+               str(hooks), "-o", str(tmp_path / "c.clc"), cwd=tmp_path)
+    # THEN the launches ran, and the report and --strict say that clc did not decide them
+    m = re.search(r"^Fell to on_error: (\d+) launches that clc could not decide", proc.stderr,
+                  re.M)
+    assert m and int(m[1]) > 0, proc.stderr
+    assert re.search(rf"^clc: --strict: {m[1]} launches fell to on_error; exit status 3$",
+                     proc.stderr, re.M), proc.stderr
+    assert proc.returncode == 3

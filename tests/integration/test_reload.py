@@ -2,7 +2,7 @@
 """A decision belongs to its kernel: unloads, handle reuse and a full decision table.
 
 The fake driver gives the next load an unloaded kernel's handle, as the real one does (proven on
-the GPU by tests/gpu/test_reload_gpu.py); these tests check that clc decides the new kernel as
+the GPU by tests/gpu/test_trust_gpu.py); these tests check that clc decides the new kernel as
 itself, and keeps deciding when its table fills.
 """
 

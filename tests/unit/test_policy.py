@@ -1345,14 +1345,15 @@ def test_default_decides_when_nothing_matches(default, expected):
 
 
 @pytest.mark.parametrize("on_error, expected", [
-    ("allow", Outcome(abi.ACTION_ALLOW, 0, 0, abi.RULE_ON_ERROR)),
-    ("deny", Outcome(abi.ACTION_DENY, 0, 800, abi.RULE_ON_ERROR)),
+    ("allow", Outcome(abi.ACTION_ALLOW, abi.FLAG_RECORD, 0, abi.RULE_ON_ERROR)),
+    ("deny", Outcome(abi.ACTION_DENY, abi.FLAG_RECORD, 800, abi.RULE_ON_ERROR)),
 ])
 def test_on_error_outcome(on_error, expected):
     # GIVEN a policy with on_error set
     loaded = policy(f"version: 1\non_error: {on_error}\n")
     # WHEN clc asks what a failure means
-    # THEN the outcome carries RULE_ON_ERROR
+    # THEN the outcome carries RULE_ON_ERROR, and is recorded (the capture says which launches
+    # clc could not decide)
     assert loaded.on_error_outcome() == expected
 
 
@@ -2079,7 +2080,8 @@ def test_strict_example_policy():
     from clc.policy import Identity
     loaded = load_policy(POLICIES / "strict-example.yaml")
     assert (loaded.default, loaded.on_error) == ("deny", "deny")
-    assert loaded.on_error_outcome() == Outcome(abi.ACTION_DENY, 0, 800, abi.RULE_ON_ERROR)
+    assert loaded.on_error_outcome() == Outcome(abi.ACTION_DENY, abi.FLAG_RECORD, 800,
+                                                abi.RULE_ON_ERROR)
     bob = Identity(("bob", "1001"), ("bob", "1001"), "/user.slice/user-1001.slice")
     user = Identity(("carol", "1002"), ("carol", "1002", "gpu-users", "3000"), "/user.slice")
     admin = Identity(("dave", "1003"), ("dave", "1003", "wheel", "10"), "/user.slice")
@@ -2173,7 +2175,7 @@ HOOKED = """\
         record: true
     """
 
-ON_ERROR_ALLOW = Outcome(abi.ACTION_ALLOW, 0, 0, abi.RULE_ON_ERROR)
+ON_ERROR_ALLOW = Outcome(abi.ACTION_ALLOW, abi.FLAG_RECORD, 0, abi.RULE_ON_ERROR)
 RECORD_REST = Outcome(abi.ACTION_ALLOW, abi.FLAG_RECORD, 0, 4)
 
 
