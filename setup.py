@@ -30,8 +30,9 @@ class BuildShim(build_ext):
 preload = Extension(
     PRELOAD,
     sources=[f"shim/{f}" for f in ("preload.c", "decision_cache.c", "capture.c", "timing.c",
-                                  "bridge_loader.c", "replace.c", "settings.c", "decider.c")],
-    depends=["shim/shim.h", "shim/clc_abi.h"],
+                                  "bridge_loader.c", "replace.c", "settings.c", "decider.c",
+                                  "dlopen.c")],
+    depends=["shim/shim.h", "shim/clc_abi.h", "shim/elf_dynamic.h"],
     include_dirs=["shim"],
     extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra",
                         "-Wno-unused-parameter"],

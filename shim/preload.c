@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "elf_dynamic.h"
 #include "shim.h"
 
 void *_Atomic g_real[CLC_N_SLOTS] __attribute__((aligned(64)));
@@ -90,45 +91,14 @@ typedef struct {
     uintptr_t libc_base;
 } libc_lookup;
 
-static uint32_t gnu_hash(const char *s) {
-    uint32_t h = 5381;
-    for (; *s; s++) h = h * 33 + (unsigned char)*s;
-    return h;
-}
-
 static int find_in_libc(struct dl_phdr_info *info, size_t size, void *arg) {
     libc_lookup *q = arg;
     if (info->dlpi_addr != q->libc_base) return 0;
-    const ElfW(Dyn) *dyn = NULL;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-    uintptr_t symtab = 0, strtab = 0, gnuhash = 0, versym = 0;
-    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
-        uintptr_t v = dyn->d_un.d_ptr;
-        if (v < info->dlpi_addr) v += info->dlpi_addr; /* not relocated in place (read-only) */
-        if (dyn->d_tag == DT_SYMTAB) symtab = v;
-        else if (dyn->d_tag == DT_STRTAB) strtab = v;
-        else if (dyn->d_tag == DT_GNU_HASH) gnuhash = v;
-        else if (dyn->d_tag == DT_VERSYM) versym = v;
-    }
-    if (!symtab || !strtab || !gnuhash) return 1;
-    const uint32_t *h = (const uint32_t *)gnuhash;
-    uint32_t nbuckets = h[0], symoffset = h[1], bloom_size = h[2];
-    const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)(h + 4) + bloom_size);
-    const uint32_t *chain = buckets + nbuckets;
-    uint32_t hash = gnu_hash(q->name);
-    const ElfW(Sym) *syms = (const ElfW(Sym) *)symtab;
-    for (uint32_t i = buckets[hash % nbuckets]; i >= symoffset; i++) {
-        uint32_t ch = chain[i - symoffset];
-        const ElfW(Sym) *sym = &syms[i];
-        if ((ch | 1) == (hash | 1) && strcmp((const char *)strtab + sym->st_name, q->name) == 0 &&
-            sym->st_value && !(versym && (((const uint16_t *)versym)[i] & 0x8000))) {
-            q->found = (void *)(info->dlpi_addr + sym->st_value);
-            return 1;
-        }
-        if (ch & 1) break;
-    }
+    clc_dynamic d;
+    uint32_t i;
+    if (clc_read_dynamic(info->dlpi_addr, clc_dynamic_section(info), &d) &&
+        (i = clc_gnu_lookup(&d, q->name)) != 0)
+        q->found = (void *)(info->dlpi_addr + d.symtab[i].st_value);
     return 1;
 }
 
