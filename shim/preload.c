@@ -1029,6 +1029,9 @@ CLC_EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel kernel,
 static void forget_unloaded(const uint64_t *owners, unsigned n) {
     if (t_in_clc || !atomic_load_explicit(&g_hot.table, memory_order_acquire)) return;
     t_in_clc = 1;
+    /* GPU times still pending count to their kernels' entries: read them back before the
+     * entries' counts are archived. */
+    clc_timing_drain_all();
     unsigned k = clc_cache_forget_owners(owners, n);
     if (k) clc_debug("%u decisions forgotten at an unload", k);
     t_in_clc = 0;

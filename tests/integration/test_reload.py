@@ -82,3 +82,23 @@ def test_live_kernels_past_the_table_are_decided_at_each_launch(native, clc_run)
         (25000, 0, 0, 25000)
     # AND clc said once that it stopped caching
     assert run.stderr.count("the decision table is full") == 1, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("mode", ["module", "library"])
+def test_gpu_times_of_unloaded_kernels_are_all_counted(native, clc_run, mode):
+    # GIVEN a program that times every launch and unloads each kernel right after launching it,
+    # on a driver whose work completes only when waited for (as a busy GPU's)
+    run = clc_run("version: 1\ndefault: allow\nrules:\n  - name: t\n    match: {kernel: '*'}\n"
+                  "    action: allow\n    time: true\n", [native["prog_reload"], mode, "20"],
+                  env={"FAKE_CUDA_LAZY_EVENTS": "1"})
+    assert run.proc.returncode == 0, run.stdout + run.stderr
+    # THEN each kernel's timed launches are all its launches, in the counts and in the records
+    cap = run.capture()
+    by_name = {}
+    for st in cap.stats.values():
+        k = cap.kernel(st.kernel_id)
+        launched, timed = by_name.get(k.mangled, (0, 0))
+        by_name[k.mangled] = (launched + st.launches, timed + st.timed)
+    assert set(by_name) == {"ok_kernel", "debug_kernel"}, by_name
+    assert all(launched == timed == 10 for launched, timed in by_name.values()), by_name
+    assert cap.timing_records == 20
