@@ -29,6 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define EXAMPLE_NAME "driver_api"
+#include "driver_util.h"
+
 enum { K_SAXPY, K_FILL, K_COUNT };
 static const char *kernel_names[K_COUNT] = {"saxpy", "fill"};
 static long launches[K_COUNT];
@@ -37,13 +40,6 @@ static long errors[K_COUNT];
 #define MAX_SEEN 16
 static const char *seen[K_COUNT][MAX_SEEN];
 static int n_seen[K_COUNT];
-
-static const char *error_name(CUresult r) {
-    const char *name = NULL;
-    if (cuGetErrorName(r, &name) != CUDA_SUCCESS || name == NULL)
-        return "CUDA_ERROR_UNRECOGNIZED";
-    return name;
-}
 
 // Each distinct error per kernel is printed once; a denied kernel fails every launch.
 static void after_launch(int k, CUresult r) {
@@ -59,56 +55,6 @@ static void after_launch(int k, CUresult r) {
         seen[k][n_seen[k]++] = name;
     printf("cuda_error %s %s\n", kernel_names[k], name);
     fflush(stdout);
-}
-
-#define REQUIRE(call)                                                                         \
-    do {                                                                                      \
-        CUresult r_ = (call);                                                                 \
-        if (r_ != CUDA_SUCCESS) {                                                             \
-            fprintf(stderr, "driver_api: %s failed at %s:%d: %s\n", #call, __FILE__,          \
-                    __LINE__, error_name(r_));                                                \
-            printf("fatal %s %s\n", #call, error_name(r_));                                   \
-            exit(3);                                                                          \
-        }                                                                                     \
-    } while (0)
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        perror(path);
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return NULL;
-    }
-    long size = ftell(f);
-    rewind(f);
-    if (size <= 0) {
-        fclose(f);
-        return NULL;
-    }
-    // PTX given to cuModuleLoadData must end in a NUL.
-    char *buf = (char *)malloc((size_t)size + 1);
-    if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    buf[size] = '\0';
-    fclose(f);
-    return buf;
-}
-
-// A failed JIT says little through cuModuleLoadData; ask again with a log buffer so one run
-// shows why (PTX newer than the driver, wrong target).
-static void explain_load_failure(const char *ptx) {
-    char log[8192] = {0};
-    CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void *vals[] = {log, (void *)(size_t)sizeof(log)};
-    CUmodule m;
-    CUresult r = cuModuleLoadDataEx(&m, ptx, 2, opts, vals);
-    fprintf(stderr, "driver_api: cuModuleLoadDataEx: %s; JIT log:\n%s\n", error_name(r), log);
 }
 
 int main(int argc, char **argv) {

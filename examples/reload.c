@@ -37,67 +37,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define EXAMPLE_NAME "reload"
+#include "driver_util.h"
+
 enum { GRID = 64, BLOCK = 256, N = GRID * BLOCK };
 enum { K_OK, K_DEBUG, K_COUNT };
 static const char *const kernel_names[K_COUNT] = {"ok_kernel", "debug_kernel"};
 static const int kernel_values[K_COUNT] = {1, 2};
-
-static const char *error_name(CUresult r) {
-    const char *name = NULL;
-    if (cuGetErrorName(r, &name) != CUDA_SUCCESS || name == NULL)
-        return "CUDA_ERROR_UNRECOGNIZED";
-    return name;
-}
-
-#define REQUIRE(call)                                                                         \
-    do {                                                                                      \
-        CUresult r_ = (call);                                                                 \
-        if (r_ != CUDA_SUCCESS) {                                                             \
-            fprintf(stderr, "reload: %s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,    \
-                    error_name(r_));                                                          \
-            printf("fatal %s %s\n", #call, error_name(r_));                                   \
-            exit(3);                                                                          \
-        }                                                                                     \
-    } while (0)
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        perror(path);
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return NULL;
-    }
-    long size = ftell(f);
-    rewind(f);
-    if (size <= 0) {
-        fclose(f);
-        return NULL;
-    }
-    // PTX given to cuModuleLoadData and cuLibraryLoadData must end in a NUL.
-    char *buf = (char *)malloc((size_t)size + 1);
-    if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    buf[size] = '\0';
-    fclose(f);
-    return buf;
-}
-
-// A failed JIT says little through the plain load; ask again with a log buffer so one run
-// shows why (PTX newer than the driver, wrong target).
-static void explain_load_failure(const char *ptx) {
-    char log[8192] = {0};
-    CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void *vals[] = {log, (void *)(size_t)sizeof(log)};
-    CUmodule m;
-    CUresult r = cuModuleLoadDataEx(&m, ptx, 2, opts, vals);
-    fprintf(stderr, "reload: cuModuleLoadDataEx: %s; JIT log:\n%s\n", error_name(r), log);
-}
 
 typedef struct {
     long reused, ran[K_COUNT], refused[K_COUNT], wrong;

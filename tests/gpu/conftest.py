@@ -255,14 +255,10 @@ def bench_empty_bin(nvcc, cuda_arch, build_dir):
     return exe
 
 
-@pytest.fixture(scope="session")
-def driver_api_bin(nvcc, cuda_arch, build_dir):
-    """(executable, ptx path): run as [exe, ptx, iterations]."""
-    ptx = build_dir / "driver_kernels.ptx"
-    _build("driver_kernels.ptx",
-           [[nvcc, "-ptx", f"-arch={cuda_arch}", "-o", ptx, EXAMPLES / "driver_kernels.cu"]])
-    exe = build_dir / "driver_api"
-    src = EXAMPLES / "driver_api.c"
+def build_driver_program(nvcc, build_dir, name):
+    """examples/NAME.c, a driver-API program, built into build_dir/NAME."""
+    exe = build_dir / name
+    src = EXAMPLES / f"{name}.c"
     attempts = [
         # nvcc links against the toolkit's stub libcuda, wherever the toolkit keeps it.
         [nvcc, "-O2", "-o", exe, src, "-lcuda"],
@@ -274,8 +270,17 @@ def driver_api_bin(nvcc, cuda_arch, build_dir):
         # No stub: link the driver library itself, by path. Its soname, libcuda.so.1, is what
         # the executable records, exactly as with the stub.
         attempts.append([cc, "-O2", f"-I{include}", "-o", exe, src, info.libcuda])
-    _build("driver_api", attempts)
-    return exe, ptx
+    _build(name, attempts)
+    return exe
+
+
+@pytest.fixture(scope="session")
+def driver_api_bin(nvcc, cuda_arch, build_dir):
+    """(executable, ptx path): run as [exe, ptx, iterations]."""
+    ptx = build_dir / "driver_kernels.ptx"
+    _build("driver_kernels.ptx",
+           [[nvcc, "-ptx", f"-arch={cuda_arch}", "-o", ptx, EXAMPLES / "driver_kernels.cu"]])
+    return build_driver_program(nvcc, build_dir, "driver_api"), ptx
 
 
 # ---- reading program output and reports ---------------------------------------------------
@@ -386,6 +391,16 @@ def kernel_table(report):
     if not rows:
         lines.append("(no kernels in the capture)")
     return "\n".join(lines)
+
+
+def wrap_stats(report):
+    """The wrapped kernels' counts: the JSON of each `wrap stats: ` message of a report."""
+    out = []
+    for m in report.get("messages", []):
+        text = m["text"] if isinstance(m, dict) else str(m)
+        if text.startswith("wrap stats: "):
+            out.append(json.loads(text[len("wrap stats: "):]))
+    return out
 
 
 def report_summary(report):

@@ -9,15 +9,12 @@
   without the program's Python, so the backward pass finishes inside the hold.
 """
 
-import json
-import shutil
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import EXAMPLES, _build, probe_driver
+from conftest import EXAMPLES, _build, build_driver_program, wrap_stats
 
 pytestmark = pytest.mark.gpu
 
@@ -37,17 +34,8 @@ def reload_bin(nvcc, cuda_arch, build_dir):
     _build("reload_ok.ptx", [[nvcc, "-ptx", f"-arch={cuda_arch}", "-o", ok_ptx, kernels]])
     _build("reload_debug.ptx", [[nvcc, "-ptx", f"-arch={cuda_arch}", "-DRELOAD_DEBUG",
                                  "-o", debug_ptx, kernels]])
-    exe = build_dir / "reload"
-    src = EXAMPLES / "reload.c"
-    # nvcc links against the toolkit's stub libcuda; without one, the driver library itself.
-    attempts = [[nvcc, "-O2", "-o", exe, src, "-lcuda"]]
-    info, _ = probe_driver()
-    cc = shutil.which("cc") or shutil.which("gcc")
-    include = Path(nvcc).resolve().parent.parent / "include"
-    if cc and info is not None and info.libcuda:
-        attempts.append([cc, "-O2", f"-I{include}", "-o", exe, src, info.libcuda])
-    _build("reload", attempts)
-    return SimpleNamespace(exe=exe, ok_ptx=ok_ptx, debug_ptx=debug_ptx)
+    return SimpleNamespace(exe=build_driver_program(nvcc, build_dir, "reload"), ok_ptx=ok_ptx,
+                           debug_ptx=debug_ptx)
 
 
 def reload_argv(reload_bin, api, rounds=ROUNDS):
@@ -193,15 +181,6 @@ def test_deny_stays_with_its_kernel_when_handles_are_reused(reload_bin, reload_n
     skip_without_reuse(rows, api)
 
 
-def _wrap_stats(report):
-    out = []
-    for m in report.get("messages", []):
-        text = m["text"] if isinstance(m, dict) else str(m)
-        if text.startswith("wrap stats: "):
-            out.append(json.loads(text[len("wrap stats: "):]))
-    return out
-
-
 @pytest.mark.parametrize("api", APIS)
 def test_wrap_stays_with_its_kernel_when_handles_are_reused(reload_bin, reload_native, run_clc,
                                                             tools, tmp_path, api):
@@ -228,7 +207,7 @@ def test_wrap_stays_with_its_kernel_when_handles_are_reused(reload_bin, reload_n
     # AND the wrapped kernel counted exactly ok_kernel's blocks and threads: no debug_kernel
     # launch ran it
     grid, block = int(out.info[api]["grid"]), int(out.info[api]["block"])
-    stats = _wrap_stats(report)
+    stats = wrap_stats(report)
     ok_stats = [s for s in stats if s.get("kernel") == "ok_kernel"]
     assert ok_stats and all(s.get("wrapper") == "block_count" for s in ok_stats), \
         (stats, describe)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, _build, describe, report_summary
+from conftest import EXAMPLES, _build, describe, report_summary, wrap_stats
 
 ZOO = EXAMPLES / "kernels"
 ZOO_PROGRAMS = sorted(p.stem for p in ZOO.glob("*.cu"))
@@ -39,15 +39,6 @@ def _policy(path, wrapper, params, kernel="*", on_unwrappable="allow"):
         lines.append("    params: {" + ", ".join(f"{k}: {v}" for k, v in params.items()) + "}")
     Path(path).write_text("\n".join(lines) + "\n")
     return path
-
-
-def _wrap_stats(report):
-    out = []
-    for m in report.get("messages", []):
-        text = m["text"] if isinstance(m, dict) else str(m)
-        if text.startswith("wrap stats: "):
-            out.append(json.loads(text[len("wrap stats: "):]))
-    return out
 
 
 def _results(text):
@@ -89,7 +80,7 @@ def test_zoo_program_prints_the_same_wrapped(zoo_bins, run_native, run_clc, tmp_
     # THEN it prints the same results and checksums, and exits the same way
     assert proc.returncode == 0, describe(proc) + "\n" + report_summary(report)
     assert _results(proc.stdout) == _results(native.stdout), describe(proc)
-    stats = _wrap_stats(report)
+    stats = wrap_stats(report)
     refused = REFUSED.get((program, wrapper))
     if refused:
         # AND a kernel that cannot be wrapped ran unwrapped, and the run said why
@@ -104,7 +95,7 @@ def test_block_count_counts_every_block_and_thread(zoo_bins, run_clc, tmp_path, 
     policy = _policy(tmp_path / "count.yaml", "block_count", {})
     proc, report = run_clc(policy, [zoo_bins["grid_stride"]], tmp_path, env=cache_env)
     assert proc.returncode == 0, describe(proc)
-    (stats,) = _wrap_stats(report)
+    (stats,) = wrap_stats(report)
     assert stats["blocks"] == 600 + 16385
     assert stats["threads"] == (600 + 16385) * 256
     assert stats["skipped"] == 0
@@ -123,7 +114,7 @@ def test_graph_replays_run_the_wrapped_kernel_whole(zoo_bins, run_clc, tmp_path,
     # THEN every replay of both graphs ran the wrapped kernel over all its virtual blocks (a
     # replay that found its slot used up by the previous one would run none, and the result
     # would be wrong)
-    (stats,) = _wrap_stats(report)
+    (stats,) = wrap_stats(report)
     assert stats["blocks"] == 18 * 16385, stats
     assert stats["skipped"] == 0, stats
 
@@ -160,7 +151,7 @@ def test_attribute_set_after_the_first_launch_reaches_the_wrapped_kernel(
     assert proc.returncode == 0, describe(proc)
     # THEN the 96 KB launch ran wrapped too (its blocks were counted by the wrapped kernel),
     # not the original after the driver refused the wrapped one
-    (stats,) = _wrap_stats(report)
+    (stats,) = wrap_stats(report)
     assert stats["blocks"] == 1024 + 320, stats
     assert "refused a wrapped kernel's launch" not in proc.stderr, describe(proc)
 
@@ -180,7 +171,7 @@ def test_sm_share_caps_resident_blocks(zoo_bins, run_clc, tmp_path, cache_env):
     full, rep_full = run_clc(_policy(tmp_path / "c.yaml", "block_count", {}),
                              [zoo_bins["grid_stride"]], tmp_path, env=cache_env)
     assert shared.returncode == 0 and full.returncode == 0, describe(shared) + describe(full)
-    (s,), (f,) = _wrap_stats(rep_shared), _wrap_stats(rep_full)
+    (s,), (f,) = wrap_stats(rep_shared), wrap_stats(rep_full)
     # THEN at most the cap's blocks were ever resident at once (counted in the kernel), and
     # every virtual block still ran, as many as unwrapped
     assert s["share_sms"] == share_sms, s
@@ -200,7 +191,7 @@ def test_wrapped_library_loads_once_for_many_contexts(contexts_bin, driver_api_b
     texts = [m["text"] for m in report.get("messages", [])]
     assert "wrap libraries: 1 cuLibraryLoadData calls, 4 contexts, 1 unloaded at exit" in texts, \
         texts
-    (stats,) = _wrap_stats(report)
+    (stats,) = wrap_stats(report)
     assert stats["blocks"] == 4 * ((1 << 20) // 256)
 
 
@@ -212,7 +203,7 @@ def test_demo_interface_policy_runs_unchanged(zoo_bins, run_native, run_clc, tmp
     proc, report = run_clc(policy, [zoo_bins["grid_stride"]], tmp_path, env=cache_env)
     assert proc.returncode == 0, describe(proc)
     assert _results(proc.stdout) == _results(native.stdout)
-    (stats,) = _wrap_stats(report)
+    (stats,) = wrap_stats(report)
     # Each block ran its own block and stole at most 2 more: fewer blocks than the grid
     # were resident in all, every virtual block still ran
     assert stats["blocks"] == 600 + 16385

@@ -83,6 +83,15 @@ def env_for(native, extra=None):
 
 AUDIT = (ROOT / "policies" / "audit.yaml").read_text()
 TIME_ALL = (ROOT / "policies" / "time-all.yaml").read_text()
+# Denies debug kernels and nothing else, records nothing.
+DENY_DEBUG_ONLY = """\
+version: 1
+default: allow
+rules:
+  - name: no-debug
+    match: {kernel: "*debug*"}
+    action: deny
+"""
 DENY_DEBUG = """\
 version: 1
 default: allow

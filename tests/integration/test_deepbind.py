@@ -14,18 +14,11 @@ import subprocess
 
 import pytest
 
+from harness import DENY_DEBUG_ONLY as DENY_DEBUG
 from harness import ROOT
 
 CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
 
-DENY_DEBUG = """\
-version: 1
-default: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-"""
 
 WAYS = ("direct", "table", "address", "dlsym")
 

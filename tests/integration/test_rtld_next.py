@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from harness import AUDIT, ROOT, kernel_launches
+from harness import DENY_DEBUG_ONLY as DENY_DEBUG
 
 CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
 
@@ -41,16 +42,6 @@ def test_rtld_next_lookup_from_a_later_library_finds_the_driver(bench_inproc, cl
     assert "same_function=0" in run.stdout
     hooked = (10 + 20) * 50
     assert kernel_launches(run.capture()) == {"empty_kernel": hooked}
-
-
-DENY_DEBUG = """\
-version: 1
-default: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-"""
 
 
 @pytest.fixture(scope="module")

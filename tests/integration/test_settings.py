@@ -6,14 +6,7 @@ import json
 import re
 import sys
 
-DENY_DEBUG = """\
-version: 1
-default: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-"""
+from harness import DENY_DEBUG_ONLY as DENY_DEBUG
 
 ALLOW_ALL = json.dumps({"version": 1, "default": "allow", "on_error": "allow", "rules": []})
 

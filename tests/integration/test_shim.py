@@ -5,7 +5,6 @@ each decision, many threads, fork, C and Python hosts, the bridge's version chec
 import collections
 import glob
 import os
-import pathlib
 import re
 import signal
 import subprocess
