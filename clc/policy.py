@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import fnmatch
 import grp
 import json
@@ -343,11 +344,12 @@ class KernelInfo:
     tenant: str = ""
     identity: Identity = Identity()
 
-    @property
+    # Computed once per kernel: every rule's kernel match reads them.
+    @functools.cached_property
     def base(self) -> str:
         return base_name(self.demangled) if self.demangled else ""
 
-    @property
+    @functools.cached_property
     def name_forms(self) -> tuple[str, ...]:
         """The names a kernel glob or regex is tried on, most readable first."""
         forms = []
