@@ -144,3 +144,17 @@ def test_explain_refuses_an_unknown_user_name(tmp_path, capsys):
     # THEN it is a usage error that says so
     assert code == 2
     assert "no user named 'no-such-user-x' on this machine" in capsys.readouterr().err
+
+
+def test_the_readmes_policy_examples_pass_the_check():
+    # The quick start's policy file, and its wrap rule as a policy of its own
+    import re
+    from pathlib import Path
+
+    from clc.policy import parse_policy
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    assert len(blocks) == 2
+    parse_policy(blocks[0], "README.md")
+    parse_policy("version: 1\nrules:\n" + blocks[1], "README.md")
