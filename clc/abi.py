@@ -83,8 +83,8 @@ DECIDE_MAX_TEXT = 4096
 DECIDE_OK = 0
 DECIDE_ENGINE = 1
 DECIDE_FAILED = 2
-DECIDE_REQUEST = struct.Struct("<IiII")  # magic, device, name_size, reserved
-DECIDE_REPLY = struct.Struct("<IIII")  # magic, status, text_size, reserved
+DECIDE_REQUEST = struct.Struct("<IiII")  # magic, device, name_size, seq
+DECIDE_REPLY = struct.Struct("<IIII")  # magic, status, text_size, seq
 
 # clc_decision: n_clauses, mode, clauses[MAX_CLAUSES] (three clc_range, a clc_outcome), fallback
 _RANGES = struct.Struct("<6Q")

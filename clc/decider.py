@@ -42,9 +42,11 @@ def decides_alone(policy):
 
 
 class _Peer:
-    """One process asking: what the policy may match about it, read once when it connects."""
+    """One process asking: what the policy may match about it, read once when it connects.
+    Its user and group are the ones SO_PEERCRED gave; /proc/PID must agree (else the pid was
+    another process's by the time it was read: ValueError)."""
 
-    def __init__(self, pid):
+    def __init__(self, pid, uid=None, gid=None):
         self.pid = pid
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -56,7 +58,7 @@ class _Peer:
         except OSError:
             exe = ""
         self.names = process_names(argv, exe)
-        self.identity = identity_of_process(pid)
+        self.identity = identity_of_process(pid, uid, gid)
         self.announced = set()
 
 
@@ -68,14 +70,29 @@ class Decider:
         self.tenant = tenant
         self.verbose = verbose
         self.wraps = any(rule.action == "wrap" for rule in policy.rules)
-        self._dir = tempfile.mkdtemp(prefix="clc-decider-")  # mode 0700: this user's alone
+        # Mode 0700: this user's alone. A socket's path has at most 107 bytes: a long $TMPDIR
+        # gives way to /tmp.
+        parent = tempfile.gettempdir()
+        self._dir = tempfile.mkdtemp(prefix="clc-decider-",
+                                     dir=parent if len(parent) < 64 else "/tmp")
         self.path = os.path.join(self._dir, "socket")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._listener.bind(self.path)
-        self._listener.listen(64)
+        try:
+            self._listener.bind(self.path)
+            self._listener.listen(64)
+        except OSError:
+            self._listener.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         self._reported = set()
         self._lock = threading.Lock()
         self._closed = False
+
+    def settings(self):
+        """What the shim needs to ask, and to know that the answer is clc-run's."""
+        return {"CLC_DECIDER": self.path, "CLC_DECIDER_PID": str(os.getpid()),
+                "CLC_DECIDER_UID": str(os.geteuid()),
+                "CLC_POLICY_WRAPS": "1" if self.wraps else "0"}
 
     def start(self):
         """Serve in a daemon thread (made with the caller's signal mask: clc-run's main
@@ -97,16 +114,20 @@ class Decider:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._client, args=(conn,), name="clc-decider-client",
-                             daemon=True).start()
+            try:
+                threading.Thread(target=self._client, args=(conn,), name="clc-decider-client",
+                                 daemon=True).start()
+            except RuntimeError as e:  # no thread to be had: that process asks its own engine
+                self._report(("thread",), f"cannot serve another process's questions: {e}")
+                conn.close()
 
     def _client(self, conn):
         with conn:
             try:
-                pid, _, _ = _PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET,
-                                                             socket.SO_PEERCRED, _PEERCRED.size))
-                peer = _Peer(pid)
-            except OSError as e:
+                pid, uid, gid = _PEERCRED.unpack(conn.getsockopt(
+                    socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+                peer = _Peer(pid, uid, gid)
+            except (OSError, ValueError) as e:
                 self._report(("peer", type(e)), f"cannot tell which process asked: {e}")
                 peer = None
             while True:
@@ -123,9 +144,9 @@ class Decider:
 
     def answer(self, data, peer):
         """The reply (bytes) to one request (bytes) from `peer` (None: unknown, on_error)."""
-        status, decision, text = abi.DECIDE_FAILED, None, ""
+        status, decision, text, seq = abi.DECIDE_FAILED, None, "", 0
         try:
-            magic, device, size, _ = abi.DECIDE_REQUEST.unpack_from(data)
+            magic, device, size, seq = abi.DECIDE_REQUEST.unpack_from(data)
             if magic != abi.DECIDE_MAGIC or len(data) != abi.DECIDE_REQUEST.size + size:
                 raise ValueError(f"a malformed question ({len(data)} bytes)")
             if peer is not None:
@@ -140,7 +161,7 @@ class Decider:
         body = abi.pack_decision([(c.grid_blocks, c.block_threads, c.shared_mem, c.outcome)
                                   for c in decision.clauses], decision.fallback)
         raw = text.encode("utf-8", "replace")[:abi.DECIDE_MAX_TEXT]
-        return abi.DECIDE_REPLY.pack(abi.DECIDE_MAGIC, status, len(raw), 0) + body + raw
+        return abi.DECIDE_REPLY.pack(abi.DECIDE_MAGIC, status, len(raw), seq) + body + raw
 
     def _decide(self, mangled, device, peer):
         info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,

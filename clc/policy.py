@@ -315,15 +315,20 @@ def process_identity() -> Identity:
                        (os.getgid(), os.getegid(), *os.getgroups()), cgroup)
 
 
-def identity_of_process(pid: int) -> Identity:
+def identity_of_process(pid: int, uid: int | None = None, gid: int | None = None) -> Identity:
     """Process `pid`'s Identity, as process_identity() gives a process its own, read from
-    /proc/PID (its status's real and effective ids and supplementary groups, its cgroup)."""
+    /proc/PID (its status's real and effective ids and supplementary groups, its cgroup).
+    `uid` and `gid`, when given, are what the kernel said of the process earlier (SO_PEERCRED):
+    a /proc/PID whose effective ids differ is another process's (ValueError)."""
     ids = {}
     with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
         for line in f:
             key, _, value = line.partition(":")
             if key in ("Uid", "Gid", "Groups"):
                 ids[key] = [int(v) for v in value.split()]
+    for key, want in (("Uid", uid), ("Gid", gid)):
+        if want is not None and want not in ids.get(key, [])[1:2]:
+            raise ValueError(f"process {pid} changed: its {key.lower()} is not {want}")
     try:
         with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
             cgroup = _cgroup_v2_path(f.read())
@@ -1851,8 +1856,9 @@ class _Loader:
         name = self.string(node, "name")
         if not name:
             raise self.error(node, "a rule name must not be empty")
-        if name == "default":
-            raise self.error(node, "the rule name 'default' is reserved for the policy's default")
+        if name in ("default", "on_error"):
+            raise self.error(node, f"the rule name '{name}' is reserved for the policy's "
+                                   f"{name}")
         return name
 
     def action(self, node) -> str:

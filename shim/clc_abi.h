@@ -174,7 +174,9 @@ typedef struct clc_kernel_query {
  * (clc/decider.py) over a SOCK_SEQPACKET Unix socket whose path is the CLC_DECIDER setting:
  * the program's interpreter (of whatever Python version, or none) is never entered and its GIL
  * never waited for, and forked children are decided like their parent. clc-run reads the
- * asking process's names and identity from the kernel (SO_PEERCRED, /proc), not from it.
+ * asking process's names and identity from the kernel (SO_PEERCRED, /proc), not from it; the
+ * shim checks that the answering process is clc-run (its pid and uid are the sealed settings
+ * CLC_DECIDER_PID and CLC_DECIDER_UID).
  * Request: a clc_decide_request, then name_size bytes of the mangled name (no NUL). Reply: a
  * clc_decide_reply, then a clc_decision, then text_size bytes for the program's stderr. */
 #define CLC_DECIDE_MAGIC 0x44434c43 /* "CLCD" */
@@ -182,20 +184,20 @@ typedef struct clc_kernel_query {
 #define CLC_DECIDE_MAX_TEXT 4096 /* bytes of text in a reply */
 #define CLC_DECIDE_OK 0     /* the decision follows */
 #define CLC_DECIDE_ENGINE 1 /* a wrap: the program's own engine builds it (decision unused) */
-#define CLC_DECIDE_FAILED 2 /* the decider failed: the launches get on_error */
+#define CLC_DECIDE_FAILED 2 /* the decider failed: the program's own engine decides */
 
 typedef struct clc_decide_request {
     uint32_t magic;
     int32_t device;     /* device ordinal, -1 when unknown */
     uint32_t name_size; /* at most CLC_DECIDE_MAX_NAME */
-    uint32_t reserved;
+    uint32_t seq;       /* the question's number in its connection, echoed by the reply */
 } clc_decide_request; /* 16 bytes */
 
 typedef struct clc_decide_reply {
     uint32_t magic;
     uint32_t status; /* CLC_DECIDE_* */
     uint32_t text_size;
-    uint32_t reserved;
+    uint32_t seq; /* the question's */
 } clc_decide_reply; /* 16 bytes */
 
 /* One kernel's counts so far, for the engine (clc_shim_kernel_counts, exported by stage 1). */

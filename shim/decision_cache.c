@@ -557,10 +557,14 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     clc_entry id_only = {.kernel_id = atomic_fetch_add(&g_next_id, 1)};
     clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
                                      name ? name : "<unnamed>", layout, n_params, end);
+    /* clc-run first, when it decides; the program's engine for a wrap, and when clc-run cannot
+     * be asked (gone while a descendant runs on, another user's process, ...). */
     int asked = clc_decider_configured() ? clc_decider_decide(q->name, device, &d)
                                          : CLC_DECIDE_ENGINE;
-    if (asked == CLC_DECIDE_ENGINE) asked = clc_bridge_decide(q, &d) == 0 ? CLC_DECIDE_OK
-                                                                          : CLC_DECIDE_FAILED;
+    if (asked != CLC_DECIDE_OK) {
+        memset(&d, 0, sizeof d);
+        asked = clc_bridge_decide(q, &d) == 0 ? CLC_DECIDE_OK : CLC_DECIDE_FAILED;
+    }
     if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES ||
         d.mode > CLC_MODE_EVERY_LAUNCH) {
         memset(&d, 0, sizeof d);

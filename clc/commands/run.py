@@ -187,8 +187,8 @@ def _read_status(fd):
 
 def capture_files(output, since_ns=None):
     """The program's capture and those of its child processes and re-executed images; with
-    since_ns, only captures begun at or after that time (CLOCK_REALTIME, ns): an earlier run's
-    children left under the same names are not this run's."""
+    since_ns, only this user's regular files begun at or after that time (CLOCK_MONOTONIC,
+    ns): an earlier run's children left under the same names are not this run's."""
     output = pathlib.Path(output)
     stem = str(output)[:-4] if str(output).endswith(".clc") else str(output)
     files = [output] if output.exists() else []
@@ -198,17 +198,24 @@ def capture_files(output, since_ns=None):
 
 
 def _begun(path):
-    """The start time in a capture's header; a file that has none is kept (and reported)."""
+    """The start time (CLOCK_MONOTONIC) in a capture's header; a file of this user's that has
+    none is kept (and reported); another user's file, or one that is not a regular file, is
+    not this run's (-1)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            head = os.read(fd, CAPTURE_HEADER.size)
-        finally:
-            os.close(fd)
-        magic, *_, start_realtime_ns = CAPTURE_HEADER.unpack(head)
+    except OSError:
+        return -1
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return -1
+        magic, _, _, _, _, start_monotonic_ns, _ = CAPTURE_HEADER.unpack(
+            os.read(fd, CAPTURE_HEADER.size))
     except (OSError, struct.error):
         return float("inf")
-    return start_realtime_ns if magic == CAPTURE_MAGIC else float("inf")
+    finally:
+        os.close(fd)
+    return start_monotonic_ns if magic == CAPTURE_MAGIC else float("inf")
 
 
 class RunCommand:
@@ -263,14 +270,17 @@ class RunCommand:
             raise ClcError(str(e)) from None
         settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
         decider = None
-        if decides_alone(policy):
-            decider = Decider(policy, tenant=settings.get("CLC_TENANT", ""),
-                              verbose=args.verbose)
-            settings["CLC_DECIDER"] = decider.path
-            settings["CLC_POLICY_WRAPS"] = "1" if decider.wraps else "0"
         status_r, status_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        started_ns = time.time_ns()
+        started_ns = time.monotonic_ns()
         try:
+            if decides_alone(policy):
+                try:
+                    decider = Decider(policy, tenant=settings.get("CLC_TENANT", ""),
+                                      verbose=args.verbose)
+                    settings.update(decider.settings())
+                except OSError as e:
+                    print(f"clc: clc-run cannot answer the program's first sights itself ({e}): "
+                          f"its own engine decides them", file=sys.stderr)
             settings["CLC_STATUS_FD"] = str(status_w)
             settings["CLC_STATUS_INO"] = str(os.fstat(status_w).st_ino)
             status, output = _spawn(argv, env, settings, output, args.force, status_w, decider)
@@ -374,14 +384,20 @@ def _scan(files):
 
 def _strict_violation(files, captures, shimmed):
     """Why a --strict run fails, or None: launches denied or left to on_error, a capture that
-    cannot be read, or a program clc never saw."""
+    cannot be read or lost records, or a program clc never saw."""
     if not files:
         return None if shimmed else "clc's shim never started in the program"
     if captures is None:
         return "the capture cannot be read"
     denied = sum(s.denied for c in captures for s in c.stats.values())
     on_error = sum(c.on_error_launches for c in captures)
+    lost = [c for c in captures
+            if not c.complete or c.dropped or c.capped_bytes or c.write_lost_bytes]
     parts = []
+    if lost:
+        parts.append(f"{len(lost)} capture{'s' if len(lost) != 1 else ''} incomplete or "
+                     f"short of records ({lost[0].path}), so what they hold cannot vouch "
+                     f"for the run")
     if denied:
         parts.append(f"{denied} launch{'es' if denied != 1 else ''} or graph-node call"
                      f"{'s' if denied != 1 else ''} denied")
