@@ -88,7 +88,7 @@ def wrapper_spec(name, params=None, base_dir=None):
         unknown = set(params) - {"share", "sms"}
         if unknown or len(params) != 1:
             raise ValueError("wrapper sm_share: give exactly one of share (0 < share <= 1, of "
-                             f"the GPU's block slots) or sms (a count of SMs); got "
+                             f"the GPU's SMs) or sms (a count of SMs); got "
                              f"{sorted(params) or 'neither'}")
         if "share" in params:
             cap = ("share", float(_number(name, "share", params["share"], 0, 1, lo_open=True)))

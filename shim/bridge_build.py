@@ -112,9 +112,20 @@ typedef struct {
 } clc_dispatch_time;
 static clc_dispatch_time *clc_times;
 
-/* fflush(NULL): what the program wrote through C stdio, out before what clc's exit hooks print
- * (Python's own buffers, which the engine flushes after them). */
-int clc_bridge_flush_stdio(void) { return fflush(NULL); }
+/* What the program wrote to stdout and stderr through C stdio, out before what clc's exit hooks
+ * print (Python's own buffers, which the engine flushes after them). Not fflush(NULL): that
+ * locks every stream, and a thread of the program blocked reading stdin holds its lock. A
+ * stream another thread holds is left as it is. */
+int clc_bridge_flush_stdio(void) {
+    FILE *streams[2] = {stdout, stderr};
+    int r = 0;
+    for (int i = 0; i < 2; i++) {
+        if (ftrylockfile(streams[i]) != 0) continue;
+        r |= fflush_unlocked(streams[i]);
+        funlockfile(streams[i]);
+    }
+    return r;
+}
 
 static uint64_t clc_bridge_now_ns(void) {
     struct timespec t;

@@ -83,32 +83,41 @@ static void after_fork_child(void) {
 /* ---- libc's own dlsym and dlvsym ------------------------------------------------------------
  * The shim exports both (a program's lookups of driver symbols must get the hooks), so any call
  * to them from here would reach the shim's own. libc's are found in libc's dynamic symbol table
- * (its GNU hash), by the default version of each name. */
+ * (its GNU hash), by the default version of each name; before glibc 2.34 dlsym and dlvsym are
+ * libdl's, found the same way in the first other object that defines them. */
 
 typedef struct {
     const char *name;
     void *found;
-    uintptr_t libc_base;
+    uintptr_t libc_base; /* look in libc only; 0: in any object but the shim */
+    uintptr_t shim_base;
 } libc_lookup;
 
 static int find_in_libc(struct dl_phdr_info *info, size_t size, void *arg) {
     libc_lookup *q = arg;
-    if (info->dlpi_addr != q->libc_base) return 0;
+    if (q->libc_base ? info->dlpi_addr != q->libc_base : info->dlpi_addr == q->shim_base)
+        return 0;
     clc_dynamic d;
     uint32_t i;
     if (clc_read_dynamic(info->dlpi_addr, clc_dynamic_section(info), &d) &&
         (i = clc_gnu_lookup(&d, q->name)) != 0)
         q->found = (void *)(info->dlpi_addr + d.symtab[i].st_value);
-    return 1;
+    return q->libc_base || q->found;
 }
 
 static void *libc_symbol(const char *name) {
-    Dl_info where;
-    libc_lookup q = {name, NULL, 0};
+    Dl_info where, self;
+    libc_lookup q = {name, NULL, 0, 0};
     /* gnu_get_libc_version is libc's alone: no preload defines it. */
-    if (!dladdr((void *)&gnu_get_libc_version, &where)) return NULL;
+    if (!dladdr((void *)&gnu_get_libc_version, &where) || !dladdr((void *)&libc_symbol, &self))
+        return NULL;
     q.libc_base = (uintptr_t)where.dli_fbase;
+    q.shim_base = (uintptr_t)self.dli_fbase;
     dl_iterate_phdr(find_in_libc, &q);
+    if (!q.found) {
+        q.libc_base = 0;
+        dl_iterate_phdr(find_in_libc, &q);
+    }
     return q.found;
 }
 
@@ -277,15 +286,32 @@ __attribute__((noinline)) static void *next_hooked(int slot) {
     return clc_real(slot) ? hook_addr[slot] : NULL;
 }
 
-/* RTLD_NEXT is resolved by glibc from the caller's return address, so a lookup of any other
- * symbol must leave as a tail call (a jump) for "next" to mean next after the program's object,
- * not ours. A hooked driver symbol gets the hook, by any handle. */
+/* Whether the object that made the call at `ret` defines `name` itself: an interposer of that
+ * symbol (another preload library, a profiler), whose RTLD_NEXT lookup wants what comes after
+ * it, as without clc. The shim's own real pointer may be that interposer's definition, so
+ * answering it with the hook would loop. */
+__attribute__((noinline)) static int caller_defines(const void *ret, const char *name) {
+    Dl_info where;
+    struct link_map *map = NULL;
+    clc_dynamic d;
+    uint32_t i;
+    if (!dladdr1(ret, &where, (void **)&map, RTLD_DL_LINKMAP) || !map ||
+        !clc_read_dynamic(map->l_addr, map->l_ld, &d) || !(i = clc_gnu_lookup(&d, name)))
+        return 0;
+    return d.symtab[i].st_shndx != SHN_UNDEF;
+}
+
+/* RTLD_NEXT is resolved by glibc from the caller's return address, so a lookup that libc
+ * answers must leave as a tail call (a jump) for "next" to mean next after the caller, not
+ * after the shim. A hooked driver symbol gets the hook, by any handle, unless its caller is an
+ * interposer of that symbol. */
 CLC_EXPORT void *dlsym(void *handle, const char *name) {
     if (unlikely(!real_dlsym)) resolve_dlsym();
     if (handle == RTLD_NEXT) {
         int slot = name[0] == 'c' && name[1] == 'u' ? clc_slot_by_name(name) : -1;
-        if (slot < 0) return real_dlsym(handle, name);
-        return next_hooked(slot);
+        if (slot >= 0 && !caller_defines(__builtin_return_address(0), name))
+            return next_hooked(slot);
+        return real_dlsym(handle, name);
     }
     void *p = real_dlsym(handle, name);
     if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);
@@ -302,8 +328,9 @@ CLC_EXPORT void *dlvsym(void *handle, const char *name, const char *version) {
     }
     if (handle == RTLD_NEXT) {
         int slot = name[0] == 'c' && name[1] == 'u' ? clc_slot_by_name(name) : -1;
-        if (slot < 0) return real_dlvsym(handle, name, version);
-        return next_hooked(slot);
+        if (slot >= 0 && !caller_defines(__builtin_return_address(0), name))
+            return next_hooked(slot);
+        return real_dlvsym(handle, name, version);
     }
     void *p = real_dlvsym(handle, name, version);
     if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);

@@ -79,3 +79,23 @@ def test_a_library_that_looks_the_driver_up_itself_is_still_decided(prog_lookup,
     # AND the driver never ran the debug kernel
     assert run.fake_counts().get("debug_kernel", 0) == 0
     assert run.fake_counts()["ok_kernel"] == 2
+
+
+def test_an_interposer_loaded_after_clc_gets_its_own_next(native, clc_run, tmp_path):
+    # GIVEN another interposer of cuLaunchKernel, preloaded after clc's shim, that passes each
+    # launch on to what dlsym(RTLD_NEXT) gives it
+    lib = tmp_path / "libinterpose.so"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o", lib,
+                    ROOT / "tests" / "native" / "lib_interpose.c", "-ldl"], check=True)
+    # WHEN a program linked with -lcuda runs under a policy that denies debug kernels
+    alone = clc_run(DENY_DEBUG, [native["prog_linked"]])
+    run = clc_run(DENY_DEBUG, [native["prog_linked"]], env={"LD_PRELOAD": str(lib)})
+    assert run.proc.returncode == 0, run.stdout + run.stderr
+    # THEN no launch loops between the two, and each launch gets what it gets without the
+    # other interposer: the debug kernel is refused, and the driver never runs it
+    m = re.search(r"^interposer: passed=(\d+) looped=(\d+)$", run.stdout, re.M)
+    assert m and int(m[2]) == 0, run.stdout
+    assert run.results() == alone.results()
+    assert {r for (k, _), rs in run.results().items() if "debug" in k for r in rs} == {800}
+    assert run.fake_counts() == alone.fake_counts()
+    assert run.fake_counts().get("_Z12debug_kernelPi", 0) == 0

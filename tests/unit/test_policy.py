@@ -626,6 +626,12 @@ ERRORS = [
           - name: default
             action: deny
         """, "p.yaml:3:11: the rule name 'default' is reserved for the policy's default"),
+    ("reserved-rule-name-on-error", """\
+        version: 1
+        rules:
+          - name: on_error
+            action: deny
+        """, "p.yaml:3:11: the rule name 'on_error' is reserved for the policy's on_error"),
     ("empty-rule-name", """\
         version: 1
         rules:
