@@ -10,14 +10,17 @@ $CLC_TEST_OUT, and the tests compare the two.
 """
 
 import collections
+import os
 import re
+import subprocess
 import sys
 import textwrap
 
 import pytest
 
 from clc import abi
-from harness import DENY_DEBUG, ROOT, executed, kernel_launches, nonzero
+from harness import (DENY_DEBUG, ROOT, clc_command, env_for, executed, kernel_launches,
+                     nonzero)
 
 VECADD = "_Z6vecAddPKfS0_Pfi"
 STRUCT = "_Z9structArg5Pointf"
@@ -871,3 +874,21 @@ def test_example_sampler_threads(clc_run, native):
     assert kernel_launches(cap) == {VECADD: 100, DEBUG: 100}
     assert nonzero(by_mangled(cap, "recorded")) == {VECADD: 14, DEBUG: 14}
     assert len(cap.launches) == 28
+
+
+def test_exit_does_not_wait_for_a_thread_blocked_on_stdin(native, tmp_path):
+    # GIVEN a C program whose other thread is blocked reading stdin (a pipe nobody writes to)
+    # when main returns, under a hook file (clc's interpreter runs in the program)
+    hooks = write_hooks(tmp_path, "@clc.on_launch\ndef nothing(launch):\n    return None\n")
+    cmd = clc_command() + ["--hooks", str(hooks), "-o", str(tmp_path / "c.clc"), "--",
+                           str(native["prog_stdin_thread"])]
+    reader, writer = os.pipe()
+    try:
+        proc = subprocess.run(cmd, env=env_for(native), stdin=reader, capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        os.close(reader)
+        os.close(writer)
+    # THEN it exits, with its own status and output
+    assert proc.returncode == 0, proc.stderr
+    assert "main returns" in proc.stdout

@@ -32,7 +32,8 @@ PYHOST = HERE / "pyhost.py"
 
 _CFLAGS = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 _PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
-             "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload")
+             "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
+             "prog_stdin_thread")
 
 
 class BuildError(RuntimeError):
@@ -100,7 +101,8 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
     """Builds libcuda.so.1 and the programs into outdir; returns name -> path.
 
     Keys: "libcuda", "prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
-    "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload".
+    "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
+    "prog_stdin_thread".
     """
     inc = cuda_include_dir()
     cc = _compiler()
@@ -123,7 +125,7 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
     for name in _PROGRAMS:
         src = HERE / f"{name}.c"
         out = outdir / name
-        if name in ("prog_linked", "prog_reload"):
+        if name in ("prog_linked", "prog_reload", "prog_stdin_thread"):
             # Linked against the fake like a real program against the driver; the rpath keeps
             # it runnable without LD_LIBRARY_PATH too.
             link = [f"-L{outdir}", "-lcuda", f"-Wl,-rpath,{outdir}"]
