@@ -20,7 +20,7 @@ from clc import abi
 from clc.capture import LAUNCH_WINDOW, error_name, file_kind, launch_stream
 
 __all__ = ["FORMATS", "summary", "to_json", "to_chrome", "write_json", "write_chrome",
-           "write_report", "open_output", "OutputError"]
+           "write_report", "open_output", "unlink_quietly", "OutputError"]
 
 FORMATS = ("summary", "json", "chrome")
 
@@ -494,8 +494,9 @@ def _link_refusal(path):
                        "(name the file itself, or remove the link)")
 
 
-def open_output(path, force=False):
-    """Open the report file `path` for writing: (text file, whether it was created).
+def open_output(path, force=False, binary=False):
+    """Open the output file `path` for writing: (text file, or binary with `binary`, whether
+    it was created).
 
     A new file is created (mode 0644, less the umask) and never through a link, even a
     dangling one. An existing one is written only with `force`, when it is a regular file and
@@ -537,10 +538,20 @@ def open_output(path, force=False):
                               "files")
         if not created:
             os.ftruncate(fd, 0)
+        if binary:
+            return os.fdopen(fd, "wb"), created
         return os.fdopen(fd, "w", encoding="utf-8", buffering=_WRITE_BUFFER), created
     except BaseException:
         os.close(fd)
         raise
+
+
+def unlink_quietly(path):
+    """Remove an output that open_output created, when what was to fill it failed."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def write_report(captures, fmt, out=None):

@@ -6,7 +6,7 @@ import sys
 
 from clc.capture import CaptureError, scan_captures
 from clc.errors import EXIT_USAGE, ClcError
-from clc.reports import FORMATS, OutputError, open_output, write_report
+from clc.reports import FORMATS, OutputError, open_output, unlink_quietly, write_report
 
 __all__ = ["ReportCommand"]
 
@@ -57,7 +57,7 @@ class ReportCommand:
             if out is not None:
                 _close_quietly(out)
                 if created:
-                    _unlink_quietly(args.output)
+                    unlink_quietly(args.output)
             raise
         for note in notes:
             print(f"clc: {note}", file=sys.stderr)
@@ -82,12 +82,5 @@ def _refuse_an_input(output, inputs):
 def _close_quietly(f):
     try:
         f.close()
-    except OSError:
-        pass
-
-
-def _unlink_quietly(path):
-    try:
-        os.unlink(path)
     except OSError:
         pass

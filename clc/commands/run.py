@@ -18,6 +18,7 @@ import struct
 import sys
 import time
 
+import clc
 from clc.abi import CAPTURE_HEADER, CAPTURE_MAGIC
 from clc.capture import CaptureError, scan_captures
 from clc.decider import Decider, decides_alone
@@ -432,6 +433,7 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(
         prog="clc-run", description="Run a program with every CUDA kernel launch under a policy.")
+    parser.add_argument("--version", action="version", version=f"clc-run {clc.__version__}")
     RunCommand.add_arguments(parser)
     args = parser.parse_args(argv)
     sys.exit(run_command(RunCommand, args))

@@ -12,6 +12,7 @@ from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
 from clc.fatbin import FatbinError, parse_image
 from clc.policy import base_name
+from clc.reports import OutputError, open_output, unlink_quietly
 from clc.splice import Unwrappable
 
 __all__ = ["WrapCommand"]
@@ -75,9 +76,26 @@ class WrapCommand:
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                             help="a wrapper parameter (repeatable): share=0.25, sms=8, ms=5")
         parser.add_argument("--arch", default="sm_90", help="target GPU (default sm_90)")
-        parser.add_argument("-o", "--output", required=True, metavar="OUT.cubin")
+        parser.add_argument("-o", "--output", required=True, metavar="OUT.cubin",
+                            help="where the wrapped kernel's cubin goes (never through a link)")
+        parser.add_argument("--force", action="store_true", help="overwrite OUT.cubin")
 
     def run(self, args):
+        try:
+            cubin, created = open_output(args.output, args.force, binary=True)
+        except OutputError as e:
+            raise ClcError(str(e), EXIT_USAGE if e.usage else 1) from None
+        try:
+            with cubin:
+                self._build(args, cubin)
+        except BaseException:
+            if created:
+                unlink_quietly(args.output)
+            raise
+        return 0
+
+    @staticmethod
+    def _build(args, cubin):
         from clc.wrapbuild import WrapBuildError, build, cubin_resources, link, wrapper_spec
         params = dict(_param(p) for p in args.param)
         arch = _arch(args.arch)
@@ -102,7 +120,8 @@ class WrapCommand:
             raise ClcError(str(e)) from None
         wrapped = cubin_resources(built.cubin)[mangled]
         try:
-            pathlib.Path(args.output).write_bytes(built.cubin)
+            cubin.write(built.cubin)
+            cubin.flush()
         except OSError as e:
             raise ClcError(f"{args.output}: cannot write it: {e.strerror or e}") from None
         out = sys.stdout
@@ -118,4 +137,3 @@ class WrapCommand:
             out.write(f"{label:14}{original[field]!s:>10}{wrapped[field]!s:>10}\n")
         out.write(f"built in {built.build_ms:.1f} ms: {args.output} ({len(built.cubin)} bytes, "
                   f"sm_{arch})\n")
-        return 0

@@ -55,6 +55,27 @@ def test_wrap_refuses_a_cluster_kernel_with_the_reason(exe, tmp_path, capsys):
     assert not (tmp_path / "w.cubin").exists()
 
 
+def test_wrap_never_overwrites_nor_follows_a_link_without_force(exe, tmp_path, capsys):
+    argv = ["wrap", str(exe["templates"]), "--kernel", "scale_t<float>", "--wrapper",
+            "block_count"]
+    # GIVEN an existing file, and a link to another user's file
+    existing = tmp_path / "w.cubin"
+    existing.write_bytes(b"keep me")
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"theirs")
+    link = tmp_path / "link.cubin"
+    link.symlink_to(victim)
+    # THEN neither is written, each with its reason, before anything is built
+    assert main(argv + ["-o", str(existing)]) == 2
+    assert "exists (use --force to overwrite it)" in capsys.readouterr().err
+    assert main(argv + ["-o", str(link), "--force"]) == 2
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert existing.read_bytes() == b"keep me" and victim.read_bytes() == b"theirs"
+    # AND with --force the existing file is replaced by the cubin
+    assert main(argv + ["-o", str(existing), "--force"]) == 0
+    assert "_Z7scale_tIfEvPT_S0_i" in cubin_kernels(existing.read_bytes())
+
+
 @pytest.mark.parametrize("argv,fragment", [
     (["--kernel", "nope", "--wrapper", "block_count"], "no kernel 'nope' in this file"),
     (["--kernel", "scale_t<int>", "--wrapper", "sm_share"], "give exactly one of share"),

@@ -112,3 +112,13 @@ def test_report_of_a_missing_file_is_a_clear_error(tmp_path, capsys):
     code = main(["report", str(tmp_path / "missing.clc")])
     assert code == 2
     assert "missing.clc" in capsys.readouterr().err
+
+
+def test_clc_run_says_its_version(capsys):
+    import clc
+    from clc.commands.run import main as run_main
+
+    with pytest.raises(SystemExit) as e:
+        run_main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"clc-run {clc.__version__}"
