@@ -49,11 +49,11 @@ POLICIES = REPO / "policies"
 CONFIGS = ("native", "allow", "record", "time")
 TARGETS = {"native": None, "allow": 1.01, "record": 1.05, "time": None, "hook": 1.01}
 HOOKS = REPO / "benchmarks" / "hooks"
-# In-process only: Python hooks (issue 3) on top of the allow-all policy.
+# In-process only: Python hooks on top of the allow-all policy.
 HOOK_CONFIGS = {"hook": HOOKS / "cached.py", "every_launch": HOOKS / "every_launch.py",
                 "every_launch_noop": HOOKS / "every_launch_noop.py"}
 EVERY_LAUNCH_TARGET_NS = 2000
-# In-process only: the kernel wrapped (issue 4): the launch goes to the wrapped kernel with one
+# In-process only: the kernel wrapped: the launch goes to the wrapped kernel with one
 # more argument, the replace path of the shim (its per-launch cost is this line's figure).
 WRAP_POLICY = ("version: 1\ndefault: allow\nrules:\n  - name: wrap\n"
                "    match: {kernel: empty_kernel}\n    action: wrap\n"

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""bench_wrap: what wrapping costs and what sm_share gives (issue 4), on a GPU machine.
+"""bench_wrap: what wrapping costs and what sm_share gives, on a GPU machine.
 
     python3 benchmarks/bench_wrap.py [--rounds 3] [--json FILE]
 

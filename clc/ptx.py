@@ -8,7 +8,7 @@ PTX's `0f`/`0d` float forms, punctuation; each token keeps its line and column) 
 labels, instructions and declarations. `str(module)` prints it back as PTX: the formatting is
 not preserved, the program is (comments are dropped; `.section` debug data is kept verbatim).
 
-Wrapping (issue 4) rewrites a kernel in place: its reads of %ctaid/%nctaid take virtual block
+Wrapping rewrites a kernel in place: its reads of %ctaid/%nctaid take virtual block
 indices, and a persistent loop may run the body once per claimed virtual block, its ret/exit
 turned into branches to the loop's next step. The queries below find what that rewrite touches
 (`ctaid_reads`, `nctaid_reads`, `exits`, `barriers`, `calls`, ...) and `loop_verdict` decides

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Wrapping inside the traced program: from a `wrap` decision to the clc_replacement the shim
-launches (engine side of issue 4).
+launches.
 
 At the first sight of a kernel in a context whose decision wraps it, `WrapEngine.replacement`:
 1. finds the kernel's PTX in the image of the load it came from (the driver says which:

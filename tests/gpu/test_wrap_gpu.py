@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Wrapped kernels on a real GPU (issue 4): the kernel zoo under every built-in wrapper prints
+"""Wrapped kernels on a real GPU: the kernel zoo under every built-in wrapper prints
 what it prints unwrapped; sm_share holds a kernel to its cap of resident blocks; the wrapped
 library is loaded once for many contexts; a device policy in the nvJitLink CLC demo interface
 runs unchanged; the disk cache serves a second run."""
