@@ -28,7 +28,8 @@ __all__ = [
     "REPLACEMENT", "LAUNCH_ARG", "KERNEL_QUERY", "PARAM_INFO", "ARGS_OK", "ARGS_NONE",
     "ARGS_NULL_ENTRY", "ARGS_BAD_EXTRA", "ARGS_NO_MEMORY", "ARGS_NO_LAYOUT",
     "DECIDE_MAGIC", "DECIDE_MAX_NAME", "DECIDE_MAX_TEXT", "DECIDE_OK", "DECIDE_ENGINE", "DECIDE_FAILED",
-    "DECIDE_REQUEST", "DECIDE_REPLY", "pack_decision",
+    "DECIDE_REQUEST", "DECIDE_REPLY", "pack_decision", "OUTCOME", "KERNEL_COUNTS",
+    "SLOW_HOOK_NS",
 ]
 
 ACTION_ALLOW = 0
@@ -68,6 +69,8 @@ LAUNCH_ARG = struct.Struct("<Q3IIII")
 # block[3], shared_mem, tid, stream, params, extra, layout, n_params, args_size; the launch's
 # argument bytes follow it
 KERNEL_QUERY = struct.Struct("<QQiIIIQ3I3IIIQQQQII")
+# Where clc_kernel_query.args_status lies (a CLC_ARGS_* value, < 256: read as one byte).
+QUERY_ARGS_STATUS_AT = struct.calcsize("<QQiII")
 PARAM_INFO = struct.Struct("<II")  # clc_param_info: offset, size
 ARGS_OK = 0
 ARGS_NONE = 1
@@ -88,12 +91,15 @@ DECIDE_REPLY = struct.Struct("<IIII")  # magic, status, text_size, seq
 
 # clc_decision: n_clauses, mode, clauses[MAX_CLAUSES] (three clc_range, a clc_outcome), fallback
 _RANGES = struct.Struct("<6Q")
-_OUTCOME = struct.Struct("<IIiiQ")  # action, flags, error, rule, replacement
-DECISION_SIZE = 8 + MAX_CLAUSES * (_RANGES.size + _OUTCOME.size) + _OUTCOME.size
+OUTCOME = struct.Struct("<IIiiQ")  # clc_outcome: action, flags, error, rule, replacement
+# clc_kernel_counts: kernel_id, device, handle, ctx, launches, denied, failed, recorded, timed,
+# graph_nodes, gpu_ns
+KERNEL_COUNTS = struct.Struct("<IiQQ7Q")
+SLOW_HOOK_NS = 1_000_000
 
 
 def _outcome_bytes(o):
-    return _OUTCOME.pack(o.action, o.flags, o.error, o.rule, o.replacement)
+    return OUTCOME.pack(o.action, o.flags, o.error, o.rule, o.replacement)
 
 
 def pack_decision(clauses, fallback, mode=MODE_CACHED):
@@ -104,7 +110,7 @@ def pack_decision(clauses, fallback, mode=MODE_CACHED):
     parts = [struct.pack("<II", len(clauses), mode)]
     for grid, block, shared, outcome in clauses:
         parts.append(_RANGES.pack(*grid, *block, *shared) + _outcome_bytes(outcome))
-    parts.append(bytes((MAX_CLAUSES - len(clauses)) * (_RANGES.size + _OUTCOME.size)))
+    parts.append(bytes((MAX_CLAUSES - len(clauses)) * (_RANGES.size + OUTCOME.size)))
     parts.append(_outcome_bytes(fallback))
     return b"".join(parts)
 

@@ -15,6 +15,7 @@ falls back to the policy's on_error.
 """
 
 import atexit
+import collections
 import ctypes
 import dataclasses
 import json
@@ -29,7 +30,7 @@ from sys import getrefcount
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.hooks import (QUERY_STATUS_AT, ExitStats, QueryLaunch, checked_layout, import_hook_file,
+from clc.hooks import (ExitStats, QueryLaunch, checked_layout, import_hook_file,
                        load_hook_file, resolve_hook_ref)
 from clc.policy import ANY_RANGE, Decision, KernelInfo, Outcome, Policy, process_identity
 
@@ -141,12 +142,13 @@ _NOT_PERMITTED = CUDA_ERRORS["CUDA_ERROR_NOT_PERMITTED"]
 WRAP_STATS_PREFIX = "wrap stats: "
 
 # A hook slower than this is reported once: every launch that asks it waits for it.
-SLOW_HOOK_NS = 1_000_000
+SLOW_HOOK_NS = abi.SLOW_HOOK_NS
 
 # For the code that runs at every launch asked about: globals, not attribute lookups.
 _ALLOW, _DENY, _REPLACE = abi.ACTION_ALLOW, abi.ACTION_DENY, abi.ACTION_REPLACE
 _PER_SHAPE, _EVERY_LAUNCH = abi.MODE_PER_SHAPE, abi.MODE_EVERY_LAUNCH
 _SLOW = SLOW_HOOK_NS
+_STATUS_AT = abi.QUERY_ARGS_STATUS_AT  # clc_kernel_query.args_status, one byte
 
 
 def shim_settings():
@@ -311,7 +313,7 @@ class Engine:
                     launch = new_view()
                 args = launch._args
                 launch._blob = args.blob = blob
-                status = args.status = blob[QUERY_STATUS_AT]
+                status = args.status = blob[_STATUS_AT]
                 args.limit = -1 if status else len(blob)
                 try:
                     answer = fn(launch)
@@ -750,7 +752,7 @@ def _flush_std():
 
 
 def _with_bytes(outcome):
-    return outcome, _OUTCOME.pack(outcome.action, outcome.flags, outcome.error, outcome.rule,
+    return outcome, abi.OUTCOME.pack(outcome.action, outcome.flags, outcome.error, outcome.rule,
                                   outcome.replacement)
 
 
@@ -772,14 +774,9 @@ def _answer_outcome(kernel, answer, index):
 
 # ---- the shim's own functions, for messages and counts (exported by stage 1) -------------------
 
-class _KernelCounts(ctypes.Structure):
-    """clc_kernel_counts in shim/clc_abi.h."""
-    _fields_ = [("kernel_id", ctypes.c_uint32), ("device", ctypes.c_int32),
-                ("handle", ctypes.c_uint64), ("ctx", ctypes.c_uint64),
-                ("launches", ctypes.c_uint64), ("denied", ctypes.c_uint64),
-                ("failed", ctypes.c_uint64), ("recorded", ctypes.c_uint64),
-                ("timed", ctypes.c_uint64), ("graph_nodes", ctypes.c_uint64),
-                ("gpu_ns", ctypes.c_uint64)]
+_KernelCounts = collections.namedtuple(
+    "_KernelCounts", "kernel_id device handle ctx launches denied failed recorded timed "
+    "graph_nodes gpu_ns")  # clc_kernel_counts (abi.KERNEL_COUNTS)
 
 
 def _shim():
@@ -803,9 +800,11 @@ def _shim_kernel_counts():
     fn = getattr(shim, "clc_shim_kernel_counts", None) if shim is not None else None
     if fn is None:
         return []
-    rows = (_KernelCounts * 65536)()
-    n = fn(rows, ctypes.c_int(len(rows)))
-    return list(rows[:n])
+    most = 65536
+    rows = ctypes.create_string_buffer(abi.KERNEL_COUNTS.size * most)
+    n = fn(rows, ctypes.c_int(most))
+    return [_KernelCounts(*row) for row in
+            abi.KERNEL_COUNTS.iter_unpack(rows.raw[:n * abi.KERNEL_COUNTS.size])]
 
 
 _engine = None
@@ -834,14 +833,12 @@ def _report_once():
                      f"{traceback.format_exc(limit=4)}\n")
 
 
-# clc_outcome (shim/clc_abi.h), written whole.
-_OUTCOME = struct.Struct("<IIiiQ")
 _QUERY_SIZE = abi.KERNEL_QUERY.size
 _query_key = struct.Struct("<QQ").unpack_from  # (handle, ctx) of a query block
 
 
 def _fill_outcome(ffi, out, outcome):
-    ffi.memmove(out, _with_bytes(outcome)[1], _OUTCOME.size)
+    ffi.memmove(out, _with_bytes(outcome)[1], abi.OUTCOME.size)
 
 
 def bridge_decide(ffi, query, out):

@@ -214,7 +214,7 @@ _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
 _DIM = struct.Struct("<3I")
-QUERY_STATUS_AT = 28  # clc_kernel_query.args_status (< 256, so one byte)
+_STATUS_AT = abi.QUERY_ARGS_STATUS_AT  # clc_kernel_query.args_status, one byte
 
 _CLOSED_MESSAGE = ("the Launch's parameters were read after its hook returned: a Launch and its "
                    "params are valid only during the hook call (keep param.raw or the values "
@@ -483,7 +483,7 @@ class QueryLaunch(Launch):
         self._blob = blob
         args = self._args
         args.blob = blob
-        status = args.status = blob[QUERY_STATUS_AT]
+        status = args.status = blob[_STATUS_AT]
         args.limit = len(blob) if not status else -1
 
     def clear(self) -> None:

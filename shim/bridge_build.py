@@ -103,9 +103,8 @@ static PyObject *clc_launch_fn;
 static PyObject **clc_dispatchers; /* by kernel id; NULL: not asked yet */
 static size_t clc_n_dispatchers;
 /* Dispatchers that do not time their hook themselves (the engine's folded every_launch ones)
- * are timed here, per kernel id: calls, total ns, max ns; a call over CLC_SLOW_NS is told to
+ * are timed here, per kernel id: calls, total ns, max ns; a call over CLC_SLOW_HOOK_NS is told to
  * clc.engine.bridge_slow(kernel_id, ns) at once. All under the GIL. */
-#define CLC_SLOW_NS 1000000ull
 typedef struct {
     unsigned char timed;
     uint64_t calls, total_ns, max_ns;
@@ -217,7 +216,7 @@ __attribute__((visibility("default"))) int clc_bridge_launch(const clc_kernel_qu
                 t->calls++;
                 t->total_ns += ns;
                 if (ns > t->max_ns) t->max_ns = ns;
-                if (ns > CLC_SLOW_NS) clc_report_slow(id, ns);
+                if (ns > CLC_SLOW_HOOK_NS) clc_report_slow(id, ns);
             }
         }
     }

@@ -207,7 +207,12 @@ typedef struct clc_kernel_counts {
     uint64_t handle;
     uint64_t ctx;
     uint64_t launches, denied, failed, recorded, timed, graph_nodes, gpu_ns;
-} clc_kernel_counts;
+} clc_kernel_counts; /* 80 bytes */
+
+/* A hook (or the folded dispatcher around it) slower than this at one launch is reported
+ * once: every launch that asks it waits for it (the bridge times it in C, the engine in
+ * Python). */
+#define CLC_SLOW_HOOK_NS 1000000
 
 /* ---- module and library loads ------------------------------------------------------------ */
 

@@ -33,6 +33,8 @@ MIRRORS = {
     "PARAM_INFO": "clc_param_info",
     "DECIDE_REQUEST": "clc_decide_request",
     "DECIDE_REPLY": "clc_decide_reply",
+    "OUTCOME": "clc_outcome",
+    "KERNEL_COUNTS": "clc_kernel_counts",
     "CAPTURE_HEADER": "clc_capture_header",
     "RECORD_HEADER": "clc_record_header",
     **{name: "clc_rec_" + name[len("REC_"):-len("_BODY")].lower()
@@ -212,7 +214,7 @@ def test_every_record_struct_is_mirrored(structs):
     c_records = {n for n in structs if n.startswith("clc_rec_")}
     c_records |= {"clc_capture_header", "clc_record_header", "clc_replacement",
                   "clc_launch_arg", "clc_kernel_query", "clc_param_info", "clc_decide_request",
-                  "clc_decide_reply"}
+                  "clc_decide_reply", "clc_outcome", "clc_kernel_counts"}
     assert set(MIRRORS.values()) == c_records
 
 
@@ -279,3 +281,8 @@ def test_a_packed_decision_has_clc_decisions_layout(structs):
     assert struct.unpack_from("<6QIIii", data, offsets["clauses"]) == (1, 2, 3, 4, 5, 6, 0, 2,
                                                                           0, 1)
     assert struct.unpack_from("<IIii", data, offsets["fallback"]) == (1, 1, 800, 3)
+
+
+def test_the_query_status_offset_is_the_headers(structs):
+    offsets = {name: offset for name, offset, _, _, _ in structs["clc_kernel_query"][2]}
+    assert abi.QUERY_ARGS_STATUS_AT == offsets["args_status"]
