@@ -20,6 +20,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard shim/*.c shim/*.h shim/*.
 	touch $@
 
 test: install
+	$(PY) -m ruff check .
 	$(PY) -m pytest tests
 
 $(BUILD)/vecadd: examples/vecadd.cu

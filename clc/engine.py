@@ -3,8 +3,10 @@
 
 "First sight of kernel K in context C": ask the deciders in order (the --hooks files' Python
 hooks, then the policy's rules, a hook rule asking its function, then the default; the policy
-comes from clc-run as JSON, through the shim's copy of its settings) and return the decision that the C side caches for
-every later launch, or that it must ask again per shape or at every launch. "A module or
+comes from clc-run as JSON, through the shim's copy of its settings) and return the decision
+that the C side caches for every later launch, or that it must ask again per shape or at every
+launch. (A policy without Python hooks is decided by clc-run itself, clc.decider; the engine
+then builds its wrapped kernels, and decides when clc-run cannot be asked.) "A module or
 library was loaded": remember where its image is, for the wrap pipeline (clc.wrapengine,
 imported only when a decision wraps), which turns a `wrap` outcome into the clc_replacement
 the shim launches.
@@ -34,8 +36,8 @@ from clc.hooks import (ExitStats, QueryLaunch, checked_layout, import_hook_file,
                        load_hook_file, resolve_hook_ref)
 from clc.policy import ANY_RANGE, Decision, KernelInfo, Outcome, Policy, process_identity
 
-__all__ = ["Engine", "shim_settings", "bridge_decide", "bridge_launch", "bridge_module", "bridge_exit",
-           "process_names", "rule_name", "deny_announcements", "describe"]
+__all__ = ["Engine", "shim_settings", "bridge_decide", "bridge_launch", "bridge_module",
+           "bridge_exit", "process_names", "rule_name", "deny_announcements", "describe"]
 
 
 def process_names(argv=None, exe=None):
@@ -595,8 +597,9 @@ class Engine:
             self.message(abi.MSG_INFO, WRAP_STATS_PREFIX + json.dumps(
                 {"kernel": name, "wrapper": label, **counts}, sort_keys=True))
             if counts["skipped"]:
+                total = counts["skipped"] + counts["blocks"]
                 self.message(abi.MSG_WARNING, f"{name}: the deadline wrapper skipped "
-                             f"{counts['skipped']} blocks (of {counts['skipped'] + counts['blocks']})")
+                             f"{counts['skipped']} blocks (of {total})")
         for name, wrapper, source, ms in wrapping.timings:
             self.message(abi.MSG_INFO, f"wrap build: {name} with {os.path.basename(wrapper)}: "
                          f"{source} in {ms:.1f} ms")

@@ -383,7 +383,8 @@ def kernel_total(report, kernel, field):
 def kernel_table(report):
     """The capture's kernels as a text table, for failure messages."""
     rows = report.get("kernels", [])
-    lines = [f"{'launches':>8} {'denied':>6} {'recorded':>8} {'timed':>6} {'gpu_ns_total':>14}  name"]
+    lines = [f"{'launches':>8} {'denied':>6} {'recorded':>8} {'timed':>6} "
+             f"{'gpu_ns_total':>14}  name"]
     for r in sorted(rows, key=lambda r: r.get("name") or ""):
         lines.append(f"{r.get('launches', 0):>8} {r.get('denied', 0):>6} "
                      f"{r.get('recorded', 0):>8} {r.get('timed', 0):>6} "

@@ -112,7 +112,8 @@ def test_verbose_logs_from_the_shim(native, tmp_path):
     # One -v: the shim says what it hooked, the engine what it decided
     assert "clc: hooked cuLaunchKernel_ptsz" in proc.stderr
     assert re.search(r"^clc: first sight of vecAdd\(float const\*, float const\*, float\*, int\) "
-                     r"on device 0: allow \(record\) by record-all$", proc.stderr, re.M), proc.stderr
+                     r"on device 0: allow \(record\) by record-all$", proc.stderr, re.M), \
+        proc.stderr
     assert os.path.exists(tmp_path / "c.clc")
 
 

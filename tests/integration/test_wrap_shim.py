@@ -508,7 +508,7 @@ def test_a_reset_context_gets_its_wrapped_kernels_set_up_again(run_wrap):
     assert not messages(run, "the driver refused a wrapped kernel")
 
 
-# ---- a Python hook that answers clc.wrap() ---------------------------------------------------------
+# ---- a Python hook that answers clc.wrap() ---------------------------------------------------
 
 def test_a_hook_answering_clc_wrap_wraps_the_kernel(clc_run, native, shared_cache, tmp_path):
     # GIVEN a hook file that wraps scale (sm_share, 10 SMs) and has no opinion on the rest
