@@ -238,6 +238,11 @@ class RunCommand:
                             help="log what the shim and the engine do")
         parser.add_argument("--no-report", action="store_true",
                             help="do not print the summary at exit")
+        parser.add_argument("-q", "--quiet", action="store_true",
+                            help="at exit, print only where the capture is, not the summary")
+        parser.add_argument("--no-capture", action="store_true",
+                            help="write no capture (then no summary either); the policy is "
+                                 "enforced all the same")
         parser.add_argument("--tenant", help="tenant name for policies (default: $CLC_TENANT)")
         parser.add_argument("--strict", action="store_true",
                             help=f"exit with status {EXIT_STRICT} when the program exits 0 but "
@@ -254,6 +259,9 @@ class RunCommand:
         argv = split_program(args.program)
         if not argv:
             raise ClcError("no program given: clc-run [options] -- PROGRAM [ARGS...]", EXIT_USAGE)
+        if args.no_capture and (args.output or args.strict):
+            raise ClcError(f"--no-capture writes no capture: {'-o' if args.output else '--strict'}"
+                           f" needs one", EXIT_USAGE)
         policy, policy_json = load_policy_and_hooks(args.policy, args.hooks)
         environ = dict(os.environ)
         if args.tenant is not None:
@@ -284,7 +292,8 @@ class RunCommand:
                           f"its own engine decides them", file=sys.stderr)
             settings["CLC_STATUS_FD"] = str(status_w)
             settings["CLC_STATUS_INO"] = str(os.fstat(status_w).st_ino)
-            status, output = _spawn(argv, env, settings, output, args.force, status_w, decider)
+            status, output = _spawn(argv, env, settings, output, args.force, status_w, decider,
+                                    capture=not args.no_capture)
             os.close(status_w)
             status_w = -1
             shimmed = _read_status(status_r)
@@ -294,10 +303,12 @@ class RunCommand:
                 os.close(status_w)
             if decider is not None:
                 decider.close()
+        if output is None:  # --no-capture
+            return status
         files = capture_files(output, started_ns)
-        captures = _scan(files)
+        captures = _scan(files) if not (args.quiet or args.no_report) or args.strict else []
         if not args.no_report:
-            _report(files, captures, shimmed, argv[0])
+            _report(files, captures, shimmed, argv[0], args.quiet)
         if args.strict and status == 0:
             why = _strict_violation(files, captures, shimmed)
             if why:
@@ -306,7 +317,7 @@ class RunCommand:
         return status
 
 
-def _spawn(argv, env, settings, output, force, status_w, decider=None):
+def _spawn(argv, env, settings, output, force, status_w, decider=None, capture=True):
     """fork, check the capture's name (it holds the child's pid) before the program starts,
     then let the child exec. Both sides derive the default name from the same pid. The
     decider's thread starts after the fork (the child has no thread to lose) and with the
@@ -324,7 +335,8 @@ def _spawn(argv, env, settings, output, force, status_w, decider=None):
                 os._exit(code)
             os.set_inheritable(status_w, True)
             settings["CLC_ROOT_PID"] = str(os.getpid())
-            settings["CLC_OUTPUT"] = str(output or default_output(argv[0], os.getpid()))
+            settings["CLC_OUTPUT"] = str(output or default_output(argv[0], os.getpid())) \
+                if capture else ""
             env[SETTINGS_VAR] = str(settings_fd(settings))
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
             os.execvpe(argv[0], argv, env)
@@ -336,9 +348,10 @@ def _spawn(argv, env, settings, output, force, status_w, decider=None):
     os.close(go_r)
     os.close(err_w)
     try:
-        output = output or default_output(argv[0], pid)
+        output = (output or default_output(argv[0], pid)) if capture else None
         try:
-            check_output(output, force)
+            if capture:
+                check_output(output, force)
         except ClcError:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -407,7 +420,7 @@ def _strict_violation(files, captures, shimmed):
     return " and ".join(parts) or None
 
 
-def _report(files, captures, shimmed, program):
+def _report(files, captures, shimmed, program, quiet=False):
     if not files:
         if not shimmed:
             print(f"clc: clc's shim never started in {program} (a setuid or setgid program, a "
@@ -421,9 +434,11 @@ def _report(files, captures, shimmed, program):
                   f"program they started without clc's preload (env -i, setuid, static) would "
                   f"not be seen. No capture was written", file=sys.stderr)
         return
-    if captures is not None:
+    if captures is not None and not quiet:
         print(summary(captures), file=sys.stderr)
     print(f"clc: capture written to {files[0]}", file=sys.stderr)
+    if quiet:
+        return
     print(f"clc: timeline: clc report {files[0]} --format chrome -o {files[0].stem}.json",
           file=sys.stderr)
 

@@ -208,3 +208,28 @@ def test_launches_left_to_on_error_are_recorded_and_fail_strict(native, tmp_path
     assert re.search(rf"^clc: --strict: {m[1]} launches fell to on_error; exit status 3$",
                      proc.stderr, re.M), proc.stderr
     assert proc.returncode == 3
+
+
+def test_no_capture_enforces_the_policy_and_writes_nothing(native, tmp_path):
+    # GIVEN --no-capture and a policy that denies debug kernels
+    proc = run(native, [native["prog_cudart"]], "--no-capture", "--policy",
+               _policy(tmp_path, DENY_DEBUG), cwd=tmp_path)
+    # THEN the debug kernel is refused, and no capture or summary appears
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^launch \S*debug\S* via \S+ -> 800$", proc.stdout, re.M), proc.stdout
+    assert not list(tmp_path.glob("*.clc"))
+    assert "capture written" not in proc.stderr and "Launches" not in proc.stderr
+
+
+def test_no_capture_refuses_what_needs_a_capture(native, tmp_path):
+    for option in (["--strict"], ["-o", str(tmp_path / "c.clc")]):
+        proc = run(native, ["true"], "--no-capture", *option, cwd=tmp_path)
+        assert proc.returncode == 2
+        assert "--no-capture writes no capture" in proc.stderr
+
+
+def test_quiet_prints_only_where_the_capture_is(native, tmp_path):
+    proc = run(native, [native["prog_cudart"]], "-q", "-o", str(tmp_path / "c.clc"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"clc: capture written to {tmp_path / 'c.clc'}"
+    assert "Launches" not in proc.stderr
