@@ -876,7 +876,7 @@ def bridge_decide(ffi, query, out):
 
 
 def bridge_launch(kernel_id, blob):
-    """clc_bridge_launch (shim/bridge_build.py, through Python's C API), the first time a
+    """clc_bridge_launch (shim/bridge.c, through Python's C API), the first time a
     kernel's launch is asked about per shape or at every launch: (the clc_outcome bytes, the
     kernel's dispatcher, whether the bridge times it), which the bridge keeps under the shim's
     kernel id and calls with the query block of each later launch; None for "no opinion" (the
