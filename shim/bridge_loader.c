@@ -118,8 +118,7 @@ static int ready(void) {
 
 int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out) {
     if (atomic_load_explicit(&g_bridge, memory_order_acquire) == BRIDGE_OFF_IN_CHILD) {
-        static _Atomic int said;
-        if (!atomic_exchange(&said, 1))
+        if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING,
                     "forked child %d: kernels first launched after fork() get on_error=%s "
                     "(calling into Python after fork() can deadlock)",

@@ -186,14 +186,13 @@ static int write_all(int fd, const char *p, size_t n) {
 
 /* The capture, reopened for appending; -1 (said once) when it is no longer clc's file. */
 static int open_for_append(void) {
-    static int said;
     struct stat st;
     int fd = open(g_path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino) return fd;
     int e = fd < 0 ? errno : 0;
     if (fd >= 0) close(fd);
     g_file_ok = 0;
-    if (!said++)
+    if (CLC_FIRST_TIME())
         say("clc: the capture %s %s: no more records are written\n", g_path,
             e ? strerror(e) : "was replaced by another file");
     return -1;
@@ -203,7 +202,6 @@ static int open_for_append(void) {
  * is cut back off, so that the file stays a sequence of whole records. Said once per cause, on
  * stderr at the time (the capture may be what cannot be written). */
 static void append(int fd, const char *p, size_t n) {
-    static int said_error;
     struct stat st;
     off_t before = fstat(fd, &st) == 0 ? st.st_size : -1;
     int e = write_all(fd, p, n);
@@ -215,7 +213,7 @@ static void append(int fd, const char *p, size_t n) {
     if (before >= 0) (void)!ftruncate(fd, before);
     g_lost_bytes += n;
     if (!g_write_errno) g_write_errno = e;
-    if (!said_error++)
+    if (CLC_FIRST_TIME())
         say("clc: writing the capture %s failed: %s; records are being lost (counted in its "
             "end record, if that can be written)\n", g_path, strerror(e));
 }
@@ -417,9 +415,8 @@ void *clc_capture_begin(uint16_t type, size_t body_size) {
     size_t size = (sizeof(clc_record_header) + body_size + 7) & ~(size_t)7;
     if (unlikely(atomic_load_explicit(&g_over_cap, memory_order_relaxed)) &&
         (type == CLC_REC_LAUNCH || type == CLC_REC_TIMING)) {
-        static _Atomic int said;
         atomic_fetch_add_explicit(&g_capped_bytes, size, memory_order_relaxed);
-        if (!atomic_exchange(&said, 1))
+        if (CLC_FIRST_TIME())
             say("clc: the capture %s reached its size limit (%llu bytes): later launch and "
                 "timing records are dropped and counted; counts stay exact\n", g_path,
                 (unsigned long long)g_max_bytes);

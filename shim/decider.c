@@ -191,7 +191,6 @@ static int ask(const char *name, size_t name_size, int device, clc_decide_reply 
 }
 
 int clc_decider_decide(const char *name, int device, clc_decision *out) {
-    static _Atomic int said;
     size_t name_size = strlen(name);
     if (name_size > CLC_DECIDE_MAX_NAME) return CLC_DECIDE_ENGINE;
     clc_decide_reply head;
@@ -210,14 +209,13 @@ int clc_decider_decide(const char *name, int device, clc_decision *out) {
     if (failed && !err) err = errno;
     pthread_mutex_unlock(&g_lock);
     if (failed) {
-        if (!atomic_exchange(&said, 1))
+        if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING, "cannot ask clc-run about kernel launches (%s): the "
                     "program's own engine decides them", strerror(err));
         return CLC_DECIDE_FAILED;
     }
     if (head.status == CLC_DECIDE_OK && !acceptable(out)) {
-        static _Atomic int said_bad;
-        if (!atomic_exchange(&said_bad, 1))
+        if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_ERROR, "clc-run answered a decision the shim does not take: the "
                     "program's own engine decides such kernels");
         return CLC_DECIDE_FAILED;

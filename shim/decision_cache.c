@@ -204,8 +204,7 @@ static const clc_outcome *add_shape(clc_entry *e, const clc_launch_info *l,
             atomic_store_explicit(&c->count, n + 1, memory_order_release);
             kept = &s->outcome;
         } else {
-            static int said;
-            if (!said++)
+            if (CLC_FIRST_TIME())
                 clc_log(CLC_MSG_WARNING,
                         "a kernel has more than %d launch shapes: its per_shape hook is asked "
                         "at every launch from here on",
@@ -324,8 +323,7 @@ static void archive(const clc_entry *e) {
         size_t cap = g_archive_cap ? g_archive_cap * 2 : 64;
         clc_kernel_counts *grown = realloc(g_archive, cap * sizeof *grown);
         if (!grown) {
-            static _Atomic int said;
-            if (!atomic_exchange(&said, 1))
+            if (CLC_FIRST_TIME())
                 clc_log(CLC_MSG_WARNING, "out of memory: the counts of unloaded kernels are "
                                          "missing from the exit statistics");
             return;
@@ -502,8 +500,7 @@ static CLC_TLS clc_clause t_uncached_clauses[CLC_MAX_CLAUSES];
 
 static clc_entry *uncached(uint64_t handle, uint64_t ctx, int device, const clc_decision *d,
                            const clc_param_info *layout, uint32_t n_params, uint32_t end) {
-    static _Atomic int said;
-    if (!atomic_exchange(&said, 1))
+    if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "the decision table is full (%u live kernels): launches of kernels new from "
                 "here on are decided by the engine at each launch (slower), not cached",

@@ -62,8 +62,7 @@ __attribute__((noinline)) static void *deep_open(dlopen_fn real, const char *fil
 #else
 /* Other architectures: their relocation types are not handled here. */
 __attribute__((noinline)) static void deep_unhooked(void) {
-    static _Atomic int said;
-    if (!atomic_exchange(&said, 1))
+    if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING, "a library opened with RTLD_DEEPBIND calls the driver directly "
                                  "on this architecture: its launches are not hooked");
 }
@@ -389,8 +388,7 @@ static void load_ends(int loaded) {
     }
     pthread_mutex_unlock(&g_walk_lock);
     if (w.failed) {
-        static _Atomic int said;
-        if (!atomic_exchange(&said, 1))
+        if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING, "some references of libraries opened with RTLD_DEEPBIND could "
                                      "not be pointed at clc's hooks: launches through them are "
                                      "not decided");

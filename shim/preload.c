@@ -546,8 +546,7 @@ static CUresult gate_exit(gate *g, CUresult result) {
 /* Graph slots used up (CLC_GRAPH_SLOTS in one context): said once, for launches captured into
  * graphs and kernel nodes alike. */
 static void graph_slots_used_up(void) {
-    static _Atomic int said;
-    if (!atomic_exchange(&said, 1))
+    if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "more than %d kernel nodes and captured launches of wrapped kernels in one "
                 "context: later ones run unwrapped",
@@ -571,7 +570,6 @@ __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, uns
                                                    unsigned gy, unsigned gz, unsigned bx,
                                                    unsigned by, unsigned bz, unsigned shmem,
                                                    void **params, void **extra) {
-    static _Atomic int said;
     const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
     int ptsz = (g->entry_point & CLC_ENTRY_PTSZ) != 0;
     int graph = rep && (rep->flags & CLC_REPLACE_SLOT) && stream_captured(g->stream, ptsz);
@@ -590,7 +588,7 @@ __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, uns
         graph_slots_used_up();
         return 0;
     }
-    if (!atomic_exchange(&said, 1))
+    if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING, "a wrapped kernel's launch could not be rewritten (CUresult %d): "
                                  "it runs unwrapped", (int)e);
     return 0;
@@ -599,8 +597,7 @@ __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, uns
 /* The driver refused the wrapped kernel's launch (a cooperative grid sized for the original,
  * a resource limit the wrapper crosses): the original is launched instead, said once. */
 __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
-    static _Atomic int said;
-    if (!atomic_exchange(&said, 1))
+    if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING, "the driver refused a wrapped kernel's launch (CUresult %d): "
                                  "the original kernel was launched instead", (int)e);
 }
@@ -702,8 +699,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         if (g[i].outcome->action == CLC_ACTION_DENY && refused == CUDA_SUCCESS)
             refused = g[i].outcome->error;
         if (g[i].outcome->action == CLC_ACTION_REPLACE) {
-            static _Atomic int said;
-            if (!atomic_exchange(&said, 1))
+            if (CLC_FIRST_TIME())
                 clc_log(CLC_MSG_WARNING, "a wrapped kernel launched with "
                                          "cuLaunchCooperativeKernelMultiDevice runs unwrapped");
         }
@@ -768,8 +764,7 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
                         p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return gate_exit(g, g->outcome->error);
     if (*gated && g->outcome->action == CLC_ACTION_REPLACE && !wraps) {
-        static _Atomic int said;
-        if (!atomic_exchange(&said, 1))
+        if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING,
                     "a wrapped kernel was put in a CUDA graph through the generic node API "
                     "(cuGraphAddNode / cuGraphNodeSetParams): those nodes run the original "
@@ -784,7 +779,6 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
  * starts it afresh, see CLC_GRAPH_SEQ). 1 when `r` holds the rewrite (clc_replace_end after
  * the call); 0: the node keeps the original (said once). */
 static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
-    static _Atomic int said;
     const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
     CUresult e = rep ? clc_replace_begin(r, rep, p->gridDimX, p->gridDimY, p->gridDimZ,
                                          p->blockDimX, p->blockDimY, p->blockDimZ,
@@ -794,7 +788,7 @@ static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_P
     if (e == CUDA_SUCCESS) return 1;
     if (e == CLC_NO_GRAPH_SLOT)
         graph_slots_used_up();
-    else if (!atomic_exchange(&said, 1))
+    else if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "a wrapped kernel's graph node could not be rewritten (CUresult %d): it runs "
                 "unwrapped",

@@ -274,6 +274,13 @@ extern clc_settings g_cfg;
 int clc_settings_load(void);            /* 1 when the process has clc-run's settings */
 const char *clc_setting(const char *key); /* a setting's value, NULL when not set */
 
+/* ---- said once: true at the first evaluation of this very expression, in any thread ------- */
+#define CLC_FIRST_TIME()                                                                      \
+    __extension__({                                                                           \
+        static _Atomic int said_;                                                             \
+        !atomic_exchange(&said_, 1);                                                          \
+    })
+
 /* ---- logging: every clc problem is reported once, to stderr and into the capture ---------- */
 void clc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define clc_debug(...)                                                                        \

@@ -80,8 +80,7 @@ static void finish(tstate *s, clc_timing *t, int wait) {
         atomic_fetch_add_explicit(&t->entry->gpu_ns, rec.gpu_ns, memory_order_relaxed);
         if (clc_capture_enabled()) clc_capture_write(CLC_REC_TIMING, &rec, sizeof rec, NULL, 0);
     } else if (r != CUDA_SUCCESS) {
-        static _Atomic int reported;
-        if (!atomic_exchange(&reported, 1))
+        if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING, "a launch's GPU time was lost (CUresult %d)", r);
     }
     release_pair(s, t);
