@@ -100,18 +100,9 @@ static uint32_t pack_args(unsigned char *dst, const clc_param_info *layout, uint
     }
     if (!extra) return CLC_ARGS_NONE;
     if (!layout) return CLC_ARGS_NO_LAYOUT;
-    const void *buffer = NULL;
-    size_t have = 0;
-    int k = 0;
-    for (; k < 128 && extra[k] != CU_LAUNCH_PARAM_END; k += 2) {
-        if (extra[k] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-            buffer = extra[k + 1];
-        else if (extra[k] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[k + 1])
-            have = *(const size_t *)extra[k + 1];
-        else
-            return CLC_ARGS_BAD_EXTRA;
-    }
-    if (k >= 128 || !buffer) return CLC_ARGS_BAD_EXTRA;
+    void *buffer;
+    size_t have;
+    if (clc_parse_extra(extra, &buffer, &have) != 0 || !buffer) return CLC_ARGS_BAD_EXTRA;
     *size = (uint32_t)(have < end ? have : end);
     memcpy(dst, buffer, *size);
     return CLC_ARGS_OK;

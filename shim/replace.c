@@ -98,17 +98,10 @@ CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigne
         return CUDA_SUCCESS;
     }
     if (!extra) return CUDA_ERROR_INVALID_VALUE;
-    void *buffer = NULL;
-    size_t size = 0;
-    for (int k = 0; k < 64 && extra[k] != CU_LAUNCH_PARAM_END; k += 2) {
-        if (extra[k] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-            buffer = extra[k + 1];
-        else if (extra[k] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[k + 1])
-            size = *(size_t *)extra[k + 1];
-        else
-            return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (!buffer && size) return CUDA_ERROR_INVALID_VALUE;
+    void *buffer;
+    size_t size;
+    if (clc_parse_extra(extra, &buffer, &size) != 0 || (!buffer && size))
+        return CUDA_ERROR_INVALID_VALUE;
     if (rep->n_params && !rep->arg_offset) return CUDA_ERROR_INVALID_VALUE; /* layout unknown */
     /* A buffer may be longer than the parameters (a padded struct): the kernel reads only
      * up to arg_offset, where the launch argument goes. */

@@ -274,6 +274,25 @@ extern clc_settings g_cfg;
 int clc_settings_load(void);            /* 1 when the process has clc-run's settings */
 const char *clc_setting(const char *key); /* a setting's value, NULL when not set */
 
+/* ---- a launch's `extra` argument: {BUFFER_POINTER, p, BUFFER_SIZE, &n, END} in any order -- */
+#define CLC_EXTRA_MAX_PAIRS 64
+/* Its buffer (NULL when not given) and stated size (0 when not given): 0, or -1 when it holds
+ * another key or no END within CLC_EXTRA_MAX_PAIRS pairs. */
+static inline int clc_parse_extra(void **extra, void **buffer, size_t *size) {
+    *buffer = NULL;
+    *size = 0;
+    for (int k = 0; k < 2 * CLC_EXTRA_MAX_PAIRS; k += 2) {
+        if (extra[k] == CU_LAUNCH_PARAM_END) return 0;
+        if (extra[k] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            *buffer = extra[k + 1];
+        else if (extra[k] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[k + 1])
+            *size = *(const size_t *)extra[k + 1];
+        else
+            return -1;
+    }
+    return -1;
+}
+
 /* ---- said once: true at the first evaluation of this very expression, in any thread ------- */
 #define CLC_FIRST_TIME()                                                                      \
     __extension__({                                                                           \
