@@ -16,6 +16,7 @@ which builds the wrapped kernel in the program (CLC_DECIDE_ENGINE).
 The wire format is clc_decide_request / clc_decide_reply in shim/clc_abi.h (clc.abi).
 """
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -26,13 +27,15 @@ import threading
 import traceback
 
 from clc import abi
+from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
 from clc.engine import deny_announcements, describe, process_names, rule_name
-from clc.policy import Decision, KernelInfo, identity_of_process
+from clc.policy import Decision, KernelInfo, Outcome, identity_of_process
 
 __all__ = ["Decider", "decides_alone"]
 
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_NOT_PERMITTED = CUDA_ERRORS["CUDA_ERROR_NOT_PERMITTED"]
 
 
 def decides_alone(policy):
@@ -156,7 +159,7 @@ class Decider:
             kind, value, _ = sys.exc_info()
             self._report(("raised", kind, str(value)), "engine error, launches get on_error: "
                          + traceback.format_exc(limit=4))
-        if decision is None:  # the shim reads no decision unless the status is DECIDE_OK
+        if decision is None:  # the shim reads the decision of DECIDE_OK and DECIDE_ENGINE only
             decision = Decision([], self.policy.on_error_outcome())
         body = abi.pack_decision([(c.grid_blocks, c.block_threads, c.shared_mem, c.outcome)
                                   for c in decision.clauses], decision.fallback)
@@ -169,7 +172,11 @@ class Decider:
         decision = self.policy.decide(info)
         outcomes = [c.outcome for c in decision.clauses] + [decision.fallback]
         if any(o.action == abi.ACTION_REPLACE for o in outcomes):
-            return abi.DECIDE_ENGINE, None, ""
+            # The program's engine builds the wrapped kernel; should it not run there (another
+            # Python, a forked child), the wrap rules' kernels get their on_unwrappable.
+            return abi.DECIDE_ENGINE, Decision(
+                [dataclasses.replace(c, outcome=_unwrapped(c.outcome)) for c in decision.clauses],
+                _unwrapped(decision.fallback)), ""
         if len(decision.clauses) > abi.MAX_CLAUSES:
             raise RuntimeError(f"{len(decision.clauses)} shape clauses for {info.demangled}, "
                                f"at most {abi.MAX_CLAUSES} fit")
@@ -189,4 +196,13 @@ class Decider:
                 return
             self._reported.add(key)
         sys.stderr.write(f"clc: {text}\n")
+
+
+def _unwrapped(outcome):
+    """A wrap outcome as its rule's on_unwrappable says, for when it cannot be built."""
+    if outcome.action != abi.ACTION_REPLACE:
+        return outcome
+    deny = outcome.wrap is not None and outcome.wrap.on_unwrappable == "deny"
+    return Outcome(abi.ACTION_DENY if deny else abi.ACTION_ALLOW, outcome.flags,
+                   _NOT_PERMITTED if deny else 0, outcome.rule)
 

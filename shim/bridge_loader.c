@@ -31,7 +31,8 @@ static int (*p_is_initialized)(void); /* Py_IsInitialized of the host, NULL in a
 
 static void bridge_off(const char *why) {
     atomic_store(&g_bridge, BRIDGE_OFF);
-    clc_log(CLC_MSG_ERROR, "%s; launches get on_error=%s", why,
+    clc_log(CLC_MSG_ERROR, "%s; launches %sget on_error=%s", why,
+            clc_decider_configured() ? "that clc-run does not decide " : "",
             g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
 }
 

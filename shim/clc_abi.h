@@ -183,7 +183,8 @@ typedef struct clc_kernel_query {
 #define CLC_DECIDE_MAX_NAME 65536
 #define CLC_DECIDE_MAX_TEXT 4096 /* bytes of text in a reply */
 #define CLC_DECIDE_OK 0     /* the decision follows */
-#define CLC_DECIDE_ENGINE 1 /* a wrap: the program's own engine builds it (decision unused) */
+#define CLC_DECIDE_ENGINE 1 /* a wrap: the program's own engine builds it; the decision is what
+                               to do should that engine not run (wraps as on_unwrappable) */
 #define CLC_DECIDE_FAILED 2 /* the decider failed: the program's own engine decides */
 
 typedef struct clc_decide_request {

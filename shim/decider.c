@@ -190,7 +190,8 @@ static int ask(const char *name, size_t name_size, int device, clc_decide_reply 
     return 0;
 }
 
-int clc_decider_decide(const char *name, int device, clc_decision *out) {
+int clc_decider_decide(const char *name, int device, clc_decision *out, int *substitute) {
+    *substitute = 0;
     size_t name_size = strlen(name);
     if (name_size > CLC_DECIDE_MAX_NAME) return CLC_DECIDE_ENGINE;
     clc_decide_reply head;
@@ -214,6 +215,7 @@ int clc_decider_decide(const char *name, int device, clc_decision *out) {
                     "program's own engine decides them", strerror(err));
         return CLC_DECIDE_FAILED;
     }
+    if (head.status == CLC_DECIDE_ENGINE) *substitute = acceptable(out);
     if (head.status == CLC_DECIDE_OK && !acceptable(out)) {
         if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_ERROR, "clc-run answered a decision the shim does not take: the "

@@ -547,11 +547,22 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
                                      name ? name : "<unnamed>", layout, n_params, end);
     /* clc-run first, when it decides; the program's engine for a wrap, and when clc-run cannot
      * be asked (gone while a descendant runs on, another user's process, ...). */
-    int asked = clc_decider_configured() ? clc_decider_decide(q->name, device, &d)
+    int substitute = 0;
+    int asked = clc_decider_configured() ? clc_decider_decide(q->name, device, &d, &substitute)
                                          : CLC_DECIDE_ENGINE;
     if (asked != CLC_DECIDE_OK) {
+        clc_decision without_engine = d;
         memset(&d, 0, sizeof d);
-        asked = clc_bridge_decide(q, &d) == 0 ? CLC_DECIDE_OK : CLC_DECIDE_FAILED;
+        if (clc_bridge_decide(q, &d) == 0) {
+            asked = CLC_DECIDE_OK;
+        } else if (substitute) {
+            /* No engine to build a wrapped kernel here: the rest of the policy still holds. */
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING, "wrapped kernels cannot be built in this process: the "
+                                         "kernels of wrap rules get their on_unwrappable");
+            d = without_engine;
+            asked = CLC_DECIDE_OK;
+        }
     }
     if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES ||
         d.mode > CLC_MODE_EVERY_LAUNCH) {

@@ -420,9 +420,10 @@ void clc_bridge_after_fork_child(void);
 
 /* ---- the decider: clc-run answers first sights for policies without Python hooks ---------- */
 int clc_decider_configured(void);
-/* CLC_DECIDE_OK with `out` filled, CLC_DECIDE_ENGINE (the program's engine must decide: a wrap),
- * or CLC_DECIDE_FAILED (said once; the launches get on_error). */
-int clc_decider_decide(const char *name, int device, clc_decision *out);
+/* CLC_DECIDE_OK with `out` filled; CLC_DECIDE_ENGINE (the program's engine must decide: a wrap),
+ * `out` then what to do without that engine (wraps as their on_unwrappable) when *substitute;
+ * or CLC_DECIDE_FAILED (said once; the program's engine decides). */
+int clc_decider_decide(const char *name, int device, clc_decision *out, int *substitute);
 void clc_decider_after_fork_child(void);
 
 /* ---- the capture ------------------------------------------------------------------------- */

@@ -276,6 +276,32 @@ def test_first_sight_does_not_wait_for_the_programs_gil(native, clc_run):
     assert kernel_launches(run.capture()) == {"_Z5scalePff": 1}
 
 
+def test_wrap_rules_in_a_python_of_another_version_fall_to_on_unwrappable(native, clc_run):
+    python, version = _other_python()
+    if python is None:
+        pytest.skip("no Python of another minor version on this machine")
+    from build import PYHOST
+
+    # GIVEN a Python program of another minor version (clc's engine cannot run in it, so no
+    # wrapped kernel can be built there), under a policy that wraps vecAdd and denies debug
+    policy = DENY_DEBUG.replace("rules:\n", """rules:
+  - name: wrap-vecadd
+    match: {kernel: "vecAdd"}
+    action: wrap
+    wrapper: block_count
+    on_unwrappable: deny
+""")
+    run = clc_run(policy, [python, PYHOST], timeout=60)
+    assert run.proc.returncode == 0, run.stderr
+    # THEN the rules still hold: vecAdd gets its on_unwrappable (deny), debug its deny
+    for (kernel, _), rs in run.results().items():
+        expected = 800 if "debug" in kernel or "vecAdd" in kernel else 0
+        assert all(r == expected for r in rs), (kernel, rs)
+    assert len(re.findall(r"^clc: wrapped kernels cannot be built in this process: the kernels of "
+                          r"wrap rules get their on_unwrappable$", run.stderr, re.M)) == 1, \
+        run.stderr
+
+
 HOOK_FILE = """\
 import clc
 
