@@ -43,8 +43,8 @@ from clc import abi
 from clc.cuda_errors import CUDA_ERRORS, error_name
 # _glob_problem is the policy loader's own glob check: sharing it keeps a glob that a policy
 # refuses from being accepted in a hook (and the other way round).
-from clc.policy import (KernelInfo, Outcome, Rule, WrapRequest, _glob_problem, base_name,
-                        regex_problem)
+from clc.policy import (KernelInfo, Outcome, PolicyError, Rule, WrapRequest, _glob_problem,
+                        base_name, regex_problem)
 
 __all__ = [
     "on_launch", "on_exit", "allow", "deny", "wrap", "HookDecision", "HookError",
@@ -822,6 +822,23 @@ def load_hook_file(path) -> HookFile:
     if not hook_file.hooks and not hook_file.exit_functions:
         raise HookLoadError(hook_file.path, "defines no @clc.on_launch or @clc.on_exit hook")
     return hook_file
+
+
+def hook_rule_errors(policy) -> list:
+    """What clc-run would find wrong with the policy's hook rules, each as a PolicyError at its
+    `hook:` value: a hook file that does not import, a function it lacks or that cannot be a
+    hook. The files are imported (their module code runs), as clc-run does."""
+    errors = []
+    for rule in policy.rules:
+        if rule.hook is None:
+            continue
+        try:
+            resolve_hook_ref(f"{rule.hook.path}:{rule.hook.function}", os.sep)
+        except HookError as e:
+            message = e.message if isinstance(e, HookLoadError) else str(e)
+            errors.append(PolicyError(policy.path, rule.hook.line, rule.hook.column,
+                                      f"hook '{rule.hook.text}': {message}"))
+    return errors
 
 
 def resolve_hook_ref(ref: str, base_dir) -> Hook:

@@ -63,7 +63,7 @@ import pwd
 import re
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS, error_name
@@ -986,12 +986,15 @@ class HookRef:
     path is absolute and resolved (symbolic links and '..' followed); text is the reference as
     the admin wrote it (`../hooks/guard.py:guard` in a rule, `myhooks.py` on the command
     line). function is None for a command-line hook file: the engine asks each of the file's
-    @clc.on_launch hooks, in order.
+    @clc.on_launch hooks, in order. line and column: where a rule's `hook:` value is in its
+    policy file (0 for a command-line hook file).
     """
 
     path: str
     function: str | None
     text: str
+    line: int = field(default=0, compare=False)
+    column: int = field(default=0, compare=False)
 
     @property
     def label(self) -> str:
@@ -2060,7 +2063,8 @@ class _Loader:
         problem = _hook_file_problem(written, resolved)
         if problem:
             raise self.error(node, problem)
-        return HookRef(resolved, function, text)
+        return HookRef(resolved, function, text, node.start_mark.line + 1,
+                       node.start_mark.column + 1)
 
 
 def parse_policy(text: str, path: str = "<string>") -> Policy:

@@ -9,6 +9,7 @@ import sys
 
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
+from clc.hooks import hook_rule_errors
 from clc.policy import KernelInfo, PolicyError, identity_of, load_policy, process_identity
 
 __all__ = ["PolicyCommand", "parse_dim3", "explained_identity"]
@@ -97,6 +98,14 @@ class PolicyCommand:
                 print(e, file=sys.stderr)
                 count = len(e.errors)
                 print(f"{path}: {count} error{'s' if count != 1 else ''}", file=sys.stderr)
+                failed = True
+                continue
+            errors = hook_rule_errors(policy)
+            if errors:
+                for error in errors:
+                    print(error, file=sys.stderr)
+                print(f"{path}: {len(errors)} error{'s' if len(errors) != 1 else ''}",
+                      file=sys.stderr)
                 failed = True
                 continue
             for warning in policy.warnings:

@@ -23,7 +23,7 @@ from clc.abi import CAPTURE_HEADER, CAPTURE_MAGIC
 from clc.capture import CaptureError, scan_captures
 from clc.decider import Decider, decides_alone
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
-from clc.hooks import HookError, load_hook_file, resolve_hook_ref
+from clc.hooks import HookError, hook_rule_errors, load_hook_file
 from clc.policy import PolicyError, load_policy, parse_policy
 from clc.reports import summary
 from clc.shim import SETTINGS_VAR, preload_environment, settings_fd
@@ -70,11 +70,11 @@ def load_policy_and_hooks(policy_path, hook_files):
         print(f"clc: {warning}", file=sys.stderr)
     try:
         names = [hook.name for ref in policy.hooks for hook in load_hook_file(ref.path).hooks]
-        for rule in policy.rules:
-            if rule.hook is not None:
-                resolve_hook_ref(f"{rule.hook.path}:{rule.hook.function}", os.sep)
     except HookError as e:
         raise ClcError(str(e), EXIT_USAGE) from None
+    errors = hook_rule_errors(policy)
+    if errors:
+        raise ClcError("\n".join(str(e) for e in errors), EXIT_USAGE)
     data = json.loads(policy.to_json())
     data["hook_deciders"] = names
     return policy, json.dumps(data, separators=(",", ":"))

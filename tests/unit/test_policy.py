@@ -2492,10 +2492,13 @@ def test_json_round_trip_with_hooks(hook_dir):
     assert again.decide(kernel()) == loaded.decide(kernel())
     data = json.loads(text)
     assert data["hooks"] == [
-        {"path": os.path.join(hook_dir, "myhooks.py"), "function": None, "text": "myhooks.py"},
-        {"path": os.path.join(hook_dir, "more.py"), "function": None, "text": "more.py"}]
+        {"path": os.path.join(hook_dir, "myhooks.py"), "function": None, "text": "myhooks.py",
+         "line": 0, "column": 0},
+        {"path": os.path.join(hook_dir, "more.py"), "function": None, "text": "more.py",
+         "line": 0, "column": 0}]
     assert data["rules"][3]["hook"] == {"path": os.path.join(hook_dir, "guard.py"),
-                                        "function": "guard", "text": "guard.py:guard"}
+                                        "function": "guard", "text": "guard.py:guard",
+                                        "line": 17, "column": 11}
     assert data["rules"][3]["action"] == "hook"
     assert data["rules"][0]["hook"] is None
 

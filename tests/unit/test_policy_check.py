@@ -158,3 +158,31 @@ def test_the_readmes_policy_examples_pass_the_check():
     assert len(blocks) == 2
     parse_policy(blocks[0], "README.md")
     parse_policy("version: 1\nrules:\n" + blocks[1], "README.md")
+
+
+HOOK_RULE = """\
+version: 1
+rules:
+  - name: guarded
+    match: {kernel: "*"}
+    action: hook
+    hook: hooks.py:missing
+"""
+
+
+def test_check_finds_a_hook_rule_that_clc_run_would_refuse(tmp_path, capsys):
+    # GIVEN a hook rule naming a function its file lacks
+    (tmp_path / "hooks.py").write_text("def guard(launch):\n    return None\n")
+    policy = tmp_path / "p.yaml"
+    policy.write_text(HOOK_RULE)
+    # THEN clc policy check fails with the position of the hook, as clc-run does
+    assert main(["policy", "check", str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert f"{policy}:6:11: hook 'hooks.py:missing': has no function 'missing'" in err
+    with pytest.raises(ClcError) as refused:
+        load_policy_and_hooks(str(policy), [])
+    assert f"{policy}:6:11: hook 'hooks.py:missing'" in str(refused.value)
+    # AND with the function there, both accept it
+    policy.write_text(HOOK_RULE.replace("missing", "guard"))
+    assert main(["policy", "check", str(policy)]) == 0
+    load_policy_and_hooks(str(policy), [])
