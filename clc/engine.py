@@ -40,6 +40,10 @@ __all__ = ["Engine", "shim_settings", "bridge_decide", "bridge_launch", "bridge_
            "bridge_exit", "process_names", "rule_name", "deny_announcements", "describe"]
 
 
+# Options of the python command whose value is the next argument.
+_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
 def process_names(argv=None, exe=None):
     """The names a policy's `process` glob is tried against: the program as it was started,
     the executable, and for a Python program the script or module it runs."""
@@ -62,10 +66,16 @@ def process_names(argv=None, exe=None):
     if names and names[0].startswith("python"):
         args = iter(argv[1:])
         for arg in args:
-            if arg == "-m":
-                names.append(next(args, ""))
+            if arg == "-m" or arg.startswith("-m") and not arg.startswith("--"):
+                names.append(arg[2:] or next(args, ""))
                 break
-            if arg == "-c":
+            if arg == "-c" or arg == "-" or arg.startswith("-c") and not arg.startswith("--"):
+                break
+            if arg in _PYTHON_OPTIONS_WITH_VALUE:
+                next(args, None)  # -W ignore: "ignore" is the option's, not a script
+                continue
+            if arg == "--":
+                names.append(os.path.basename(next(args, "")))
                 break
             if not arg.startswith("-"):
                 names.append(os.path.basename(arg))
