@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -436,11 +437,20 @@ def _report(files, captures, shimmed, program, quiet=False):
         return
     if captures is not None and not quiet:
         print(summary(captures), file=sys.stderr)
-    print(f"clc: capture written to {files[0]}", file=sys.stderr)
+    first = files[0]
+    if len(files) == 1:
+        named = shlex.quote(str(first))
+        print(f"clc: capture written to {first}", file=sys.stderr)
+    else:  # the program's and its children's: one stem
+        stem = str(first).split(".child-")[0]
+        stem = stem[:-4] if stem.endswith(".clc") else stem
+        named = f"{shlex.quote(stem)}*.clc"
+        print(f"clc: captures written to {first} and {len(files) - 1} more, of child "
+              f"processes ({stem}*.clc)", file=sys.stderr)
     if quiet:
         return
-    print(f"clc: timeline: clc report {files[0]} --format chrome -o {files[0].stem}.json",
-          file=sys.stderr)
+    out = pathlib.Path(stem if len(files) > 1 else first).name.removesuffix(".clc")
+    print(f"clc: timeline: clc report {named} --format chrome -o {out}.json", file=sys.stderr)
 
 
 def main(argv=None):

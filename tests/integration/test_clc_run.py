@@ -233,3 +233,20 @@ def test_quiet_prints_only_where_the_capture_is(native, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"clc: capture written to {tmp_path / 'c.clc'}"
     assert "Launches" not in proc.stderr
+
+
+def test_the_closing_hint_names_the_childrens_captures_too(native, tmp_path):
+    # GIVEN a program whose two children each launch kernels
+    out = tmp_path / "c.clc"
+    proc = run(native, ["sh", "-c", f"{native['prog_cudart']} && {native['prog_cudart']}"],
+               "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # THEN the closing lines say how many captures there are, and the timeline command takes
+    # them all
+    children = sorted(tmp_path.glob("c.child-*.clc"))
+    assert len(children) == 2
+    assert re.search(rf"^clc: captures written to {re.escape(str(children[0]))} and 1 more, of "
+                     rf"child processes \({re.escape(str(tmp_path / 'c'))}\*\.clc\)$",
+                     proc.stderr, re.M), proc.stderr
+    assert f"clc: timeline: clc report {tmp_path / 'c'}*.clc --format chrome -o c.json" in \
+        proc.stderr
