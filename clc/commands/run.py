@@ -192,11 +192,15 @@ def capture_files(output, since_ns=None):
     since_ns, only this user's regular files begun at or after that time (CLOCK_MONOTONIC,
     ns): an earlier run's children left under the same names are not this run's."""
     output = pathlib.Path(output)
-    stem = str(output)[:-4] if str(output).endswith(".clc") else str(output)
     files = [output] if output.exists() else []
-    files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(stem) + ".child-*.clc"))
+    files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(_stem(output)) + ".child-*.clc"))
     files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(str(output)) + ".[0-9]*"))
     return [f for f in files if since_ns is None or _begun(f) >= since_ns]
+
+
+def _stem(path):
+    """A capture's name without .clc: its children's captures are STEM.child-PID.clc."""
+    return str(path).removesuffix(".clc")
 
 
 def _begun(path):
@@ -439,18 +443,16 @@ def _report(files, captures, shimmed, program, quiet=False):
         print(summary(captures), file=sys.stderr)
     first = files[0]
     if len(files) == 1:
-        named = shlex.quote(str(first))
+        named, out = shlex.quote(str(first)), first.stem
         print(f"clc: capture written to {first}", file=sys.stderr)
     else:  # the program's and its children's: one stem
-        stem = str(first).split(".child-")[0]
-        stem = stem[:-4] if stem.endswith(".clc") else stem
-        named = f"{shlex.quote(stem)}*.clc"
+        stem = _stem(str(first).split(".child-")[0])
+        named, out = f"{shlex.quote(stem)}*.clc", pathlib.Path(stem).name
         print(f"clc: captures written to {first} and {len(files) - 1} more, of child "
               f"processes ({stem}*.clc)", file=sys.stderr)
-    if quiet:
-        return
-    out = pathlib.Path(stem if len(files) > 1 else first).name.removesuffix(".clc")
-    print(f"clc: timeline: clc report {named} --format chrome -o {out}.json", file=sys.stderr)
+    if not quiet:
+        print(f"clc: timeline: clc report {named} --format chrome -o {out}.json",
+              file=sys.stderr)
 
 
 def main(argv=None):
