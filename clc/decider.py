@@ -146,7 +146,8 @@ class Decider:
                     return
 
     def answer(self, data, peer):
-        """The reply (bytes) to one request (bytes) from `peer` (None: unknown, on_error)."""
+        """The reply (bytes) to one request (bytes) from `peer` (None: unknown; the shim then
+        asks the program's own engine)."""
         status, decision, text, seq = abi.DECIDE_FAILED, None, "", 0
         try:
             magic, device, size, seq = abi.DECIDE_REQUEST.unpack_from(data)
@@ -157,8 +158,8 @@ class Decider:
                 status, decision, text = self._decide(mangled, device, peer)
         except Exception:
             kind, value, _ = sys.exc_info()
-            self._report(("raised", kind, str(value)), "engine error, launches get on_error: "
-                         + traceback.format_exc(limit=4))
+            self._report(("raised", kind, str(value)), "clc-run could not decide a kernel (the "
+                         "program's own engine decides it): " + traceback.format_exc(limit=4))
         if decision is None:  # the shim reads the decision of DECIDE_OK and DECIDE_ENGINE only
             decision = Decision([], self.policy.on_error_outcome())
         body = abi.pack_decision([(c.grid_blocks, c.block_threads, c.shared_mem, c.outcome)
