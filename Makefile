@@ -44,4 +44,4 @@ bench: gpu-install
 	$(PYTHON) benchmarks/bench_wrap.py
 
 clean:
-	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/_bridge*.so clc/_bridge.c .pytest_cache
+	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/runtime/_bridge*.so clc/runtime/_bridge.c .pytest_cache

@@ -75,10 +75,10 @@ def policy_file(path, rules):
 
 
 def bench_build(nvcc, tmp):
-    from clc import wrapbuild
-    from clc.ptx import parse
-    from clc.splice import Unwrappable
-    from clc.wrapcache import DiskCache
+    from clc.wrapping import build as wrapbuild
+    from clc.wrapping.ptx import parse
+    from clc.wrapping.splice import Unwrappable
+    from clc.wrapping.cache import DiskCache
     spec = wrapbuild.wrapper_spec("sm_share", {"share": 1.0})
     kernels = []
     for cu in sorted(ZOO.glob("*.cu")):
@@ -130,8 +130,8 @@ def bench_build(nvcc, tmp):
 _FIRST_BUILD = """
 import sys, time
 t0 = time.perf_counter()
-from clc import wrapbuild
-from clc.wrapcache import DiskCache
+from clc.wrapping import build as wrapbuild
+from clc.wrapping.cache import DiskCache
 spec = wrapbuild.wrapper_spec("sm_share", {"share": 1.0})
 t1 = time.perf_counter()
 wrapbuild.build(open(sys.argv[1]).read(), sys.argv[2], spec, 90, cache=DiskCache(root=sys.argv[3]),
@@ -144,8 +144,8 @@ print(f"first_build_ms {(t2 - t1) * 1e3:.1f} {(t1 - t0) * 1e3:.1f}")
 def bench_first_build(tmp, kernels, pairs=3):
     """In new processes: the first wrapped kernel with an empty disk cache, and then another
     kernel with the wrapper's PTX (NVRTC's output) already on disk: (build ms, import ms)."""
-    from clc import wrapbuild
-    from clc.splice import Unwrappable
+    from clc.wrapping import build as wrapbuild
+    from clc.wrapping.splice import Unwrappable
     spec = wrapbuild.wrapper_spec("sm_share", {"share": 1.0})
     usable = []
     for text, name, regs in kernels:

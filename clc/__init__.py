@@ -3,7 +3,7 @@
 
 Kept free of imports on purpose: the shim's bridge imports this package inside the traced
 program, where only the standard library can be assumed, and every `clc` command imports it.
-The hook API (docs/hooks.md) is re-exported from clc.hooks on first use (PEP 562), so
+The hook API (docs/hooks.md) is re-exported from clc.runtime.hooks on first use (PEP 562), so
 `import clc` stays this cheap and `clc.on_launch` still works in a hook file.
 """
 
@@ -19,7 +19,7 @@ _HOOK_API = frozenset(["on_launch", "on_exit", "allow", "deny", "wrap", "Launch"
 def __getattr__(name):
     if name in _HOOK_API:
         import importlib
-        value = getattr(importlib.import_module("clc.hooks"), name)
+        value = getattr(importlib.import_module("clc.runtime.hooks"), name)
         # Bound here, so that later lookups never come back to this function.
         globals()[name] = value
         return value

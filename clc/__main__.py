@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 import sys
 
-from clc.cli import main
+from clc.cli.main import main
 
 sys.exit(main())

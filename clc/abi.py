@@ -24,8 +24,10 @@ __all__ = [
     "REC_RULE_STATS_BODY",
     "MSG_INFO", "MSG_WARNING", "MSG_ERROR",
     "CAP_NONE", "CAP_SHARE", "CAP_SMS", "REPLACE_LOOPED", "REPLACE_SLOT", "SLOT_BYTES",
-    "GRAPH_SLOTS", "GRAPH_SEQ", "OCCUPANCY_WAYS",
-    "REPLACEMENT", "LAUNCH_ARG", "KERNEL_QUERY", "PARAM_INFO", "ARGS_OK", "ARGS_NONE",
+    "GRAPH_SLOTS", "GRAPH_SEQ", "OCCUPANCY_WAYS", "STATS_STRIPES", "STATS_STRIPE_BYTES",
+    "STATS_BYTES", "STATS", "DEVICE_DEFINES",
+    "REPLACEMENT", "LAUNCH_ARG", "LAUNCH_ARG_AT", "KERNEL_QUERY", "PARAM_INFO", "ARGS_OK",
+    "ARGS_NONE",
     "ARGS_NULL_ENTRY", "ARGS_BAD_EXTRA", "ARGS_NO_MEMORY", "ARGS_NO_LAYOUT",
     "DECIDE_MAGIC", "DECIDE_MAX_NAME", "DECIDE_MAX_TEXT", "DECIDE_OK", "DECIDE_ENGINE",
     "DECIDE_FAILED",
@@ -60,11 +62,24 @@ SLOT_BYTES = 32
 GRAPH_SLOTS = 4096
 GRAPH_SEQ = 0xFFFFFFFF
 OCCUPANCY_WAYS = 4
+# clc_stats, the wrapped library's counts: per stripe blocks and threads (then padding), then
+# skipped, max_resident, share_sms; CLC_STATS_BYTES with the stripes' alignment.
+STATS_STRIPES = 32
+STATS_STRIPE_BYTES = 128
+STATS_BYTES = 4224
+STATS = struct.Struct("<" + f"QQ{STATS_STRIPE_BYTES - 16}x" * STATS_STRIPES + "QII")
+# The ABI's layouts as the device runtime (clc/wrapping/device/runtime.cu) is compiled with them.
+DEVICE_DEFINES = (f"-DCLC_STATS_STRIPES={STATS_STRIPES}",
+                  f"-DCLC_STATS_STRIPE_BYTES={STATS_STRIPE_BYTES}",
+                  f"-DCLC_STATS_BYTES={STATS_BYTES}", f"-DCLC_SLOT_BYTES={SLOT_BYTES}",
+                  f"-DCLC_GRAPH_SEQ={GRAPH_SEQ:#x}u")
 # function, slots, cursor, arg_offset, n_slots, n_params, cap_kind, cap_value, sm_count, flags,
 # occupancy[4]
 REPLACEMENT = struct.Struct("<QQQQIIIIII4Q")
 # slot, grid[3], seq, share_sms, batch
 LAUNCH_ARG = struct.Struct("<Q3IIII")
+# Each field's offset, as the splice reads them from the wrapped kernel's __clc_arg parameter.
+LAUNCH_ARG_AT = {"slot": 0, "grid": 8, "seq": 20, "share_sms": 24, "batch": 28}
 
 # clc_kernel_query: handle, ctx, device, entry, kernel_id, args_status, name, grid[3],
 # block[3], shared_mem, tid, stream, params, extra, layout, n_params, args_size; the launch's
@@ -80,7 +95,7 @@ ARGS_BAD_EXTRA = 3
 ARGS_NO_MEMORY = 4
 ARGS_NO_LAYOUT = 5
 
-# The decider's messages (clc/decider.py answers the shim's shim/decider.c)
+# The decider's messages (clc/runtime/decider.py answers the shim's shim/decider.c)
 DECIDE_MAGIC = 0x44434C43
 DECIDE_MAX_NAME = 65536
 DECIDE_MAX_TEXT = 4096

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * bridge.c: the C side of stage 2, the bridge from the shim into Python. Not compiled on its
- * own: shim/bridge_build.py gives it to cffi as the source of clc._bridge, after Python.h and
- * cffi's own declarations (the embedding API's clc_bridge_* functions).
+ * own: shim/bridge_build.py gives it to cffi as the source of clc.runtime._bridge, after Python.h
+ * and cffi's own declarations (the embedding API's clc_bridge_* functions).
  *
  * clc_bridge_start runs before any Python exists (C hosts only), so it is plain C. The
  * interpreter is isolated from the program's environment (PYTHONPATH, PYTHONHOME) and takes
@@ -59,16 +59,16 @@ __attribute__((visibility("default"))) int clc_bridge_start(const char *executab
  * cdata per argument and a buffer to read the query through). The query and the arguments
  * after it become one bytes object, given to the kernel's dispatcher, which returns the
  * clc_outcome's 24 bytes (or None when it cannot answer). The first time, the shim's kernel
- * id and the bytes go to clc.engine.bridge_launch, which answers (bytes, the kernel's
+ * id and the bytes go to clc.runtime.engine.bridge_launch, which answers (bytes, the kernel's
  * dispatcher, whether to time it here): kept here by kernel id, under the GIL. Only called
  * for kernels the engine already decided through clc_bridge_decide, so the cffi embedding
- * (and clc.engine) is initialized. */
+ * (and clc.runtime.engine) is initialized. */
 static PyObject *clc_launch_fn;
 static PyObject **clc_dispatchers; /* by kernel id; NULL: not asked yet */
 static size_t clc_n_dispatchers;
 /* Dispatchers that do not time their hook themselves (the engine's folded every_launch ones)
  * are timed here, per kernel id: calls, total ns, max ns; a call over CLC_SLOW_HOOK_NS is told to
- * clc.engine.bridge_slow(kernel_id, ns) at once. All under the GIL. */
+ * clc.runtime.engine.bridge_slow(kernel_id, ns) at once. All under the GIL. */
 typedef struct {
     unsigned char timed;
     uint64_t calls, total_ns, max_ns;
@@ -105,7 +105,7 @@ int clc_bridge_dispatch_time(uint32_t kernel_id, uint64_t out[3]) {
 }
 
 static PyObject *clc_engine_fn(const char *name) {
-    PyObject *engine = PyImport_ImportModule("clc.engine");
+    PyObject *engine = PyImport_ImportModule("clc.runtime.engine");
     if (!engine) return NULL;
     PyObject *fn = PyObject_GetAttrString(engine, name);
     Py_DECREF(engine);
@@ -120,8 +120,8 @@ static void clc_report_slow(uint32_t kernel_id, uint64_t ns) {
     Py_XDECREF(r);
 }
 
-/* The first launch of a kernel asked about: clc.engine.bridge_launch(kernel_id, blob) answers
- * (bytes, dispatcher, timed_here) and the dispatcher is kept for the kernel's later launches. */
+/* The first launch of a kernel asked about: clc.runtime.engine.bridge_launch(kernel_id, blob)
+ * answers (bytes, dispatcher, timed_here) and the dispatcher is kept for the kernel's later launches. */
 static PyObject *clc_first_launch(uint32_t kernel_id, PyObject *blob) {
     if (!clc_launch_fn && !(clc_launch_fn = clc_engine_fn("bridge_launch"))) return NULL;
     PyObject *id = PyLong_FromUnsignedLong(kernel_id);

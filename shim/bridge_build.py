@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """cffi build script for stage 2, the bridge from the C shim into Python.
 
-Built in embedding mode as the extension `clc._bridge`, once per CPython minor version, with
+Built in embedding mode as the extension `clc.runtime._bridge`, once per CPython minor version, with
 no DT_NEEDED on libpython: in a Python host the symbols come from the running interpreter; in
 a C host stage 1 has loaded libpython with RTLD_GLOBAL first and calls clc_bridge_start().
 """
@@ -28,7 +28,7 @@ def _abi_declarations():
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(_abi_declarations())
-# For the engine (clc._bridge.lib): the time its timed dispatchers took, by kernel id.
+# For the engine (clc.runtime._bridge.lib): the time its timed dispatchers took, by kernel id.
 ffibuilder.cdef("int clc_bridge_dispatch_time(uint32_t kernel_id, uint64_t out[3]);")
 # For the exit entry: the program's C stdio flushed.
 ffibuilder.cdef("int clc_bridge_flush_stdio(void);")
@@ -44,7 +44,8 @@ ffibuilder.embedding_api(
 # through Python's C API) is shim/bridge.c.
 _SOURCE = (SHIM / "bridge.c").read_text()
 
-ffibuilder.set_source("clc._bridge", _SOURCE, include_dirs=[str(SHIM)], py_limited_api=False)
+ffibuilder.set_source("clc.runtime._bridge", _SOURCE, include_dirs=[str(SHIM)],
+                      py_limited_api=False)
 
 # Runs once, inside the traced program, at the first call. CLC_PKG_PATH (from the shim's copy of
 # clc-run's settings) is appended (never prepended) so that the program's own packages keep
@@ -61,8 +62,8 @@ if _get is not None:
     if _path and _path not in sys.path:
         sys.path.append(_path)
 
-from clc._bridge import ffi, lib
-from clc import engine
+from clc.runtime._bridge import ffi, lib
+from clc.runtime import engine
 
 @ffi.def_extern(error=-1)
 def clc_bridge_decide(query, out):

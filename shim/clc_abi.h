@@ -83,6 +83,13 @@ typedef struct clc_outcome {
  * block to finish zeroes the slot again, so that a replay starts afresh (runtime.cu). */
 #define CLC_GRAPH_SEQ 0xffffffff
 #define CLC_OCCUPANCY_WAYS 4
+/* clc_stats, the wrapped library's __managed__ counts (clc/wrapping/device/runtime.cu), read by the
+ * engine at exit: CLC_STATS_STRIPES stripes of CLC_STATS_STRIPE_BYTES (blocks and threads run,
+ * two uint64_t), then skipped (uint64_t), max_resident and share_sms (uint32_t), the whole
+ * aligned to a stripe: CLC_STATS_BYTES in all. */
+#define CLC_STATS_STRIPES 32
+#define CLC_STATS_STRIPE_BYTES 128
+#define CLC_STATS_BYTES 4224
 
 typedef struct clc_replacement {
     uint64_t function;   /* CUfunction (of the decision's context) launched instead */

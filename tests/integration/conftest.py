@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from clc.shim import bridge_path, preload_path
+from clc.runtime.shim import bridge_path, preload_path
 from harness import Run, clc_command, env_for
 
 from build import build_native  # tests/native, put on sys.path by harness

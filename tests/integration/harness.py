@@ -13,8 +13,8 @@ import re
 import subprocess
 import sys
 
-from clc.capture import read_captures
-from clc.commands.run import capture_files
+from clc.capture.reader import read_captures
+from clc.cli.run import capture_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "native"))
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests" / "native"))
 
 def clc_command():
     script = pathlib.Path(sys.executable).parent / "clc-run"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "clc.cli", "run"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "clc", "run"]
 
 
 @dataclasses.dataclass

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from conftest import FILES, ZOO, cuda_tool, zoo_ptx_text
-from clc.cli import main
-from clc.fatbin import cubin_kernels
+from clc.cli.main import main
+from clc.wrapping.fatbin import cubin_kernels
 
 pytest.importorskip("cuda.bindings.nvjitlink", reason="wrapping needs cuda-bindings")
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""clc-run answers first sights for policies without Python hooks (clc/decider.py, shim/decider.c):
-only clc-run is asked, answers stay with their questions, and a program that cannot reach it
-is decided by its own engine."""
+"""clc-run answers first sights for policies without Python hooks (clc/runtime/decider.py,
+shim/decider.c): only clc-run is asked, answers stay with their questions, and a program that
+cannot reach it is decided by its own engine."""
 
 import json
 import os
@@ -9,9 +9,9 @@ import subprocess
 
 from harness import DENY_DEBUG_ONLY, Run, env_for
 
-from clc.decider import Decider
+from clc.runtime.decider import Decider
 from clc.policy import parse_policy
-from clc.shim import SETTINGS_VAR, preload_environment, settings_fd
+from clc.runtime.shim import SETTINGS_VAR, preload_environment, settings_fd
 
 
 def debug_results(run):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from clc.cli import build_parser
+from clc.cli.main import build_parser
 from conftest import zoo_ptx_text
 
 SOURCE = r"""
@@ -58,7 +58,7 @@ def files(tmp_path_factory):
 
 
 def inspect(*args):
-    return subprocess.run([sys.executable, "-m", "clc.cli", "inspect", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "clc", "inspect", *map(str, args)],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -295,7 +295,7 @@ def test_registered_with_help():
     # reports
     args = build_parser().parse_args(["inspect", "x", "--json"])
     assert args.command == "inspect" and args.json and args.path == "x"
-    proc = subprocess.run([sys.executable, "-m", "clc.cli", "inspect", "--help"],
+    proc = subprocess.run([sys.executable, "-m", "clc", "inspect", "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""clc.ptx on the kernel zoo (examples/kernels): nvcc's PTX of each program is parsed,
+"""clc.wrapping.ptx on the kernel zoo (examples/kernels): nvcc's PTX of each program is parsed,
 printed back (ptxas must still take it), and each kernel gets the loop verdict that
 examples/kernels/README.md promises. No GPU needed; skipped without nvcc."""
 
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import FILES, cuda_tool, zoo_ptx_text
-from clc.ptx import (barriers, calls, cluster_directives, ctaid_reads, envreg_reads,
+from clc.wrapping.ptx import (barriers, calls, cluster_directives, ctaid_reads, envreg_reads,
                      loop_verdict, nctaid_reads, parse, remap_verdict)
 
 # file -> {PTX entry: (loopable, a phrase of the reason)}. Loopable kernels with a barrier

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from clc import abi
-from clc.capture import read_capture
+from clc.capture.reader import read_capture
 from harness import (AUDIT, Run, DENY_DEBUG, TIME_ALL, clc_command, env_for, executed,
                      kernel_launches, nonzero)
 

@@ -18,9 +18,9 @@ import pytest
 
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
-from clc.engine import WRAP_STATS_PREFIX
-from clc.wrapbuild import build, wrapper_spec
-from clc.wrapengine import N_SLOTS, STATS
+from clc.runtime.engine import WRAP_STATS_PREFIX
+from clc.wrapping.build import build, wrapper_spec
+from clc.wrapping.engine import N_SLOTS
 
 pytest.importorskip("cuda.bindings.nvjitlink", reason="wrapping needs cuda-bindings (nvJitLink)")
 pytest.importorskip("cuda.bindings.nvrtc", reason="wrapping needs cuda-bindings (NVRTC)")
@@ -149,7 +149,7 @@ def test_fake_driver_loads_the_cubin_clc_links(run_native, native, tmp_path):
     script = tmp_path / "load.py"
     script.write_text(FAKE_LOADS_CUBIN)
     # WHEN a process loads it into the fake driver with cuLibraryLoadData
-    proc = run_native([sys.executable, script, cubin, STATS.size])
+    proc = run_native([sys.executable, script, cubin, abi.STATS.size])
     assert proc.returncode == 0, proc.stderr
     # THEN its entry is a kernel (and only it), and clc_stats is a zeroed buffer as large as
     # what clc reads of it

@@ -9,10 +9,10 @@ import pathlib
 import pytest
 
 from conftest import zoo_ptx_text
-from clc.fatbin import cubin_kernels
-from clc.ptx import parse
-from clc.splice import ARG_SIZE, Unwrappable, splice
-from clc.wrapbuild import WrapBuildError, build, cubin_resources, link, wrapper_spec
+from clc.wrapping.fatbin import cubin_kernels
+from clc.wrapping.ptx import parse
+from clc.wrapping.splice import ARG_SIZE, Unwrappable, splice
+from clc.wrapping.build import WrapBuildError, build, cubin_resources, link, wrapper_spec
 
 pytest.importorskip("cuda.bindings.nvjitlink", reason="wrapping needs cuda-bindings")
 
@@ -134,8 +134,8 @@ def test_link_error_carries_the_nvjitlink_log():
 def test_nvrtc_output_is_kept_on_disk_for_later_processes(tmp_path, monkeypatch):
     from cuda.bindings import nvrtc
 
-    from clc import wrapbuild
-    from clc.wrapcache import DiskCache
+    from clc.wrapping import build as wrapbuild
+    from clc.wrapping.cache import DiskCache
     cache = DiskCache(root=tmp_path)
     spec = wrapper_spec("sm_share", {"share": 0.5})
     # GIVEN the wrapper's runtime compiled once with a disk cache
@@ -159,7 +159,7 @@ def test_nvrtc_output_is_kept_on_disk_for_later_processes(tmp_path, monkeypatch)
 def test_build_key_follows_the_splice_and_runtime_code(monkeypatch):
     # GIVEN a build key for a kernel WHEN clc's splice, PTX printer or runtime changes (an
     # upgrade) THEN the key changes: the disk cache does not hand back an older clc's cubin
-    from clc import wrapbuild
+    from clc.wrapping import build as wrapbuild
     spec = wrapbuild.wrapper_spec("block_count", {})
     before = wrapbuild.build_key("ptx", "k", spec, 90)
     assert wrapbuild.build_key("ptx", "k", spec, 90) == before

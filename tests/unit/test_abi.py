@@ -286,3 +286,21 @@ def test_a_packed_decision_has_clc_decisions_layout(structs):
 def test_the_query_status_offset_is_the_headers(structs):
     offsets = {name: offset for name, offset, _, _, _ in structs["clc_kernel_query"][2]}
     assert abi.QUERY_ARGS_STATUS_AT == offsets["args_status"]
+
+
+def test_stats_layout_is_the_devices():
+    # GIVEN clc_stats as the engine reads it (abi.STATS) and as the splice declares it
+    # THEN it is the stripes, then skipped, max_resident and share_sms, padded to a stripe
+    assert abi.STATS.size == abi.STATS_STRIPES * abi.STATS_STRIPE_BYTES + 16
+    stripes = -(-abi.STATS.size // abi.STATS_STRIPE_BYTES)
+    assert abi.STATS_BYTES == stripes * abi.STATS_STRIPE_BYTES
+    # AND the device runtime is compiled with exactly these values (its static_asserts hold it)
+    assert f"-DCLC_STATS_BYTES={abi.STATS_BYTES}" in abi.DEVICE_DEFINES
+    assert f"-DCLC_STATS_STRIPES={abi.STATS_STRIPES}" in abi.DEVICE_DEFINES
+
+
+def test_launch_arg_offsets_are_the_headers(structs):
+    # GIVEN the offsets the splice reads __clc_arg's fields at
+    # THEN they are clc_launch_arg's, field by field
+    _, _, fields = structs["clc_launch_arg"]
+    assert abi.LAUNCH_ARG_AT == {name: offset for name, offset, *_ in fields}

@@ -4,7 +4,7 @@
 from pathlib import Path
 
 from clc.demangle import demangle
-from clc.engine import deny_announcements, rule_name
+from clc.runtime.engine import deny_announcements, rule_name
 from clc.policy import KernelInfo, load_policy
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"

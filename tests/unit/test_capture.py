@@ -10,8 +10,10 @@ import tracemalloc
 import pytest
 
 from capture_writer import CaptureWriter, launch_block, record
-from clc import abi, capture
-from clc.capture import CaptureError, launch_stream, read_capture, read_captures, scan_capture
+from clc import abi
+from clc.capture import reader as capture
+from clc.capture.reader import (CaptureError, launch_stream, read_capture, read_captures,
+                                scan_capture)
 
 VECADD = "_Z6vecAddPKfS0_Pfi"
 VECADD_NAME = "vecAdd(float const*, float const*, float*, int)"
@@ -378,7 +380,7 @@ def test_launch_stream_counts_timings_beyond_its_window(tmp_path):
 
 
 def test_launch_stream_memory_is_bounded_by_its_window(tmp_path):
-    # GIVEN 50,000 launches (about 20 MB as Launch objects) streamed through a window of 1,000
+    # GIVEN 50,000 launches (about 20 MB as LaunchRecord objects) streamed through a window of 1,000
     w = CaptureWriter()
     w.kernel(0, VECADD)
     path = tmp_path / "big.clc"

@@ -6,9 +6,9 @@ import pathlib
 
 import pytest
 
-from clc.cli import build_parser, main
-from clc.commands.policy import parse_dim3
-from clc.commands.run import RunCommand, capture_files, default_output, split_program
+from clc.cli.main import build_parser, main
+from clc.cli.policy import parse_dim3
+from clc.cli.run import RunCommand, capture_files, default_output, split_program
 from clc.errors import ClcError
 
 
@@ -116,7 +116,7 @@ def test_report_of_a_missing_file_is_a_clear_error(tmp_path, capsys):
 
 def test_clc_run_says_its_version(capsys):
     import clc
-    from clc.commands.run import main as run_main
+    from clc.cli.run import main as run_main
 
     with pytest.raises(SystemExit) as e:
         run_main(["--version"])

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""clc.fatbin: finding kernels' code in fatbins, cubins, PTX and host ELF files.
+"""clc.wrapping.fatbin: finding kernels' code in fatbins, cubins, PTX and host ELF files.
 
 Most inputs are built with nvcc at test time (once per module, in parallel) so that the
 layout is checked against what the real toolchain writes; a few hand-built fatbins cover
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from clc.fatbin import (CONTAINER_MAGIC, WRAPPER_MAGIC, FatbinError, parse_image,
+from clc.wrapping.fatbin import (CONTAINER_MAGIC, WRAPPER_MAGIC, FatbinError, parse_image,
                         ptx_kernels)
 
 KERNELS_CU = r"""
@@ -365,7 +365,7 @@ PTX_KERNELS = ["first", "_Z6secondv", "third"]
 
 
 def entry_bytes(kind, arch, payload, *, compression="none", variant="", options=None):
-    """One fatbin entry as fatbinary 13.0 lays it out (see clc/fatbin.py)."""
+    """One fatbin entry as fatbinary 13.0 lays it out (see clc/wrapping/fatbin.py)."""
     flags = 0x11 | {"none": 0, "lz4": 0x2000, "zstd": 0x8000}[compression]
     flags |= {"": 0, "a": 0x100000, "f": 0x200000}[variant]
     usize = 0
@@ -502,8 +502,8 @@ def test_missing_codec_names_the_package(monkeypatch, compression, package, modu
 
 
 def test_import_needs_no_codec():
-    # GIVEN a fresh interpreter WHEN clc.fatbin is imported and a plain entry parsed
-    code = ("import sys, clc.fatbin as f; "
+    # GIVEN a fresh interpreter WHEN clc.wrapping.fatbin is imported and a plain entry parsed
+    code = ("import sys, clc.wrapping.fatbin as f; "
             "f.parse_image(b'.version 9.0\\n.target sm_90\\n.entry k()\\n{\\nret;\\n}\\n')"
             ".entries[0].kernels(); "
             "assert not {'zstandard', 'lz4'} & set(sys.modules), sys.modules.keys()")

@@ -14,9 +14,10 @@ import time
 import pytest
 
 import clc
-from clc import abi, hooks
+from clc import abi
+from clc.runtime import hooks
 from clc.cuda_errors import CUDA_ERRORS
-from clc.hooks import (
+from clc.runtime.hooks import (
     Dim3, ExitStats, Hook, HookDecision, HookError, HookLoadError, KernelStats, Launch, Param,
     Params, load_hook_file, resolve_hook_ref,
 )
@@ -56,7 +57,7 @@ def test_package_re_exports_the_hook_api():
     # GIVEN the names a hook file uses
     for name in ("on_launch", "on_exit", "allow", "deny", "wrap", "Launch", "Params", "Param",
                  "HookError"):
-        # THEN clc gives clc.hooks' objects, and lists them
+        # THEN clc gives clc.runtime.hooks' objects, and lists them
         assert getattr(clc, name) is getattr(hooks, name)
         assert name in clc.__all__ and name in dir(clc)
     assert clc.__version__

@@ -1569,7 +1569,7 @@ def random_pattern(rng: random.Random, depth: int = 0) -> str:
 
 def test_regexes_find_what_python_finds():
     # GIVEN random regexes of every construct clc supports, with and without flags, and names
-    from clc.policy import _regex
+    from clc.policy.regex import _regex
     rng = random.Random(7)
     compared = 0
     for _ in range(1500):
@@ -1776,7 +1776,7 @@ def test_process_identity_comes_from_the_kernel(identity_db, monkeypatch, tmp_pa
     monkeypatch.setattr(os, "getgroups", lambda: [44, 1000, 4242])
     cgroup = tmp_path / "cgroup"
     cgroup.write_text("12:cpu,cpuacct:/v1/ignored\n0::/user.slice/user-1000.slice/s-3.scope\n")
-    monkeypatch.setattr("clc.policy._PROC_CGROUP", str(cgroup))
+    monkeypatch.setattr("clc.policy.names._PROC_CGROUP", str(cgroup))
     for name in ("USER", "LOGNAME", "CLC_TENANT"):
         monkeypatch.setenv(name, "root")
     # WHEN its identity is read
@@ -1798,7 +1798,7 @@ def test_process_identity_of_a_set_user_id_program_without_cgroup_v2(identity_db
     monkeypatch.setattr(os, "getgroups", lambda: [])
     cgroup = tmp_path / "cgroup"
     cgroup.write_text("12:cpu,cpuacct:/\n1:name=systemd:/user.slice\n")
-    monkeypatch.setattr("clc.policy._PROC_CGROUP", str(cgroup))
+    monkeypatch.setattr("clc.policy.names._PROC_CGROUP", str(cgroup))
     # WHEN its identity is read
     from clc.policy import process_identity
     identity = process_identity()
@@ -1806,7 +1806,7 @@ def test_process_identity_of_a_set_user_id_program_without_cgroup_v2(identity_db
     assert (identity.users, identity.groups, identity.cgroup) == (
         ("alice", "1000", "root", "0"), ("5000",), None)
     # AND without /proc/self/cgroup there is none either
-    monkeypatch.setattr("clc.policy._PROC_CGROUP", str(tmp_path / "absent"))
+    monkeypatch.setattr("clc.policy.names._PROC_CGROUP", str(tmp_path / "absent"))
     assert process_identity().cgroup is None
 
 

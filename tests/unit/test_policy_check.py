@@ -6,8 +6,8 @@ import pathlib
 
 import pytest
 
-from clc.cli import main
-from clc.commands.run import load_policy_and_hooks
+from clc.cli.main import main
+from clc.cli.run import load_policy_and_hooks
 from clc.errors import ClcError
 
 POLICIES = pathlib.Path(__file__).resolve().parents[2] / "policies"

@@ -3,7 +3,7 @@
 
 import pytest
 
-from clc.engine import process_names
+from clc.runtime.engine import process_names
 
 
 @pytest.mark.parametrize("argv,expected", [

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""clc.ptx: the PTX tokenizer and parser, the per-kernel queries, and the loop verdict.
+"""clc.wrapping.ptx: the PTX tokenizer and parser, the per-kernel queries, and the loop verdict.
 
 The rules are checked on hand-written kernels (each one shows a single shape); real nvcc
 output (templates, struct parameters, printf call sequences, -G debug sections) is built
@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from clc.ptx import (INDIRECT, Block, Label, PtxError, barriers, calls, callees,
+from clc.wrapping.ptx import (INDIRECT, Block, Label, PtxError, barriers, calls, callees,
                      cluster_directives, cluster_uses, ctaid_reads, envreg_reads, exits,
                      loop_verdict, nctaid_reads, parse, remap_ok, remap_verdict, tokenize)
 

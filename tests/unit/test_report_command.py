@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from capture_writer import CaptureWriter, big_capture
-from clc.cli import main
+from clc.cli.main import main
 
 VECADD = "_Z6vecAddPKfS0_Pfi"
 
@@ -176,7 +176,7 @@ def test_unmatched_gpu_times_are_said_on_stderr(tmp_path, capsys):
 
 MEASURE = """
 import resource, sys
-from clc.cli import main
+from clc.cli.main import main
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 code = main(["report", sys.argv[1], "-o", sys.argv[2]])
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -12,9 +12,9 @@ import pytest
 
 from capture_writer import CaptureWriter, big_capture
 from clc import abi
-from clc.capture import LAUNCH_WINDOW, read_capture, scan_capture, scan_captures
-from clc.commands.run import load_policy_and_hooks
-from clc.reports import summary, to_chrome, to_json, write_chrome, write_json, write_report
+from clc.capture.reader import LAUNCH_WINDOW, read_capture, scan_capture, scan_captures
+from clc.cli.run import load_policy_and_hooks
+from clc.capture.reports import summary, to_chrome, to_json, write_chrome, write_json, write_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VECADD = "_Z6vecAddPKfS0_Pfi"

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from clc.ptx import Instruction, Label, parse
-from clc.splice import _MAX_TAILS, splice
+from clc.wrapping.ptx import Instruction, Label, parse
+from clc.wrapping.splice import _MAX_TAILS, splice
 
 from test_ptx import HEADER, PTXAS
 

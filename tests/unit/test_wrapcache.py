@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-import clc.wrapcache
-from clc.cli import main
+import clc.wrapping.cache
+from clc.cli.main import main
 from clc.errors import ClcError
-from clc.wrapcache import HEADER_SIZE, MAGIC, DiskCache, LibraryCache, cache_key
+from clc.wrapping.cache import HEADER_SIZE, MAGIC, DiskCache, LibraryCache, cache_key
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -259,7 +259,7 @@ def test_disk_full_leaves_no_temp_file(tmp_path, monkeypatch):
     def full(src, dst, **dir_fds):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(clc.wrapcache.os, "replace", full)
+    monkeypatch.setattr(clc.wrapping.cache.os, "replace", full)
     assert cache.put(key(1), b"x") is False
     assert "No space left" in cache.last_error
     assert sorted(tmp_path.rglob("*")) == [tmp_path / key(1)[:2], tmp_path / "key"]
@@ -267,7 +267,7 @@ def test_disk_full_leaves_no_temp_file(tmp_path, monkeypatch):
 
 WORKER = r"""
 import hashlib, json, os, sys, time
-from clc.wrapcache import DiskCache, cache_key
+from clc.wrapping.cache import DiskCache, cache_key
 
 root, index, count, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 keys = [cache_key("concurrent", str(n)) for n in range(6)]

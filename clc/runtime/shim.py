@@ -27,7 +27,7 @@ def preload_path():
 def bridge_path():
     """Stage 2 for this interpreter, or None."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = PACKAGE / f"_bridge{suffix}"
+        path = PACKAGE / "runtime" / f"_bridge{suffix}"
         if path.exists():
             return path
     return None

@@ -9,7 +9,7 @@ import sys
 
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
-from clc.hooks import hook_rule_errors
+from clc.runtime.hooks import hook_rule_errors
 from clc.policy import KernelInfo, PolicyError, identity_of, load_policy, process_identity
 
 __all__ = ["PolicyCommand", "parse_dim3", "explained_identity"]

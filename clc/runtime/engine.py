@@ -5,9 +5,9 @@
 hooks, then the policy's rules, a hook rule asking its function, then the default; the policy
 comes from clc-run as JSON, through the shim's copy of its settings) and return the decision
 that the C side caches for every later launch, or that it must ask again per shape or at every
-launch. (A policy without Python hooks is decided by clc-run itself, clc.decider; the engine
+launch. (A policy without Python hooks is decided by clc-run itself, clc.runtime.decider; the engine
 then builds its wrapped kernels, and decides when clc-run cannot be asked.) "A module or
-library was loaded": remember where its image is, for the wrap pipeline (clc.wrapengine,
+library was loaded": remember where its image is, for the wrap pipeline (clc.wrapping.engine,
 imported only when a decision wraps), which turns a `wrap` outcome into the clc_replacement
 the shim launches.
 
@@ -32,7 +32,7 @@ from sys import getrefcount
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.hooks import (ExitStats, QueryLaunch, checked_layout, import_hook_file,
+from clc.runtime.hooks import (ExitStats, QueryLaunch, checked_layout, import_hook_file,
                        load_hook_file, resolve_hook_ref)
 from clc.policy import ANY_RANGE, Decision, KernelInfo, Outcome, Policy, process_identity
 
@@ -376,7 +376,7 @@ class Engine:
     def _bridge_times(self):
         """Add what the bridge timed to the hooks' calls and times (once, at exit)."""
         try:
-            from clc._bridge import ffi, lib
+            from clc.runtime._bridge import ffi, lib
         except ImportError:  # no bridge: nothing was timed there
             return
         out = ffi.new("uint64_t[3]")
@@ -398,7 +398,7 @@ class Engine:
 
     def wrapping(self):
         if self._wrapping is None:
-            from clc.wrapengine import WrapEngine
+            from clc.wrapping.engine import WrapEngine
             # A policy with wrap rules will build: start loading the toolchain now. Hooks only
             # may answer clc.wrap(), and most never do.
             self._wrapping = WrapEngine(self.message, warm=any(
@@ -428,8 +428,8 @@ class Engine:
         return hit
 
     def _wrap(self, kernel, outcome):
-        from clc.splice import Unwrappable
-        from clc.wrapengine import spec_for
+        from clc.wrapping.splice import Unwrappable
+        from clc.wrapping.engine import spec_for
         info, request = kernel.info, outcome.wrap
         label = request.label if request is not None else "?"
         try:

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`clc cache ls|stats|clear [--dir DIR]`: the disk cache of wrapped kernels (clc.wrapcache).
+"""`clc cache ls|stats|clear [--dir DIR]`: the disk cache of wrapped kernels (clc.wrapping.cache).
 
 The directory is --dir (which must exist), else $CLC_CACHE_DIR, else ~/.cache/clc. A
 directory that is not the user's alone is refused here as it is by the traced programs, and
@@ -14,7 +14,7 @@ import sys
 import time
 
 from clc.errors import ClcError
-from clc.wrapcache import DiskCache
+from clc.wrapping.cache import DiskCache
 
 __all__ = ["CacheCommand", "format_size", "format_age"]
 

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS, error_name
-# _glob_problem is the policy loader's own glob check: sharing it keeps a glob that a policy
+# glob_problem is the policy loader's own glob check: sharing it keeps a glob that a policy
 # refuses from being accepted in a hook (and the other way round).
-from clc.policy import (KernelInfo, Outcome, PolicyError, Rule, WrapRequest, _glob_problem,
+from clc.policy import (KernelInfo, Outcome, PolicyError, Rule, WrapRequest, glob_problem,
                         base_name, regex_problem)
 
 __all__ = [
@@ -160,7 +160,7 @@ def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, **params)
     device policy (a relative path is taken from the directory of the hook's file), `params`
     its parameters (share=0.25, ms=5, ...). A kernel that cannot be wrapped gets
     on_unwrappable ("allow" or "deny"), said once."""
-    from clc.wrapbuild import wrapper_spec
+    from clc.wrapping.spec import wrapper_spec
     if on_unwrappable not in ("allow", "deny"):
         raise HookError(f"clc.wrap(): on_unwrappable must be 'allow' or 'deny', got "
                         f"{on_unwrappable!r}")
@@ -605,7 +605,7 @@ def _checked_globs(kernel, name: str) -> tuple[str, ...] | None:
                             f"{glob!r}")
         if not glob:
             raise HookError(f"@clc.on_launch on {name}: a kernel glob must not be empty")
-        problem = _glob_problem(glob)
+        problem = glob_problem(glob)
         if problem:
             raise HookError(f"@clc.on_launch on {name}: invalid glob '{glob}' in kernel: "
                             f"{problem}")

@@ -29,7 +29,7 @@ import traceback
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.engine import deny_announcements, describe, process_names, rule_name
+from clc.runtime.engine import deny_announcements, describe, process_names, rule_name
 from clc.policy import Decision, KernelInfo, Outcome, identity_of_process
 
 __all__ = ["Decider", "decides_alone"]

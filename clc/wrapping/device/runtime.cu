@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // clc's wrapper runtime: the device side of a wrapped kernel, compiled by NVRTC (-rdc) and
-// linked by nvJitLink with the kernel's spliced PTX (clc/splice.py).
+// linked by nvJitLink with the kernel's spliced PTX (clc/wrapping/splice.py).
 //
 // The spliced kernel calls these functions, with every thread of the block:
 //
@@ -22,7 +22,7 @@
 //       done: if thread 0: clc_finish(slot, seq, v)
 //   block_count calls nothing: each ret/exit of the body is replaced by a copy of the count
 //   (thread 0 adds its block to a stripe of clc_stats; the others leave at once), so that
-//   no warp waits at a shared epilogue (clc/splice.py, _COUNT_TAIL).
+//   no warp waits at a shared epilogue (clc/wrapping/splice.py, _COUNT_TAIL).
 //
 // `slot` is the launch's own 32 bytes in a ring of device memory that the shim keeps per
 // context, and `seq` the launch's lap of the ring (never 0; CLC_GRAPH_SEQ in a graph). A slot is never reset: its
@@ -52,7 +52,12 @@
 // blocks run and their threads, blocks skipped by a deadline, and the most hardware blocks
 // of one launch working at once (looped wrappers: what sm_share caps).
 
-#define CLC_STRIPES 32
+// The layouts shared with the host are the ABI's (shim/clc_abi.h): the build passes them from
+// clc.abi as -D options, and the static_asserts below hold this file to them.
+#if !defined(CLC_STATS_STRIPES) || !defined(CLC_STATS_STRIPE_BYTES) || \
+    !defined(CLC_STATS_BYTES) || !defined(CLC_SLOT_BYTES) || !defined(CLC_GRAPH_SEQ)
+#error "runtime.cu is built by clc.wrapping.build, which defines the ABI's layouts"
+#endif
 
 struct clc_slot {
     unsigned long long claim;   // lap << 32 | the next virtual block to claim
@@ -62,27 +67,28 @@ struct clc_slot {
     unsigned int exited;        // a graph slot's hardware blocks done (CLC_GRAPH_SEQ)
     unsigned int reserved1;
 };
+static_assert(sizeof(clc_slot) == CLC_SLOT_BYTES, "clc_slot is CLC_SLOT_BYTES (clc_abi.h)");
 
 // The lap of a launch in a CUDA graph (stream capture or a kernel node): its slot is its own
 // and every replay runs with this same lap, so the last of its hardware blocks to finish sets
 // the slot back to zero for the next replay (the shim also zeroes a captured launch's slot
-// with a memset node before it).
-#define CLC_GRAPH_SEQ 0xffffffffu
+// with a memset node before it). CLC_GRAPH_SEQ comes from the ABI.
 
 // One stripe per 128-byte line, so that the blocks adding their counts at once spread over
 // the L2's slices instead of queuing on one line.
-struct __align__(128) clc_stripe {
+struct __align__(CLC_STATS_STRIPE_BYTES) clc_stripe {
     unsigned long long blocks;   // virtual blocks run
     unsigned long long threads;  // their threads
-    unsigned long long pad[14];
+    unsigned long long pad[(CLC_STATS_STRIPE_BYTES - 16) / 8];
 };
 
 struct clc_stats_t {
-    clc_stripe stripes[CLC_STRIPES];
+    clc_stripe stripes[CLC_STATS_STRIPES];
     unsigned long long skipped;  // virtual blocks skipped (deadline)
     unsigned int max_resident;   // most hardware blocks of a launch at once
     unsigned int share_sms;      // sm_share: how many SMs its share is (of %nsmid)
 };
+static_assert(sizeof(clc_stats_t) == CLC_STATS_BYTES, "clc_stats is CLC_STATS_BYTES (clc_abi.h)");
 
 struct clc_range {
     long long base;   // the first virtual block of the batch, -1: none left
@@ -272,7 +278,7 @@ extern "C" __device__ long long clc_enter(unsigned long long slot_address, unsig
 extern "C" __device__ void clc_finish(unsigned long long slot_address, unsigned int seq,
                                       long long last) {
     if (!clc_thread0()) return;   // (the splice calls it from thread 0 only)
-    unsigned int stripe = clc_linear_block() % CLC_STRIPES;
+    unsigned int stripe = clc_linear_block() % CLC_STATS_STRIPES;
 #if defined(CLC_LOOPED) || defined(CLC_ENTER)
     unsigned long long ran = clc_ran;
 #else

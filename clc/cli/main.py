@@ -1,14 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`clc`: one subcommand per module under clc/commands, one registry, one error type."""
+"""`clc`: one subcommand per module of this package, one registry, one error type."""
 
 import argparse
 import sys
 
 from clc import __version__
-from clc.commands import COMMANDS
+from clc.cli.cache import CacheCommand
+from clc.cli.doctor import DoctorCommand
+from clc.cli.inspect import InspectCommand
+from clc.cli.policy import PolicyCommand
+from clc.cli.report import ReportCommand
+from clc.cli.run import RunCommand
+from clc.cli.wrap import WrapCommand
 from clc.errors import ClcError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+COMMANDS = [RunCommand, ReportCommand, PolicyCommand, InspectCommand, WrapCommand, CacheCommand,
+            DoctorCommand]
 
 
 def build_parser():

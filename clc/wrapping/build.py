@@ -1,16 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The wrap pipeline: a kernel's PTX spliced (clc.splice), the wrapper's device code compiled by
-NVRTC, both linked by nvJitLink into a cubin. Needs no GPU.
+"""The wrap pipeline: a kernel's PTX spliced (clc.wrapping.splice), the wrapper's device code
+compiled by NVRTC, both linked by nvJitLink into a cubin. Needs no GPU.
 
     wrapper = wrapper_spec("sm_share", {"share": 0.25})   # or the path of a .cu policy
     built = build(ptx_text, "_Z6vecAddPKfS0_Pfi", wrapper, arch=90)
     built.cubin, built.looped, built.build_ms
 
-Built-in wrappers (their device code is clc/wrappers/runtime.cu, configured by -D):
+Built-in wrappers (their device code is clc/wrapping/device/runtime.cu, configured by -D):
 - sm_share (`share: 0<x<=1` or `sms: N`): the body loops over virtual blocks claimed from
   the launch's counter, by the blocks on ceil(share x SMs) of the SMs (or N): the shim
   launches one wave (SMs x blocks-per-SM), and blocks the hardware placed on other SMs leave
-  (see clc/wrappers/runtime.cu). A kernel whose body may not loop cannot be wrapped.
+  (see clc/wrapping/device/runtime.cu). A kernel whose body may not loop cannot be wrapped.
 - block_count: counts the virtual blocks and threads that ran (clc_stats, read at exit).
 - deadline (`ms: N`): virtual blocks that would start more than N ms after the launch's first
   block are skipped and counted.
@@ -30,115 +30,31 @@ import struct
 import threading
 import time
 
-from clc.fatbin import _Elf, cubin_kernels
-from clc.splice import Unwrappable, check, parsed, ptx_text, single_entry, splice_checked
+from clc import abi
+from clc.wrapping.fatbin import _Elf, cubin_kernels
+from clc.wrapping.spec import BUILTIN_WRAPPERS, INSPECTED_WRAPPERS, Wrapper, wrapper_spec
+from clc.wrapping.splice import Unwrappable, check, parsed, ptx_text, single_entry, splice_checked
 
 __all__ = ["WrapBuildError", "Wrapper", "Built", "BUILTIN_WRAPPERS", "INSPECTED_WRAPPERS",
            "wrapper_spec", "check_wrap", "build", "toolchain_versions", "cubin_resources",
            "RUNTIME_SOURCE"]
 
-RUNTIME_SOURCE = pathlib.Path(__file__).resolve().parent / "wrappers" / "runtime.cu"
-BUILTIN_WRAPPERS = ("sm_share", "block_count", "deadline")
-
+RUNTIME_SOURCE = pathlib.Path(__file__).resolve().parent / "device" / "runtime.cu"
 _DEMO_FUNCTIONS = ("Policy_init", "Policy_should_try_steal")
 _HOOK_FUNCTIONS = ("clc_policy_init", "clc_policy_begin", "clc_policy_end")
-_PARAM_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 class WrapBuildError(Exception):
     """A wrapper that does not compile or a kernel that does not link, with the tool's log."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Wrapper:
-    """A wrapper and its parameters, checked. `cap` is how the shim sizes a launch:
-    ("share", x) or ("sms", n) for sm_share, None to keep the program's grid."""
-
-    name: str                        # "sm_share" | "block_count" | "deadline" | the .cu path
-    params: tuple                    # ((name, value), ...) sorted
-    loop: str                        # "required" | "optional" | "never"
-    defines: tuple                   # -D options for runtime.cu
-    cap: tuple | None = None
-    source: str | None = None        # a user policy's text
-    enter: bool = False              # a 1:1 kernel asks clc_enter whether to run (deadline,
-                                     # policies)
-
-    @property
-    def key_text(self):
-        return repr((self.name, self.params, self.loop, self.defines, self.cap, self.source,
-                     self.enter))
-
-
-def _number(wrapper, name, value, lo, hi, integer=False, lo_open=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            (integer and not isinstance(value, int)):
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"wrapper {wrapper}: {name} must be {kind}, got {value!r}")
-    if value < lo or (lo_open and value == lo) or (hi is not None and value > hi):
-        bound = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi is not None else "")
-        raise ValueError(f"wrapper {wrapper}: {name} must be {bound}, got {value!r}")
-    return value
-
-
-def wrapper_spec(name, params=None, base_dir=None):
-    """A checked Wrapper for `wrapper:` `name` with `params:` (ValueError says what is wrong).
-    A name that is not built in is a .cu path, relative to `base_dir`."""
-    params = dict(params or {})
-    if name == "sm_share":
-        unknown = set(params) - {"share", "sms"}
-        if unknown or len(params) != 1:
-            raise ValueError("wrapper sm_share: give exactly one of share (0 < share <= 1, of "
-                             f"the GPU's SMs) or sms (a count of SMs); got "
-                             f"{sorted(params) or 'neither'}")
-        if "share" in params:
-            cap = ("share", float(_number(name, "share", params["share"], 0, 1, lo_open=True)))
-        else:
-            cap = ("sms", _number(name, "sms", params["sms"], 1, None, integer=True))
-        defines = ("-DCLC_SM_SHARE",)   # the share's SM count comes with each launch
-        return Wrapper(name, tuple(sorted(params.items())), "required", defines, cap)
-    if name == "block_count":
-        if params:
-            raise ValueError(f"wrapper block_count takes no params, got {sorted(params)}")
-        return Wrapper(name, (), "never", ())
-    if name == "deadline":
-        if set(params) != {"ms"}:
-            raise ValueError(f"wrapper deadline: params must be {{ms: N}} (milliseconds after the "
-                             f"launch's first block), got {sorted(params) or 'none'}")
-        ms = _number(name, "ms", params["ms"], 0, None, lo_open=True)
-        return Wrapper(name, (("ms", ms),), "never",
-                       (f"-DCLC_DEADLINE_NS={int(ms * 1_000_000)}ull",), enter=True)
-    if not str(name).endswith(".cu"):
-        raise ValueError(f"unknown wrapper {name!r}: expected one of {', '.join(BUILTIN_WRAPPERS)}"
-                         " or the path of a .cu file with a device policy")
-    path = pathlib.Path(name)
-    if base_dir is not None and not path.is_absolute():
-        path = pathlib.Path(base_dir) / path
-    try:
-        source = path.read_text()
-    except OSError as e:
-        raise ValueError(f"wrapper {name}: cannot read {path}: {e.strerror}") from None
-    for key, value in params.items():
-        if not _PARAM_NAME.fullmatch(str(key)):
-            raise ValueError(f"wrapper {name}: parameter name {key!r} is not a C identifier")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"wrapper {name}: parameter {key} must be a number, got {value!r}")
-    defines = tuple(f"-DCLC_PARAM_{k}={v!r}" for k, v in sorted(params.items()))
-    return Wrapper(str(path), tuple(sorted(params.items())), "optional", defines, None, source,
-                   enter=True)
-
-
-# Each built-in wrapper, with sample params (check_wrap's verdict does not depend on them):
-# what `clc inspect` judges each kernel against.
-INSPECTED_WRAPPERS = tuple(wrapper_spec(name, params) for name, params in (
-    ("sm_share", {"share": 0.5}), ("block_count", {}), ("deadline", {"ms": 1})))
-
-
 def check_wrap(module, kernel, wrapper):
     """Whether `wrapper` (a Wrapper) can wrap entry `kernel` of a parsed PTX module
-    (clc.splice.parsed): a clc.splice.Checked saying whether its body would loop, or
-    Unwrappable with the reason. Every refusal that build() makes is made here (build() asks
-    this before it splices), and `clc inspect` asks this for each built-in wrapper, so that
-    what inspect says, what `clc wrap` does and what clc-run does agree. Changes nothing."""
+    (clc.wrapping.splice.parsed): a clc.wrapping.splice.Checked saying whether its body would
+    loop, or Unwrappable with the reason. Every refusal that build() makes is made here
+    (build() asks this before it splices), and `clc inspect` asks this for each built-in
+    wrapper, so that what inspect says, what `clc wrap` does and what clc-run does agree.
+    Changes nothing."""
     checked = check(module, kernel, loop=wrapper.loop != "never")
     if wrapper.loop == "required" and not checked.looped:
         raise Unwrappable(f"{wrapper.name} runs the body in a loop, and this kernel's may not "
@@ -231,7 +147,7 @@ def compile_cuda(source, name, arch, options=(), cache=None):
     data = source.encode() if isinstance(source, str) else source
     disk_key = None
     if cache is not None:
-        from clc.wrapcache import cache_key
+        from clc.wrapping.cache import cache_key
         disk_key = cache_key("nvrtc-ptx", data, name, "\0".join(opts), toolchain_versions()[0])
         ptx = cache.get(disk_key)
         if ptx is not None:
@@ -329,7 +245,8 @@ def runtime_inputs(wrapper, arch, looped=False, cache=None):
     kernel spliced with the claim loop (looped) or 1:1; NVRTC's output kept in `cache` (a
     DiskCache) when given."""
     runtime = RUNTIME_SOURCE.read_text()
-    mode = ("-DCLC_LOOPED",) if looped else ("-DCLC_ENTER",) if wrapper.enter else ()
+    mode = abi.DEVICE_DEFINES + (("-DCLC_LOOPED",) if looped else
+                                 ("-DCLC_ENTER",) if wrapper.enter else ())
     if wrapper.source is None:
         return [("clc_runtime.ptx", compile_cuda(runtime, "clc_runtime.cu", arch,
                                                  wrapper.defines + mode, cache))]
@@ -373,14 +290,14 @@ def _pipeline_sources():
     if not _sources:
         here = pathlib.Path(__file__).resolve().parent
         _sources.append(b"".join(p.read_bytes() for p in (
-            RUNTIME_SOURCE, here / "splice.py", here / "ptx.py")))
+            RUNTIME_SOURCE, here / "splice.py", here / "ptx.py", here.parent / "abi.py")))
     return _sources[0]
 
 
 def build_key(ptx, kernel, wrapper, arch, registers=None):
     """The cache key of a build: everything its cubin depends on (`registers`: the original's
     register count when the caller knows it, see build())."""
-    from clc.wrapcache import cache_key
+    from clc.wrapping.cache import cache_key
     return cache_key(ptx, kernel, wrapper.key_text, _pipeline_sources(), str(arch),
                      *toolchain_versions(), str(registers))
 

@@ -21,13 +21,13 @@ import time
 
 import clc
 from clc.abi import CAPTURE_HEADER, CAPTURE_MAGIC
-from clc.capture import CaptureError, scan_captures
-from clc.decider import Decider, decides_alone
+from clc.capture.reader import CaptureError, scan_captures
+from clc.runtime.decider import Decider, decides_alone
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
-from clc.hooks import HookError, hook_rule_errors, load_hook_file
+from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file
 from clc.policy import PolicyError, load_policy, parse_policy
-from clc.reports import summary
-from clc.shim import SETTINGS_VAR, preload_environment, settings_fd
+from clc.capture.reports import summary
+from clc.runtime.shim import SETTINGS_VAR, preload_environment, settings_fd
 
 __all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
            "load_policy_and_hooks", "check_output", "parse_size"]
@@ -456,7 +456,7 @@ def _report(files, captures, shimmed, program, quiet=False):
 
 
 def main(argv=None):
-    from clc.cli import run_command
+    from clc.cli.main import run_command
 
     parser = argparse.ArgumentParser(
         prog="clc-run", description="Run a program with every CUDA kernel launch under a policy.")

@@ -4,7 +4,7 @@
 `splice(ptx, kernel, loop=True)` returns a `Spliced` whose `.ptx` keeps the kernel's entry,
 its parameters and performance directives (.maxntid, .reqntid, .minnctapersm, .maxnreg), its
 module's .version/.target/.address_size, functions and variables, drops the module's other
-entries, and changes three things (clc/wrappers/runtime.cu has the runtime's side):
+entries, and changes three things (clc/wrapping/device/runtime.cu has the runtime's side):
 
 - one parameter is appended, `.param .align 8 .b8 __clc_arg[32]` (struct clc_launch_arg: the
   launch's slot address and virtual grid), which the shim adds to each launch;
@@ -12,12 +12,13 @@ entries, and changes three things (clc/wrappers/runtime.cu has the runtime's sid
   virtual block's coordinates and the program's grid (a 1:1 kernel keeps its own);
 - the body runs under a claim loop: every thread calls `clc_claim` for a batch of virtual
   blocks [base, end), runs the body once per virtual block of it, and each `ret`/`exit`
-  becomes a branch to the loop's next step. When the body may not loop (clc.ptx.loop_verdict:
-  a thread-divergent exit before a barrier) or `loop=False`, it runs once, 1:1, for the
-  index `clc_enter` gives (its own, or -1: skip), its exits branching to the end, where
-  `clc_finish` adds the block's counts; a 1:1 kernel that calls no runtime function
-  (block_count) counts its block at each exit instead, with a copy of the counting code there.
-clc/wrappers/runtime.cu describes the protocol and its costs.
+  becomes a branch to the loop's next step. When the body may not loop
+  (clc.wrapping.ptx.loop_verdict: a thread-divergent exit before a barrier) or `loop=False`, it
+  runs once, 1:1, for the index `clc_enter` gives (its own, or -1: skip), its exits branching
+  to the end, where `clc_finish` adds the block's counts; a 1:1 kernel that calls no runtime
+  function (block_count) counts its block at each exit instead, with a copy of the counting
+  code there.
+clc/wrapping/device/runtime.cu describes the protocol and its costs.
 
 A kernel the splice must refuse raises `Unwrappable` with the reason: clusters, cooperative
 kernels (grid sync), module variables shared with the rest of the program (a wrapped copy
@@ -29,14 +30,16 @@ of those refusals without changing the module; `splice` is `check` then `splice_
 import copy
 from dataclasses import dataclass
 
-from clc.ptx import (Block, Directive, Function, Instruction, Label, Operand, PtxError, Token,
-                     Variable, callees, exits, loop_verdict, parse, remap_verdict, special_reads)
+from clc import abi
+from clc.wrapping.ptx import (Block, Directive, Function, Instruction, Label, Operand, PtxError,
+                              Token, Variable, callees, exits, loop_verdict, parse, remap_verdict,
+                              special_reads)
 
 __all__ = ["Spliced", "Checked", "Unwrappable", "parsed", "check", "splice", "splice_checked",
            "single_entry", "ptx_text", "ARG_NAME", "ARG_SIZE", "RUNTIME_FUNCTIONS"]
 
 ARG_NAME = "__clc_arg"
-ARG_SIZE = 32
+ARG_SIZE = abi.LAUNCH_ARG.size
 RUNTIME_FUNCTIONS = ("clc_claim", "clc_enter", "clc_finish")
 
 _PREFIX = "__clc_"
@@ -50,8 +53,8 @@ _EXTERNS = """
 .extern .func (.param .b64 func_retval0) clc_enter(.param .b64 slot, .param .b32 grid_x,
     .param .b32 grid_y, .param .b32 grid_z, .param .b32 seq);
 .extern .func clc_finish(.param .b64 slot, .param .b32 seq, .param .b64 last);
-.extern .global .attribute(.managed) .align 128 .b8 clc_stats[4224];
-"""
+.extern .global .attribute(.managed) .align {stripe} .b8 clc_stats[{size}];
+""".format(stripe=abi.STATS_STRIPE_BYTES, size=abi.STATS_BYTES)
 
 _DECLS = """
 .reg .pred %__clc_p1d;
@@ -85,12 +88,14 @@ def _call(function, args, result=None, into=(), uniform=True):
     return "\n".join(lines + ["}"]) + "\n"
 
 
-_ARGS = """
+_AT = abi.LAUNCH_ARG_AT
+assert _AT["slot"] == 0
+_ARGS = f"""
 ld.param.u64 %__clc_slot, [__clc_arg];
-ld.param.u32 %__clc_g0, [__clc_arg+8];
-ld.param.u32 %__clc_g1, [__clc_arg+12];
-ld.param.u32 %__clc_g2, [__clc_arg+16];
-ld.param.u32 %__clc_seq, [__clc_arg+20];
+ld.param.u32 %__clc_g0, [__clc_arg+{_AT['grid']}];
+ld.param.u32 %__clc_g1, [__clc_arg+{_AT['grid'] + 4}];
+ld.param.u32 %__clc_g2, [__clc_arg+{_AT['grid'] + 8}];
+ld.param.u32 %__clc_seq, [__clc_arg+{_AT['seq']}];
 """
 
 # The virtual block's coordinates from its linear index (the shim keeps grids below 2^31
@@ -110,7 +115,7 @@ div.u32 %__clc_v2, %__clc_t1, %__clc_g1;
 __clc_coords:
 """
 
-_LOOP_HEAD = _ARGS + """
+_LOOP_HEAD = _ARGS + f"""
 setp.eq.u32 %__clc_p1d, %__clc_g1, 1;
 setp.eq.and.u32 %__clc_p1d, %__clc_g2, 1, %__clc_p1d;
 mov.u32 %__clc_batch, 0;
@@ -123,8 +128,8 @@ setp.lt.s64 %__clc_p, %__clc_vb, %__clc_end;
 sub.s64 %__clc_last, %__clc_vb, 1;
 mul.lo.u32 %__clc_t0, %__clc_g0, %__clc_g1;
 mul.lo.u32 %__clc_t0, %__clc_t0, %__clc_g2;
-ld.param.u32 %__clc_t1, [__clc_arg+24];
-ld.param.u32 %__clc_t2, [__clc_arg+28];
+ld.param.u32 %__clc_t1, [__clc_arg+{_AT['share_sms']}];
+ld.param.u32 %__clc_t2, [__clc_arg+{_AT['batch']}];
 """ + _call("clc_claim", [("b64", "%__clc_slot"), ("b32", "%__clc_t0"), ("b32", "%__clc_t1"),
                          ("b32", "%__clc_t2"), ("b32", "%__clc_seq"), ("b32", "%__clc_batch"),
                          ("b64", "%__clc_last")],
@@ -225,7 +230,7 @@ class Spliced:
     ptx: str            # the spliced module
     kernel: str         # the entry's name
     looped: bool        # the body runs in the claim loop (else once, 1:1)
-    reason: str         # why it loops or not (clc.ptx's verdict)
+    reason: str         # why it loops or not (clc.wrapping.ptx's verdict)
     params: int         # the kernel's own parameters (the shim appends one more)
 
 
@@ -291,7 +296,7 @@ class Checked:
     module: object      # the parsed module (splice_checked rewrites it in place)
     fn: object          # the kernel's entry
     looped: bool        # its body runs in the claim loop (else once, 1:1)
-    verdict: object     # clc.ptx.loop_verdict of the entry
+    verdict: object     # clc.wrapping.ptx.loop_verdict of the entry
 
 
 def parsed(ptx):

@@ -4,7 +4,7 @@
 Per-kernel figures merge kernel ids by mangled name, so one kernel loaded in two contexts or
 launched by two processes is one row. The summary needs only what scan_capture keeps; the
 JSON and the trace list launches, which they read from the captures and write out one at a
-time (clc.capture.launch_stream), so that no report holds a capture's launches in memory.
+time (clc.capture.reader.launch_stream), so that no report holds a capture's launches in memory.
 The formats are described in docs/capture.md.
 """
 
@@ -17,7 +17,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from clc import abi
-from clc.capture import LAUNCH_WINDOW, error_name, file_kind, launch_stream
+from clc.capture.reader import LAUNCH_WINDOW, error_name, file_kind, launch_stream
 
 __all__ = ["FORMATS", "summary", "to_json", "to_chrome", "write_json", "write_chrome",
            "write_report", "open_output", "unlink_quietly", "OutputError"]

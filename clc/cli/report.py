@@ -4,9 +4,9 @@
 import os
 import sys
 
-from clc.capture import CaptureError, scan_captures
+from clc.capture.reader import CaptureError, scan_captures
 from clc.errors import EXIT_USAGE, ClcError
-from clc.reports import FORMATS, OutputError, open_output, unlink_quietly, write_report
+from clc.capture.reports import FORMATS, OutputError, open_output, unlink_quietly, write_report
 
 __all__ = ["ReportCommand"]
 

@@ -26,7 +26,8 @@ from clc import abi
 from clc.demangle import demangle
 
 __all__ = [
-    "CaptureError", "Capture", "Kernel", "Launch", "Module", "Message", "KernelStats",
+    "CaptureError", "Capture", "Kernel", "LaunchRecord", "Module", "Message",
+    "KernelStatsRecord",
     "LEVEL_NAMES", "read_capture", "read_captures", "scan_capture", "scan_captures",
     "launch_stream", "LaunchStream", "LAUNCH_WINDOW", "error_name", "file_kind",
 ]
@@ -72,7 +73,7 @@ class Kernel:
 
 
 @dataclass(slots=True)
-class Launch:
+class LaunchRecord:
     seq: int
     t_ns: int
     stream: int
@@ -115,7 +116,7 @@ class Message:
 
 
 @dataclass(slots=True)
-class KernelStats:
+class KernelStatsRecord:
     kernel_id: int
     launches: int
     denied: int
@@ -436,7 +437,7 @@ def _other_record(cap, rtype, body, rule_stats):
                 _text(body[s.size:]) or None))
     elif rtype == abi.REC_KERNEL_STATS:
         if len(body) >= abi.REC_KERNEL_STATS_BODY.size:
-            st = KernelStats(*abi.REC_KERNEL_STATS_BODY.unpack_from(body))
+            st = KernelStatsRecord(*abi.REC_KERNEL_STATS_BODY.unpack_from(body))
             cap.stats[st.kernel_id] = st
     elif rtype == abi.REC_RULE_STATS:
         if len(body) >= abi.REC_RULE_STATS_BODY.size:
@@ -463,10 +464,10 @@ def _other_record(cap, rtype, body, rule_stats):
 def _launch(raw, gpu_ns):
     (seq, t_ns, stream, kid, entry, gx, gy, gz, bx, by, bz, smem, tid, action, rule,
      result) = raw
-    return Launch(seq, t_ns, stream, kid, entry, (gx, gy, gz), (bx, by, bz), smem, tid, action,
-                  rule, result, gpu_ns,
-                  _name(abi.ENTRY_NAMES, entry & ~abi.ENTRY_PTSZ, "entry"),
-                  bool(entry & abi.ENTRY_PTSZ), _name(abi.ACTION_NAMES, action, "action"))
+    return LaunchRecord(seq, t_ns, stream, kid, entry, (gx, gy, gz), (bx, by, bz), smem, tid,
+                        action, rule, result, gpu_ns,
+                        _name(abi.ENTRY_NAMES, entry & ~abi.ENTRY_PTSZ, "entry"),
+                        bool(entry & abi.ENTRY_PTSZ), _name(abi.ACTION_NAMES, action, "action"))
 
 
 def _derive(cap, launch_counts, timing_sums, rule_stats):
@@ -479,7 +480,7 @@ def _derive(cap, launch_counts, timing_sums, rule_stats):
             return None
         st = derived.get(kid)
         if st is None:
-            st = derived[kid] = KernelStats(kid, 0, 0, 0, 0, 0, 0, 0, partial=True)
+            st = derived[kid] = KernelStatsRecord(kid, 0, 0, 0, 0, 0, 0, 0, partial=True)
         return st
 
     for kid in cap.kernels:

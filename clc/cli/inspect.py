@@ -3,11 +3,11 @@
 
 Offline: nothing is loaded or run. Wrapping rebuilds a kernel from its PTX (SASS alone cannot
 be rebuilt), judged on its best PTX: the entry of the highest arch, which the newest GPUs JIT.
-Each built-in wrapper's verdict is clc.wrapbuild.check_wrap's, the check that `clc wrap` and
+Each built-in wrapper's verdict is clc.wrapping.build.check_wrap's, the check that `clc wrap` and
 clc-run build through, so the three agree: a kernel is "wrappable" when some wrapper can wrap
 it, and the wrappers are listed one by one when they disagree (sm_share needs a body that may
 loop, block_count and deadline run it once per block). A kernel with PTX is also loopable or
-not (clc.ptx.loop_verdict: may its body run in a persistent loop).
+not (clc.wrapping.ptx.loop_verdict: may its body run in a persistent loop).
 """
 
 import json
@@ -16,9 +16,9 @@ import sys
 
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
-from clc.fatbin import FatbinError, parse_image
-from clc.ptx import PtxError, loop_verdict, parse
-from clc.splice import Unwrappable
+from clc.wrapping.fatbin import FatbinError, parse_image
+from clc.wrapping.ptx import PtxError, loop_verdict, parse
+from clc.wrapping.splice import Unwrappable
 
 __all__ = ["InspectCommand", "inspect_image", "format_text"]
 
@@ -148,9 +148,9 @@ def _best_module(ptx_entries, modules):
 
 def _wrapper_verdicts(name, ptx_entries, modules, no_ptx):
     """{wrapper: {"wrappable", "looped", "reason"}} for each built-in wrapper: the verdict of
-    clc.wrapbuild.check_wrap, the check `clc wrap` and clc-run build through, on the best PTX
+    clc.wrapping.build.check_wrap, the check `clc wrap` and clc-run build through, on the best PTX
     entry (`no_ptx`: the reason when there is none)."""
-    from clc.wrapbuild import INSPECTED_WRAPPERS, check_wrap
+    from clc.wrapping.build import INSPECTED_WRAPPERS, check_wrap
     out = {}
     if not ptx_entries:
         return {w.name: {"wrappable": False, "looped": None, "reason": no_ptx}

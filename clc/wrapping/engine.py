@@ -9,7 +9,7 @@ At the first sight of a kernel in a context whose decision wraps it, `WrapEngine
    may free are copied at load time when the policy wraps), the best PTX entry for the
    device's arch (highest arch <= the device's);
 2. gets the linked cubin from the in-memory table, else from the disk cache ($CLC_CACHE_DIR),
-   else builds it (clc.wrapbuild.build: splice, NVRTC, nvJitLink) and stores it there;
+   else builds it (clc.wrapping.build.build: splice, NVRTC, nvJitLink) and stores it there;
 3. loads it once per process with cuLibraryLoadData (context-independent: every context uses
    the same CUlibrary), takes the CUkernel and this context's CUfunction;
 4. gives the context its slot ring (device memory, zeroed on a private stream) once;
@@ -22,23 +22,18 @@ At exit, each wrapped library's clc_stats (a __managed__ variable) is read back.
 
 import contextlib
 import ctypes
-import struct
 import threading
 import time
 
 from clc import abi
-from clc.fatbin import FatbinError, parse_image
-from clc.splice import Unwrappable
-from clc.wrapbuild import WrapBuildError, build, build_key, warm_up, wrapper_spec
-from clc.wrapcache import DiskCache, LibraryCache
+from clc.wrapping.fatbin import FatbinError, parse_image
+from clc.wrapping.splice import Unwrappable
+from clc.wrapping.build import WrapBuildError, build, build_key, warm_up, wrapper_spec
+from clc.wrapping.cache import DiskCache, LibraryCache
 
-__all__ = ["WrapEngine", "DriverError", "N_SLOTS", "STATS"]
+__all__ = ["WrapEngine", "DriverError", "N_SLOTS"]
 
 N_SLOTS = 16384
-# clc_stats_t in clc/wrappers/runtime.cu: 32 stripes of 128 bytes (blocks, threads, pad), then
-# skipped, max_resident, share_sms
-_STRIPES = 32
-STATS = struct.Struct("<" + "QQ112x" * _STRIPES + "QII")
 _LIBRARY_CACHE_BYTES = 256 << 20
 
 _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
@@ -113,7 +108,7 @@ class WrapEngine:
         self._lock = threading.RLock()
         self._driver = None
         self.images = {}                # handle -> (kind, bytes) of a load
-        self._parsed = {}               # handle -> clc.fatbin.Image, or the FatbinError
+        self._parsed = {}               # handle -> clc.wrapping.fatbin.Image, or the FatbinError
         self._disk = None
         self._disk_failed = False
         self.libraries = LibraryCache(self._load, self._unload, _LIBRARY_CACHE_BYTES)
@@ -441,12 +436,12 @@ class WrapEngine:
         for name, spec, key, library in self.wrapped:
             ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
             if d.cuLibraryGetManaged(ctypes.byref(ptr), ctypes.byref(size), library,
-                                     b"clc_stats") != 0 or size.value < STATS.size:
+                                     b"clc_stats") != 0 or size.value < abi.STATS.size:
                 continue
-            fields = STATS.unpack(ctypes.string_at(ptr.value, STATS.size))
-            blocks = sum(fields[0:2 * _STRIPES:2])
-            threads = sum(fields[1:2 * _STRIPES:2])
-            skipped, resident, share_sms = fields[2 * _STRIPES:]
+            fields = abi.STATS.unpack(ctypes.string_at(ptr.value, abi.STATS.size))
+            blocks = sum(fields[0:2 * abi.STATS_STRIPES:2])
+            threads = sum(fields[1:2 * abi.STATS_STRIPES:2])
+            skipped, resident, share_sms = fields[2 * abi.STATS_STRIPES:]
             counts = {"blocks": blocks, "threads": threads, "skipped": skipped,
                       "max_resident": resident}
             if spec.cap is not None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from clc import __version__
-from clc.shim import bridge_path, libpython_path, preload_path
+from clc.runtime.shim import bridge_path, libpython_path, preload_path
 
 __all__ = ["DoctorCommand", "driver_status"]
 

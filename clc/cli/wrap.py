@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """`clc wrap PATH --kernel NAME --wrapper W [--param K=V ...] [--arch sm_90] -o OUT.cubin`:
-build one wrapped kernel offline, with the pipeline clc-run uses (clc.wrapbuild: splice,
+build one wrapped kernel offline, with the pipeline clc-run uses (clc.wrapping.build: splice,
 NVRTC, nvJitLink; no GPU needed), and report its registers and shared memory next to the
 original's (the original's PTX linked alone for the same arch)."""
 
@@ -10,10 +10,10 @@ import sys
 
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
-from clc.fatbin import FatbinError, parse_image
+from clc.wrapping.fatbin import FatbinError, parse_image
 from clc.policy import base_name
-from clc.reports import OutputError, open_output, unlink_quietly
-from clc.splice import Unwrappable
+from clc.capture.reports import OutputError, open_output, unlink_quietly
+from clc.wrapping.splice import Unwrappable
 
 __all__ = ["WrapCommand"]
 
@@ -96,7 +96,7 @@ class WrapCommand:
 
     @staticmethod
     def _build(args, cubin):
-        from clc.wrapbuild import WrapBuildError, build, cubin_resources, link, wrapper_spec
+        from clc.wrapping.build import WrapBuildError, build, cubin_resources, link, wrapper_spec
         params = dict(_param(p) for p in args.param)
         arch = _arch(args.arch)
         try:

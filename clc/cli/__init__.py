@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The commands: `clc` (main, one module per subcommand) and `clc-run` (run)."""
