@@ -20,6 +20,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard shim/*.c shim/*.h shim/*.
 	touch $@
 
 test: install
+	$(VENV)/bin/clang-format --dry-run --Werror shim/*.c shim/*.h
 	$(PY) -m ruff check .
 	$(PY) -m pytest tests
 

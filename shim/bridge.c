@@ -115,13 +115,14 @@ static PyObject *clc_engine_fn(const char *name) {
 static void clc_report_slow(uint32_t kernel_id, uint64_t ns) {
     static PyObject *slow_fn;
     if (!slow_fn && !(slow_fn = clc_engine_fn("bridge_slow"))) return;
-    PyObject *r = PyObject_CallFunction(slow_fn, "IK", (unsigned int)kernel_id,
-                                        (unsigned long long)ns);
+    PyObject *r =
+        PyObject_CallFunction(slow_fn, "IK", (unsigned int)kernel_id, (unsigned long long)ns);
     Py_XDECREF(r);
 }
 
 /* The first launch of a kernel asked about: clc.runtime.engine.bridge_launch(kernel_id, blob)
- * answers (bytes, dispatcher, timed_here) and the dispatcher is kept for the kernel's later launches. */
+ * answers (bytes, dispatcher, timed_here) and the dispatcher is kept for the kernel's later
+ * launches. */
 static PyObject *clc_first_launch(uint32_t kernel_id, PyObject *blob) {
     if (!clc_launch_fn && !(clc_launch_fn = clc_engine_fn("bridge_launch"))) return NULL;
     PyObject *id = PyLong_FromUnsignedLong(kernel_id);

@@ -56,7 +56,7 @@ static void load(void) {
         bridge_off("no Python bridge configured (run the program under clc-run)");
         return;
     }
-    const char *(*get_version)(void) = dlsym(RTLD_DEFAULT, "Py_GetVersion");
+    const char *(*get_version)(void) = clc_libc_dlsym(RTLD_DEFAULT, "Py_GetVersion");
     char msg[512];
     if (get_version) {
         char have[32];
@@ -69,10 +69,10 @@ static void load(void) {
             bridge_off(msg);
             return;
         }
-        p_is_initialized = dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+        p_is_initialized = clc_libc_dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     } else {
         const char *libpython = clc_setting("CLC_PYTHON_LIB");
-        if (!libpython || !*libpython || !dlopen(libpython, RTLD_NOW | RTLD_GLOBAL)) {
+        if (!libpython || !*libpython || !clc_libc_dlopen(libpython, RTLD_NOW | RTLD_GLOBAL)) {
             snprintf(msg, sizeof msg, "cannot load libpython (%s): %s",
                      libpython && *libpython ? libpython : "clc's Python has no shared library",
                      dlerror());
@@ -80,17 +80,17 @@ static void load(void) {
             return;
         }
     }
-    void *h = dlopen(bridge, RTLD_NOW | RTLD_LOCAL);
+    void *h = clc_libc_dlopen(bridge, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(msg, sizeof msg, "cannot load the bridge %s: %s", bridge, dlerror());
         bridge_off(msg);
         return;
     }
-    p_decide = dlsym(h, "clc_bridge_decide");
-    p_launch = dlsym(h, "clc_bridge_launch");
-    p_module = dlsym(h, "clc_bridge_module");
-    p_exit = dlsym(h, "clc_bridge_exit");
-    int (*start)(const char *, const char *) = dlsym(h, "clc_bridge_start");
+    p_decide = clc_libc_dlsym(h, "clc_bridge_decide");
+    p_launch = clc_libc_dlsym(h, "clc_bridge_launch");
+    p_module = clc_libc_dlsym(h, "clc_bridge_module");
+    p_exit = clc_libc_dlsym(h, "clc_bridge_exit");
+    int (*start)(const char *, const char *) = clc_libc_dlsym(h, "clc_bridge_start");
     if (!p_decide || !p_launch || !p_module || !p_exit || !start) {
         bridge_off("the bridge lacks its entry points (rebuild clc)");
         return;

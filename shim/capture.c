@@ -118,7 +118,8 @@ static void calibrate(void) {
     tsc_calibration *c = &g_cal_ring[g_cal_next++ % 4];
     c->tsc0 = tsc;
     c->ns0 = ns;
-    c->mult = (uint64_t)(((unsigned __int128)(ns - g_cal_first_ns) << 32) / (tsc - g_cal_first_tsc));
+    c->mult =
+        (uint64_t)(((unsigned __int128)(ns - g_cal_first_ns) << 32) / (tsc - g_cal_first_tsc));
     atomic_store_explicit(&g_cal, c, memory_order_release);
 #endif
 }
@@ -215,7 +216,8 @@ static void append(int fd, const char *p, size_t n) {
     if (!g_write_errno) g_write_errno = e;
     if (CLC_FIRST_TIME())
         say("clc: writing the capture %s failed: %s; records are being lost (counted in its "
-            "end record, if that can be written)\n", g_path, strerror(e));
+            "end record, if that can be written)\n",
+            g_path, strerror(e));
 }
 
 /* Called with g_file_lock held; fd is the capture opened for this flush. */
@@ -418,8 +420,8 @@ void *clc_capture_begin(uint16_t type, size_t body_size) {
         atomic_fetch_add_explicit(&g_capped_bytes, size, memory_order_relaxed);
         if (CLC_FIRST_TIME())
             say("clc: the capture %s reached its size limit (%llu bytes): later launch and "
-                "timing records are dropped and counted; counts stay exact\n", g_path,
-                (unsigned long long)g_max_bytes);
+                "timing records are dropped and counted; counts stay exact\n",
+                g_path, (unsigned long long)g_max_bytes);
         return NULL;
     }
     if (unlikely(!b || size > BUF_SIZE / 2)) {
@@ -464,10 +466,29 @@ void clc_capture_write(uint16_t type, const void *body, size_t body_size, const 
 }
 
 static void write_kernel_record(clc_entry *e, void *name) {
-    clc_rec_kernel k = {.kernel_id = e->kernel_id, .device = e->device, .handle = e->handle,
-                        .ctx = e->ctx, .t_ns = clc_now_ns()};
+    clc_rec_kernel k = {.kernel_id = e->kernel_id,
+                        .device = e->device,
+                        .handle = e->handle,
+                        .ctx = e->ctx,
+                        .t_ns = clc_now_ns()};
     const char *n = name ? name : "<unnamed>";
     clc_capture_write(CLC_REC_KERNEL, &k, sizeof k, n, strlen(n));
+}
+
+/* A warning or error of the log (clc_log_set_sink), or any message of the engine. */
+void clc_capture_message(int level, const char *text, size_t len) {
+    if (clc_capture_enabled()) {
+        clc_rec_message body = {.level = (uint32_t)level, .t_ns = clc_now_ns()};
+        clc_capture_write(CLC_REC_MESSAGE, &body, sizeof body, text, len);
+    }
+}
+
+/* A message from the engine: into the capture, and on stderr from warnings up. */
+CLC_EXPORT void clc_shim_message(int level, const char *text) {
+    if (level > CLC_MSG_INFO)
+        clc_log(level, "%s", text);
+    else
+        clc_capture_message(level, text, strlen(text));
 }
 
 void clc_capture_kernel(const clc_entry *e, const char *name) {
@@ -527,7 +548,8 @@ void clc_capture_finish(void) {
     clc_rule_stats(write_rule_stats, NULL);
     flush_all();
     pthread_mutex_lock(&g_file_lock);
-    clc_rec_end end = {.t_ns = clc_now_ns(), .dropped = atomic_load(&g_dropped),
+    clc_rec_end end = {.t_ns = clc_now_ns(),
+                       .dropped = atomic_load(&g_dropped),
                        .write_lost_bytes = g_lost_bytes,
                        .capped_bytes = atomic_load(&g_capped_bytes),
                        .write_errno = g_write_errno};

@@ -110,7 +110,7 @@ typedef struct clc_replacement {
 } clc_replacement; /* 88 bytes */
 
 /* The argument appended to a wrapped kernel's launch (struct clc_launch_arg in
- * clc/wrappers/runtime.cu; `__clc_arg` in the spliced PTX). */
+ * clc/wrapping/device/runtime.cu; `__clc_arg` in the spliced PTX). */
 typedef struct clc_launch_arg {
     uint64_t slot;    /* CUdeviceptr of the launch's slot */
     uint32_t grid[3]; /* the program's grid: the virtual blocks */
@@ -178,7 +178,7 @@ typedef struct clc_kernel_query {
 
 /* ---- the decider: first sights answered by clc-run, outside the program ----------------- */
 /* For a policy without Python hooks, clc-run answers the first sight of each kernel itself
- * (clc/decider.py) over a SOCK_SEQPACKET Unix socket whose path is the CLC_DECIDER setting:
+ * (clc/runtime/decider.py) over a SOCK_SEQPACKET Unix socket whose path is the CLC_DECIDER setting:
  * the program's interpreter (of whatever Python version, or none) is never entered and its GIL
  * never waited for, and forked children are decided like their parent. clc-run reads the
  * asking process's names and identity from the kernel (SO_PEERCRED, /proc), not from it; the

@@ -160,8 +160,8 @@ static int ask(const char *name, size_t name_size, int device, clc_decide_reply 
                clc_decision *d, char *text, size_t text_cap) {
     long long deadline = now_ms() + TIMEOUT_MS;
     uint32_t seq = ++g_seq;
-    clc_decide_request req = {.magic = CLC_DECIDE_MAGIC, .device = device,
-                              .name_size = (uint32_t)name_size, .seq = seq};
+    clc_decide_request req = {
+        .magic = CLC_DECIDE_MAGIC, .device = device, .name_size = (uint32_t)name_size, .seq = seq};
     struct iovec out[2] = {{&req, sizeof req}, {(void *)name, name_size}};
     struct msghdr m = {.msg_iov = out, .msg_iovlen = 2};
     ssize_t n;
@@ -211,15 +211,17 @@ int clc_decider_decide(const char *name, int device, clc_decision *out, int *sub
     pthread_mutex_unlock(&g_lock);
     if (failed) {
         if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING, "cannot ask clc-run about kernel launches (%s): the "
-                    "program's own engine decides them", strerror(err));
+            clc_log(CLC_MSG_WARNING,
+                    "cannot ask clc-run about kernel launches (%s): the "
+                    "program's own engine decides them",
+                    strerror(err));
         return CLC_DECIDE_FAILED;
     }
     if (head.status == CLC_DECIDE_ENGINE) *substitute = acceptable(out);
     if (head.status == CLC_DECIDE_OK && !acceptable(out)) {
         if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_ERROR, "clc-run answered a decision the shim does not take: the "
-                    "program's own engine decides such kernels");
+                                   "program's own engine decides such kernels");
         return CLC_DECIDE_FAILED;
     }
     /* The announcements are the program's stderr's, unless the program made fd 2 this

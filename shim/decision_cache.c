@@ -6,7 +6,7 @@
  * once its `ready` flag is set and its context matches (acquire); writers fill every field
  * first and publish the key last (release). Inserting takes a mutex, but only on the slow path
  * of a kernel's first launch, and never while Python runs: a thread holding the GIL may be
- * waiting to launch, so the engine is asked with no lock held.
+ * waiting to launch, so the engine is asked (decide.c) before the insert, with no lock held.
  *
  * A decision belongs to its kernel, not to its handle: the driver gives an unloaded kernel's
  * handle to the next kernel it loads. So each entry knows the library or module its kernel came
@@ -26,7 +26,6 @@
 
 #define CACHE_MAX_FILL (CLC_CACHE_SIZE / 4 * 3)
 
-clc_hot g_hot;
 static pthread_mutex_t g_insert_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t g_count;
 
@@ -42,133 +41,13 @@ struct clc_shape_cache {
     clc_shape slots[SHAPES_MAX];
 };
 
-static inline int in_range(const clc_range *r, uint64_t v) { return v >= r->lo && v <= r->hi; }
-
-/* The largest parameter block a kernel may have (CUDA 12.1+: 32764 bytes), and the most
- * parameters asked of the driver. */
-#define ARGS_MAX 32768u
-#define PARAMS_MAX 32768u
-
-/* A kernel's parameter layout from the driver (cudart hands CUkernels, everything else
- * CUfunctions; each getter refuses the other), malloc'd; NULL and *n = 0 when unknown. */
-static clc_param_info *query_layout(uint64_t handle, uint32_t *n, uint32_t *end) {
-    *n = *end = 0;
-    CUresult (*getters[2])(void *, size_t, size_t *, size_t *) = {
-        (CUresult(*)(void *, size_t, size_t *, size_t *))g_drv.kernel_get_param_info,
-        (CUresult(*)(void *, size_t, size_t *, size_t *))g_drv.func_get_param_info};
-    for (int g = 0; g < 2; g++) {
-        if (!getters[g]) continue;
-        size_t offset, size;
-        uint32_t count = 0, cap = 0;
-        clc_param_info *layout = NULL;
-        while (count < PARAMS_MAX &&
-               getters[g]((void *)(uintptr_t)handle, count, &offset, &size) == CUDA_SUCCESS) {
-            if (offset + size > ARGS_MAX) break; /* not a layout a launch can have */
-            if (count == cap) {
-                cap = cap ? cap * 2 : 16;
-                clc_param_info *grown = realloc(layout, cap * sizeof *layout);
-                if (!grown) break;
-                layout = grown;
-            }
-            layout[count++] = (clc_param_info){(uint32_t)offset, (uint32_t)size};
-            if (offset + size > *end) *end = (uint32_t)(offset + size);
-        }
-        if (count) {
-            *n = count;
-            return layout;
-        }
-        free(layout);
-        *end = 0;
-    }
-    return NULL;
-}
-
-/* Copies a launch's arguments into dst (room for `end` bytes), laid out as the kernel's
- * parameter block; *size gets the bytes copied. Returns CLC_ARGS_*. */
-static uint32_t pack_args(unsigned char *dst, const clc_param_info *layout, uint32_t n,
-                          uint32_t end, void **params, void **extra, uint32_t *size) {
-    *size = 0;
-    if (params) {
-        if (!layout) return CLC_ARGS_NO_LAYOUT;
-        memset(dst, 0, end);
-        for (uint32_t i = 0; i < n; i++) {
-            if (!params[i]) return CLC_ARGS_NULL_ENTRY;
-            memcpy(dst + layout[i].offset, params[i], layout[i].size);
-        }
-        *size = end;
-        return CLC_ARGS_OK;
-    }
-    if (!extra) return CLC_ARGS_NONE;
-    if (!layout) return CLC_ARGS_NO_LAYOUT;
-    void *buffer;
-    size_t have;
-    if (clc_parse_extra(extra, &buffer, &have) != 0 || !buffer) return CLC_ARGS_BAD_EXTRA;
-    *size = (uint32_t)(have < end ? have : end);
-    memcpy(dst, buffer, *size);
-    return CLC_ARGS_OK;
-}
-
-/* A query and the launch's arguments after it, as the engine reads them. Small blocks live in
- * the caller's frame (the out-of-line slow path's), larger ones on the heap. */
-typedef struct {
-    clc_kernel_query *q;
-    void *heap;
-    union {
-        clc_kernel_query q;
-        unsigned char bytes[sizeof(clc_kernel_query) + 512];
-    } small;
-} query_buf;
-
-static clc_kernel_query *fill_query(query_buf *b, const clc_entry *e, uint64_t handle,
-                                    uint64_t ctx, int device, const clc_launch_info *l,
-                                    const char *name, const clc_param_info *layout,
-                                    uint32_t n_params, uint32_t end) {
-    b->heap = NULL;
-    clc_kernel_query *q = &b->small.q;
-    int no_memory = 0;
-    if (end > sizeof b->small.bytes - sizeof *q) {
-        q = b->heap = malloc(sizeof *q + end);
-        if (!q) {
-            q = &b->small.q;
-            no_memory = 1;
-        }
-    }
-    *q = (clc_kernel_query){.handle = handle, .ctx = ctx, .device = device,
-                            .entry = l->entry_point, .kernel_id = e ? e->kernel_id : 0,
-                            .name = name, .grid = {l->grid[0], l->grid[1], l->grid[2]},
-                            .block = {l->block[0], l->block[1], l->block[2]},
-                            .shared_mem = l->shmem, .tid = clc_tid(),
-                            .stream = (uint64_t)(uintptr_t)l->stream, .params = l->params,
-                            .extra = l->extra, .layout = layout, .n_params = n_params};
-    if (no_memory)
-        q->args_status = CLC_ARGS_NO_MEMORY;
-    else
-        q->args_status = pack_args((unsigned char *)(q + 1), layout, n_params, end, l->params,
-                                   l->extra, &q->args_size);
-    return b->q = q;
-}
-
-static void free_query(query_buf *b) { free(b->heap); }
-
-/* Asks the engine about one launch; the policy's on_error when it cannot answer. */
-static void ask(clc_entry *e, const clc_launch_info *l, clc_outcome *out) {
-    query_buf b;
-    clc_kernel_query *q =
-        fill_query(&b, e, e->handle, e->ctx, e->device, l, "", e->layout, e->n_params,
-                   e->args_end);
-    t_in_clc = 1;
-    if (clc_bridge_launch(q, out) != 0) *out = g_cfg.on_error;
-    t_in_clc = 0;
-    free_query(&b);
-}
-
 static int same_shape(const clc_shape *s, const clc_launch_info *l) {
     return s->shmem == l->shmem && s->grid[0] == l->grid[0] && s->grid[1] == l->grid[1] &&
-           s->grid[2] == l->grid[2] && s->block[0] == l->block[0] &&
-           s->block[1] == l->block[1] && s->block[2] == l->block[2];
+           s->grid[2] == l->grid[2] && s->block[0] == l->block[0] && s->block[1] == l->block[1] &&
+           s->block[2] == l->block[2];
 }
 
-static const clc_outcome *find_shape(clc_entry *e, const clc_launch_info *l) {
+const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch_info *l) {
     struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_acquire);
     uint32_t n = c ? atomic_load_explicit(&c->count, memory_order_acquire) : 0;
     for (uint32_t i = 0; i < n; i++)
@@ -177,14 +56,13 @@ static const clc_outcome *find_shape(clc_entry *e, const clc_launch_info *l) {
 }
 
 /* Keeps the engine's answer for this shape; NULL when the kernel has too many shapes. */
-static const clc_outcome *add_shape(clc_entry *e, const clc_launch_info *l,
-                                    const clc_outcome *o) {
+const clc_outcome *clc_add_shape(clc_entry *e, const clc_launch_info *l, const clc_outcome *o) {
     const clc_outcome *kept = NULL;
     pthread_mutex_lock(&g_insert_lock);
     struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_relaxed);
     if (!c && (c = calloc(1, sizeof *c)) != NULL)
         atomic_store_explicit(&e->shapes, c, memory_order_release);
-    if ((kept = find_shape(e, l)) == NULL && c) {
+    if ((kept = clc_find_shape(e, l)) == NULL && c) {
         uint32_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
         if (n < SHAPES_MAX) {
             clc_shape *s = &c->slots[n];
@@ -206,29 +84,6 @@ static const clc_outcome *add_shape(clc_entry *e, const clc_launch_info *l,
     return kept;
 }
 
-const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_outcome *scratch) {
-    if (e->mode == CLC_MODE_CACHED) {
-        uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
-        uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
-        for (uint32_t i = 0; i < e->n_clauses; i++) {
-            const clc_clause *c = &e->clauses[i];
-            if (in_range(&c->grid_blocks, blocks) && in_range(&c->block_threads, threads) &&
-                in_range(&c->shared_mem, l->shmem))
-                return &c->outcome;
-        }
-        return &e->fallback;
-    }
-    if (e->mode == CLC_MODE_PER_SHAPE) {
-        const clc_outcome *o = find_shape(e, l);
-        if (o) return o;
-        ask(e, l, scratch);
-        o = add_shape(e, l, scratch);
-        return o ? o : scratch;
-    }
-    ask(e, l, scratch);
-    return scratch;
-}
-
 void clc_entry_outcomes(clc_entry *e, void (*fn)(const clc_outcome *, void *), void *arg) {
     fn(&e->fallback, arg);
     for (uint32_t i = 0; i < e->n_clauses; i++) fn(&e->clauses[i].outcome, arg);
@@ -248,23 +103,6 @@ const char *clc_kernel_name(uint64_t handle) {
         name)
         return name;
     return NULL;
-}
-
-static int ctx_device(uint64_t ctx) {
-    CUdevice dev = -1;
-    if (!g_drv.ctx_get_device) return -1;
-    CUcontext cur = NULL;
-    if (g_drv.ctx_get_current) g_drv.ctx_get_current(&cur);
-    if ((uint64_t)(uintptr_t)cur == ctx || !g_drv.ctx_set_current) {
-        if (g_drv.ctx_get_device(&dev) != 0) dev = -1;
-        return dev;
-    }
-    /* A graph node may name another context: ask it, then put the caller's back. */
-    if (g_drv.ctx_set_current((CUcontext)(uintptr_t)ctx) == 0) {
-        if (g_drv.ctx_get_device(&dev) != 0) dev = -1;
-        g_drv.ctx_set_current(cur);
-    }
-    return dev;
 }
 
 static clc_entry *new_table(void) {
@@ -291,11 +129,10 @@ static clc_entry *table(void) {
 static uint32_t g_tombstones;
 static clc_kernel_counts *g_archive;
 static size_t g_archived, g_archive_cap;
-static _Atomic uint32_t g_next_id;
 
 static void entry_counts(const clc_entry *e, clc_kernel_counts *c) {
-    *c = (clc_kernel_counts){.kernel_id = e->kernel_id, .device = e->device, .handle = e->handle,
-                             .ctx = e->ctx};
+    *c = (clc_kernel_counts){
+        .kernel_id = e->kernel_id, .device = e->device, .handle = e->handle, .ctx = e->ctx};
     for (; e; e = e->prev) {
         c->launches += atomic_load(&e->launches);
         c->denied += atomic_load(&e->denied);
@@ -340,17 +177,20 @@ static void forget_entry(clc_entry *e, forgotten *out) {
     g_tombstones++;
 }
 
-/* Tells the engine, with no lock held (it may wait for the GIL). */
-static void tell_engine(const forgotten *f, unsigned n) {
+/* Tells the engine through `tell`, with no lock held (it may wait for the GIL). */
+static void tell_engine(const forgotten *f, unsigned n, clc_forget_fn tell) {
     for (unsigned i = 0; i < n; i++) {
-        clc_module_event ev = {.api = CLC_LOAD_KERNEL_FORGOTTEN, .handle = f[i].handle,
-                               .ctx = f[i].ctx, .kernel_id = f[i].kernel_id};
-        clc_bridge_module(&ev);
+        clc_module_event ev = {.api = CLC_LOAD_KERNEL_FORGOTTEN,
+                               .handle = f[i].handle,
+                               .ctx = f[i].ctx,
+                               .kernel_id = f[i].kernel_id};
+        tell(&ev);
     }
 }
 
 /* Forgets every live entry `match` accepts; returns how many. */
-static unsigned forget_where(int (*match)(const clc_entry *, const void *), const void *arg) {
+static unsigned forget_where(int (*match)(const clc_entry *, const void *), const void *arg,
+                             clc_forget_fn tell) {
     clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     if (!t) return 0;
     forgotten small[64], *f = small;
@@ -375,7 +215,7 @@ static unsigned forget_where(int (*match)(const clc_entry *, const void *), cons
         forget_entry(e, &f[n++]);
     }
     pthread_mutex_unlock(&g_insert_lock);
-    tell_engine(f, (unsigned)n);
+    tell_engine(f, (unsigned)n, tell);
     if (f != small) free(f);
     return (unsigned)n;
 }
@@ -393,17 +233,17 @@ static int owned_by(const clc_entry *e, const void *arg) {
     return 0;
 }
 
-unsigned clc_cache_forget_owners(const uint64_t *owners, unsigned n) {
+unsigned clc_cache_forget_owners(const uint64_t *owners, unsigned n, clc_forget_fn tell) {
     owner_set s = {owners, n};
-    return forget_where(owned_by, &s);
+    return forget_where(owned_by, &s, tell);
 }
 
 static int in_context(const clc_entry *e, const void *arg) {
     return e->ctx == *(const uint64_t *)arg;
 }
 
-unsigned clc_cache_forget_context(uint64_t ctx) {
-    return ctx ? forget_where(in_context, &ctx) : 0;
+unsigned clc_cache_forget_context(uint64_t ctx, clc_forget_fn tell) {
+    return ctx ? forget_where(in_context, &ctx, tell) : 0;
 }
 
 unsigned clc_cache_library_modules(uint64_t lib, uint64_t *out, unsigned max) {
@@ -469,8 +309,7 @@ static int rebuild(void) {
 static clc_entry *free_slot(uint64_t handle, uint64_t ctx, int *reused) {
     clc_entry *t = table();
     if (!t) return NULL;
-    if (g_count >= CACHE_MAX_FILL && (g_tombstones < CLC_CACHE_SIZE / 8 || !rebuild()))
-        return NULL;
+    if (g_count >= CACHE_MAX_FILL && (g_tombstones < CLC_CACHE_SIZE / 8 || !rebuild())) return NULL;
     t = atomic_load_explicit(&g_hot.table, memory_order_relaxed);
     uint32_t i = clc_slot_of(handle, ctx);
     while (atomic_load_explicit(&t[i].ready, memory_order_relaxed)) {
@@ -517,78 +356,32 @@ static clc_entry *uncached(uint64_t handle, uint64_t ctx, int device, const clc_
     return e;
 }
 
-/* The library or module the kernel came from, as the driver says. */
-static uint64_t kernel_owner(uint64_t handle) {
-    CUlibrary lib = NULL;
-    CUmodule mod = NULL;
-    if (g_drv.kernel_get_library &&
-        g_drv.kernel_get_library(&lib, (CUkernel)(uintptr_t)handle) == CUDA_SUCCESS && lib)
-        return (uint64_t)(uintptr_t)lib;
-    if (g_drv.func_get_module &&
-        g_drv.func_get_module(&mod, (CUfunction)(uintptr_t)handle) == CUDA_SUCCESS && mod)
-        return (uint64_t)(uintptr_t)mod;
-    return 0;
-}
-
-/* The slow path, once per (kernel, context): name the kernel, ask the engine, publish. */
-clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
-                            clc_outcome *answer) {
-    clc_ensure_exit_handler();
-    const char *name = clc_kernel_name(handle);
-    int device = ctx_device(ctx);
-    uint64_t owner = kernel_owner(handle);
-    uint32_t n_params, end;
-    clc_param_info *layout = query_layout(handle, &n_params, &end);
-    clc_decision d;
-    memset(&d, 0, sizeof d);
-    query_buf b;
-    clc_entry id_only = {.kernel_id = atomic_fetch_add(&g_next_id, 1)};
-    clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
-                                     name ? name : "<unnamed>", layout, n_params, end);
-    /* clc-run first, when it decides; the program's engine for a wrap, and when clc-run cannot
-     * be asked (gone while a descendant runs on, another user's process, ...). */
-    int substitute = 0;
-    int asked = clc_decider_configured() ? clc_decider_decide(q->name, device, &d, &substitute)
-                                         : CLC_DECIDE_ENGINE;
-    if (asked != CLC_DECIDE_OK) {
-        clc_decision without_engine = d;
-        memset(&d, 0, sizeof d);
-        if (clc_bridge_decide(q, &d) == 0) {
-            asked = CLC_DECIDE_OK;
-        } else if (substitute) {
-            /* No engine to build a wrapped kernel here: the rest of the policy still holds. */
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING, "wrapped kernels cannot be built in this process: the "
-                                         "kernels of wrap rules get their on_unwrappable");
-            d = without_engine;
-            asked = CLC_DECIDE_OK;
-        }
-    }
-    if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES ||
-        d.mode > CLC_MODE_EVERY_LAUNCH) {
-        memset(&d, 0, sizeof d);
-        d.fallback = g_cfg.on_error;
-    }
-    free_query(&b);
-    *answer = d.fallback;
-
+/* A first sight's kernel published (decide.c): its entry, or the thread's own when the table is
+ * full of live kernels. */
+clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
+                            const clc_launch_info *l,
+                            void (*published)(const clc_entry *, const char *)) {
+    uint64_t handle = k->handle, ctx = k->ctx;
+    clc_param_info *layout = k->layout;
     pthread_mutex_lock(&g_insert_lock);
     clc_entry *e = clc_cache_find(handle, ctx);
     int reused = 0;
     clc_entry *slot = e ? NULL : free_slot(handle, ctx, &reused);
     if (slot) {
         e = slot;
-        if (reused) g_tombstones--;
-        else g_count++;
-        e->kernel_id = id_only.kernel_id;
-        e->device = device;
-        e->fallback = d.fallback;
+        if (reused)
+            g_tombstones--;
+        else
+            g_count++;
+        e->kernel_id = k->kernel_id;
+        e->device = k->device;
+        e->fallback = d->fallback;
         e->n_clauses = 0;
-        e->mode = (uint16_t)d.mode;
+        e->mode = (uint16_t)d->mode;
         e->layout = layout;
-        e->n_params = n_params;
-        e->args_end = end;
-        e->owner = owner;
+        e->n_params = k->n_params;
+        e->args_end = k->end;
+        e->owner = k->owner;
         e->prev = NULL;
         e->clauses = NULL;
         atomic_store_explicit(&e->shapes, NULL, memory_order_relaxed);
@@ -600,28 +393,28 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
         atomic_store(&e->gpu_ns, 0);
         atomic_store(&e->failed, 0);
         layout = NULL; /* the entry's now */
-        if (d.n_clauses && d.mode == CLC_MODE_CACHED) {
-            clc_clause *clauses = malloc(sizeof(clc_clause) * d.n_clauses);
+        if (d->n_clauses && d->mode == CLC_MODE_CACHED) {
+            clc_clause *clauses = malloc(sizeof(clc_clause) * d->n_clauses);
             if (clauses) {
-                memcpy(clauses, d.clauses, sizeof(clc_clause) * d.n_clauses);
+                memcpy(clauses, d->clauses, sizeof(clc_clause) * d->n_clauses);
                 e->clauses = clauses;
-                e->n_clauses = (uint16_t)d.n_clauses;
+                e->n_clauses = (uint16_t)d->n_clauses;
             }
         }
         /* The key last, its context with release: see clc_cache_find. */
         __atomic_store_n(&e->handle, handle, __ATOMIC_RELAXED);
         __atomic_store_n(&e->ctx, ctx, __ATOMIC_RELEASE);
         atomic_store_explicit(&e->ready, 1, memory_order_release);
-        clc_capture_kernel(e, name ? name : "<unnamed>");
+        published(e, k->name ? k->name : "<unnamed>");
     } else if (!e) {
-        e = uncached(handle, ctx, device, &d, layout, n_params, end);
+        e = uncached(handle, ctx, k->device, d, layout, k->n_params, k->end);
         layout = NULL;
     }
     pthread_mutex_unlock(&g_insert_lock);
     free(layout); /* another thread's entry won */
     /* The engine answered for this launch: in mode PER_SHAPE that is this shape's answer. */
     if (e->mode == CLC_MODE_PER_SHAPE && e->kernel_id != CLC_KERNEL_UNCACHED)
-        add_shape(e, l, &d.fallback);
+        clc_add_shape(e, l, &d->fallback);
     return e;
 }
 
@@ -667,4 +460,40 @@ void clc_cache_after_fork_child(void) {
     pthread_mutex_init(&g_insert_lock, NULL);
     clc_cache_each(reset_counts, NULL);
     g_archived = 0;
+}
+
+/* ---- denied launches per rule ---------------------------------------------------------------- */
+
+/* Denied launches per deciding rule (clc_outcome.rule + 2; the last counts every rule past the
+ * table's end), written into the capture at exit (CLC_REC_RULE_STATS). */
+_Atomic uint64_t clc_rule_denied[CLC_RULE_COUNTERS];
+
+void clc_reset_rule_counts(void) {
+    for (int i = 0; i < CLC_RULE_COUNTERS; i++) atomic_store(&clc_rule_denied[i], 0);
+}
+
+void clc_rule_stats(void (*fn)(int32_t rule, uint64_t denied, void *), void *arg) {
+    for (int i = 0; i < CLC_RULE_COUNTERS; i++) {
+        uint64_t n = atomic_load_explicit(&clc_rule_denied[i], memory_order_relaxed);
+        if (n) fn(i == CLC_RULE_COUNTERS - 1 ? INT32_MAX : i - 2, n, arg);
+    }
+}
+
+/* ---- for the engine: counts so far ----------------------------------------------------------- */
+
+typedef struct {
+    clc_kernel_counts *out;
+    int max, n;
+} counts_walk;
+
+static void add_counts(const clc_kernel_counts *c, void *arg) {
+    counts_walk *w = arg;
+    if (w->n < w->max) w->out[w->n++] = *c;
+}
+
+/* Fills up to `max` rows; returns how many were written. */
+CLC_EXPORT int clc_shim_kernel_counts(clc_kernel_counts *out, int max) {
+    counts_walk w = {out, max, 0};
+    clc_cache_counts(add_counts, &w);
+    return w.n;
 }

@@ -138,11 +138,10 @@ static const char *expand_origin(const char *file, const struct link_map *caller
     slash[slash == dir] = '\0'; /* "/libx.so" lies in "/" */
     size_t out = 0;
     for (const char *p = file; *p;) {
-        size_t token = strncmp(p, "${ORIGIN}", 9) == 0 ? 9
-                       : strncmp(p, "$ORIGIN", 7) == 0 && !isalnum((unsigned char)p[7]) &&
-                               p[7] != '_'
-                           ? 7
-                           : 0;
+        size_t token =
+            strncmp(p, "${ORIGIN}", 9) == 0                                                 ? 9
+            : strncmp(p, "$ORIGIN", 7) == 0 && !isalnum((unsigned char)p[7]) && p[7] != '_' ? 7
+                                                                                            : 0;
         size_t len = token ? strlen(dir) : 1;
         if (out + len >= size) return file;
         memcpy(buf + out, token ? dir : p, len);
@@ -158,8 +157,8 @@ static const char *expand_origin(const char *file, const struct link_map *caller
  * probes the caller's directories itself, up to those that its own list ends with as well (the
  * default ones): for those it passes the name as given, and libc searches the cache first, as it
  * would have. A name already loaded is passed as given: libc matches it before any search. */
-static const char *caller_file(dlopen_fn real, const char *file, struct link_map *caller,
-                               char *buf, size_t size) {
+static const char *caller_file(dlopen_fn real, const char *file, struct link_map *caller, char *buf,
+                               size_t size) {
     if (strchr(file, '/')) return strchr(file, '$') ? expand_origin(file, caller, buf, size) : file;
     void *loaded = real(file, RTLD_LAZY | RTLD_NOLOAD);
     if (loaded) {
@@ -171,8 +170,8 @@ static const char *caller_file(dlopen_fn real, const char *file, struct link_map
     const char *found = file;
     if (mine) {
         unsigned n = mine->dls_cnt, k = ours ? ours->dls_cnt : 0;
-        while (n && k && strcmp(mine->dls_serpath[n - 1].dls_name,
-                                ours->dls_serpath[k - 1].dls_name) == 0)
+        while (n && k &&
+               strcmp(mine->dls_serpath[n - 1].dls_name, ours->dls_serpath[k - 1].dls_name) == 0)
             n--, k--;
         for (unsigned i = 0; i < n && found == file; i++) {
             int len = snprintf(buf, size, "%s/%s", mine->dls_serpath[i].dls_name, file);
@@ -312,7 +311,8 @@ static void patch_relocs(const struct dl_phdr_info *info, const clc_dynamic *d,
         if (!index || (type != CLC_R_JUMP_SLOT && type != CLC_R_GLOB_DAT && type != CLC_R_ABS))
             continue;
         const ElfW(Sym) *s = &d->symtab[index];
-        if (s->st_shndx != SHN_UNDEF) continue; /* its own definition: deep binding changed nothing */
+        if (s->st_shndx != SHN_UNDEF)
+            continue; /* its own definition: deep binding changed nothing */
         uint32_t i = clc_gnu_lookup(&e->dyn, d->strtab + s->st_name);
         void *next = i ? atomic_load_explicit(&e->next[i], memory_order_acquire) : NULL;
         if (!next) continue;
@@ -322,13 +322,15 @@ static void patch_relocs(const struct dl_phdr_info *info, const clc_dynamic *d,
         /* Bound to the next definition, or a PLT entry that lazy binding has not bound yet (it
          * still points into the object's own PLT). Any other value is left alone: bound
          * elsewhere on purpose, or not relocated yet (a plain load under way in another thread). */
-        if (v == to || (v != (ElfW(Addr))next + r->r_addend &&
-                        !(type == CLC_R_JUMP_SLOT && inside(info, v))))
+        if (v == to ||
+            (v != (ElfW(Addr))next + r->r_addend && !(type == CLC_R_JUMP_SLOT && inside(info, v))))
             continue;
         if (*ours < 0) *ours = in_namespace(w->first, d->dynamic);
         if (!*ours) return;
-        if (write_got(info, got, to, w->page)) w->written++;
-        else w->failed++;
+        if (write_got(info, got, to, w->page))
+            w->written++;
+        else
+            w->failed++;
     }
 }
 
@@ -383,8 +385,10 @@ static void load_ends(int loaded) {
         g_walk_owed = 0;
         w.e = atomic_load_explicit(&g_exports, memory_order_acquire);
         w.cuda_dynamic = atomic_load(&g_cuda_dynamic);
-        if (w.e && w.first) dl_iterate_phdr(patch_object, &w);
-        else w.failed = 1; /* the shim's own symbol table could not be read */
+        if (w.e && w.first)
+            dl_iterate_phdr(patch_object, &w);
+        else
+            w.failed = 1; /* the shim's own symbol table could not be read */
     }
     pthread_mutex_unlock(&g_walk_lock);
     if (w.failed) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * elf_dynamic.h: what the shim reads from the dynamic section of a loaded object: its symbol
- * table (libc's own dlsym and dlvsym are found there, preload.c) and its relocations (the GOT
+ * table (libc's own dlsym and dlvsym are found there, real.c) and its relocations (the GOT
  * entries of libraries opened with RTLD_DEEPBIND, dlopen.c). Header-only: both use this one copy.
  */
 #ifndef CLC_ELF_DYNAMIC_H
@@ -52,8 +52,10 @@ static inline int clc_read_dynamic(ElfW(Addr) base, const ElfW(Dyn) *dyn, clc_dy
         case DT_PLTREL: pltrel = dyn->d_un.d_val; break;
         }
     }
-    if (pltrel == DT_RELA) d->jmprel = (const ElfW(Rela) *)jmprel;
-    else d->jmprel_size = 0;
+    if (pltrel == DT_RELA)
+        d->jmprel = (const ElfW(Rela) *)jmprel;
+    else
+        d->jmprel_size = 0;
     return d->symtab && d->strtab;
 }
 

@@ -2,15 +2,14 @@
  *
  * replace.c: the launch of a wrapped kernel (CLC_ACTION_REPLACE), on the fast path.
  *
- * The engine made the clc_replacement once (clc/engine.py, clc/wrapengine.py); here, per
- * launch: take the next slot of the context's ring and its lap (one atomic add; a launch
+ * The engine made the clc_replacement once (clc/runtime/engine.py, clc/wrapping/engine.py); here,
+ * per launch: take the next slot of the context's ring and its lap (one atomic add; a launch
  * captured into a CUDA graph takes a graph slot instead, see CLC_GRAPH_SLOTS), append the
- * clc_launch_arg to the
- * program's arguments (a copy of kernelParams with one more pointer, or of the `extra`
- * buffer with the argument at arg_offset), and, for a looped wrapper with a cap, launch
- * min(one wave, virtual blocks) blocks. A wave needs the kernel's blocks per SM at the launch's
- * block size and shared memory: asked of the driver once per shape and kept in a small
- * lock-free cache in the replacement (a race only asks twice).
+ * clc_launch_arg to the program's arguments (a copy of kernelParams with one more pointer, or
+ * of the `extra` buffer with the argument at arg_offset), and, for a looped wrapper with a cap,
+ * launch min(one wave, virtual blocks) blocks. A wave needs the kernel's blocks per SM at the
+ * launch's block size and shared memory: asked of the driver once per shape and kept in a
+ * small lock-free cache in the replacement (a race only asks twice).
  */
 #include "shim.h"
 
@@ -36,7 +35,7 @@ static unsigned launch_blocks(clc_replacement *rep, uint64_t total, unsigned thr
                               unsigned shmem) {
     if (!(rep->flags & CLC_REPLACE_LOOPED) || rep->cap_kind == CLC_CAP_NONE) return 0;
     /* One wave: the wrapped kernel keeps the blocks on its share of the SMs and lets the
-     * others leave (clc/wrappers/runtime.cu), so the launch must reach every SM. */
+     * others leave (clc/wrapping/device/runtime.cu), so the launch must reach every SM. */
     uint64_t cap = (uint64_t)rep->sm_count * blocks_per_sm(rep, threads, shmem);
     if (cap < 1) cap = 1;
     return (unsigned)(cap < total ? cap : total);
@@ -55,10 +54,10 @@ CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigne
         uint64_t k = atomic_fetch_add_explicit((_Atomic uint64_t *)(uintptr_t)rep->cursor + 1, 1,
                                                memory_order_relaxed);
         if (k >= CLC_GRAPH_SLOTS) return CLC_NO_GRAPH_SLOT;
-        r->arg = (clc_launch_arg){
-            .slot = rep->slots + ((uint64_t)rep->n_slots + k) * CLC_SLOT_BYTES,
-            .grid = {gx, gy, gz},
-            .seq = CLC_GRAPH_SEQ};
+        r->arg =
+            (clc_launch_arg){.slot = rep->slots + ((uint64_t)rep->n_slots + k) * CLC_SLOT_BYTES,
+                             .grid = {gx, gy, gz},
+                             .seq = CLC_GRAPH_SEQ};
     } else {
         uint64_t i = atomic_fetch_add_explicit((_Atomic uint64_t *)(uintptr_t)rep->cursor, 1,
                                                memory_order_relaxed);

@@ -240,15 +240,13 @@ CLC_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *c
 }
 
 CLC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
-                           const posix_spawnattr_t *attr, char *const argv[],
-                           char *const envp[]) {
+                           const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
     CHILD_ENV(envp);
     return REAL(posix_spawn)(pid, path, fa, attr, argv, env_);
 }
 
 CLC_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
-                            const posix_spawnattr_t *attr, char *const argv[],
-                            char *const envp[]) {
+                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
     CHILD_ENV(envp);
     return REAL(posix_spawnp)(pid, file, fa, attr, argv, env_);
 }

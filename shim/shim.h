@@ -5,6 +5,16 @@
  * Stage 1 must build where no CUDA toolkit is installed (pip install on a machine with only
  * a driver), so the few driver types it needs are declared here by layout, from cuda.h of
  * CUDA 13.0, instead of including cuda.h (whose #defines would also rename our hooks).
+ *
+ * Layers, lowest first. A file calls into its own layer or those below it, never above, and no
+ * files call each other in a loop; a lower file that needs something of a higher one gets it as
+ * a function pointer (clc_log_set_sink, the `tell` and `published` arguments below).
+ * tests/unit/test_shim_layers.py reads this list and checks both on the compiled objects.
+ *   core:     core.c settings.c real.c
+ *   records:  decision_cache.c capture.c timing.c
+ *   deciding: decide.c decider.c bridge_loader.c replace.c
+ *   hooks:    launch.c graph.c load.c context.c process.c image.c
+ *   entry:    interpose.c dlopen.c
  */
 #ifndef CLC_SHIM_H
 #define CLC_SHIM_H
@@ -17,6 +27,8 @@
 #include "clc_abi.h"
 
 #define CLC_EXPORT __attribute__((visibility("default")))
+/* On the declarations of data that the hooks read in files other than the one defining it:
+ * reached directly, as in its own file, not through the GOT. */
 #define CLC_HIDDEN __attribute__((visibility("hidden")))
 #define CLC_TLS __thread __attribute__((tls_model("initial-exec")))
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -174,23 +186,39 @@ CLC_HOOKED_SYMBOLS(CLC_PFN_TYPEDEF)
 
 /* Real pointers, one per slot: written once when first resolved, read on every call. The
  * launch slots come first in the table, so that they share one cache line. */
-extern void *_Atomic g_real[CLC_N_SLOTS] __attribute__((aligned(64)));
+extern CLC_HIDDEN void *_Atomic g_real[CLC_N_SLOTS] __attribute__((aligned(64)));
 void *clc_resolve_real(int slot); /* resolves on first use (plain-symbol callers) */
 static inline void *clc_real(int slot) {
     void *p = atomic_load_explicit(&g_real[slot], memory_order_acquire);
     return likely(p != NULL) ? p : clc_resolve_real(slot);
 }
 
-/* The hooked symbols by name (preload.c): a slot of the table above or -1; the hook's address;
- * the real pointer for a slot (kept only when not a hook, and only the first one); libcuda's
- * dlopen handle. */
+/* The hooked symbols by name (real.c): the names by slot; a slot of the table above or -1; the
+ * real pointer for a slot (only the first one; never a hook: interpose.c checks what programs'
+ * lookups give, and the shim's own lookups, after the shim or in libcuda's scope, cannot give
+ * one); libcuda's dlopen handle. The hook's address for a slot (interpose.c). */
+extern CLC_HIDDEN const char *const clc_slot_names[CLC_N_SLOTS];
 int clc_slot_by_name(const char *name);
 void *clc_hook_addr(int slot);
 void clc_set_real(int slot, void *p);
 void *clc_libcuda_handle(void);
+/* libc's own dlsym (real.c), since the shim exports dlsym and dlvsym: found in libc's symbol
+ * table by clc_libc_symbol, resolved at start (process.c) or at first need. */
+extern CLC_HIDDEN void *(*clc_real_dlsym)(void *, const char *);
+void *clc_libc_symbol(const char *name);
+static inline void clc_resolve_dlsym(void) {
+    clc_real_dlsym = (void *(*)(void *, const char *))clc_libc_symbol("dlsym");
+}
+/* libc's dlopen and dlsym for the shim's own loads and lookups, never through its hooks. */
+void *clc_libc_dlopen(const char *file, int mode);
+void *clc_libc_dlsym(void *handle, const char *name);
 /* The next definition of a symbol after the shim's (libc's own for the exec family, dlopen):
  * looked up with libc's dlsym, since the shim exports dlsym and dlvsym. */
 void *clc_next_symbol(const char *name);
+/* A hook's first lines: the real entry point, or CUDA_ERROR_NOT_INITIALIZED without one. */
+#define CLC_REAL_OR_FAIL(name)                                                                   \
+    pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                     \
+    if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
 
 /* Driver helpers stage 1 calls itself, resolved from the same libcuda. */
 typedef struct {
@@ -219,7 +247,7 @@ typedef struct {
     CUresult (*func_get_module)(CUmodule *, CUfunction);
     CUresult (*library_get_module)(CUmodule *, CUlibrary);
 } clc_driver;
-extern clc_driver g_drv;
+extern CLC_HIDDEN clc_driver g_drv;
 
 /* The stream's capture status (cuStreamIsCapturing, or its _ptsz variant): the query's
  * CUresult, *status set (CU_STREAM_CAPTURE_STATUS_NONE when the driver lacks the query). */
@@ -268,7 +296,7 @@ typedef struct {
     int root_pid;         /* the pid clc-run started; other processes are children */
     int force;
 } clc_settings;
-extern clc_settings g_cfg;
+extern CLC_HIDDEN clc_settings g_cfg;
 
 /* ---- settings: what clc-run gave the program, fixed at start (settings.c) ------------------ */
 int clc_settings_load(void);            /* 1 when the process has clc-run's settings */
@@ -302,6 +330,9 @@ static inline int clc_parse_extra(void **extra, void **buffer, size_t *size) {
 
 /* ---- logging: every clc problem is reported once, to stderr and into the capture ---------- */
 void clc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Where warnings and errors go besides stderr (the capture: process.c sets it at start). */
+typedef void (*clc_log_sink)(int level, const char *text, size_t len);
+void clc_log_set_sink(clc_log_sink sink);
 #define clc_debug(...)                                                                        \
     do {                                                                                      \
         if (unlikely(g_cfg.verbose)) clc_log(CLC_MSG_INFO, __VA_ARGS__);                      \
@@ -389,20 +420,43 @@ static inline clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
 const char *clc_kernel_name(uint64_t handle);
 
 /* Asks the engine about a new (kernel, context) and publishes its entry; `answer` gets the
- * engine's outcome for this very launch (another thread's entry may have won the insert). */
+ * engine's outcome for this very launch (another thread's entry may have won the insert).
+ * decide.c, as is clc_outcome_for. */
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
                             clc_outcome *answer);
 /* The outcome of a launch of an entry whose `shaped` is not 0: shape clauses, or the engine
  * asked per shape (answers cached here) or at every launch (answer in *scratch). */
 const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_outcome *scratch);
+/* What a first sight found of a kernel (decide.c), for its entry: the layout is malloc'd and
+ * becomes the entry's. */
+typedef struct {
+    uint64_t handle, ctx, owner;
+    uint32_t kernel_id;
+    int device;
+    clc_param_info *layout;
+    uint32_t n_params, end;
+    const char *name; /* NULL when the driver could not say */
+} clc_new_kernel;
+/* Publishes the entry of a first sight decided `d` (the decision cache's insert, under its lock;
+ * `published` is called there with each new entry and its name); an entry of another thread
+ * may have won. */
+clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
+                            const clc_launch_info *l,
+                            void (*published)(const clc_entry *, const char *));
+/* An entry's answers per launch shape (mode CLC_MODE_PER_SHAPE): the one for l's shape, or
+ * NULL; the engine's answer `o` kept for it (NULL when the kernel has too many shapes). */
+const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch_info *l);
+const clc_outcome *clc_add_shape(clc_entry *e, const clc_launch_info *l, const clc_outcome *o);
 /* Each outcome an entry holds (fallback, shape clauses, per-shape answers). */
 void clc_entry_outcomes(clc_entry *e, void (*fn)(const clc_outcome *, void *), void *arg);
 typedef void (*clc_entry_fn)(clc_entry *, void *);
-/* A context was destroyed: its entries are forgotten (see CLC_CTX_DESTROYED). */
-unsigned clc_cache_forget_context(uint64_t ctx);
+/* How the engine hears of each forgotten kernel (CLC_LOAD_KERNEL_FORGOTTEN): clc_bridge_module. */
+typedef void (*clc_forget_fn)(const clc_module_event *ev);
+/* A context was destroyed: its entries are forgotten (see CLC_CTX_DESTROYED), and `tell` told. */
+unsigned clc_cache_forget_context(uint64_t ctx, clc_forget_fn tell);
 /* Modules or libraries were unloaded: the entries of their kernels (and of kernels whose owner
- * the driver could not say) are forgotten, and the engine told (CLC_LOAD_KERNEL_FORGOTTEN). */
-unsigned clc_cache_forget_owners(const uint64_t *owners, unsigned n);
+ * the driver could not say) are forgotten, and `tell` told. */
+unsigned clc_cache_forget_owners(const uint64_t *owners, unsigned n, clc_forget_fn tell);
 /* The modules that stand for library `lib` in each context holding entries (the driver's
  * cuLibraryGetModule, asked with each such context current): up to max, into out. */
 unsigned clc_cache_library_modules(uint64_t lib, uint64_t *out, unsigned max);
@@ -435,6 +489,7 @@ void clc_capture_write(uint16_t type, const void *body, size_t body_size, const 
                        size_t text_len);
 void *clc_capture_begin(uint16_t type, size_t body_size); /* a record's body, filled in place */
 void clc_capture_commit(void);                            /* publishes it */
+void clc_capture_message(int level, const char *text, size_t len); /* a MESSAGE record */
 void clc_capture_kernel(const clc_entry *e, const char *name);
 void clc_capture_finish(void);
 void clc_capture_after_fork_child(void);
@@ -445,11 +500,23 @@ int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz);
 void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint64_t seq);
 void clc_timing_drain_all(void);
 
+/* ---- denied launches per deciding rule (decision_cache.c), counted by the launch gate ------ */
+#define CLC_RULE_COUNTERS 4096
+extern CLC_HIDDEN _Atomic uint64_t clc_rule_denied[CLC_RULE_COUNTERS];
+static inline void clc_count_denied_by(int32_t rule) {
+    int64_t i = (int64_t)rule + 2;
+    if (i < 0 || i >= CLC_RULE_COUNTERS) i = CLC_RULE_COUNTERS - 1;
+    atomic_fetch_add_explicit(&clc_rule_denied[i], 1, memory_order_relaxed);
+}
+void clc_reset_rule_counts(void);
 /* Denied launches per rule so far: fn(rule, count) for each rule that denied any (rule as in
  * clc_outcome.rule; INT32_MAX sums rules past the counters' end). */
 void clc_rule_stats(void (*fn)(int32_t rule, uint64_t denied, void *), void *arg);
 
-/* ---- process lifetime -------------------------------------------------------------------- */
+/* ---- loaded images (image.c): their kind and size, into a load event ----------------------- */
+void clc_describe_image(const void *image, clc_module_event *ev);
+
+/* ---- process lifetime (process.c) ---------------------------------------------------------- */
 void clc_ensure_exit_handler(void);
 
 #endif /* CLC_SHIM_H */

@@ -74,7 +74,8 @@ static void finish(tstate *s, clc_timing *t, int wait) {
     CUresult r = wait ? g_drv.event_synchronize(t->end) : CUDA_SUCCESS;
     if (r == CUDA_SUCCESS) r = g_drv.event_elapsed(&ms, t->start, t->end);
     if (r == CUDA_SUCCESS && t->entry) {
-        clc_rec_timing rec = {.seq = t->seq, .kernel_id = t->entry->kernel_id,
+        clc_rec_timing rec = {.seq = t->seq,
+                              .kernel_id = t->entry->kernel_id,
                               .gpu_ns = (uint64_t)((double)ms * 1e6 + 0.5)};
         atomic_fetch_add_explicit(&t->entry->timed, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&t->entry->gpu_ns, rec.gpu_ns, memory_order_relaxed);

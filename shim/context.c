@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * context.c: context teardown (cuCtxDestroy, the primary context's last release and its reset).
+ * Pending GPU times are read back while their events still exist; then the context's decisions
+ * are forgotten (a new context may get its address) and the engine told.
+ */
+#include "shim.h"
+
+/* ---- context teardown: read back pending GPU times while their events still exist --------- */
+
+static void before_teardown(void) {
+    if (t_in_clc) return;
+    t_in_clc = 1;
+    clc_timing_drain_all();
+    t_in_clc = 0;
+}
+
+/* A context is gone: its decisions stop applying (a new context may get its address), and the
+ * engine forgets what it made for it (wrapped kernels' functions and slot rings). */
+static void after_teardown(CUcontext ctx) {
+    if (t_in_clc || !ctx || !clc_driver_ready()) return;
+    t_in_clc = 1;
+    clc_cache_forget_context((uint64_t)(uintptr_t)ctx, clc_bridge_module);
+    clc_module_event ev = {.api = CLC_LOAD_CONTEXT_DESTROYED, .handle = (uint64_t)(uintptr_t)ctx};
+    clc_bridge_module(&ev);
+    t_in_clc = 0;
+}
+
+/* The device's primary context while it is active, else NULL (a retain and a release of the
+ * real driver's, which leave its count as it was). */
+static CUcontext active_primary(CUdevice dev, pfn_cuDevicePrimaryCtxRelease_v2 release) {
+    unsigned flags = 0;
+    int active = 0;
+    CUcontext ctx = NULL;
+    if (t_in_clc || !release || !clc_driver_ready() || !g_drv.primary_get_state ||
+        !g_drv.primary_retain || g_drv.primary_get_state(dev, &flags, &active) != CUDA_SUCCESS ||
+        !active)
+        return NULL;
+    if (g_drv.primary_retain(&ctx, dev) != CUDA_SUCCESS) return NULL;
+    release(dev);
+    return ctx;
+}
+
+static int primary_gone(CUdevice dev) {
+    unsigned flags = 0;
+    int active = 1;
+    return g_drv.primary_get_state &&
+           g_drv.primary_get_state(dev, &flags, &active) == CUDA_SUCCESS && !active;
+}
+
+/* Each teardown entry point in both ABIs (the same parameters). */
+#define CLC_CTX_DESTROY_HOOK(name)                                                               \
+    CLC_EXPORT CUresult name(CUcontext ctx) {                                                    \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        before_teardown();                                                                       \
+        CUresult r = real(ctx);                                                                  \
+        if (r == CUDA_SUCCESS) after_teardown(ctx);                                              \
+        return r;                                                                                \
+    }
+CLC_CTX_DESTROY_HOOK(cuCtxDestroy)
+CLC_CTX_DESTROY_HOOK(cuCtxDestroy_v2)
+
+/* The primary context dies at its last release (then it is no longer active). */
+#define CLC_PRIMARY_RELEASE_HOOK(name)                                                           \
+    CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        before_teardown();                                                                       \
+        CUcontext ctx = active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real);             \
+        CUresult r = real(dev);                                                                  \
+        if (r == CUDA_SUCCESS && ctx && primary_gone(dev)) after_teardown(ctx);                  \
+        return r;                                                                                \
+    }
+CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease)
+CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
+
+/* A reset destroys it whoever holds it (cudaDeviceReset). */
+#define CLC_PRIMARY_RESET_HOOK(name)                                                             \
+    CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        before_teardown();                                                                       \
+        pfn_cuDevicePrimaryCtxRelease_v2 release =                                               \
+            (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SLOT_cuDevicePrimaryCtxRelease_v2);   \
+        CUcontext ctx = active_primary(dev, release);                                            \
+        CUresult r = real(dev);                                                                  \
+        if (r == CUDA_SUCCESS && ctx) after_teardown(ctx);                                       \
+        return r;                                                                                \
+    }
+CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset)
+CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset_v2)

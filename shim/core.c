@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * core.c: what every part of the shim uses: the process-wide settings (g_cfg, filled by
+ * process.c), the recursion guard, and the log. The bottom layer: it calls no other file.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+clc_settings g_cfg;
+CLC_TLS int t_in_clc;
+
+/* ---- logging -------------------------------------------------------------------------------- */
+
+/* Where warnings and errors go besides stderr: the capture, once process.c has set it. */
+static clc_log_sink g_log_sink;
+
+void clc_log_set_sink(clc_log_sink sink) { g_log_sink = sink; }
+
+void clc_log(int level, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    if (level > CLC_MSG_INFO || g_cfg.verbose) {
+        char line[1100];
+        int m = snprintf(line, sizeof line, "clc: %s\n", buf);
+        if (m > 0) (void)!write(2, line, (size_t)(m < (int)sizeof line ? m : (int)sizeof line - 1));
+    }
+    if (level > CLC_MSG_INFO && g_log_sink) g_log_sink(level, buf, (size_t)n);
+}

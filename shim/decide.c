@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * decide.c: asking for decisions. A kernel's first launch in a context (a miss of the decision
+ * cache) names the kernel, reads its parameter layout and asks clc-run (decider.c) or the
+ * program's engine (bridge_loader.c), with no lock held, then publishes the answer into the
+ * cache. An entry whose outcome depends on the launch is asked about again per shape or at each
+ * launch.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+static _Atomic uint32_t g_next_id;
+
+static inline int in_range(const clc_range *r, uint64_t v) { return v >= r->lo && v <= r->hi; }
+
+/* The largest parameter block a kernel may have (CUDA 12.1+: 32764 bytes), and the most
+ * parameters asked of the driver. */
+#define ARGS_MAX 32768u
+#define PARAMS_MAX 32768u
+
+/* A kernel's parameter layout from the driver (cudart hands CUkernels, everything else
+ * CUfunctions; each getter refuses the other), malloc'd; NULL and *n = 0 when unknown. */
+static clc_param_info *query_layout(uint64_t handle, uint32_t *n, uint32_t *end) {
+    *n = *end = 0;
+    CUresult (*getters[2])(void *, size_t, size_t *, size_t *) = {
+        (CUresult (*)(void *, size_t, size_t *, size_t *))g_drv.kernel_get_param_info,
+        (CUresult (*)(void *, size_t, size_t *, size_t *))g_drv.func_get_param_info};
+    for (int g = 0; g < 2; g++) {
+        if (!getters[g]) continue;
+        size_t offset, size;
+        uint32_t count = 0, cap = 0;
+        clc_param_info *layout = NULL;
+        while (count < PARAMS_MAX &&
+               getters[g]((void *)(uintptr_t)handle, count, &offset, &size) == CUDA_SUCCESS) {
+            if (offset + size > ARGS_MAX) break; /* not a layout a launch can have */
+            if (count == cap) {
+                cap = cap ? cap * 2 : 16;
+                clc_param_info *grown = realloc(layout, cap * sizeof *layout);
+                if (!grown) break;
+                layout = grown;
+            }
+            layout[count++] = (clc_param_info){(uint32_t)offset, (uint32_t)size};
+            if (offset + size > *end) *end = (uint32_t)(offset + size);
+        }
+        if (count) {
+            *n = count;
+            return layout;
+        }
+        free(layout);
+        *end = 0;
+    }
+    return NULL;
+}
+
+/* Copies a launch's arguments into dst (room for `end` bytes), laid out as the kernel's
+ * parameter block; *size gets the bytes copied. Returns CLC_ARGS_*. */
+static uint32_t pack_args(unsigned char *dst, const clc_param_info *layout, uint32_t n,
+                          uint32_t end, void **params, void **extra, uint32_t *size) {
+    *size = 0;
+    if (params) {
+        if (!layout) return CLC_ARGS_NO_LAYOUT;
+        memset(dst, 0, end);
+        for (uint32_t i = 0; i < n; i++) {
+            if (!params[i]) return CLC_ARGS_NULL_ENTRY;
+            memcpy(dst + layout[i].offset, params[i], layout[i].size);
+        }
+        *size = end;
+        return CLC_ARGS_OK;
+    }
+    if (!extra) return CLC_ARGS_NONE;
+    if (!layout) return CLC_ARGS_NO_LAYOUT;
+    void *buffer;
+    size_t have;
+    if (clc_parse_extra(extra, &buffer, &have) != 0 || !buffer) return CLC_ARGS_BAD_EXTRA;
+    *size = (uint32_t)(have < end ? have : end);
+    memcpy(dst, buffer, *size);
+    return CLC_ARGS_OK;
+}
+
+/* A query and the launch's arguments after it, as the engine reads them. Small blocks live in
+ * the caller's frame (the out-of-line slow path's), larger ones on the heap. */
+typedef struct {
+    clc_kernel_query *q;
+    void *heap;
+    union {
+        clc_kernel_query q;
+        unsigned char bytes[sizeof(clc_kernel_query) + 512];
+    } small;
+} query_buf;
+
+static clc_kernel_query *fill_query(query_buf *b, const clc_entry *e, uint64_t handle, uint64_t ctx,
+                                    int device, const clc_launch_info *l, const char *name,
+                                    const clc_param_info *layout, uint32_t n_params, uint32_t end) {
+    b->heap = NULL;
+    clc_kernel_query *q = &b->small.q;
+    int no_memory = 0;
+    if (end > sizeof b->small.bytes - sizeof *q) {
+        q = b->heap = malloc(sizeof *q + end);
+        if (!q) {
+            q = &b->small.q;
+            no_memory = 1;
+        }
+    }
+    *q = (clc_kernel_query){.handle = handle,
+                            .ctx = ctx,
+                            .device = device,
+                            .entry = l->entry_point,
+                            .kernel_id = e ? e->kernel_id : 0,
+                            .name = name,
+                            .grid = {l->grid[0], l->grid[1], l->grid[2]},
+                            .block = {l->block[0], l->block[1], l->block[2]},
+                            .shared_mem = l->shmem,
+                            .tid = clc_tid(),
+                            .stream = (uint64_t)(uintptr_t)l->stream,
+                            .params = l->params,
+                            .extra = l->extra,
+                            .layout = layout,
+                            .n_params = n_params};
+    if (no_memory)
+        q->args_status = CLC_ARGS_NO_MEMORY;
+    else
+        q->args_status = pack_args((unsigned char *)(q + 1), layout, n_params, end, l->params,
+                                   l->extra, &q->args_size);
+    return b->q = q;
+}
+
+static void free_query(query_buf *b) { free(b->heap); }
+
+/* Asks the engine about one launch; the policy's on_error when it cannot answer. */
+static void ask(clc_entry *e, const clc_launch_info *l, clc_outcome *out) {
+    query_buf b;
+    clc_kernel_query *q =
+        fill_query(&b, e, e->handle, e->ctx, e->device, l, "", e->layout, e->n_params, e->args_end);
+    t_in_clc = 1;
+    if (clc_bridge_launch(q, out) != 0) *out = g_cfg.on_error;
+    t_in_clc = 0;
+    free_query(&b);
+}
+
+const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_outcome *scratch) {
+    if (e->mode == CLC_MODE_CACHED) {
+        uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+        uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
+        for (uint32_t i = 0; i < e->n_clauses; i++) {
+            const clc_clause *c = &e->clauses[i];
+            if (in_range(&c->grid_blocks, blocks) && in_range(&c->block_threads, threads) &&
+                in_range(&c->shared_mem, l->shmem))
+                return &c->outcome;
+        }
+        return &e->fallback;
+    }
+    if (e->mode == CLC_MODE_PER_SHAPE) {
+        const clc_outcome *o = clc_find_shape(e, l);
+        if (o) return o;
+        ask(e, l, scratch);
+        o = clc_add_shape(e, l, scratch);
+        return o ? o : scratch;
+    }
+    ask(e, l, scratch);
+    return scratch;
+}
+
+static int ctx_device(uint64_t ctx) {
+    CUdevice dev = -1;
+    if (!g_drv.ctx_get_device) return -1;
+    CUcontext cur = NULL;
+    if (g_drv.ctx_get_current) g_drv.ctx_get_current(&cur);
+    if ((uint64_t)(uintptr_t)cur == ctx || !g_drv.ctx_set_current) {
+        if (g_drv.ctx_get_device(&dev) != 0) dev = -1;
+        return dev;
+    }
+    /* A graph node may name another context: ask it, then put the caller's back. */
+    if (g_drv.ctx_set_current((CUcontext)(uintptr_t)ctx) == 0) {
+        if (g_drv.ctx_get_device(&dev) != 0) dev = -1;
+        g_drv.ctx_set_current(cur);
+    }
+    return dev;
+}
+
+/* The library or module the kernel came from, as the driver says. */
+static uint64_t kernel_owner(uint64_t handle) {
+    CUlibrary lib = NULL;
+    CUmodule mod = NULL;
+    if (g_drv.kernel_get_library &&
+        g_drv.kernel_get_library(&lib, (CUkernel)(uintptr_t)handle) == CUDA_SUCCESS && lib)
+        return (uint64_t)(uintptr_t)lib;
+    if (g_drv.func_get_module &&
+        g_drv.func_get_module(&mod, (CUfunction)(uintptr_t)handle) == CUDA_SUCCESS && mod)
+        return (uint64_t)(uintptr_t)mod;
+    return 0;
+}
+
+/* The slow path, once per (kernel, context): name the kernel, ask the engine, publish (the
+ * capture gets the new kernel's record). */
+clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
+                            clc_outcome *answer) {
+    const char *name = clc_kernel_name(handle);
+    int device = ctx_device(ctx);
+    uint64_t owner = kernel_owner(handle);
+    uint32_t n_params, end;
+    clc_param_info *layout = query_layout(handle, &n_params, &end);
+    clc_decision d;
+    memset(&d, 0, sizeof d);
+    query_buf b;
+    clc_entry id_only = {.kernel_id = atomic_fetch_add(&g_next_id, 1)};
+    clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
+                                     name ? name : "<unnamed>", layout, n_params, end);
+    /* clc-run first, when it decides; the program's engine for a wrap, and when clc-run cannot
+     * be asked (gone while a descendant runs on, another user's process, ...). */
+    int substitute = 0;
+    int asked = clc_decider_configured() ? clc_decider_decide(q->name, device, &d, &substitute)
+                                         : CLC_DECIDE_ENGINE;
+    if (asked != CLC_DECIDE_OK) {
+        clc_decision without_engine = d;
+        memset(&d, 0, sizeof d);
+        if (clc_bridge_decide(q, &d) == 0) {
+            asked = CLC_DECIDE_OK;
+        } else if (substitute) {
+            /* No engine to build a wrapped kernel here: the rest of the policy still holds. */
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING, "wrapped kernels cannot be built in this process: the "
+                                         "kernels of wrap rules get their on_unwrappable");
+            d = without_engine;
+            asked = CLC_DECIDE_OK;
+        }
+    }
+    if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES || d.mode > CLC_MODE_EVERY_LAUNCH) {
+        memset(&d, 0, sizeof d);
+        d.fallback = g_cfg.on_error;
+    }
+    free_query(&b);
+    *answer = d.fallback;
+
+    clc_new_kernel k = {.handle = handle,
+                        .ctx = ctx,
+                        .owner = owner,
+                        .kernel_id = id_only.kernel_id,
+                        .device = device,
+                        .layout = layout,
+                        .n_params = n_params,
+                        .end = end,
+                        .name = name};
+    return clc_cache_insert(&k, &d, l, clc_capture_kernel);
+}

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * interpose.c: the shim's hooks handed out. Every symbol of shim.h's table is exported (by the
+ * hook files: launch.c, graph.c, load.c, context.c) and substituted when a program gets it
+ * through dlsym, dlvsym or cuGetProcAddress; the real pointer it came with is kept (real.c).
+ * Deep-bound libraries get the hooks through dlopen.c.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <string.h>
+
+#include "elf_dynamic.h"
+#include "shim.h"
+
+/* Forward declarations of the hooks, so the table of hook addresses can be built. */
+#define CLC_HOOK_DECL(name, params) CLC_EXPORT CUresult name params;
+CLC_HOOKED_SYMBOLS(CLC_HOOK_DECL)
+#define CLC_HOOK_ADDR(name, params) (void *)&name,
+static void *const hook_addr[CLC_N_SLOTS] = {CLC_HOOKED_SYMBOLS(CLC_HOOK_ADDR)};
+
+/* ---- handing out the hooks ------------------------------------------------------------------- */
+
+void *clc_hook_addr(int slot) { return slot >= 0 && slot < CLC_N_SLOTS ? hook_addr[slot] : NULL; }
+
+static int is_hook(void *p) {
+    for (int i = 0; i < CLC_N_SLOTS; i++)
+        if (hook_addr[i] == p) return 1;
+    return 0;
+}
+
+int clc_slot_by_name(const char *name) {
+    if (name[0] != 'c' || name[1] != 'u') return -1;
+    for (int i = 0; i < CLC_N_SLOTS; i++)
+        if (strcmp(clc_slot_names[i], name) == 0) return i;
+    return -1;
+}
+
+/* cuGetProcAddress takes a base name and picks the variant by flags and version, as the
+ * driver's own table does: _ptsz for the per-thread default stream, _v2 ABIs from 12000. */
+static int slot_for_request(const char *name, int version, cuuint64_t flags) {
+    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    int v2 = version >= 12000;
+    if (strcmp(name, "cuLaunchKernel") == 0)
+        return ptsz ? CLC_SLOT_cuLaunchKernel_ptsz : CLC_SLOT_cuLaunchKernel;
+    if (strcmp(name, "cuLaunchKernelEx") == 0)
+        return ptsz ? CLC_SLOT_cuLaunchKernelEx_ptsz : CLC_SLOT_cuLaunchKernelEx;
+    if (strcmp(name, "cuLaunchCooperativeKernel") == 0)
+        return ptsz ? CLC_SLOT_cuLaunchCooperativeKernel_ptsz : CLC_SLOT_cuLaunchCooperativeKernel;
+    if (strcmp(name, "cuGetProcAddress") == 0)
+        return v2 ? CLC_SLOT_cuGetProcAddress_v2 : CLC_SLOT_cuGetProcAddress;
+    if (strcmp(name, "cuGraphAddKernelNode") == 0)
+        return v2 ? CLC_SLOT_cuGraphAddKernelNode_v2 : CLC_SLOT_cuGraphAddKernelNode;
+    if (strcmp(name, "cuGraphKernelNodeSetParams") == 0)
+        return v2 ? CLC_SLOT_cuGraphKernelNodeSetParams_v2 : CLC_SLOT_cuGraphKernelNodeSetParams;
+    if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
+        return v2 ? CLC_SLOT_cuGraphExecKernelNodeSetParams_v2
+                  : CLC_SLOT_cuGraphExecKernelNodeSetParams;
+    if (strcmp(name, "cuGraphAddNode") == 0)
+        return version >= 12030 ? CLC_SLOT_cuGraphAddNode_v2 : CLC_SLOT_cuGraphAddNode;
+    /* Context teardown, both ABIs: cudart 13 asks for the primary context's release and reset
+     * at version 7000 (the first ABI; measured on driver 580). */
+    if (strcmp(name, "cuCtxDestroy") == 0)
+        return version >= 4000 ? CLC_SLOT_cuCtxDestroy_v2 : CLC_SLOT_cuCtxDestroy;
+    if (strcmp(name, "cuDevicePrimaryCtxRelease") == 0)
+        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxRelease_v2
+                                : CLC_SLOT_cuDevicePrimaryCtxRelease;
+    if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
+        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxReset_v2
+                                : CLC_SLOT_cuDevicePrimaryCtxReset;
+    return clc_slot_by_name(name);
+}
+
+static void *substitute(int slot, void *real) {
+    if (slot < 0 || !real || is_hook(real)) return real;
+    clc_set_real(slot, real);
+    clc_debug("hooked %s (real %p)", clc_slot_names[slot], real);
+    return hook_addr[slot];
+}
+
+/* A hooked symbol asked for with RTLD_NEXT: whatever comes after the caller, its launches must
+ * reach the hook (which calls the driver's own). NULL when the driver does not define it. */
+__attribute__((noinline)) static void *next_hooked(int slot) {
+    return clc_real(slot) ? hook_addr[slot] : NULL;
+}
+
+/* Whether the object that made the call at `ret` defines `name` itself: an interposer of that
+ * symbol (another preload library, a profiler), whose RTLD_NEXT lookup wants what comes after
+ * it, as without clc. The shim's own real pointer may be that interposer's definition, so
+ * answering it with the hook would loop. */
+__attribute__((noinline)) static int caller_defines(const void *ret, const char *name) {
+    Dl_info where;
+    struct link_map *map = NULL;
+    clc_dynamic d;
+    uint32_t i;
+    if (!dladdr1(ret, &where, (void **)&map, RTLD_DL_LINKMAP) || !map ||
+        !clc_read_dynamic(map->l_addr, map->l_ld, &d) || !(i = clc_gnu_lookup(&d, name)))
+        return 0;
+    return d.symtab[i].st_shndx != SHN_UNDEF;
+}
+
+/* RTLD_NEXT is resolved by glibc from the caller's return address, so a lookup that libc
+ * answers must leave as a tail call (a jump) for "next" to mean next after the caller, not
+ * after the shim. A hooked driver symbol gets the hook, by any handle, unless its caller is an
+ * interposer of that symbol. */
+CLC_EXPORT void *dlsym(void *handle, const char *name) {
+    if (unlikely(!clc_real_dlsym)) clc_resolve_dlsym();
+    if (handle == RTLD_NEXT) {
+        int slot = name[0] == 'c' && name[1] == 'u' ? clc_slot_by_name(name) : -1;
+        if (slot >= 0 && !caller_defines(__builtin_return_address(0), name))
+            return next_hooked(slot);
+        return clc_real_dlsym(handle, name);
+    }
+    void *p = clc_real_dlsym(handle, name);
+    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);
+    return p;
+}
+
+/* dlvsym: the same substitution, for programs that ask for a symbol version. */
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+CLC_EXPORT void *dlvsym(void *handle, const char *name, const char *version) {
+    static dlvsym_fn real_dlvsym;
+    if (unlikely(!real_dlvsym)) {
+        real_dlvsym = (dlvsym_fn)clc_libc_symbol("dlvsym");
+        if (!real_dlvsym) return NULL;
+    }
+    if (handle == RTLD_NEXT) {
+        int slot = name[0] == 'c' && name[1] == 'u' ? clc_slot_by_name(name) : -1;
+        if (slot >= 0 && !caller_defines(__builtin_return_address(0), name))
+            return next_hooked(slot);
+        return real_dlvsym(handle, name, version);
+    }
+    void *p = real_dlvsym(handle, name, version);
+    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);
+    return p;
+}
+
+CLC_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,
+                                     cuuint64_t flags) {
+    pfn_cuGetProcAddress real = (pfn_cuGetProcAddress)clc_real(CLC_SLOT_cuGetProcAddress);
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real(symbol, pfn, version, flags);
+    if (r == CUDA_SUCCESS && pfn && *pfn && symbol)
+        *pfn = substitute(slot_for_request(symbol, version, flags), *pfn);
+    return r;
+}
+
+CLC_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                        cuuint64_t flags, int *status) {
+    pfn_cuGetProcAddress_v2 real = (pfn_cuGetProcAddress_v2)clc_real(CLC_SLOT_cuGetProcAddress_v2);
+    if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real(symbol, pfn, version, flags, status);
+    if (r == CUDA_SUCCESS && pfn && *pfn && symbol)
+        *pfn = substitute(slot_for_request(symbol, version, flags), *pfn);
+    return r;
+}

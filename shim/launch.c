@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * launch.c: the launch gate (gate.h) and the launch entry points that go through it:
+ * cuLaunchKernel, cuLaunchKernelEx, the cooperative launches (one device or several) and their
+ * _ptsz variants. A launch's outcome comes from the decision cache; a miss is a first sight
+ * (decide.c).
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "gate.h"
+
+/* ---- the launch gate ------------------------------------------------------------------------- */
+
+static _Atomic uint64_t g_seq;
+
+#define CLC_LAUNCH_INFO(entry_point)                                                          \
+    {                                                                                        \
+        .entry_point = entry_point, .grid = {gx, gy, gz}, .block = {bx, by, bz}, .shmem = shmem, \
+        .stream = stream, .params = params, .extra = extra                                    \
+    }
+
+/* A kernel's first launch in this context: the exit work is registered (process.c; once, at the
+ * first CUDA activity), then decide.c asks for the decision. */
+__attribute__((noinline)) clc_entry *clc_first_sight(gate *g, uint64_t f, uint64_t ctx,
+                                                     uint32_t entry_point, unsigned gx, unsigned gy,
+                                                     unsigned gz, unsigned bx, unsigned by,
+                                                     unsigned bz, unsigned shmem, CUstream stream,
+                                                     void **params, void **extra) {
+    clc_launch_info l = CLC_LAUNCH_INFO(entry_point);
+    t_in_clc = 1;
+    clc_ensure_exit_handler();
+    clc_entry *e = clc_cache_decide(f, ctx, &l, &g->scratch);
+    t_in_clc = 0;
+    return e;
+}
+
+/* An entry whose outcome depends on the launch: shape clauses, or the engine's hooks. */
+__attribute__((noinline)) const clc_outcome *clc_shaped_outcome(
+    gate *g, clc_entry *e, uint32_t entry_point, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+    unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params, void **extra) {
+    clc_launch_info l = CLC_LAUNCH_INFO(entry_point);
+    return clc_outcome_for(e, &l, &g->scratch);
+}
+
+/* Everything a launch that is not a plain allow needs: kept out of the inlined fast path. */
+__attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint32_t entry_point,
+                                             unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                             unsigned by, unsigned bz, unsigned shmem,
+                                             CUstream stream) {
+    clc_entry *e = g->entry;
+    g->outcome = o;
+    g->entry_point = entry_point;
+    g->grid[0] = gx, g->grid[1] = gy, g->grid[2] = gz;
+    g->block[0] = bx, g->block[1] = by, g->block[2] = bz;
+    g->shmem = shmem;
+    g->stream = stream;
+    g->timing = NULL;
+    g->seq = atomic_fetch_add_explicit(&g_seq, 1, memory_order_relaxed);
+    g->record = (o->flags & CLC_FLAG_RECORD) != 0;
+    if (o->action == CLC_ACTION_DENY) {
+        clc_count_denied_by(o->rule);
+        if (e &&
+            atomic_fetch_add_explicit(&e->denied, 1, memory_order_relaxed) < CLC_DENIED_RECORDED)
+            g->record = 1;
+    }
+    g->t_ns = g->record ? clc_launch_time_ns() : 0;
+    if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e &&
+        (entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) < CLC_ENTRY_GRAPH_ADD_NODE) {
+        t_in_clc = 1;
+        clc_timing_begin(&g->timing, stream, (entry_point & CLC_ENTRY_PTSZ) != 0);
+        t_in_clc = 0;
+    }
+    return 1;
+}
+
+CUresult clc_gate_exit(gate *g, CUresult result) {
+    clc_entry *e = g->entry;
+    const clc_outcome *o = g->outcome;
+    if (o->action != CLC_ACTION_DENY) count_failure(g, result);
+    t_in_clc = 1;
+    if (g->timing) {
+        if (result == CUDA_SUCCESS)
+            clc_timing_end(g->timing, g->stream, (g->entry_point & CLC_ENTRY_PTSZ) != 0, e, g->seq);
+        else
+            clc_timing_end(g->timing, NULL, 0, NULL, 0);
+    }
+    clc_rec_launch *r;
+    if (g->record && e && e->kernel_id != CLC_KERNEL_UNCACHED && clc_capture_enabled() &&
+        (r = clc_capture_begin(CLC_REC_LAUNCH, sizeof *r)) != NULL) {
+        *r = (clc_rec_launch){
+            .seq = g->seq,
+            .t_ns = g->t_ns,
+            .stream = (uint64_t)(uintptr_t)g->stream,
+            .kernel_id = e->kernel_id,
+            .entry = g->entry_point,
+            .grid = {g->grid[0], g->grid[1], g->grid[2]},
+            .block = {g->block[0], g->block[1], g->block[2]},
+            .shared_mem = g->shmem,
+            .tid = clc_tid(),
+            .action = o->action,
+            .rule = o->rule,
+            .result = result,
+        };
+        clc_capture_commit();
+        atomic_fetch_add_explicit(&e->recorded, 1, memory_order_relaxed);
+    }
+    t_in_clc = 0;
+    return result;
+}
+
+void clc_graph_slots_used_up(void) {
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "more than %d kernel nodes and captured launches of wrapped kernels in one "
+                "context: later ones run unwrapped",
+                CLC_GRAPH_SLOTS);
+}
+
+/* Whether the launch on `stream` is being captured into a CUDA graph (stream capture). An
+ * invalidated capture counts as one: the launch fails either way, and must not take a ring
+ * slot that a replay would reuse. */
+static int stream_captured(CUstream stream, int ptsz) {
+    int status;
+    CUresult r = clc_stream_capture_status(stream, ptsz, &status);
+    return r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT ||
+           (r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE);
+}
+
+/* A wrapped kernel's launch that cannot be rewritten runs the original: said once. A kernel
+ * that uses its slot, launched into a graph under stream capture, gets a graph slot, zeroed
+ * by a memset captured just before it (so each replay starts afresh). */
+__attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, unsigned gx,
+                                                   unsigned gy, unsigned gz, unsigned bx,
+                                                   unsigned by, unsigned bz, unsigned shmem,
+                                                   void **params, void **extra) {
+    const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
+    int ptsz = (g->entry_point & CLC_ENTRY_PTSZ) != 0;
+    int graph = rep && (rep->flags & CLC_REPLACE_SLOT) && stream_captured(g->stream, ptsz);
+    CUresult e =
+        rep ? clc_replace_begin(r, rep, gx, gy, gz, bx, by, bz, shmem, params, extra, graph)
+            : CUDA_ERROR_INVALID_HANDLE;
+    if (e == CUDA_SUCCESS && graph) {
+        CUresult (*zero)(CUdeviceptr, unsigned char, size_t, CUstream) =
+            ptsz ? g_drv.memset_d8_async_ptsz : g_drv.memset_d8_async;
+        e = zero ? zero((CUdeviceptr)r->arg.slot, 0, CLC_SLOT_BYTES, g->stream)
+                 : CUDA_ERROR_NOT_FOUND;
+        if (e != CUDA_SUCCESS) clc_replace_end(r);
+    }
+    if (e == CUDA_SUCCESS) return 1;
+    if (e == CLC_NO_GRAPH_SLOT) {
+        clc_graph_slots_used_up();
+        return 0;
+    }
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "a wrapped kernel's launch could not be rewritten (CUresult %d): "
+                "it runs unwrapped",
+                (int)e);
+    return 0;
+}
+
+/* The driver refused the wrapped kernel's launch (a cooperative grid sized for the original,
+ * a resource limit the wrapper crosses): the original is launched instead, said once. */
+__attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "the driver refused a wrapped kernel's launch (CUresult %d): "
+                "the original kernel was launched instead",
+                (int)e);
+}
+
+/* The replace path of each launch entry point has a function of its own, out of line: its
+ * rewritten arguments live in that function's frame, not in the hook's fast path. */
+#define CLC_LAUNCH_HOOK(name, entry_point)                                                       \
+    __attribute__((noinline)) static CUresult name##_replaced(                                  \
+        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
+        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,   \
+        void **extra) {                                                                          \
+        clc_replaced r;                                                                          \
+        if (!replace_begin(g, &r, gx, gy, gz, bx, by, bz, shmem, params, extra))                 \
+            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                \
+        CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream,     \
+                            r.params, r.extra);                                                  \
+        clc_replace_end(&r);                                                                     \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            replaced_launch_failed(res);                                                         \
+            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                 \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
+    CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        gate g;                                                                                  \
+        if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra); \
+        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream,  \
+                               params, extra)))                                                  \
+            return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
+        if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
+        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
+            return clc_gate_exit(&g, name##_replaced(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
+                                                     stream, params, extra));                    \
+        return clc_gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
+    }
+CLC_LAUNCH_HOOK(cuLaunchKernel, CLC_ENTRY_LAUNCH)
+CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
+
+#define CLC_COOP_HOOK(name, entry_point)                                                         \
+    __attribute__((noinline)) static CUresult name##_replaced(                                  \
+        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
+        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params) { \
+        clc_replaced r;                                                                          \
+        if (!params || !replace_begin(g, &r, gx, gy, gz, bx, by, bz, shmem, params, NULL))       \
+            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                       \
+        CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream,     \
+                            r.params);                                                           \
+        clc_replace_end(&r);                                                                     \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            replaced_launch_failed(res);                                                         \
+            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                        \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
+    CLC_EXPORT CUresult name CLC_COOP_PARAMS {                                                   \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        gate g;                                                                                  \
+        if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);   \
+        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream,  \
+                               params, NULL)))                                                   \
+            return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));    \
+        if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
+        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
+            return clc_gate_exit(&g, name##_replaced(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
+                                                     stream, params));                           \
+        return clc_gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));        \
+    }
+CLC_COOP_HOOK(cuLaunchCooperativeKernel, CLC_ENTRY_LAUNCH_COOPERATIVE)
+CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC_ENTRY_PTSZ)
+
+/* Several devices' cooperative launches at once: each decided as a cooperative launch; when one
+ * is denied, none is launched (the call is all or nothing, as the driver's is). Wrapped kernels
+ * run unwrapped here (said once): their replacement is made for one context. */
+CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list, unsigned int n,
+                                                         unsigned int flags) {
+    pfn_cuLaunchCooperativeKernelMultiDevice real =
+        (pfn_cuLaunchCooperativeKernelMultiDevice)clc_real(
+            CLC_SLOT_cuLaunchCooperativeKernelMultiDevice);
+    if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
+    if (t_in_clc || !list || n == 0) return real(list, n, flags);
+    gate small[8], *g = n <= 8 ? small : malloc(n * sizeof *g);
+    unsigned char small_gated[8], *gated = n <= 8 ? small_gated : malloc(n);
+    if (!g || !gated) {
+        if (g != small) free(g);
+        if (gated != small_gated) free(gated);
+        return g_cfg.on_error.action == CLC_ACTION_DENY ? g_cfg.on_error.error
+                                                        : real(list, n, flags);
+    }
+    CUresult refused = CUDA_SUCCESS;
+    for (unsigned i = 0; i < n; i++) {
+        const clc_launch_params *p = &list[i];
+        gated[i] = (unsigned char)gate_enter(&g[i], p->function, NULL, CLC_ENTRY_LAUNCH_COOPERATIVE,
+                                             p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX,
+                                             p->blockDimY, p->blockDimZ, p->sharedMemBytes,
+                                             p->hStream, p->kernelParams, NULL);
+        if (!gated[i]) continue;
+        if (g[i].outcome->action == CLC_ACTION_DENY && refused == CUDA_SUCCESS)
+            refused = g[i].outcome->error;
+        if (g[i].outcome->action == CLC_ACTION_REPLACE) {
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING, "a wrapped kernel launched with "
+                                         "cuLaunchCooperativeKernelMultiDevice runs unwrapped");
+        }
+    }
+    CUresult r = refused != CUDA_SUCCESS ? refused : real(list, n, flags);
+    for (unsigned i = 0; i < n; i++) {
+        if (!gated[i])
+            count_failure(&g[i], r);
+        else
+            clc_gate_exit(&g[i], g[i].outcome->action == CLC_ACTION_DENY ? g[i].outcome->error : r);
+    }
+    if (g != small) free(g);
+    if (gated != small_gated) free(gated);
+    return r;
+}
+
+#define CLC_LAUNCH_EX_HOOK(name, entry_point)                                                    \
+    __attribute__((noinline)) static CUresult name##_replaced(                                  \
+        gate *g, pfn_##name real, const CUlaunchConfig *config, CUfunction f, void **params,     \
+        void **extra) {                                                                          \
+        clc_replaced r;                                                                          \
+        if (!replace_begin(g, &r, config->gridDimX, config->gridDimY, config->gridDimZ,          \
+                           config->blockDimX, config->blockDimY, config->blockDimZ,              \
+                           config->sharedMemBytes, params, extra))                               \
+            return real(config, f, params, extra);                                               \
+        CUlaunchConfig c = *config;                                                              \
+        c.gridDimX = r.grid[0], c.gridDimY = r.grid[1], c.gridDimZ = r.grid[2];                  \
+        CUresult res = real(&c, r.f, r.params, r.extra);                                         \
+        clc_replace_end(&r);                                                                     \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            replaced_launch_failed(res);                                                         \
+            res = real(config, f, params, extra);                                                \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
+    CLC_EXPORT CUresult name CLC_LAUNCH_EX_PARAMS {                                              \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        gate g;                                                                                  \
+        if (unlikely(t_in_clc) || unlikely(!config)) return real(config, f, params, extra);      \
+        if (likely(!gate_enter(&g, f, NULL, entry_point, config->gridDimX, config->gridDimY,     \
+                               config->gridDimZ, config->blockDimX, config->blockDimY,           \
+                               config->blockDimZ, config->sharedMemBytes, config->hStream,       \
+                               params, extra)))                                                  \
+            return count_failure(&g, real(config, f, params, extra));                            \
+        if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
+        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
+            return clc_gate_exit(&g, name##_replaced(&g, real, config, f, params, extra));       \
+        return clc_gate_exit(&g, real(config, f, params, extra));                                \
+    }
+CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx, CLC_ENTRY_LAUNCH_EX)
+CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, CLC_ENTRY_LAUNCH_EX | CLC_ENTRY_PTSZ)

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * load.c: module and library loads and unloads, and function attributes. A load is recorded in
+ * the capture and told to the engine (it may wrap the image's kernels); an unload forgets its
+ * kernels' decisions; an attribute set on a wrapped kernel is set on its replacements too.
+ */
+#include <string.h>
+
+#include "shim.h"
+
+/* ---- module and library loads ---------------------------------------------------------------- */
+
+static void report_load(uint32_t api, uint64_t handle, const void *image, const char *path,
+                        int preserved, CUresult result) {
+    if (t_in_clc) return;
+    t_in_clc = 1;
+    clc_ensure_exit_handler();
+    clc_module_event ev = {.api = api,
+                           .handle = handle,
+                           .preserved = (uint32_t)preserved,
+                           .result = result,
+                           .path = path};
+    if (path)
+        ev.image_kind = CLC_IMAGE_FILE;
+    else if (result == CUDA_SUCCESS && api != CLC_LOAD_MODULE_UNLOAD &&
+             api != CLC_LOAD_LIBRARY_UNLOAD)
+        clc_describe_image(image, &ev);
+    if (clc_capture_enabled()) {
+        clc_rec_module r = {.t_ns = clc_now_ns(),
+                            .api = ev.api,
+                            .image_kind = ev.image_kind,
+                            .handle = ev.handle,
+                            .image_ptr = ev.image_ptr,
+                            .image_size = ev.image_size,
+                            .preserved = ev.preserved,
+                            .result = ev.result};
+        clc_capture_write(CLC_REC_MODULE, &r, sizeof r, path, path ? strlen(path) : 0);
+    }
+    if (result == CUDA_SUCCESS) clc_bridge_module(&ev);
+    t_in_clc = 0;
+}
+
+static int library_preserved(const int *opts, void **values, unsigned int n) {
+    for (unsigned int i = 0; opts && values && i < n; i++)
+        if (opts[i] == CU_LIBRARY_BINARY_IS_PRESERVED && values[i]) return 1;
+    return 0;
+}
+
+CLC_EXPORT CUresult cuModuleLoad(CUmodule *mod, const char *path) {
+    CLC_REAL_OR_FAIL(cuModuleLoad)
+    CUresult r = real(mod, path);
+    report_load(CLC_LOAD_MODULE_LOAD, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0, NULL,
+                path ? path : "", 1, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image) {
+    CLC_REAL_OR_FAIL(cuModuleLoadData)
+    CUresult r = real(mod, image);
+    report_load(CLC_LOAD_MODULE_LOAD_DATA, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0, image,
+                NULL, 0, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *mod, const void *image, unsigned int n,
+                                       void *options, void **values) {
+    CLC_REAL_OR_FAIL(cuModuleLoadDataEx)
+    CUresult r = real(mod, image, n, options, values);
+    report_load(CLC_LOAD_MODULE_LOAD_DATA_EX, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0,
+                image, NULL, 0, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *mod, const void *fatbin) {
+    CLC_REAL_OR_FAIL(cuModuleLoadFatBinary)
+    CUresult r = real(mod, fatbin);
+    report_load(CLC_LOAD_MODULE_LOAD_FATBINARY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0,
+                fatbin, NULL, 0, r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, void *jit_options,
+                                      void **jit_values, unsigned int n_jit, int *lib_options,
+                                      void **lib_values, unsigned int n_lib) {
+    CLC_REAL_OR_FAIL(cuLibraryLoadData)
+    CUresult r = real(lib, code, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
+    report_load(CLC_LOAD_LIBRARY_LOAD_DATA, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0, code,
+                NULL, library_preserved(lib_options, lib_values, n_lib), r);
+    return r;
+}
+
+CLC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void *jit_options,
+                                          void **jit_values, unsigned int n_jit, int *lib_options,
+                                          void **lib_values, unsigned int n_lib) {
+    CLC_REAL_OR_FAIL(cuLibraryLoadFromFile)
+    CUresult r = real(lib, path, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
+    report_load(CLC_LOAD_LIBRARY_LOAD_FILE, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0, NULL,
+                path ? path : "", 1, r);
+    return r;
+}
+
+/* ---- function attributes: kept on wrapped kernels' replacements too ------------------------ */
+
+CLC_EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value) {
+    CLC_REAL_OR_FAIL(cuFuncSetAttribute)
+    CUresult r = real(f, attrib, value);
+    if (r == CUDA_SUCCESS && !t_in_clc && atomic_load_explicit(&g_hot.table, memory_order_acquire))
+        clc_replace_set_attribute((uint64_t)(uintptr_t)f, attrib, value, -1);
+    return r;
+}
+
+CLC_EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel kernel, CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuKernelSetAttribute)
+    CUresult r = real(attrib, value, kernel, dev);
+    if (r == CUDA_SUCCESS && !t_in_clc && atomic_load_explicit(&g_hot.table, memory_order_acquire))
+        clc_replace_set_attribute((uint64_t)(uintptr_t)kernel, attrib, value, dev);
+    return r;
+}
+
+/* An unloaded module's or library's kernels lose their decisions (the driver reuses their
+ * handles). A library's kernels may have been launched as CUfunctions of its per-context
+ * modules (cuKernelGetFunction): those are asked for while the library still exists. */
+static void forget_unloaded(const uint64_t *owners, unsigned n) {
+    if (t_in_clc || !atomic_load_explicit(&g_hot.table, memory_order_acquire)) return;
+    t_in_clc = 1;
+    /* GPU times still pending count to their kernels' entries: read them back before the
+     * entries' counts are archived. */
+    clc_timing_drain_all();
+    unsigned k = clc_cache_forget_owners(owners, n, clc_bridge_module);
+    if (k) clc_debug("%u decisions forgotten at an unload", k);
+    t_in_clc = 0;
+}
+
+CLC_EXPORT CUresult cuModuleUnload(CUmodule mod) {
+    CLC_REAL_OR_FAIL(cuModuleUnload)
+    CUresult r = real(mod);
+    if (r == CUDA_SUCCESS) {
+        uint64_t owner = (uint64_t)(uintptr_t)mod;
+        forget_unloaded(&owner, 1);
+    }
+    report_load(CLC_LOAD_MODULE_UNLOAD, (uint64_t)(uintptr_t)mod, NULL, NULL, 0, r);
+    return r;
+}
+
+#define CLC_MAX_LIBRARY_MODULES 64
+
+CLC_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
+    CLC_REAL_OR_FAIL(cuLibraryUnload)
+    uint64_t owners[1 + CLC_MAX_LIBRARY_MODULES] = {(uint64_t)(uintptr_t)lib};
+    unsigned n = 1;
+    if (!t_in_clc && atomic_load_explicit(&g_hot.table, memory_order_acquire)) {
+        t_in_clc = 1;
+        n += clc_cache_library_modules(owners[0], owners + 1, CLC_MAX_LIBRARY_MODULES);
+        t_in_clc = 0;
+    }
+    CUresult r = real(lib);
+    if (r == CUDA_SUCCESS) forget_unloaded(owners, n);
+    report_load(CLC_LOAD_LIBRARY_UNLOAD, (uint64_t)(uintptr_t)lib, NULL, NULL, 0, r);
+    return r;
+}

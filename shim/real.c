@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * real.c: the real functions behind the shim's own: libc's dlsym (the shim exports one), the
+ * driver's entry points behind the hooks (g_real, one per slot of shim.h's table), and the
+ * driver helpers the shim calls itself (g_drv). The shim's own lookups and loads go to libc
+ * directly, never through its hooks of dlsym and dlopen.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <gnu/libc-version.h>
+#include <link.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "elf_dynamic.h"
+#include "shim.h"
+
+void *_Atomic g_real[CLC_N_SLOTS] __attribute__((aligned(64)));
+clc_driver g_drv;
+clc_hot g_hot;
+
+void *(*clc_real_dlsym)(void *, const char *);
+
+#define CLC_SLOT_NAME(name, params) #name,
+const char *const clc_slot_names[CLC_N_SLOTS] = {CLC_HOOKED_SYMBOLS(CLC_SLOT_NAME)};
+
+/* ---- libc's own dlsym and dlvsym ------------------------------------------------------------
+ * The shim exports both (a program's lookups of driver symbols must get the hooks), so any call
+ * to them from here would reach the shim's own. libc's are found in libc's dynamic symbol table
+ * (its GNU hash), by the default version of each name; before glibc 2.34 dlsym and dlvsym are
+ * libdl's, found the same way in the first other object that defines them. */
+
+typedef struct {
+    const char *name;
+    void *found;
+    uintptr_t libc_base; /* look in libc only; 0: in any object but the shim */
+    uintptr_t shim_base;
+} libc_lookup;
+
+static int find_in_libc(struct dl_phdr_info *info, size_t size, void *arg) {
+    libc_lookup *q = arg;
+    if (q->libc_base ? info->dlpi_addr != q->libc_base : info->dlpi_addr == q->shim_base) return 0;
+    clc_dynamic d;
+    uint32_t i;
+    if (clc_read_dynamic(info->dlpi_addr, clc_dynamic_section(info), &d) &&
+        (i = clc_gnu_lookup(&d, q->name)) != 0)
+        q->found = (void *)(info->dlpi_addr + d.symtab[i].st_value);
+    return q->libc_base || q->found;
+}
+
+void *clc_libc_symbol(const char *name) {
+    Dl_info where, self;
+    libc_lookup q = {name, NULL, 0, 0};
+    /* gnu_get_libc_version is libc's alone: no preload defines it. */
+    if (!dladdr((void *)&gnu_get_libc_version, &where) || !dladdr((void *)&clc_libc_symbol, &self))
+        return NULL;
+    q.libc_base = (uintptr_t)where.dli_fbase;
+    q.shim_base = (uintptr_t)self.dli_fbase;
+    dl_iterate_phdr(find_in_libc, &q);
+    if (!q.found) {
+        q.libc_base = 0;
+        dl_iterate_phdr(find_in_libc, &q);
+    }
+    return q.found;
+}
+
+void *clc_next_symbol(const char *name) {
+    if (unlikely(!clc_real_dlsym)) clc_resolve_dlsym();
+    return clc_real_dlsym ? clc_real_dlsym(RTLD_NEXT, name) : NULL;
+}
+
+/* libc's dlopen: the shim's own loads are never deep-bound, so its hook (dlopen.c) would only
+ * pass them on. */
+void *clc_libc_dlopen(const char *file, int mode) {
+    void *(*real)(const char *, int) = (void *(*)(const char *, int))clc_next_symbol("dlopen");
+    return real ? real(file, mode) : NULL;
+}
+
+/* libc's dlsym, for the shim's lookups of names other than the hooked ones. */
+void *clc_libc_dlsym(void *handle, const char *name) {
+    if (unlikely(!clc_real_dlsym)) clc_resolve_dlsym();
+    return clc_real_dlsym ? clc_real_dlsym(handle, name) : NULL;
+}
+
+/* ---- the real driver ------------------------------------------------------------------------ */
+
+void *clc_libcuda_handle(void) {
+    static void *_Atomic handle;
+    void *h = atomic_load_explicit(&handle, memory_order_acquire);
+    if (h) return h;
+    h = clc_libc_dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) h = clc_libc_dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) h = clc_libc_dlopen("libcuda.so", RTLD_NOW);
+    if (h) atomic_store_explicit(&handle, h, memory_order_release);
+    return h;
+}
+
+void clc_set_real(int slot, void *p) {
+    if (!p) return;
+    void *expected = NULL;
+    atomic_compare_exchange_strong(&g_real[slot], &expected, p);
+}
+
+void *clc_resolve_real(int slot) {
+    if (!clc_real_dlsym) clc_resolve_dlsym();
+    void *p = clc_real_dlsym(RTLD_NEXT, clc_slot_names[slot]);
+    if (!p) {
+        void *h = clc_libcuda_handle();
+        if (h) p = clc_real_dlsym(h, clc_slot_names[slot]);
+    }
+    clc_set_real(slot, p);
+    return atomic_load_explicit(&g_real[slot], memory_order_acquire);
+}
+
+static void *driver_sym(void *h, const char *a, const char *b) {
+    void *p = clc_real_dlsym(h, a);
+    if (!p && b) p = clc_real_dlsym(h, b);
+    return p;
+}
+
+int clc_driver_load(void) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (!atomic_load_explicit(&g_hot.driver_ready, memory_order_relaxed)) {
+        void *h = clc_libcuda_handle();
+        if (h) {
+            g_drv.ctx_get_current = driver_sym(h, "cuCtxGetCurrent", NULL);
+            g_drv.ctx_set_current = driver_sym(h, "cuCtxSetCurrent", NULL);
+            g_drv.ctx_get_device = driver_sym(h, "cuCtxGetDevice", NULL);
+            g_drv.kernel_get_name = driver_sym(h, "cuKernelGetName", NULL);
+            g_drv.func_get_name = driver_sym(h, "cuFuncGetName", NULL);
+            g_drv.kernel_get_param_info = driver_sym(h, "cuKernelGetParamInfo", NULL);
+            g_drv.func_get_param_info = driver_sym(h, "cuFuncGetParamInfo", NULL);
+            g_drv.event_create = driver_sym(h, "cuEventCreate", NULL);
+            g_drv.event_record = driver_sym(h, "cuEventRecord", NULL);
+            g_drv.event_record_ptsz = driver_sym(h, "cuEventRecord_ptsz", "cuEventRecord");
+            g_drv.event_query = driver_sym(h, "cuEventQuery", NULL);
+            g_drv.event_synchronize = driver_sym(h, "cuEventSynchronize", NULL);
+            g_drv.event_elapsed = driver_sym(h, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+            g_drv.event_destroy = driver_sym(h, "cuEventDestroy_v2", "cuEventDestroy");
+            g_drv.stream_is_capturing = driver_sym(h, "cuStreamIsCapturing", NULL);
+            g_drv.stream_is_capturing_ptsz =
+                driver_sym(h, "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing");
+            g_drv.occupancy = driver_sym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL);
+            g_drv.memset_d8_async = driver_sym(h, "cuMemsetD8Async", NULL);
+            g_drv.primary_get_state = driver_sym(h, "cuDevicePrimaryCtxGetState", NULL);
+            g_drv.primary_retain = driver_sym(h, "cuDevicePrimaryCtxRetain", NULL);
+            g_drv.memset_d8_async_ptsz = driver_sym(h, "cuMemsetD8Async_ptsz", "cuMemsetD8Async");
+            g_drv.kernel_get_library = driver_sym(h, "cuKernelGetLibrary", NULL);
+            g_drv.func_get_module = driver_sym(h, "cuFuncGetModule", NULL);
+            g_drv.library_get_module = driver_sym(h, "cuLibraryGetModule", NULL);
+            g_hot.ctx_get_current = g_drv.ctx_get_current;
+            atomic_store_explicit(&g_hot.driver_ready, 1, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return atomic_load_explicit(&g_hot.driver_ready, memory_order_relaxed);
+}
