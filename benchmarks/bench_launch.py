@@ -53,15 +53,21 @@ HOOKS = REPO / "benchmarks" / "hooks"
 HOOK_CONFIGS = {"hook": HOOKS / "cached.py", "every_launch": HOOKS / "every_launch.py",
                 "every_launch_noop": HOOKS / "every_launch_noop.py"}
 EVERY_LAUNCH_TARGET_NS = 2000
+# A launch redirected to a green context's stream, the program's stream order kept.
+GREEN_TARGET_NS = 2500
 # In-process only: the kernel wrapped: the launch goes to the wrapped kernel with one
 # more argument, the replace path of the shim (its per-launch cost is this line's figure).
 WRAP_POLICY = ("version: 1\ndefault: allow\nrules:\n  - name: wrap\n"
                "    match: {kernel: empty_kernel}\n    action: wrap\n"
                "    wrapper: block_count\n")
-# The same with sm_share (share 1.0): a slot of the ring per launch, the stream-capture check
-# (a launch captured into a CUDA graph takes a graph slot), the capped grid.
-WRAP_SHARE_POLICY = WRAP_POLICY.replace("wrapper: block_count",
-                                        "wrapper: sm_share\n    params: {share: 1.0}")
+# The same with sm_share (share 1.0) by the splice: a slot of the ring per launch, the
+# stream-capture check (a launch captured into a CUDA graph takes a graph slot), the capped grid.
+WRAP_SHARE_POLICY = WRAP_POLICY.replace(
+    "wrapper: block_count", "wrapper: sm_share\n    mechanism: splice\n    params: {share: 1.0}")
+# sm_share by a green context (share 0.5): the launch redirected to the partition's stream, the
+# program's stream order kept with two events.
+GREEN_POLICY = WRAP_POLICY.replace("wrapper: block_count",
+                                   "wrapper: sm_share\n    params: {share: 0.5}")
 FIRST_SIGHT_TARGET_US = 100
 
 
@@ -172,8 +178,11 @@ def main():
         wrap.write_text(WRAP_POLICY)
         wrap_share = tmp / "wrap_share.yaml"
         wrap_share.write_text(WRAP_SHARE_POLICY)
+        green = tmp / "green.yaml"
+        green.write_text(GREEN_POLICY)
         policies = {"allow": allow, "record": POLICIES / "audit.yaml",
-                    "time": POLICIES / "time-all.yaml", "wrap": wrap, "wrap_share": wrap_share}
+                    "time": POLICIES / "time-all.yaml", "wrap": wrap, "wrap_share": wrap_share,
+                    "green": green}
         program = [exe, args.bursts, args.burst_size]
 
         def argv_for(config):
@@ -207,7 +216,7 @@ def main():
             print(f"round {r + 1}: " + ", ".join(f"{c} {samples[c][-1]:.3f}" for c in CONFIGS),
                   file=sys.stderr, flush=True)
 
-        inproc_configs = CONFIGS + tuple(HOOK_CONFIGS) + ("wrap", "wrap_share")
+        inproc_configs = CONFIGS + tuple(HOOK_CONFIGS) + ("wrap", "wrap_share", "green")
         added = {c: [] for c in inproc_configs}
         real_ns = []
 
@@ -285,6 +294,9 @@ def main():
             text, miss = "none: the replace path (wrapped kernel, one more argument)", False
         elif c == "wrap_share":
             text, miss = "none: + a ring slot, the stream-capture check, the capped grid", False
+        elif c == "green":
+            miss = added_median[c] > GREEN_TARGET_NS
+            text = f"<= +{GREEN_TARGET_NS} ns {'MISSED' if miss else 'met'}"
         else:
             text, miss = verdict(c, ratio)
         if miss:
@@ -293,7 +305,8 @@ def main():
                  "every_launch": "hook (every_launch, reads 1 arg)",
                  "every_launch_noop": "hook (every_launch, reads nothing)",
                  "wrap": "wrap (block_count, in-memory hit)",
-                 "wrap_share": "wrap (sm_share 1.0)"}.get(c, c)
+                 "wrap_share": "wrap (sm_share 1.0, splice)",
+                 "green": "confine (sm_share 0.5, green context)"}.get(c, c)
         print(f"| {label} | {added_median[c]:+.1f} | {ratio:.3f}x | {text} |")
 
     fs = {c: statistics.median(v) for c, v in first_sight.items()}

@@ -11,11 +11,14 @@
    natively, under sm_share share 1.0 and under block_count, `--rounds` interleaved rounds.
    Target <= 1.03x.
 3. Sharing: tenant_a and tenant_b (each fills the GPU alone) on two streams of one program,
-   tenant_b launched first and wrapped with sm_share 0.25: each one's throughput together,
-   relative to its solo throughput unwrapped. Targets: tenant_a >= 70 %, tenant_b >= 20 %.
-   Also with tenant_a wrapped with sm_share 1.0, and each kernel's solo time as it ran.
+   tenant_b launched first and held to sm_share 0.25 by the splice, then by a green context:
+   each one's throughput together, relative to its solo throughput unconfined. Targets:
+   tenant_a >= 70 % (splice) or >= 75 % (green context), tenant_b >= 20 %. Also with tenant_a
+   wrapped with sm_share 1.0, and each kernel's solo time as it ran.
 4. Processes: the same two tenants in two processes (`bench_wrap proc`), launches per second
-   alone and together, without MPS (time-sliced) and under MPS if its daemon starts here.
+   alone and together, without MPS (time-sliced) and under MPS if its daemon starts here:
+   tenant_b confined by a green context (target: tenant_a keeps >= 80 %), by the splice, and
+   by MPS's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25, side by side.
 5. Contexts: examples/contexts.c, 32 contexts needing one cubin: 32 cuModuleLoadData against
    one cuLibraryLoadData: load calls, wall time and device memory, side by side.
 """
@@ -43,6 +46,10 @@ COLD_TARGET_MS = 150
 WARM_TARGET_MS = 2
 OVERHEAD_TARGET = 1.03
 SHARE_TARGETS = {"tenant_a": 0.70, "tenant_b": 0.20}
+# One program, tenant_b confined by a green context: what tenant_a keeps.
+GREEN_SHARE_TARGET = 0.75
+# Two processes under MPS, tenant_b confined by a green context: what tenant_a keeps.
+GREEN_PROCESS_TARGET = 0.80
 
 
 def run(argv, env=None, check=True):
@@ -63,11 +70,14 @@ def values(stdout, prefix):
     return out
 
 
-def policy_file(path, rules):
+def policy_file(path, rules, mechanism="splice"):
+    """A policy wrapping each (kernel glob, wrapper, params); sm_share by `mechanism`."""
     lines = ["version: 1", "default: allow", "rules:"]
     for i, (kernel, wrapper, params) in enumerate(rules):
         lines += [f"  - name: r{i}", f"    match: {{kernel: \"{kernel}\"}}", "    action: wrap",
                   f"    wrapper: {wrapper}"]
+        if wrapper == "sm_share":
+            lines.append(f"    mechanism: {mechanism}")
         if params:
             lines.append("    params: {" + ", ".join(f"{k}: {v}" for k, v in params.items()) + "}")
     path.write_text("\n".join(lines) + "\n")
@@ -171,16 +181,19 @@ def values_list(stdout, prefix):
     return [float(v) for v in m.group(1).split()]
 
 
-def _tenant_rates(exe, clc_run, tmp, env, policy_b, start_in_ms=3000, duration_ms=2000):
+def _tenant_rates(exe, clc_run, tmp, env, policy_b, start_in_ms=3000, duration_ms=2000,
+                  env_b=None):
     """Launches per second of tenant_a (unwrapped) and tenant_b (under policy_b, or
-    unwrapped), each in a process of its own: alone, then both over the same interval."""
+    unwrapped; env_b added to its environment), each in a process of its own: alone, then both
+    over the same interval."""
     def start(which, at_ms, policy):
         argv = [str(exe), "proc", which, f"{at_ms:.0f}", str(duration_ms)]
         if policy is not None:
             argv = [str(clc_run), "--policy", str(policy), "-o", str(tmp / f"proc_{which}.clc"),
                     "--force", "--no-report", "--", *argv]
+        extra = env_b if which == "b" and env_b else {}
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, **env})
+                                env={**os.environ, **env, **extra})
 
     def finish(proc):
         out, err = proc.communicate(timeout=120)
@@ -207,11 +220,13 @@ def _mps_control(env, command=None):
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 
-def bench_processes(exe, clc_run, tmp, env, share_policy):
+def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
     """Two processes, one tenant each, without MPS (the GPU time-slices between processes)
-    and under MPS when its daemon can be started here."""
+    and under MPS when its daemon can be started here: tenant_b alone, confined by a green
+    context, by the splice, and held by MPS's own active thread percentage."""
     out = {}
-    for label, policy in (("native", None), ("tenant_b sm_share 0.25", share_policy)):
+    for label, policy in (("native", None), ("tenant_b sm_share 0.25, green context",
+                                              green_policy)):
         out[("no MPS", label)] = _tenant_rates(exe, clc_run, tmp, env, policy)
     mps_env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / "mps-pipe"),
                "CUDA_MPS_LOG_DIRECTORY": str(tmp / "mps-log")}
@@ -221,8 +236,14 @@ def bench_processes(exe, clc_run, tmp, env, share_policy):
     if rc != 0:
         return out, f"the MPS daemon did not start (exit {rc}): {text}"
     try:
-        for label, policy in (("native", None), ("tenant_b sm_share 0.25", share_policy)):
-            out[("MPS", label)] = _tenant_rates(exe, clc_run, tmp, {**env, **mps_env}, policy)
+        for label, policy, env_b in (
+                ("native", None, None),
+                ("tenant_b sm_share 0.25, green context", green_policy, None),
+                ("tenant_b sm_share 0.25, splice", share_policy, None),
+                ("tenant_b CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", None,
+                 {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"})):
+            out[("MPS", label)] = _tenant_rates(exe, clc_run, tmp, {**env, **mps_env}, policy,
+                                                env_b=env_b)
     except Exception as e:
         return out, f"under MPS the programs failed: {e}"
     finally:
@@ -300,6 +321,8 @@ def main():
 
         share_policy = policy_file(tmp / "tenant.yaml", [("tenant_b", "sm_share",
                                                           {"share": 0.25})])
+        green_policy = policy_file(tmp / "green.yaml", [("tenant_b", "sm_share",
+                                                         {"share": 0.25})], mechanism="green")
         share = {}
         # The third: tenant_a wrapped too (sm_share 1.0: all slots), so that both kernels have
         # the wrapper's static shared memory; tells a cap that does not hold apart from two
@@ -309,6 +332,7 @@ def main():
         # The fourth: tenant_a unwrapped but with static shared memory of its own.
         for config, policy, extra in (
                 ("native", None, []), ("tenant_b sm_share 0.25", share_policy, []),
+                ("tenant_b sm_share 0.25, green context", green_policy, []),
                 ("tenant_b 0.25, tenant_a sm_share 1.0", both_policy, []),
                 ("tenant_b 0.25, tenant_a with static shared memory", share_policy,
                  ["20000", "1"])):
@@ -327,7 +351,7 @@ def main():
         results["share"] = share
 
         try:
-            procs, mps_note = bench_processes(exe, clc_run, tmp, env, share_policy)
+            procs, mps_note = bench_processes(exe, clc_run, tmp, env, share_policy, green_policy)
         except Exception as e:
             procs, mps_note = {}, f"the two-process run failed: {e}"
         results["processes"] = {f"{k[0]}: {k[1]}": v for k, v in procs.items()}
@@ -400,6 +424,8 @@ def main():
     for config, rows in share.items():
         cells = []
         for k, target in SHARE_TARGETS.items():
+            if "green" in config and k == "tenant_a":
+                target = GREEN_SHARE_TARGET
             together = med([r["together"][k] for r in rows])
             frac = native_solo[k] / together
             mark = "" if config == "native" else \
@@ -423,8 +449,10 @@ def main():
         for t in ("a", "b"):
             frac = r[f"together_{t}"] / r[f"solo_{t}"]
             target = SHARE_TARGETS[f"tenant_{t}"]
+            if "green" in key[1] and t == "a":
+                target = GREEN_PROCESS_TARGET
             mark = f" (>= {target:.0%} {'met' if frac >= target else 'MISSED'})" \
-                if key[1] != "native" and key[0] == "MPS" else ""
+                if key[1] != "native" and key[0] == "MPS" and "PERCENTAGE" not in key[1] else ""
             cells.append(f"{frac:.0%}{mark}")
         print(f"| {key[0]} | {key[1]} | {cells[0]} | {cells[1]} |")
     if mps_note:

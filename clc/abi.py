@@ -8,7 +8,8 @@ size here matches. Change both together.
 import struct
 
 __all__ = [
-    "ACTION_ALLOW", "ACTION_DENY", "ACTION_REPLACE", "ACTION_NAMES",
+    "ACTION_ALLOW", "ACTION_DENY", "ACTION_REPLACE", "ACTION_CONFINE", "ACTION_NAMES",
+    "CONFINE_KIND_SHIFT", "CONFINE_DENY", "CONFINE_LAST", "confine_word",
     "FLAG_RECORD", "FLAG_TIME",
     "RULE_DEFAULT", "RULE_ON_ERROR", "MAX_CLAUSES", "MODE_CACHED", "MODE_PER_SHAPE",
     "MODE_EVERY_LAUNCH",
@@ -38,7 +39,9 @@ __all__ = [
 ACTION_ALLOW = 0
 ACTION_DENY = 1
 ACTION_REPLACE = 2
-ACTION_NAMES = {ACTION_ALLOW: "allow", ACTION_DENY: "deny", ACTION_REPLACE: "replace"}
+ACTION_CONFINE = 3
+ACTION_NAMES = {ACTION_ALLOW: "allow", ACTION_DENY: "deny", ACTION_REPLACE: "replace",
+                ACTION_CONFINE: "confine"}
 
 FLAG_RECORD = 1
 FLAG_TIME = 2
@@ -59,6 +62,18 @@ CAP_SMS = 2
 REPLACE_LOOPED = 1
 REPLACE_SLOT = 2
 SLOT_BYTES = 32
+# clc_outcome.replacement of ACTION_CONFINE: the share, CAP_SHARE (millionths of the SMs) or
+# CAP_SMS (a count) at CONFINE_KIND_SHIFT over the value; CONFINE_LAST takes the device's last
+# SMs rather than its first; CONFINE_DENY: a launch that cannot be confined is denied.
+CONFINE_KIND_SHIFT = 32
+CONFINE_LAST = 0x10000000000
+CONFINE_DENY = 0x20000000000
+
+
+def confine_word(kind, value, last=False, deny=False):
+    """clc_outcome.replacement of a confined kernel (ACTION_CONFINE)."""
+    return kind << CONFINE_KIND_SHIFT | value | (CONFINE_LAST if last else 0) | \
+        (CONFINE_DENY if deny else 0)
 GRAPH_SLOTS = 4096
 GRAPH_SEQ = 0xFFFFFFFF
 OCCUPANCY_WAYS = 4

@@ -19,6 +19,7 @@
 #define CLC_ACTION_ALLOW 0
 #define CLC_ACTION_DENY 1
 #define CLC_ACTION_REPLACE 2
+#define CLC_ACTION_CONFINE 3 /* run the kernel on a green context's SMs (green.c) */
 
 #define CLC_FLAG_RECORD 1 /* write a LAUNCH record for each launch */
 #define CLC_FLAG_TIME 2   /* GPU time with events around the launch (implies a TIMING record) */
@@ -71,6 +72,13 @@ typedef struct clc_outcome {
 #define CLC_REPLACE_LOOPED 1
 #define CLC_REPLACE_SLOT 2 /* the wrapped kernel uses its slot (looped, deadline, policies) */
 #define CLC_SLOT_BYTES 32
+/* clc_outcome.replacement of CLC_ACTION_CONFINE: the share, CLC_CAP_SHARE (millionths of the
+ * device's SMs) or CLC_CAP_SMS (a count of SMs) at CLC_CONFINE_KIND_SHIFT over the value; with
+ * CLC_CONFINE_LAST the device's last SMs rather than its first; with CLC_CONFINE_DENY a launch
+ * that cannot be confined is denied (else it runs on the whole device), said once. */
+#define CLC_CONFINE_KIND_SHIFT 32
+#define CLC_CONFINE_LAST 0x10000000000
+#define CLC_CONFINE_DENY 0x20000000000
 /* Launches captured into a CUDA graph (stream capture) cannot use the ring: a replayed node
  * keeps its slot and lap. Each gets a slot of its own, past the ring's n_slots, taken with the
  * cursor's second word (cursor + 8) and never reused; the shim zeroes it in the stream right

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * context.c: context teardown (cuCtxDestroy, the primary context's last release and its reset).
- * Pending GPU times are read back while their events still exist; then the context's decisions
- * are forgotten (a new context may get its address) and the engine told.
+ * Pending GPU times are read back while their events still exist, and the device's green
+ * contexts (which hold the primary context) are destroyed; then the context's decisions and
+ * green streams are forgotten (a new context may get its address) and the engine told.
  */
 #include "shim.h"
 
@@ -20,6 +21,7 @@ static void before_teardown(void) {
 static void after_teardown(CUcontext ctx) {
     if (t_in_clc || !ctx || !clc_driver_ready()) return;
     t_in_clc = 1;
+    clc_green_forget_context(ctx);
     clc_cache_forget_context((uint64_t)(uintptr_t)ctx, clc_bridge_module);
     clc_module_event ev = {.api = CLC_LOAD_CONTEXT_DESTROYED, .handle = (uint64_t)(uintptr_t)ctx};
     clc_bridge_module(&ev);
@@ -65,6 +67,7 @@ CLC_CTX_DESTROY_HOOK(cuCtxDestroy_v2)
     CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
+        if (!t_in_clc) clc_green_forget_device(dev);                                             \
         CUcontext ctx = active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real);             \
         CUresult r = real(dev);                                                                  \
         if (r == CUDA_SUCCESS && ctx && primary_gone(dev)) after_teardown(ctx);                  \
@@ -78,6 +81,7 @@ CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
     CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
+        if (!t_in_clc) clc_green_forget_device(dev);                                             \
         pfn_cuDevicePrimaryCtxRelease_v2 release =                                               \
             (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SLOT_cuDevicePrimaryCtxRelease_v2);   \
         CUcontext ctx = active_primary(dev, release);                                            \

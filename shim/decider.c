@@ -142,10 +142,18 @@ static void drop(void) {
 }
 
 /* An answer the shim takes: allow or deny (with record, time), cached, nothing to launch
- * instead. */
+ * instead; or confine, whose word is a share and flags, never an address. */
 static int acceptable_outcome(const clc_outcome *o) {
-    return (o->action == CLC_ACTION_ALLOW || o->action == CLC_ACTION_DENY) &&
-           !(o->flags & ~(uint32_t)(CLC_FLAG_RECORD | CLC_FLAG_TIME)) && o->replacement == 0;
+    if (o->flags & ~(uint32_t)(CLC_FLAG_RECORD | CLC_FLAG_TIME)) return 0;
+    if (o->action == CLC_ACTION_CONFINE) {
+        uint64_t kind = (o->replacement >> CLC_CONFINE_KIND_SHIFT) & 0xff;
+        uint64_t rest =
+            o->replacement & ~(uint64_t)(0xffffffffull | 0xffull << CLC_CONFINE_KIND_SHIFT |
+                                         CLC_CONFINE_LAST | CLC_CONFINE_DENY);
+        return (kind == CLC_CAP_SHARE || kind == CLC_CAP_SMS) && rest == 0 &&
+               (o->replacement & 0xffffffffull) != 0;
+    }
+    return (o->action == CLC_ACTION_ALLOW || o->action == CLC_ACTION_DENY) && o->replacement == 0;
 }
 
 static int acceptable(const clc_decision *d) {

@@ -17,6 +17,11 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
         gate_enter(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX,
                    p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL, p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return clc_gate_exit(g, g->outcome->error);
+    /* A graph kernel node of a confined kernel is not confined (its context would have to be
+     * the green context's): it gets what a launch that cannot be confined gets, said once. */
+    if (*gated && g->outcome->action == CLC_ACTION_CONFINE &&
+        clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED))
+        return clc_gate_exit(g, CUDA_ERROR_NOT_PERMITTED);
     if (*gated && g->outcome->action == CLC_ACTION_REPLACE && !wraps) {
         if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING,

@@ -170,6 +170,25 @@ __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
                 (int)e);
 }
 
+/* A confined kernel's launch that the driver refused on the green stream (a cooperative grid
+ * too large for the partition, say): launched on the program's stream instead, said once. */
+__attribute__((noinline)) static void confined_launch_failed(CUresult e) {
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "the driver refused a confined kernel's launch on its green context (CUresult "
+                "%d): it was launched on the whole GPU instead",
+                (int)e);
+}
+
+/* The start of a confined launch: CUDA_SUCCESS with gl set, else the launch's fate without a
+ * green context: *deny set when it is refused (CLC_CONFINE_DENY). */
+static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream stream, int *deny) {
+    CUresult why = clc_green_begin(gl, g->outcome->replacement, stream,
+                                   (g->entry_point & CLC_ENTRY_PTSZ) != 0);
+    *deny = why != CUDA_SUCCESS && clc_green_unconfined(g->outcome->replacement, why);
+    return why == CUDA_SUCCESS;
+}
+
 /* The replace path of each launch entry point has a function of its own, out of line: its
  * rewritten arguments live in that function's frame, not in the hook's fast path. */
 #define CLC_LAUNCH_HOOK(name, entry_point)                                                       \
@@ -189,6 +208,23 @@ __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
         }                                                                                        \
         return res;                                                                              \
     }                                                                                            \
+    __attribute__((noinline)) static CUresult name##_confined(                                  \
+        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
+        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,   \
+        void **extra) {                                                                          \
+        clc_green_launch gl;                                                                     \
+        int deny;                                                                                \
+        if (!confine_begin(g, &gl, stream, &deny))                                               \
+            return deny ? CUDA_ERROR_NOT_PERMITTED                                               \
+                        : real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);         \
+        CUresult res = real(f, gx, gy, gz, bx, by, bz, shmem, gl.stream, params, extra);         \
+        clc_green_end(&gl, res);                                                                 \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            confined_launch_failed(res);                                                         \
+            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                 \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
@@ -200,6 +236,9 @@ __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
         if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
         if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
             return clc_gate_exit(&g, name##_replaced(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
+                                                     stream, params, extra));                    \
+        if (g.outcome->action == CLC_ACTION_CONFINE)                                             \
+            return clc_gate_exit(&g, name##_confined(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
                                                      stream, params, extra));                    \
         return clc_gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
     }
@@ -222,6 +261,22 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
         }                                                                                        \
         return res;                                                                              \
     }                                                                                            \
+    __attribute__((noinline)) static CUresult name##_confined(                                  \
+        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
+        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params) { \
+        clc_green_launch gl;                                                                     \
+        int deny;                                                                                \
+        if (!confine_begin(g, &gl, stream, &deny))                                               \
+            return deny ? CUDA_ERROR_NOT_PERMITTED                                               \
+                        : real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                \
+        CUresult res = real(f, gx, gy, gz, bx, by, bz, shmem, gl.stream, params);                \
+        clc_green_end(&gl, res);                                                                 \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            confined_launch_failed(res);                                                         \
+            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                        \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
     CLC_EXPORT CUresult name CLC_COOP_PARAMS {                                                   \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
@@ -233,6 +288,9 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
         if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
         if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
             return clc_gate_exit(&g, name##_replaced(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
+                                                     stream, params));                           \
+        if (g.outcome->action == CLC_ACTION_CONFINE)                                             \
+            return clc_gate_exit(&g, name##_confined(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
                                                      stream, params));                           \
         return clc_gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));        \
     }
@@ -272,6 +330,10 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
                 clc_log(CLC_MSG_WARNING, "a wrapped kernel launched with "
                                          "cuLaunchCooperativeKernelMultiDevice runs unwrapped");
         }
+        if (g[i].outcome->action == CLC_ACTION_CONFINE &&
+            clc_green_unconfined(g[i].outcome->replacement, CUDA_ERROR_NOT_SUPPORTED) &&
+            refused == CUDA_SUCCESS)
+            refused = CUDA_ERROR_NOT_PERMITTED;
     }
     CUresult r = refused != CUDA_SUCCESS ? refused : real(list, n, flags);
     for (unsigned i = 0; i < n; i++) {
@@ -304,6 +366,23 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         }                                                                                        \
         return res;                                                                              \
     }                                                                                            \
+    __attribute__((noinline)) static CUresult name##_confined(                                  \
+        gate *g, pfn_##name real, const CUlaunchConfig *config, CUfunction f, void **params,     \
+        void **extra) {                                                                          \
+        clc_green_launch gl;                                                                     \
+        int deny;                                                                                \
+        if (!confine_begin(g, &gl, config->hStream, &deny))                                      \
+            return deny ? CUDA_ERROR_NOT_PERMITTED : real(config, f, params, extra);             \
+        CUlaunchConfig c = *config;                                                              \
+        c.hStream = gl.stream;                                                                   \
+        CUresult res = real(&c, f, params, extra);                                               \
+        clc_green_end(&gl, res);                                                                 \
+        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
+            confined_launch_failed(res);                                                         \
+            res = real(config, f, params, extra);                                                \
+        }                                                                                        \
+        return res;                                                                              \
+    }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_EX_PARAMS {                                              \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
@@ -317,6 +396,8 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
         if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
             return clc_gate_exit(&g, name##_replaced(&g, real, config, f, params, extra));       \
+        if (g.outcome->action == CLC_ACTION_CONFINE)                                             \
+            return clc_gate_exit(&g, name##_confined(&g, real, config, f, params, extra));       \
         return clc_gate_exit(&g, real(config, f, params, extra));                                \
     }
 CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx, CLC_ENTRY_LAUNCH_EX)

@@ -30,6 +30,7 @@ static void after_fork_child(void) {
     clc_decider_after_fork_child();
     clc_capture_after_fork_child();
     clc_cache_after_fork_child();
+    clc_green_after_fork_child();
 }
 
 /* Runs in every process that inherits LD_PRELOAD, most of which never touch CUDA: read a few

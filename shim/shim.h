@@ -12,7 +12,7 @@
  * tests/unit/test_shim_layers.py reads this list and checks both on the compiled objects.
  *   core:     core.c settings.c real.c
  *   records:  decision_cache.c capture.c timing.c
- *   deciding: decide.c decider.c bridge_loader.c replace.c
+ *   deciding: decide.c decider.c bridge_loader.c replace.c green.c
  *   hooks:    launch.c graph.c load.c context.c process.c image.c
  *   entry:    interpose.c dlopen.c
  */
@@ -58,6 +58,9 @@ typedef uint64_t CUdeviceptr;
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_INVALID_HANDLE 400
+#define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_NOT_SUPPORTED 801
+#define CUDA_ERROR_NOT_PERMITTED 800
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
@@ -286,6 +289,25 @@ void clc_replace_set_attribute(uint64_t handle, int attrib, int value, int devic
 static inline void clc_replace_end(clc_replaced *r) {
     if (r->heap) free(r->heap);
 }
+
+/* ---- confined kernels: launched on a green context's stream (green.c) --------------------- */
+typedef struct {
+    void *entry;            /* the green stream's entry, locked until clc_green_end */
+    CUstream stream;        /* where to launch */
+    CUstream program_stream;
+    CUresult (*record)(CUevent, CUstream);
+    CUresult (*wait)(CUstream, CUevent, unsigned);
+} clc_green_launch;
+/* Orders the green stream after the program's `stream` for a launch confined as `word`
+ * (clc_outcome.replacement); CUDA_SUCCESS, or why the launch cannot be confined. */
+CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, int ptsz);
+/* Orders the program's stream after the launch (made or refused). */
+CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
+/* A launch that cannot be confined: 1 when it is to be denied; said once. */
+int clc_green_unconfined(uint64_t word, CUresult why);
+void clc_green_forget_context(CUcontext ctx);
+void clc_green_forget_device(CUdevice device);
+void clc_green_after_fork_child(void);
 
 /* ---- process-wide settings, read from the environment once --------------------------------- */
 typedef struct {

@@ -29,8 +29,8 @@ _ACTIONS = ("allow", "deny")  # the verdicts of default and on_error
 _RULE_ACTIONS = ("allow", "deny", "hook", "wrap")
 _TOP_KEYS = ("version", "default", "on_error", "rules")
 _RULE_KEYS = ("name", "match", "action", "hook", "message", "error", "record", "time",
-              "wrapper", "params", "on_unwrappable")
-_WRAP_KEYS = ("wrapper", "params", "on_unwrappable")
+              "wrapper", "params", "on_unwrappable", "mechanism")
+_WRAP_KEYS = ("wrapper", "params", "on_unwrappable", "mechanism")
 # What a hook rule's hook answers itself, so the rule may not set it.
 _HOOK_ANSWERS = ("message", "error", "record", "time")
 _HOOK_FORM = "FILE.py:FUNCTION"
@@ -608,7 +608,8 @@ class _Loader:
     def wrap(self, node, pairs, name, meant) -> WrapRequest:
         """`wrapper:` (a built-in or a .cu path relative to the policy), `params:`, and
         `on_unwrappable:`, checked as the wrap pipeline will use them."""
-        from clc.wrapping.spec import BUILTIN_WRAPPERS, wrapper_spec   # standard library only
+        from clc.wrapping.spec import (BUILTIN_WRAPPERS, mechanism_for,  # standard library only
+                                       wrapper_spec)
         if "wrapper" not in pairs:
             if "wrapper" in meant:
                 raise _Reported
@@ -638,6 +639,8 @@ class _Loader:
                     params[key] = value
         on_unwrappable = self.attempt(self.choice, pairs["on_unwrappable"][1], "on_unwrappable") \
             if "on_unwrappable" in pairs else "allow"
+        mechanism = self.attempt(self.string, pairs["mechanism"][1], "mechanism") \
+            if "mechanism" in pairs else None
         if len(self.errors) > before:
             raise _Reported
         try:
@@ -655,9 +658,17 @@ class _Loader:
         for key, value in params.items():
             self.attempt(self.wrapper_limit, wrapper, wrapper not in BUILTIN_WRAPPERS, key, value,
                          value_nodes[key])
+        if mechanism is not None and mechanism is not _INVALID:
+            try:
+                mechanism_for(spec.name if wrapper in BUILTIN_WRAPPERS else "a .cu policy",
+                              mechanism)
+            except ValueError as e:
+                self.report(pairs["mechanism"][1], str(e))
         if len(self.errors) > before:
             raise _Reported
-        return WrapRequest(spec.name, spec.params, on_unwrappable)
+        return WrapRequest(spec.name, spec.params, on_unwrappable,
+                           mechanism_for(spec.name if wrapper in BUILTIN_WRAPPERS else "",
+                                         mechanism))
 
     def wrapper_limit(self, wrapper: str, custom: bool, key: str, value, node) -> None:
         """A parameter within what the shim and the device code can hold."""

@@ -105,12 +105,31 @@ class WrapRequest:
     wrapper: str
     params: tuple = ()
     on_unwrappable: str = "allow"
+    mechanism: str = "splice"  # sm_share: "green" (an SM partition) or "splice"
 
     @property
     def label(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in self.params)
-        return f"{os.path.basename(self.wrapper)}({args})" if args else \
+        text = f"{os.path.basename(self.wrapper)}({args})" if args else \
             os.path.basename(self.wrapper)
+        return text + " by green context" if self.mechanism == "green" else text
+
+    @property
+    def confines(self) -> bool:
+        return self.mechanism == "green"
+
+    def outcome(self, flags: int, rule: int) -> Outcome:
+        """The clc_outcome of a kernel this wraps: confined in the shim (a green context, no
+        build), or replaced by the kernel the engine builds."""
+        if not self.confines:
+            return Outcome(abi.ACTION_REPLACE, flags, 0, rule, self)
+        params = dict(self.params)
+        if "share" in params:
+            kind, value = abi.CAP_SHARE, round(params["share"] * 1_000_000)
+        else:
+            kind, value = abi.CAP_SMS, int(params["sms"])
+        return Outcome(abi.ACTION_CONFINE, flags, 0, rule, self,
+                       abi.confine_word(kind, value, deny=self.on_unwrappable == "deny"))
 
 
 @dataclass(frozen=True)
@@ -276,7 +295,7 @@ class Rule:
         if self.action == "deny":
             return Outcome(abi.ACTION_DENY, self.flags, self.error, index)
         if self.action == "wrap":
-            return Outcome(abi.ACTION_REPLACE, self.flags, 0, index, self.wrap)
+            return self.wrap.outcome(self.flags, index)
         return Outcome(abi.ACTION_ALLOW, self.flags, 0, index)
 
     def check_static(self, info: KernelInfo) -> tuple[bool, list[str]]:
@@ -379,8 +398,9 @@ class Explanation:
         text = abi.ACTION_NAMES[outcome.action]
         if outcome.action == abi.ACTION_DENY:
             text += f" ({error_name(outcome.error)})"
-        if outcome.action == abi.ACTION_REPLACE and outcome.wrap is not None:
-            text = (f"wrap with {outcome.wrap.label} (a kernel that cannot be wrapped: "
+        if outcome.action in (abi.ACTION_REPLACE, abi.ACTION_CONFINE) and outcome.wrap is not None:
+            text = (f"wrap with {outcome.wrap.label} (a kernel that cannot be "
+                    f"{'confined' if outcome.wrap.confines else 'wrapped'}: "
                     f"{outcome.wrap.on_unwrappable})")
         text += " by default" if outcome.rule == abi.RULE_DEFAULT else \
             f" by rule '{self.deciding_rule}'"
@@ -443,7 +463,7 @@ def _rule_from_dict(fields: dict) -> Rule:
     if fields.get("wrap") is not None:
         wrap = fields["wrap"]
         fields["wrap"] = WrapRequest(wrap["wrapper"], tuple(tuple(p) for p in wrap["params"]),
-                                     wrap["on_unwrappable"])
+                                     wrap["on_unwrappable"], wrap.get("mechanism", "splice"))
     return Rule(**fields)
 
 

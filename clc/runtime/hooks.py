@@ -97,12 +97,14 @@ class HookDecision:
 
     def outcome(self, rule_index: int) -> Outcome:
         """The clc_outcome the shim gets; rule_index says which rule (or hook) decided."""
-        return Outcome(self.action, self.flags, self.error, rule_index, self.wrap)
+        if self.wrap is not None:
+            return self.wrap.outcome(self.flags, rule_index)
+        return Outcome(self.action, self.flags, self.error, rule_index)
 
     def __repr__(self) -> str:
         if self.action == abi.ACTION_DENY:
             return f"clc.deny({self.message!r}, error={error_name(self.error)!r})"
-        if self.action == abi.ACTION_REPLACE and self.wrap is not None:
+        if self.wrap is not None:
             return f"clc.wrap({self.wrap.label}, on_unwrappable={self.wrap.on_unwrappable!r})"
         options = [name for name, on in (("record", self.record and not self.time),
                                          ("time", self.time)) if on]
@@ -155,12 +157,14 @@ def _error_code(error) -> int:
     return code
 
 
-def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, **params) -> HookDecision:
+def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, mechanism=None,
+         **params) -> HookDecision:
     """Run the kernel's launches wrapped: `wrapper` is sm_share, block_count, deadline or a .cu
     device policy (a relative path is taken from the directory of the hook's file), `params`
-    its parameters (share=0.25, ms=5, ...). A kernel that cannot be wrapped gets
-    on_unwrappable ("allow" or "deny"), said once."""
-    from clc.wrapping.spec import wrapper_spec
+    its parameters (share=0.25, ms=5, ...). sm_share confines the kernel with a green context
+    unless mechanism="splice". A kernel that cannot be wrapped gets on_unwrappable ("allow" or
+    "deny"), said once."""
+    from clc.wrapping.spec import BUILTIN_WRAPPERS, mechanism_for, wrapper_spec
     if on_unwrappable not in ("allow", "deny"):
         raise HookError(f"clc.wrap(): on_unwrappable must be 'allow' or 'deny', got "
                         f"{on_unwrappable!r}")
@@ -170,11 +174,13 @@ def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, **params)
     try:
         spec = wrapper_spec(str(wrapper) if isinstance(wrapper, os.PathLike) else wrapper,
                             params, base)
+        mechanism = mechanism_for(spec.name if spec.name in BUILTIN_WRAPPERS else "a .cu policy",
+                                  mechanism)
     except ValueError as e:
         raise HookError(f"clc.wrap(): {e}") from None
     flags = (abi.FLAG_RECORD | abi.FLAG_TIME) if time else abi.FLAG_RECORD if record else 0
-    return HookDecision(abi.ACTION_REPLACE, flags, 0, "",
-                        WrapRequest(spec.name, spec.params, on_unwrappable))
+    request = WrapRequest(spec.name, spec.params, on_unwrappable, mechanism)
+    return HookDecision(request.outcome(0, 0).action, flags, 0, "", request)
 
 
 # ---- what a hook sees ---------------------------------------------------------------------------

@@ -9,7 +9,12 @@ import dataclasses
 import pathlib
 import re
 
-__all__ = ["Wrapper", "BUILTIN_WRAPPERS", "INSPECTED_WRAPPERS", "wrapper_spec"]
+__all__ = ["Wrapper", "BUILTIN_WRAPPERS", "INSPECTED_WRAPPERS", "MECHANISMS", "wrapper_spec",
+           "mechanism_for"]
+
+# How sm_share keeps a kernel to its share: a green context (an SM partition of the driver: no
+# build, the kernel untouched) or the splice (the kernel's PTX runs under a claim loop).
+MECHANISMS = ("green", "splice")
 
 BUILTIN_WRAPPERS = ("sm_share", "block_count", "deadline")
 
@@ -98,3 +103,16 @@ def wrapper_spec(name, params=None, base_dir=None):
 # what `clc inspect` judges each kernel against.
 INSPECTED_WRAPPERS = tuple(wrapper_spec(name, params) for name, params in (
     ("sm_share", {"share": 0.5}), ("block_count", {}), ("deadline", {"ms": 1})))
+
+
+def mechanism_for(name, mechanism=None):
+    """The mechanism a wrapper runs by: sm_share by a green context unless `mechanism` says
+    splice; every other wrapper needs device code, so the splice (ValueError for green)."""
+    if mechanism is not None and mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    if name == "sm_share":
+        return mechanism or "green"
+    if mechanism == "green":
+        raise ValueError(f"mechanism green confines sm_share only: {name} runs device code, "
+                         "which only the splice adds")
+    return "splice"

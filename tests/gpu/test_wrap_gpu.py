@@ -35,6 +35,8 @@ def _policy(path, wrapper, params, kernel="*", on_unwrappable="allow"):
     lines = ["version: 1", "default: allow", "rules:", "  - name: wrap-it",
              f"    match: {{kernel: {json.dumps(kernel)}}}", "    action: wrap",
              f"    wrapper: {wrapper}", f"    on_unwrappable: {on_unwrappable}"]
+    if wrapper == "sm_share":  # the splice's tests (green contexts: test_green_gpu.py)
+        lines.append("    mechanism: splice")
     if params:
         lines.append("    params: {" + ", ".join(f"{k}: {v}" for k, v in params.items()) + "}")
     Path(path).write_text("\n".join(lines) + "\n")

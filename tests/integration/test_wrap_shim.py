@@ -52,6 +52,8 @@ def wrap_policy(wrapper="sm_share", params=None, kernels=WRAPPABLE, on_unwrappab
     lines = ["version: 1", "default: allow", "rules:", "  - name: wrap-them",
              f"    match: {{kernel_regex: \"^({'|'.join(kernels)})$\"}}", "    action: wrap",
              f"    wrapper: {wrapper}"]
+    if wrapper == "sm_share":  # these tests are of the splice (a green context has its own)
+        lines.append("    mechanism: splice")
     if params:
         lines.append(f"    params: {json.dumps(params)}")
     if on_unwrappable:
@@ -516,7 +518,7 @@ def test_a_hook_answering_clc_wrap_wraps_the_kernel(clc_run, native, shared_cach
     hooks.write_text("import clc\n\n"
                      "@clc.on_launch(kernel=\"scale\")\n"
                      "def wrap_scale(launch):\n"
-                     "    return clc.wrap(\"sm_share\", sms=10)\n")
+                     "    return clc.wrap(\"sm_share\", sms=10, mechanism=\"splice\")\n")
     # WHEN prog_wrap runs with it and no policy
     run = clc_run(None, [native["prog_wrap"], "library"], options=["--hooks", str(hooks)],
                   env={"CLC_CACHE_DIR": str(shared_cache)})

@@ -50,6 +50,8 @@
 #define DEFAULT_DYN_SMEM 49152 /* what a kernel may use before cuFuncSetAttribute raises it */
 #define MAX_DYN_SMEM 232448    /* the opt-in ceiling of an sm_90 part */
 #define MAX_KERNEL_NAMES 4096
+#define FAKE_SMS 132          /* the device's SMs, for green contexts */
+#define FAKE_SMS_ALL FAKE_SMS /* where a launch off a green stream runs: SMs [0, FAKE_SMS) */
 /* Occupancy, cuOccupancyMaxActiveBlocksPerMultiprocessor: an SM holds this many threads and at
  * most this many blocks (an sm_90 part's limits), and MAX_DYN_SMEM of shared memory. */
 #define SM_THREADS 2048
@@ -73,9 +75,13 @@ enum handle_tag {
     TAG_GRAPH,
     TAG_NODE,
     TAG_EXEC,
+    TAG_GREEN,
+    TAG_DESC,
 };
 
-static uint32_t tag_of(const void *h) { return h ? *(const uint32_t *)h : 0; }
+/* A handle's tag; the default stream handles (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) and NULL
+ * have none. */
+static uint32_t tag_of(const void *h) { return (uintptr_t)h > 0xff ? *(const uint32_t *)h : 0; }
 
 struct seen_launch;
 
@@ -85,13 +91,19 @@ struct kname {
     char *name;
     atomic_ulong launches;   /* direct launches through any cuLaunch* entry point */
     atomic_ulong graph;      /* runs as a node of a launched graph */
+    atomic_ulong green;      /* launches of it on a green context's stream */
+    atomic_uint where;       /* its last launch's SMs: first << 16 | count */
+    atomic_int ordered;      /* whether that launch was in its program stream's order */
     struct seen_launch *seen; /* its last launch while launches are observed; under g_lock */
 };
+
+struct CUgreenCtx_st;
 
 struct CUctx_st {
     uint32_t tag;
     CUdevice dev;
     int primary;
+    struct CUgreenCtx_st *green; /* the green context this context was converted from */
     /* Lazy events only (see "events"): bumped when the context is torn down, which kills the
      * events created before; and how far cuCtxSynchronize and the default stream's
      * synchronization have run the context's work (in event record numbers). */
@@ -159,12 +171,23 @@ struct CUstream_st {
     atomic_ullong synced; /* lazy events: the last record number this stream has run up to */
     int capture;          /* CUstreamCaptureStatus (stream capture, below) */
     int capture_mode;     /* CUstreamCaptureMode it was begun with */
+    unsigned flags;
+    int priority;
+    struct CUgreenCtx_st *green; /* made by cuGreenCtxStreamCreate */
+    /* Stream order (see "green contexts"): under g_lock. */
+    unsigned long long ops;       /* work items queued on it so far */
+    struct CUstream_st *dep;      /* the stream and work count of its latest cuStreamWaitEvent */
+    unsigned long long dep_ops;
+    struct CUstream_st *join;     /* a green stream whose launch this stream must wait for */
+    unsigned long long join_ops;
 };
 
 struct CUevent_st {
     uint32_t tag;
     unsigned flags;
     int recorded;
+    struct CUstream_st *rec_stream; /* stream order: where and after how much work it was */
+    unsigned long long rec_ops;     /* last recorded (under g_lock) */
     uint64_t t_ns; /* the fake GPU clock when recorded */
     /* Lazy events only: the context current at creation and its epoch then (fixed for the
      * event's life), the number of its latest record and the synchronization mark of the
@@ -1961,6 +1984,8 @@ static void observe(enum entry e, const void *handle, const struct CUfunc_st *f,
     unlock();
 }
 
+static unsigned queue_launch(CUstream hs, int *ordered);
+
 static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
                        unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
                        void **params, void **extra)
@@ -1976,6 +2001,14 @@ static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, un
     if (atomic_load_explicit(&g_observe, memory_order_relaxed)) {
         const unsigned dims[7] = {gx, gy, gz, bx, by, bz, smem};
         observe(e, fn, f, dims, params, extra);
+    }
+    {
+        int ordered;
+        unsigned where = queue_launch(s, &ordered);
+        atomic_store(&f->k->where, where);
+        atomic_store(&f->k->ordered, ordered);
+        if (where != FAKE_SMS_ALL)
+            atomic_fetch_add(&f->k->green, 1);
     }
     atomic_fetch_add(&f->k->launches, 1);
     atomic_fetch_add(&g_entry[e], 1);
@@ -2447,6 +2480,305 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
     return CUDA_SUCCESS;
 }
 
+
+/* ---- green contexts ---------------------------------------------------------------------------
+ * A device of FAKE_SMS SMs, split in groups of FAKE_SM_STEP (2 with
+ * CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING), the groups taken in order from the
+ * resource's first SM. A green context owns SMs [first, first + sms); a stream made in it runs
+ * its launches there, and each launch records on which SMs it ran (fake_cuda_last_green).
+ *
+ * Stream order: every launch, memset and event record queues one work item on its stream
+ * (the default stream handles are one stream here). A launch on a green stream is ordered after
+ * the program's stream when the green stream's latest cuStreamWaitEvent waited for an event
+ * recorded on that stream after its last work item; the program's stream must then wait for an
+ * event recorded on the green stream after the launch before it queues anything else. Every
+ * break of either rule is counted (fake_cuda_order_violations). With FAKE_CUDA_NO_GREEN set the
+ * device has no SM resource to split (CUDA_ERROR_NOT_SUPPORTED). */
+
+#define FAKE_SM_STEP 8
+#define FAKE_SM_STEP_IGNORE 2
+
+struct CUgreenCtx_st {
+    uint32_t tag;
+    CUdevice dev;
+    unsigned first, sms;
+    struct CUctx_st ctx; /* cuCtxFromGreenCtx */
+};
+
+struct CUdevResourceDesc_st {
+    uint32_t tag;
+    unsigned first, sms;
+};
+
+static struct CUstream_st g_default_stream = {.tag = TAG_STREAM};
+static atomic_ulong g_order_violations;
+static atomic_ulong g_green_created, g_green_destroyed, g_green_streams;
+
+/* Where a resource's first SM is kept: in its padding, which the real driver keeps for itself. */
+static unsigned res_first(const CUdevResource *r)
+{
+    unsigned first;
+    memcpy(&first, r->_internal_padding, sizeof first);
+    return first;
+}
+
+static void res_set(CUdevResource *r, unsigned first, unsigned sms, unsigned step)
+{
+    memset(r, 0, sizeof *r);
+    r->type = CU_DEV_RESOURCE_TYPE_SM;
+    memcpy(r->_internal_padding, &first, sizeof first);
+    r->sm.smCount = sms;
+    r->sm.minSmPartitionSize = step;
+    r->sm.smCoscheduledAlignment = step;
+}
+
+CUresult CUDAAPI cuDeviceGetDevResource(CUdevice device, CUdevResource *resource,
+                                        CUdevResourceType type)
+{
+    TRY(need_init());
+    if (device != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!resource || type != CU_DEV_RESOURCE_TYPE_SM)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (getenv("FAKE_CUDA_NO_GREEN")) /* a device (or MIG slice) without SM partitions */
+        return CUDA_ERROR_NOT_SUPPORTED;
+    res_set(resource, 0, FAKE_SMS, FAKE_SM_STEP);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups,
+                                             const CUdevResource *input,
+                                             CUdevResource *remaining, unsigned int useFlags,
+                                             unsigned int minCount)
+{
+    unsigned step, count, most, groups, i, first;
+    TRY(need_init());
+    if (!nbGroups || !input || input->type != CU_DEV_RESOURCE_TYPE_SM ||
+        (useFlags & ~CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING))
+        return CUDA_ERROR_INVALID_VALUE;
+    step = (useFlags & CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING) ? FAKE_SM_STEP_IGNORE
+                                                                        : FAKE_SM_STEP;
+    count = minCount < step ? step : (minCount + step - 1) / step * step;
+    most = input->sm.smCount / count;
+    if (most == 0)
+        return CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+    groups = result ? (*nbGroups < most ? *nbGroups : most) : most;
+    first = res_first(input);
+    for (i = 0; result && i < groups; i++)
+        res_set(&result[i], first + i * count, count, step);
+    if (remaining)
+        res_set(remaining, first + groups * count, input->sm.smCount - groups * count, step);
+    *nbGroups = groups;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources,
+                                           unsigned int nbResources)
+{
+    struct CUdevResourceDesc_st *d;
+    TRY(need_init());
+    if (!phDesc || !resources || nbResources != 1 || resources[0].type != CU_DEV_RESOURCE_TYPE_SM ||
+        resources[0].sm.smCount == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(d = calloc(1, sizeof *d)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    d->tag = TAG_DESC;
+    d->first = res_first(&resources[0]);
+    d->sms = resources[0].sm.smCount;
+    *phDesc = d;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                  unsigned int flags)
+{
+    struct CUgreenCtx_st *g;
+    TRY(need_init());
+    if (!phCtx || tag_of(desc) != TAG_DESC || !(flags & CU_GREEN_CTX_DEFAULT_STREAM))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!(g = calloc(1, sizeof *g)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g->tag = TAG_GREEN;
+    g->dev = dev;
+    g->first = desc->first;
+    g->sms = desc->sms;
+    g->ctx.tag = TAG_CTX;
+    g->ctx.dev = dev;
+    g->ctx.green = g;
+    atomic_fetch_add(&g_green_created, 1);
+    *phCtx = g;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGreenCtxDestroy(CUgreenCtx hCtx)
+{
+    TRY(need_init());
+    if (tag_of(hCtx) != TAG_GREEN)
+        return CUDA_ERROR_INVALID_HANDLE;
+    hCtx->tag = TAG_DEAD;
+    hCtx->ctx.tag = TAG_DEAD;
+    atomic_fetch_add(&g_green_destroyed, 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
+{
+    TRY(need_init());
+    if (!pContext)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (tag_of(hCtx) != TAG_GREEN)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pContext = &hCtx->ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx,
+                                        unsigned int flags, int priority)
+{
+    struct CUstream_st *s;
+    TRY(need_init());
+    if (!phStream || flags != CU_STREAM_NON_BLOCKING)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (tag_of(greenCtx) != TAG_GREEN)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!(s = calloc(1, sizeof *s)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->tag = TAG_STREAM;
+    s->ctx = &greenCtx->ctx;
+    s->flags = flags;
+    s->priority = priority;
+    s->green = greenCtx;
+    atomic_fetch_add(&g_green_streams, 1);
+    *phStream = s;
+    return CUDA_SUCCESS;
+}
+
+/* The stream a handle names for ordering: the default stream handles are one stream. */
+static struct CUstream_st *order_stream(CUstream s)
+{
+    return (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) ? &g_default_stream
+                                                                            : s;
+}
+
+/* One work item queued on s, under g_lock. A stream that owes a wait for a green launch and
+ * queues work instead breaks the order. */
+static void queue_locked(struct CUstream_st *s)
+{
+    if (s->join) {
+        atomic_fetch_add(&g_order_violations, 1);
+        s->join = NULL;
+    }
+    s->ops++;
+}
+
+/* A launch's work item; returns the SMs it ran on (first << 16 | count; the whole device off a
+ * green stream) and whether it was ordered after the stream it was redirected from. */
+static unsigned queue_launch(CUstream hs, int *ordered)
+{
+    struct CUstream_st *s = order_stream(hs);
+    unsigned where = FAKE_SMS_ALL;
+    lock();
+    *ordered = 0;
+    if (s->green) {
+        struct CUstream_st *from = s->dep;
+        if (from && s->dep_ops == from->ops) {
+            *ordered = 1;
+            from->join = s;
+            from->join_ops = s->ops + 1;
+        } else {
+            atomic_fetch_add(&g_order_violations, 1);
+        }
+        where = s->green->first << 16 | s->green->sms;
+    }
+    queue_locked(s);
+    unlock();
+    return where;
+}
+
+static CUresult stream_wait_event(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    struct CUstream_st *s;
+    TRY(need_ctx());
+    if (tag_of(hEvent) != TAG_EVENT || !stream_ok(hStream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    s = order_stream(hStream);
+    lock();
+    if (hEvent->rec_stream) {
+        if (s->join && hEvent->rec_stream == s->join && hEvent->rec_ops >= s->join_ops)
+            s->join = NULL;
+        s->dep = hEvent->rec_stream;
+        s->dep_ops = hEvent->rec_ops;
+    }
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    return stream_wait_event(hStream, hEvent, Flags);
+}
+
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    return stream_wait_event(hStream, hEvent, Flags);
+}
+
+static CUresult stream_get_ctx(CUstream hStream, CUcontext *pctx)
+{
+    TRY(need_ctx());
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!stream_ok(hStream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pctx = order_stream(hStream) == &g_default_stream ? tls_ctx : hStream->ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    return stream_get_ctx(hStream, pctx);
+}
+
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
+{
+    return stream_get_ctx(hStream, pctx);
+}
+
+static CUresult stream_get_priority(CUstream hStream, int *priority)
+{
+    TRY(need_ctx());
+    if (!priority)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!stream_ok(hStream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *priority = order_stream(hStream)->priority;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority)
+{
+    return stream_get_priority(hStream, priority);
+}
+
+CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
+{
+    return stream_get_priority(hStream, priority);
+}
+
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    CUresult r = cuStreamCreate(phStream, flags);
+    if (r == CUDA_SUCCESS) {
+        (*phStream)->flags = flags;
+        (*phStream)->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
+    }
+    return r;
+}
+
 /* ---- events ----------------------------------------------------------------------------------
  * By default work completes instantly: an event is complete as soon as it is recorded.
  *
@@ -2539,6 +2871,11 @@ static CUresult event_record(CUevent ev, CUstream s)
         return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     ev->t_ns = atomic_load(&g_clock_ns);
     ev->recorded = 1;
+    lock();
+    ev->rec_stream = order_stream(s);
+    queue_locked(ev->rec_stream);
+    ev->rec_ops = ev->rec_stream->ops;
+    unlock();
     if (g_lazy_events) {
         atomic_store(&ev->mark, stream_mark(s, ev->ctx));
         atomic_store(&ev->seq, atomic_fetch_add(&g_record_seq, 1) + 1);
@@ -2783,6 +3120,20 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuGraphLaunch)                                                                               \
     X(cuGraphLaunch_ptsz)                                                                          \
     X(cuGraphExecDestroy)                                                                          \
+    X(cuDeviceGetDevResource)                                                                      \
+    X(cuDevSmResourceSplitByCount)                                                                 \
+    X(cuDevResourceGenerateDesc)                                                                   \
+    X(cuGreenCtxCreate)                                                                            \
+    X(cuGreenCtxDestroy)                                                                           \
+    X(cuCtxFromGreenCtx)                                                                           \
+    X(cuGreenCtxStreamCreate)                                                                      \
+    X(cuStreamWaitEvent)                                                                           \
+    X(cuStreamWaitEvent_ptsz)                                                                      \
+    X(cuStreamGetCtx)                                                                              \
+    X(cuStreamGetCtx_ptsz)                                                                         \
+    X(cuStreamGetPriority)                                                                         \
+    X(cuStreamGetPriority_ptsz)                                                                    \
+    X(cuStreamCreateWithPriority)                                                                  \
     X(cuEventCreate)                                                                               \
     X(cuEventDestroy)                                                                              \
     X(cuEventDestroy_v2)                                                                           \
@@ -2842,6 +3193,12 @@ static const struct {
     {"cuEventRecord", 2000, 0, "cuEventRecord"},
     {"cuEventRecord", 7000, 1, "cuEventRecord_ptsz"},
     {"cuStreamSynchronize", 2000, 0, "cuStreamSynchronize"},
+    {"cuStreamWaitEvent", 3020, 0, "cuStreamWaitEvent"},
+    {"cuStreamWaitEvent", 7000, 1, "cuStreamWaitEvent_ptsz"},
+    {"cuStreamGetCtx", 9020, 0, "cuStreamGetCtx"},
+    {"cuStreamGetCtx", 9020, 1, "cuStreamGetCtx_ptsz"},
+    {"cuStreamGetPriority", 5050, 0, "cuStreamGetPriority"},
+    {"cuStreamGetPriority", 7000, 1, "cuStreamGetPriority_ptsz"},
     {"cuStreamSynchronize", 7000, 1, "cuStreamSynchronize_ptsz"},
     {"cuStreamBeginCapture", 10010, 0, "cuStreamBeginCapture_v2"},
     {"cuStreamIsCapturing", 10000, 1, "cuStreamIsCapturing_ptsz"},
@@ -2984,6 +3341,42 @@ TEST_API long fake_cuda_last_param(const char *name, unsigned index, void *buf, 
 TEST_API long fake_cuda_last_extra(const char *name, void *buf, size_t cap);
 TEST_API int fake_cuda_device_allocation(CUdeviceptr p, CUdeviceptr *base, size_t *size);
 TEST_API int fake_cuda_capture_unsafe_calls(void);
+TEST_API int fake_cuda_last_green(const char *name, unsigned *first, unsigned *sms,
+                                  int *ordered, unsigned long *green_launches);
+TEST_API unsigned long fake_cuda_order_violations(void);
+TEST_API void fake_cuda_green_counts(unsigned long *created, unsigned long *destroyed,
+                                     unsigned long *streams);
+
+static struct kname *lookup(const char *name);
+
+/* Where the kernel's last launch ran (SMs [first, first + sms)), whether it was in its program
+ * stream's order, and how many of its launches ran on green streams: 0, or -1 for an unknown
+ * name. */
+int fake_cuda_last_green(const char *name, unsigned *first, unsigned *sms, int *ordered,
+                         unsigned long *green_launches)
+{
+    struct kname *k = lookup(name);
+    unsigned where;
+    if (!k)
+        return -1;
+    where = atomic_load(&k->where);
+    *first = where == FAKE_SMS_ALL ? 0 : where >> 16;
+    *sms = where == FAKE_SMS_ALL ? FAKE_SMS : where & 0xffff;
+    *ordered = atomic_load(&k->ordered);
+    *green_launches = atomic_load(&k->green);
+    return 0;
+}
+
+/* Breaks of stream order seen (green contexts, above). */
+unsigned long fake_cuda_order_violations(void) { return atomic_load(&g_order_violations); }
+
+void fake_cuda_green_counts(unsigned long *created, unsigned long *destroyed,
+                            unsigned long *streams)
+{
+    *created = atomic_load(&g_green_created);
+    *destroyed = atomic_load(&g_green_destroyed);
+    *streams = atomic_load(&g_green_streams);
+}
 
 /* How many potentially unsafe calls a global stream capture refused (stream capture, above). */
 int fake_cuda_capture_unsafe_calls(void) { return atomic_load(&g_capture_unsafe_calls); }

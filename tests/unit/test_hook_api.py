@@ -237,12 +237,37 @@ def test_deny_refuses_bad_errors(kwargs, fragment):
 
 def test_wrap_answers_a_checked_wrap_request(tmp_path):
     # WHEN a hook asks for a built-in wrapper with its parameters
-    answer = clc.wrap("sm_share", share=0.5, on_unwrappable="deny", record=True)
+    answer = clc.wrap("sm_share", share=0.5, on_unwrappable="deny", record=True,
+                      mechanism="splice")
     # THEN the answer is a replace carrying the checked request
     assert answer.action == abi.ACTION_REPLACE and answer.record and not answer.time
     assert answer.wrap.wrapper == "sm_share" and answer.wrap.params == (("share", 0.5),)
     assert answer.outcome(3).wrap == answer.wrap and answer.outcome(3).rule == 3
     assert repr(answer) == "clc.wrap(sm_share(share=0.5), on_unwrappable='deny')"
+
+
+def test_sm_share_confines_by_green_context_unless_told_otherwise():
+    # WHEN a hook asks for sm_share without a mechanism
+    answer = clc.wrap("sm_share", sms=16, on_unwrappable="deny")
+    # THEN the kernel is confined, no build: the outcome carries the share and the deny
+    outcome = answer.outcome(2)
+    assert outcome.action == abi.ACTION_CONFINE and outcome.rule == 2
+    assert outcome.replacement == abi.confine_word(abi.CAP_SMS, 16, deny=True)
+    assert repr(answer) == "clc.wrap(sm_share(sms=16) by green context, on_unwrappable='deny')"
+    # AND a share is carried in millionths
+    share = clc.wrap("sm_share", share=0.25).outcome(0)
+    assert share.replacement == abi.CAP_SHARE << abi.CONFINE_KIND_SHIFT | 250000
+
+
+def test_green_context_is_for_sm_share_only():
+    # WHEN a hook asks for a wrapper that needs device code by a green context
+    with pytest.raises(HookError) as caught:
+        clc.wrap("block_count", mechanism="green")
+    # THEN it is told why not
+    assert "mechanism green confines sm_share only: block_count runs device code" in \
+        str(caught.value)
+    with pytest.raises(HookError, match="mechanism must be one of green, splice, got 'fast'"):
+        clc.wrap("sm_share", share=0.5, mechanism="fast")
 
 
 @pytest.mark.parametrize("args,kwargs,fragment", [

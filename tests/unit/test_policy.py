@@ -1095,13 +1095,45 @@ def test_wrap_rule_round_trips_through_json_and_explains(tmp_path):
     assert rule.wrap.wrapper == "sm_share" and rule.wrap.params == (("share", 0.25),)
     assert rule.wrap.on_unwrappable == "deny"
     assert Policy.from_json(p.to_json()).rules[0] == rule
-    # AND its outcome is a replace carrying the request
+    # AND its outcome confines the kernel by a green context (no build): the share in
+    # millionths, and the deny of a launch that cannot be confined
     outcome = rule.outcome(0)
-    assert outcome.action == abi.ACTION_REPLACE and outcome.wrap == rule.wrap
+    assert rule.wrap.mechanism == "green"
+    assert outcome.action == abi.ACTION_CONFINE and outcome.wrap == rule.wrap
+    assert outcome.replacement == abi.confine_word(abi.CAP_SHARE, 250000, deny=True)
     # AND explain says what happens
     text = p.explain(KernelInfo(mangled="_Z4gemmv", demangled="gemm()", device=0)).format()
-    assert "wrap with sm_share(share=0.25) (a kernel that cannot be wrapped: deny) by rule " \
-           "'quarter'" in text
+    assert "wrap with sm_share(share=0.25) by green context (a kernel that cannot be confined: " \
+           "deny) by rule 'quarter'" in text
+
+
+def test_sm_share_by_the_splice_is_a_replace():
+    # GIVEN sm_share asked of the splice
+    p = policy("""\
+        version: 1
+        rules:
+          - {name: s, action: wrap, wrapper: sm_share, params: {sms: 8}, mechanism: splice}
+        """)
+    # THEN its outcome is a replace the engine builds, and the JSON keeps the mechanism
+    rule = p.rules[0]
+    assert rule.wrap.mechanism == "splice" and rule.outcome(0).action == abi.ACTION_REPLACE
+    assert Policy.from_json(p.to_json()).rules[0] == rule
+
+
+@pytest.mark.parametrize("line,message", [
+    ("{action: wrap, wrapper: block_count, mechanism: green}",
+     "3:53: mechanism green confines sm_share only: block_count runs device code"),
+    ("{action: wrap, wrapper: sm_share, params: {share: 0.5}, mechanism: fast}",
+     "3:72: mechanism must be one of green, splice, got 'fast'"),
+    ("{action: deny, mechanism: green}",
+     "3:20: 'mechanism' is only allowed on a wrap rule"),
+])
+def test_mechanism_mistakes_are_reported_where_they_are(line, message):
+    # WHEN a rule asks for a mechanism it cannot have
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(f"version: 1\nrules:\n  - {line}\n", "p.yaml")
+    # THEN the error names the file, line and column of the value at fault
+    assert f"p.yaml:{message}" in str(caught.value)
 
 
 def test_shape_rule_limit_counts_only_shape_rules():

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * green.c: a confined kernel's launch (CLC_ACTION_CONFINE): the kernel, untouched, runs on a
+ * stream of a green context that owns a share of the device's SMs.
+ *
+ * A partition is made once per (device, share): the device's SM resource split by the
+ * driver's partition step (cuDevSmResourceSplitByCount), a descriptor, a green context
+ * (cuGreenCtxCreate). The share is rounded to that step, said once with the SM count. Each
+ * (program context, program stream, partition) gets one green stream of the program stream's
+ * priority and two events of the program's context, made at its first confined launch.
+ *
+ * Per launch, the program's stream order is kept: an event recorded on the program's stream is
+ * waited for by the green stream, the kernel is launched there, and an event recorded after it
+ * is waited for by the program's stream. The program's own synchronization (its stream, its
+ * events, the device) then sees the confined work finished, and under stream capture the same
+ * calls fork the capture into the green stream and join it back, so that the graph's replays
+ * run on the partition too. The events are reused: a wait takes the event's state when it is
+ * called, and the entry's lock keeps one launch's five calls together.
+ *
+ * The program's primary context is retained by each green context: before the program
+ * releases or resets it, the device's green contexts are destroyed (after their streams are
+ * synchronized), so that the program's release still tears it down; they are made again at
+ * the next confined launch. A destroyed context's entries are forgotten.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shim.h"
+
+/* The driver's green-context calls, by layout (cuda.h, CUDA 13.0). */
+#define CU_DEV_RESOURCE_TYPE_SM 1
+#define CU_GREEN_CTX_DEFAULT_STREAM 1
+#define CU_STREAM_NON_BLOCKING 1
+#define CU_EVENT_DISABLE_TIMING 2
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+typedef struct {
+    int type;
+    unsigned char internal_padding[92];
+    union {
+        struct {
+            unsigned sm_count, min_partition, coscheduled_alignment;
+        } sm;
+        unsigned char oversize[40];
+    };
+} cu_dev_resource; /* CUdevResource_v1 */
+
+typedef void *CUgreenCtx;
+typedef void *CUdevResourceDesc;
+
+static struct {
+    CUresult (*get_resource)(CUdevice, cu_dev_resource *, int);
+    CUresult (*split)(cu_dev_resource *, unsigned *, const cu_dev_resource *, cu_dev_resource *,
+                      unsigned, unsigned);
+    CUresult (*generate_desc)(CUdevResourceDesc *, cu_dev_resource *, unsigned);
+    CUresult (*create)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned);
+    CUresult (*destroy)(CUgreenCtx);
+    CUresult (*stream_create)(CUstream *, CUgreenCtx, unsigned, int);
+    CUresult (*stream_sync)(CUstream);
+    CUresult (*stream_destroy)(CUstream);
+    CUresult (*stream_priority)(CUstream, int *);
+    CUresult (*stream_priority_ptsz)(CUstream, int *);
+    CUresult (*wait_event)(CUstream, CUevent, unsigned);
+    CUresult (*wait_event_ptsz)(CUstream, CUevent, unsigned);
+    CUresult (*exchange_mode)(int *);
+    int loaded; /* 1: all found; -1: this driver has no green contexts */
+} drv;
+
+/* ---- partitions ------------------------------------------------------------------------- */
+
+#define MAX_PARTITIONS 32
+
+typedef struct {
+    int device;
+    uint64_t share;   /* the outcome's word, less CLC_CONFINE_DENY */
+    CUgreenCtx green; /* NULL: not made (or destroyed) */
+    unsigned sms;     /* the SMs it has */
+    CUresult failed;  /* why it cannot be made (CUDA_SUCCESS: it can) */
+} partition;
+
+/* ---- green streams: one per (program context, program stream, partition) ------------------- */
+
+#define STREAM_BITS 10
+#define STREAM_SLOTS (1u << STREAM_BITS)
+
+typedef struct {
+    CUcontext ctx; /* NULL: free */
+    CUstream stream;
+    int part; /* index in partitions */
+    CUstream green;
+    CUevent in, out;
+    pthread_mutex_t lock;
+} green_stream;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* the two tables' shape */
+static partition g_parts[MAX_PARTITIONS];
+static unsigned g_nparts;
+static green_stream g_streams[STREAM_SLOTS];
+static unsigned g_nstreams;
+
+static void *sym(void *h, const char *name) { return clc_libc_dlsym(h, name); }
+
+static int load_driver(void) {
+    if (drv.loaded) return drv.loaded > 0;
+    void *h = clc_libcuda_handle();
+    if (h) {
+        drv.get_resource = sym(h, "cuDeviceGetDevResource");
+        drv.split = sym(h, "cuDevSmResourceSplitByCount");
+        drv.generate_desc = sym(h, "cuDevResourceGenerateDesc");
+        drv.create = sym(h, "cuGreenCtxCreate");
+        drv.destroy = sym(h, "cuGreenCtxDestroy");
+        drv.stream_create = sym(h, "cuGreenCtxStreamCreate");
+        drv.stream_sync = sym(h, "cuStreamSynchronize");
+        drv.stream_destroy = sym(h, "cuStreamDestroy_v2");
+        drv.stream_priority = sym(h, "cuStreamGetPriority");
+        drv.stream_priority_ptsz = sym(h, "cuStreamGetPriority_ptsz");
+        drv.wait_event = sym(h, "cuStreamWaitEvent");
+        drv.wait_event_ptsz = sym(h, "cuStreamWaitEvent_ptsz");
+        drv.exchange_mode = sym(h, "cuThreadExchangeStreamCaptureMode");
+        if (!drv.stream_priority_ptsz) drv.stream_priority_ptsz = drv.stream_priority;
+        if (!drv.wait_event_ptsz) drv.wait_event_ptsz = drv.wait_event;
+    }
+    drv.loaded = (h && drv.get_resource && drv.split && drv.generate_desc && drv.create &&
+                  drv.destroy && drv.stream_create && drv.stream_sync && drv.stream_destroy &&
+                  drv.stream_priority && drv.wait_event && g_drv.event_create &&
+                  g_drv.event_record && g_drv.event_destroy && g_drv.ctx_get_device)
+                     ? 1
+                     : -1;
+    return drv.loaded > 0;
+}
+
+/* The SMs a share asks for on a device of `total` SMs, rounded to the partition step (at least
+ * one step, at most the device). */
+static unsigned share_sms(uint64_t share, unsigned total, unsigned step) {
+    unsigned kind = (unsigned)(share >> CLC_CONFINE_KIND_SHIFT) & 0xff;
+    uint64_t value = share & 0xffffffffu;
+    double want = kind == CLC_CAP_SHARE ? (double)value / 1e6 * total : (double)value;
+    unsigned sms = (unsigned)((want + step / 2.0) / step) * step;
+    if (sms < step) sms = step;
+    if (sms > total / step * step) sms = total / step * step;
+    return sms;
+}
+
+/* Makes partition p (under g_lock, with the capture mode relaxed: a global stream capture in
+ * the program must not see these calls). */
+static CUresult make_partition(partition *p) {
+    cu_dev_resource all, group, rest;
+    CUdevResourceDesc desc;
+    CUresult r = drv.get_resource(p->device, &all, CU_DEV_RESOURCE_TYPE_SM);
+    if (r != CUDA_SUCCESS) return r;
+    unsigned step = all.sm.min_partition ? all.sm.min_partition : 1;
+    unsigned sms = share_sms(p->share, all.sm.sm_count, step);
+    unsigned groups = 1;
+    int last = (p->share & CLC_CONFINE_LAST) != 0;
+    if (last) {
+        /* The device's last SMs: every group of this size, the last one taken. */
+        groups = all.sm.sm_count / sms;
+        cu_dev_resource *each = calloc(groups ? groups : 1, sizeof *each);
+        if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
+        r = drv.split(each, &groups, &all, &rest, 0, sms);
+        if (r == CUDA_SUCCESS) group = each[groups - 1];
+        free(each);
+    } else {
+        r = drv.split(&group, &groups, &all, &rest, 0, sms);
+    }
+    if (r != CUDA_SUCCESS) return r;
+    if ((r = drv.generate_desc(&desc, &group, 1)) != CUDA_SUCCESS) return r;
+    if ((r = drv.create(&p->green, desc, p->device, CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS) {
+        p->green = NULL;
+        return r;
+    }
+    p->sms = group.sm.sm_count;
+    char what[64];
+    if (((p->share >> CLC_CONFINE_KIND_SHIFT) & 0xff) == CLC_CAP_SHARE)
+        snprintf(what, sizeof what, "a share of %.3g", (double)(p->share & 0xffffffffu) / 1e6);
+    else
+        snprintf(what, sizeof what, "%u SMs", (unsigned)(p->share & 0xffffffffu));
+    /* Said once per partition: into the capture (the summary's messages), and to stderr with -v. */
+    char text[256];
+    int n = snprintf(text, sizeof text,
+                     "sm_share: %s of device %d is %u of its %u SMs (a green context; the device "
+                     "partitions SMs in steps of %u), its %s ones",
+                     what, p->device, p->sms, all.sm.sm_count, step, last ? "last" : "first");
+    if (n > 0) {
+        clc_debug("%s", text);
+        clc_capture_message(CLC_MSG_INFO, text,
+                            (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
+    }
+    return CUDA_SUCCESS;
+}
+
+static int find_partition(int device, uint64_t share) {
+    for (unsigned i = 0; i < g_nparts; i++)
+        if (g_parts[i].device == device && g_parts[i].share == share) return (int)i;
+    if (g_nparts == MAX_PARTITIONS) return -1;
+    g_parts[g_nparts] = (partition){.device = device, .share = share};
+    return (int)g_nparts++;
+}
+
+static uint32_t stream_slot(CUcontext ctx, CUstream s, int part) {
+    uint64_t h = ((uint64_t)(uintptr_t)ctx * 0xff51afd7ed558ccdull) ^ (uint64_t)(uintptr_t)s ^
+                 ((uint64_t)part << 56);
+    return (uint32_t)((h * 0x9e3779b97f4a7c15ull) >> (64 - STREAM_BITS));
+}
+
+/* The green stream for a launch on `stream` in `ctx` (under g_lock): found or made. */
+static CUresult stream_for(CUcontext ctx, CUstream stream, int ptsz, int part, green_stream **out) {
+    uint32_t i = stream_slot(ctx, stream, part), free_at = STREAM_SLOTS;
+    for (uint32_t n = 0; n < STREAM_SLOTS; n++, i = (i + 1) & (STREAM_SLOTS - 1)) {
+        green_stream *s = &g_streams[i];
+        if (!s->ctx) {
+            free_at = i;
+            break;
+        }
+        if (s->ctx == ctx && s->stream == stream && s->part == part) {
+            *out = s;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (free_at == STREAM_SLOTS || g_nstreams >= STREAM_SLOTS * 3 / 4) {
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "sm_share: more than %u program streams with confined kernels: launches on "
+                    "later ones cannot be confined",
+                    STREAM_SLOTS * 3 / 4);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    partition *p = &g_parts[part];
+    CUresult r;
+    if (!p->green && (r = make_partition(p)) != CUDA_SUCCESS) return r;
+    int priority = 0;
+    if (stream != NULL && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
+        (ptsz ? drv.stream_priority_ptsz : drv.stream_priority)(stream, &priority);
+    green_stream *s = &g_streams[free_at];
+    if ((r = drv.stream_create(&s->green, p->green, CU_STREAM_NON_BLOCKING, priority)) !=
+        CUDA_SUCCESS)
+        return r;
+    if ((r = g_drv.event_create(&s->in, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        drv.stream_destroy(s->green);
+        return r;
+    }
+    if ((r = g_drv.event_create(&s->out, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        g_drv.event_destroy(s->in);
+        drv.stream_destroy(s->green);
+        return r;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    s->stream = stream;
+    s->part = part;
+    s->ctx = ctx; /* last: the slot is taken */
+    g_nstreams++;
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, int ptsz) {
+    gl->entry = NULL;
+    if (!load_driver()) return CUDA_ERROR_NOT_SUPPORTED;
+    CUcontext ctx = NULL;
+    CUdevice device = 0;
+    if (!g_hot.ctx_get_current || g_hot.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx ||
+        g_drv.ctx_get_device(&device) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* NULL is the legacy default stream, or with the _ptsz entry points the thread's own. */
+    if (stream == NULL) stream = ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    uint64_t share = word & ~(uint64_t)CLC_CONFINE_DENY;
+    pthread_mutex_lock(&g_lock);
+    int part = find_partition(device, share);
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    green_stream *s = NULL;
+    if (part >= 0 && g_parts[part].failed == CUDA_SUCCESS) {
+        int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        if (drv.exchange_mode) drv.exchange_mode(&mode);
+        r = stream_for(ctx, stream, ptsz, part, &s);
+        if (drv.exchange_mode) drv.exchange_mode(&mode);
+        if (r != CUDA_SUCCESS && !g_parts[part].green) g_parts[part].failed = r;
+    } else if (part >= 0) {
+        r = g_parts[part].failed;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (r != CUDA_SUCCESS) return r;
+    pthread_mutex_lock(&s->lock);
+    CUresult (*record)(CUevent, CUstream) = ptsz ? g_drv.event_record_ptsz : g_drv.event_record;
+    CUresult (*wait)(CUstream, CUevent, unsigned) = ptsz ? drv.wait_event_ptsz : drv.wait_event;
+    if ((r = record(s->in, stream)) != CUDA_SUCCESS ||
+        (r = drv.wait_event(s->green, s->in, 0)) != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&s->lock);
+        return r;
+    }
+    gl->entry = s;
+    gl->stream = s->green;
+    gl->program_stream = stream;
+    gl->record = record;
+    gl->wait = wait;
+    return CUDA_SUCCESS;
+}
+
+CUresult clc_green_end(clc_green_launch *gl, CUresult launched) {
+    green_stream *s = gl->entry;
+    CUresult r = CUDA_SUCCESS;
+    if (!s) return CUDA_SUCCESS;
+    /* Even when the launch failed: the green stream waited for the program's, and the program's
+     * must not be left behind it. */
+    if ((r = g_drv.event_record(s->out, s->green)) == CUDA_SUCCESS)
+        r = gl->wait(gl->program_stream, s->out, 0);
+    pthread_mutex_unlock(&s->lock);
+    (void)launched;
+    return r;
+}
+
+int clc_green_unconfined(uint64_t word, CUresult why) {
+    int deny = (word & CLC_CONFINE_DENY) != 0;
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "sm_share: a kernel could not be confined by a green context (CUresult %d%s): "
+                "its launches are %s, as its rule's on_unwrappable says",
+                (int)why,
+                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                : "",
+                deny ? "denied" : "allowed on the whole GPU");
+    return deny;
+}
+
+/* ---- teardown ------------------------------------------------------------------------------ */
+
+static void drop_stream(green_stream *s, int sync) {
+    if (sync) drv.stream_sync(s->green);
+    drv.stream_destroy(s->green);
+    s->ctx = NULL;
+    g_nstreams--;
+}
+
+/* Open addressing: after slots are freed, what followed them is put back where probes find it
+ * (under g_lock). */
+static void rehash(void) {
+    static green_stream old[STREAM_SLOTS];
+    unsigned n = 0;
+    for (unsigned i = 0; i < STREAM_SLOTS; i++)
+        if (g_streams[i].ctx) old[n++] = g_streams[i];
+    memset(g_streams, 0, sizeof g_streams);
+    for (unsigned k = 0; k < n; k++) {
+        uint32_t i = stream_slot(old[k].ctx, old[k].stream, old[k].part);
+        while (g_streams[i].ctx) i = (i + 1) & (STREAM_SLOTS - 1);
+        g_streams[i] = old[k];
+    }
+}
+
+void clc_green_forget_context(CUcontext ctx) {
+    if (drv.loaded <= 0 || !ctx) return;
+    pthread_mutex_lock(&g_lock);
+    /* The context's events died with it; its green streams are the green contexts'. */
+    unsigned dropped = 0;
+    for (unsigned i = 0; i < STREAM_SLOTS; i++)
+        if (g_streams[i].ctx == ctx) drop_stream(&g_streams[i], 1), dropped++;
+    if (dropped) rehash();
+    pthread_mutex_unlock(&g_lock);
+}
+
+void clc_green_forget_device(CUdevice device) {
+    if (drv.loaded <= 0) return;
+    pthread_mutex_lock(&g_lock);
+    for (unsigned i = 0; i < STREAM_SLOTS; i++) {
+        green_stream *s = &g_streams[i];
+        if (s->ctx && g_parts[s->part].device == device) {
+            g_drv.event_destroy(s->in);
+            g_drv.event_destroy(s->out);
+            drop_stream(s, 1);
+        }
+    }
+    for (unsigned i = 0; i < g_nparts; i++)
+        if (g_parts[i].device == device && g_parts[i].green) {
+            drv.destroy(g_parts[i].green);
+            g_parts[i].green = NULL;
+        }
+    rehash();
+    pthread_mutex_unlock(&g_lock);
+}
+
+void clc_green_after_fork_child(void) {
+    /* The parent's contexts are not the child's: start afresh (nothing to destroy). */
+    memset(g_streams, 0, sizeof g_streams);
+    g_nstreams = 0;
+    for (unsigned i = 0; i < g_nparts; i++) g_parts[i].green = NULL;
+    pthread_mutex_init(&g_lock, NULL);
+}

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""sm_share by green context on the real driver: kernels that ship no PTX (cuBLAS, PyTorch,
+Triton, CuPy) are confined without being touched, so their results are bit-identical to
+native; the confinement is shown by kernels that stamp %smid, and the program's own stream
+order by a copy on its stream that must find the confined kernel's work done.
+
+examples/green_smid.cu runs its stamping kernel on the legacy stream, a priority stream,
+cudaLaunchKernelEx, a graph captured on a stream that is then destroyed and replayed on
+another, around cudaDeviceReset and from four threads; built again with --default-stream
+per-thread for the _ptsz entry points. examples/green_frameworks.py runs the frameworks.
+"""
+
+import re
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, _build, write_policy
+
+pytestmark = pytest.mark.gpu
+
+SMS = 16
+MODES = ("legacy", "stream", "ex", "graph", "reset", "threads")
+
+
+def confine_policy(path, glob, params, extra=None):
+    return write_policy(path, [("confine", glob, "wrap",
+                                {"wrapper": "sm_share", "params": params,
+                                 "on_unwrappable": "deny", **(extra or {})})])
+
+
+def results(stdout):
+    return [dict(kv.split("=") for kv in m[2].split()) | {"mode": m[1]}
+            for m in re.finditer(r"^result (\S+) (.*)$", stdout, re.M)]
+
+
+@pytest.fixture(scope="module")
+def smid_bins(nvcc, cuda_arch, build_dir):
+    plain, ptsz = build_dir / "green_smid", build_dir / "green_smid_ptsz"
+    _build("green_smid", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", plain,
+                           EXAMPLES / "green_smid.cu"]])
+    _build("green_smid_ptsz", [[nvcc, "-O2", f"-arch={cuda_arch}", "--default-stream",
+                                "per-thread", "-o", ptsz, EXAMPLES / "green_smid.cu"]])
+    return {"plain": plain, "ptsz": ptsz}
+
+
+@pytest.mark.parametrize("build", ["plain", "ptsz"])
+@pytest.mark.parametrize("mode", MODES)
+def test_stamps_land_on_the_partition_in_stream_order(smid_bins, run_native, run_clc, tmp_path,
+                                                      tools, build, mode):
+    exe = smid_bins[build]
+    # GIVEN the program alone: its 2048 blocks spread over (nearly) every SM
+    native = run_native([exe, mode])
+    assert native.returncode == 0, tools.describe(native)
+    assert all(int(r["distinct"]) > 64 and r["unwritten"] == "0" for r in results(native.stdout))
+    # WHEN its stamping kernel is confined to 16 SMs by a green context
+    policy = confine_policy(tmp_path / "p.yaml", "stamp*", {"sms": SMS})
+    proc, report = run_clc(policy, [exe, mode], tmp_path)
+    assert proc.returncode == 0, tools.describe(proc)
+    rows = results(proc.stdout)
+    assert len(rows) == len(results(native.stdout)), tools.describe(proc)
+    for r in rows:
+        # THEN every block of every round ran on at most 16 SMs
+        assert 0 < int(r["distinct"]) <= SMS, (r, tools.describe(proc))
+        # AND the program's copy on its own stream always found the kernel's work done
+        assert r["unwritten"] == "0", (r, tools.describe(proc))
+    # AND the capture says the kernel was confined, on how many SMs
+    messages = " ".join(m["text"] for m in report["messages"])
+    assert f"is {SMS} of its" in messages, messages
+
+
+def frameworks(tools, what):
+    return [sys.executable, tools.examples / "green_frameworks.py", what]
+
+
+@pytest.mark.parametrize("what,module", [("torch", "torch"), ("cublas", "torch"),
+                                         ("triton", "triton"), ("cupy", "cupy")])
+def test_framework_kernels_are_bit_identical_when_confined(run_native, run_clc, tmp_path,
+                                                           tools, what, module):
+    pytest.importorskip(module)
+    native = run_native(frameworks(tools, what))
+    assert native.returncode == 0, tools.describe(native)
+    # WHEN every kernel of the program is confined to half the GPU by a green context
+    policy = confine_policy(tmp_path / "p.yaml", "*", {"share": 0.5})
+    proc, report = run_clc(policy, frameworks(tools, what), tmp_path)
+    assert proc.returncode == 0, tools.describe(proc)
+    # THEN what it computed is bit for bit what it computes alone
+    digests = [ln for ln in native.stdout.splitlines() if not ln.startswith("smids ")]
+    assert digests and all(ln in proc.stdout for ln in digests), tools.describe(proc)
+    # AND nothing was denied or failed: every kernel was confined (a kernel that could not be
+    # would have been denied: on_unwrappable deny)
+    assert report["kernels"] and all(k["denied"] == 0 and k["failed"] == 0
+                                     for k in report["kernels"]), report["kernels"]
+    messages = " ".join(m["text"] for m in report["messages"])
+    assert "could not be confined" not in messages, messages
+    assert "(a green context" in messages, messages
+    if what == "cupy":
+        # AND the stamping kernel's blocks ran on the half it was given (66 SMs rounded to
+        # the device's step), where alone they spread over the whole GPU
+        alone = int(re.search(r"^smids distinct=(\d+)", native.stdout, re.M)[1])
+        confined = int(re.search(r"^smids distinct=(\d+)", proc.stdout, re.M)[1])
+        sms = int(re.search(r"is (\d+) of its (\d+) SMs", messages)[1])
+        assert confined <= sms < alone, (confined, sms, alone)

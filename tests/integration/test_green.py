@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: Apache-2.0
+"""sm_share by green context over the fake driver: the confined kernel's launches land on a
+green context's stream of the right SMs, in the program's stream order, on every stream kind
+and entry point, through stream capture, stream reuse, context destruction and a reset; what
+cannot be confined gets its rule's on_unwrappable.
+
+The fake driver (tests/native/fake_cuda.c, "green contexts") splits 132 SMs in steps of 8,
+records on which SMs each launch ran, and counts every break of stream order: a green launch
+not ordered after the program's stream, or program work queued before it waited for the
+launch."""
+
+import re
+
+import pytest
+
+LABELS = ("legacy", "legacy-again", "ptsz", "per-thread", "stream", "priority", "ex",
+          "cooperative", "new-stream", "captured", "other-context", "after-destroy",
+          "after-reset")
+
+
+def green_policy(params="{share: 0.25}", extra=""):
+    return ("version: 1\ndefault: allow\nrules:\n  - name: quarter\n"
+            "    match: {kernel: vecAdd}\n    action: wrap\n    wrapper: sm_share\n"
+            f"    params: {params}\n{extra}")
+
+
+def launches(stdout):
+    """{label: (rc, first SM, SMs, ordered)} from prog_green's lines."""
+    return {m[1]: (int(m[2]), int(m[3]), int(m[4]), int(m[5])) for m in re.finditer(
+        r"^green (\S+) rc=(-?\d+) first=(\d+) sms=(\d+) ordered=(\d)$", stdout, re.M)}
+
+
+def tail(stdout):
+    violations = int(re.search(r"^order-violations (\d+)$", stdout, re.M)[1])
+    counts = re.search(r"^green-contexts created=(\d+) destroyed=(\d+) streams=(\d+)$", stdout,
+                       re.M)
+    return violations, tuple(int(x) for x in counts.groups())
+
+
+def test_without_clc_every_launch_runs_on_the_whole_device(native, run_native):
+    # GIVEN the program alone
+    proc = run_native([native["prog_green"]])
+    # THEN every launch ran on all 132 SMs, and the program made no green context
+    assert proc.returncode == 0, proc.stderr
+    seen = launches(proc.stdout)
+    assert set(seen) >= set(LABELS)
+    assert all(sms == 132 for _, _, sms, _ in seen.values())
+    assert tail(proc.stdout) == (0, (0, 0, 0))
+
+
+@pytest.mark.parametrize("params,sms", [("{share: 0.25}", 32), ("{sms: 20}", 24),
+                                        ("{sms: 3}", 8), ("{share: 1.0}", 128)])
+def test_confined_kernel_runs_on_its_partition_in_stream_order(clc_run, native, params, sms):
+    # GIVEN vecAdd confined to a share (rounded to the device's step of 8 SMs, at least one
+    # step, at most the whole steps the device has)
+    run = clc_run(green_policy(params), [native["prog_green"]])
+    assert run.proc.returncode == 0, run.stderr
+    seen = launches(run.stdout)
+    # THEN each of its launches, on every stream kind and entry point, through a capture, a
+    # new stream, another context and a reset, ran on that many SMs, ordered after its stream
+    for label in LABELS:
+        assert seen[label] == (0, 0, sms, 1), label
+    # AND the kernel left alone ran on the whole device
+    assert seen["unconfined"] == (0, 0, 132, 0)
+    assert "check cuStreamEndCapture -> 0" in run.stdout
+    # AND the program's stream never ran ahead of a confined launch; the reset destroyed the
+    # green context (it holds the primary context), and one was made again
+    violations, (created, destroyed, _) = tail(run.stdout)
+    assert violations == 0
+    assert (created, destroyed) == (2, 1)
+    # AND the capture says which kernel was confined and on how many SMs
+    cap = run.capture()
+    assert any(f"is {sms} of its 132 SMs (a green context" in m.text for m in cap.messages)
+    # AND every launch counted as launched, none failed or denied
+    # (one kernel per context and per load: summed)
+    vecadd = [st for kid, st in cap.stats.items() if cap.kernels[kid].mangled.startswith(
+        "_Z6vecAdd")]
+    assert [sum(getattr(st, f) for st in vecadd) for f in ("launches", "denied", "failed")] == \
+        [len(LABELS), 0, 0]
+
+
+def test_one_green_stream_per_program_stream_and_context(clc_run, native):
+    # GIVEN the confined launches of prog_green: the legacy stream (NULL and CU_STREAM_LEGACY
+    # alike), the per-thread stream (ptsz NULL and CU_STREAM_PER_THREAD alike), two streams,
+    # the same stream's new incarnation, another context's legacy stream, then after the
+    # reset the legacy stream again
+    run = clc_run(green_policy(), [native["prog_green"]])
+    _, (_, _, streams) = tail(run.stdout)
+    # THEN green streams were made only for distinct (context, stream) pairs, never per launch:
+    # in the primary context the legacy, per-thread, two streams and the new one; the other
+    # context's legacy stream; the legacy stream again after the reset
+    assert streams == 7, run.stdout
+
+
+@pytest.mark.parametrize("on_unwrappable,rc", [("allow", 0), ("deny", 800)])
+def test_a_device_without_partitions_gets_on_unwrappable(clc_run, native, on_unwrappable, rc):
+    # GIVEN a device that cannot be partitioned
+    run = clc_run(green_policy(extra=f"    on_unwrappable: {on_unwrappable}\n"),
+                  [native["prog_green"]], env={"FAKE_CUDA_NO_GREEN": "1"})
+    seen = launches(run.stdout)
+    # THEN the kernel's launches are allowed on the whole device, or denied, as the rule says
+    assert seen["stream"][0] == rc
+    assert run.fake_counts().get("_Z6vecAddPKfS0_Pfi", 0) == (len(LABELS) if rc == 0 else 0)
+    assert seen["unconfined"] == (0, 0, 132, 0)
+    # AND that is said once
+    assert run.stderr.count("clc: sm_share: a kernel could not be confined by a green context "
+                            "(CUresult 801: no SM partitions on this driver or device)") == 1
+
+
+def test_hooks_confine_too(clc_run, native, tmp_path):
+    # GIVEN a hook that answers sm_share for vecAdd (the engine decides, not clc-run)
+    hook = tmp_path / "share.py"
+    hook.write_text("import clc\n\n@clc.on_launch\ndef share(launch):\n"
+                    "    if launch.base == 'vecAdd':\n"
+                    "        return clc.wrap('sm_share', sms=16)\n")
+    run = clc_run("version: 1\ndefault: allow\n", [native["prog_green"]],
+                  options=["--hooks", str(hook)])
+    seen = launches(run.stdout)
+    # THEN its launches ran on 16 SMs, in order
+    assert seen["stream"] == (0, 0, 16, 1), run.stdout + run.stderr
+    assert tail(run.stdout)[0] == 0
+
+
+def test_the_splice_is_still_there_when_asked_for(clc_run, native):
+    # GIVEN sm_share asked of the splice for a kernel that ships no loopable PTX here (the
+    # fake's vecAdd is an empty entry)
+    run = clc_run(green_policy(extra="    mechanism: splice\n"), [native["prog_green"]])
+    seen = launches(run.stdout)
+    # THEN no launch went to a green context
+    assert all(where[2] == 132 for where in seen.values())
+    assert tail(run.stdout)[1][0] == 0
