@@ -7,7 +7,7 @@
 // each block's %smid into it (every block spins ~20 us so that the work takes a while), and
 // the program copies it back on the same stream and synchronizes that stream only. It prints
 //
-//   result MODE distinct=N unwritten=U max_smid=M
+//   result MODE distinct=N unwritten=U max_smid=M smids=A,B,...
 //
 // distinct: how many SMs ran stamp's blocks; unwritten: entries the copy found still 0xff,
 // which only a stream order that did not hold can leave (the copy ran before stamp ended).
@@ -56,8 +56,12 @@ static void report(const char *mode, const unsigned *host) {
         }
         if (host[i] > max_smid) max_smid = host[i];
     }
-    printf("result %s distinct=%d unwritten=%d max_smid=%u\n", mode, distinct, unwritten,
+    printf("result %s distinct=%d unwritten=%d max_smid=%u smids=", mode, distinct, unwritten,
            max_smid);
+    const char *sep = "";
+    for (unsigned s = 0; s < seen.size(); s++)
+        if (seen[s]) printf("%s%u", sep, s), sep = ",";
+    printf("\n");
 }
 
 // One round on `s`: fill, stamp (by `how`), copy back, synchronize the stream only.

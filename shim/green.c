@@ -44,9 +44,10 @@ typedef struct {
         struct {
             unsigned sm_count, min_partition, coscheduled_alignment;
         } sm;
-        unsigned char oversize[40];
+        unsigned char oversize[48]; /* RESOURCE_ABI_EXTERNAL_BYTES */
     };
 } cu_dev_resource; /* CUdevResource_v1 */
+_Static_assert(sizeof(cu_dev_resource) == 144, "CUdevResource_v1 is 144 bytes (cuda.h 13.0)");
 
 typedef void *CUgreenCtx;
 typedef void *CUdevResourceDesc;

@@ -634,7 +634,9 @@ class _Loader:
                                           f"line {first})")
                     continue
                 value_nodes[key] = value_node
-                value = self.attempt(self.number, value_node, f"params.{key}")
+                # sm_share's place is a word (first, last); every other parameter a number.
+                parse = self.string if (wrapper, key) == ("sm_share", "place") else self.number
+                value = self.attempt(parse, value_node, f"params.{key}")
                 if value is not _INVALID:
                     params[key] = value
         on_unwrappable = self.attempt(self.choice, pairs["on_unwrappable"][1], "on_unwrappable") \
@@ -656,19 +658,20 @@ class _Loader:
                         at = value_node
             raise self.error(at, text) from None
         for key, value in params.items():
-            self.attempt(self.wrapper_limit, wrapper, wrapper not in BUILTIN_WRAPPERS, key, value,
-                         value_nodes[key])
+            if isinstance(value, (int, float)):
+                self.attempt(self.wrapper_limit, wrapper, wrapper not in BUILTIN_WRAPPERS, key,
+                             value, value_nodes[key])
         if mechanism is not None and mechanism is not _INVALID:
             try:
                 mechanism_for(spec.name if wrapper in BUILTIN_WRAPPERS else "a .cu policy",
-                              mechanism)
+                              mechanism, spec.params)
             except ValueError as e:
                 self.report(pairs["mechanism"][1], str(e))
         if len(self.errors) > before:
             raise _Reported
         return WrapRequest(spec.name, spec.params, on_unwrappable,
                            mechanism_for(spec.name if wrapper in BUILTIN_WRAPPERS else "",
-                                         mechanism))
+                                         mechanism, spec.params))
 
     def wrapper_limit(self, wrapper: str, custom: bool, key: str, value, node) -> None:
         """A parameter within what the shim and the device code can hold."""

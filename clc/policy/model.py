@@ -129,7 +129,8 @@ class WrapRequest:
         else:
             kind, value = abi.CAP_SMS, int(params["sms"])
         return Outcome(abi.ACTION_CONFINE, flags, 0, rule, self,
-                       abi.confine_word(kind, value, deny=self.on_unwrappable == "deny"))
+                       abi.confine_word(kind, value, last=params.get("place") == "last",
+                                        deny=self.on_unwrappable == "deny"))
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, mechanism
         spec = wrapper_spec(str(wrapper) if isinstance(wrapper, os.PathLike) else wrapper,
                             params, base)
         mechanism = mechanism_for(spec.name if spec.name in BUILTIN_WRAPPERS else "a .cu policy",
-                                  mechanism)
+                                  mechanism, spec.params)
     except ValueError as e:
         raise HookError(f"clc.wrap(): {e}") from None
     flags = (abi.FLAG_RECORD | abi.FLAG_TIME) if time else abi.FLAG_RECORD if record else 0

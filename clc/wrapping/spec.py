@@ -9,12 +9,15 @@ import dataclasses
 import pathlib
 import re
 
-__all__ = ["Wrapper", "BUILTIN_WRAPPERS", "INSPECTED_WRAPPERS", "MECHANISMS", "wrapper_spec",
-           "mechanism_for"]
+__all__ = ["Wrapper", "BUILTIN_WRAPPERS", "INSPECTED_WRAPPERS", "MECHANISMS", "PLACES",
+           "wrapper_spec", "mechanism_for"]
 
 # How sm_share keeps a kernel to its share: a green context (an SM partition of the driver: no
 # build, the kernel untouched) or the splice (the kernel's PTX runs under a claim loop).
 MECHANISMS = ("green", "splice")
+# Which SMs a green context's share takes: the device's first or its last (tenants placed at
+# opposite ends do not overlap while their shares add up to at most the device).
+PLACES = ("first", "last")
 
 BUILTIN_WRAPPERS = ("sm_share", "block_count", "deadline")
 
@@ -57,11 +60,16 @@ def wrapper_spec(name, params=None, base_dir=None):
     A name that is not built in is a .cu path, relative to `base_dir`."""
     params = dict(params or {})
     if name == "sm_share":
-        unknown = set(params) - {"share", "sms"}
-        if unknown or len(params) != 1:
+        place = params.get("place", "first")
+        if place not in PLACES:
+            raise ValueError(f"wrapper sm_share: place must be first or last (which end of the "
+                             f"device's SMs the share takes), got {place!r}")
+        size = {k: v for k, v in params.items() if k != "place"}
+        unknown = set(size) - {"share", "sms"}
+        if unknown or len(size) != 1:
             raise ValueError("wrapper sm_share: give exactly one of share (0 < share <= 1, of "
-                             f"the GPU's SMs) or sms (a count of SMs); got "
-                             f"{sorted(params) or 'neither'}")
+                             f"the GPU's SMs) or sms (a count of SMs), and place if you like; "
+                             f"got {sorted(params) or 'neither'}")
         if "share" in params:
             cap = ("share", float(_number(name, "share", params["share"], 0, 1, lo_open=True)))
         else:
@@ -105,12 +113,15 @@ INSPECTED_WRAPPERS = tuple(wrapper_spec(name, params) for name, params in (
     ("sm_share", {"share": 0.5}), ("block_count", {}), ("deadline", {"ms": 1})))
 
 
-def mechanism_for(name, mechanism=None):
+def mechanism_for(name, mechanism=None, params=()):
     """The mechanism a wrapper runs by: sm_share by a green context unless `mechanism` says
     splice; every other wrapper needs device code, so the splice (ValueError for green)."""
     if mechanism is not None and mechanism not in MECHANISMS:
         raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
     if name == "sm_share":
+        if mechanism == "splice" and dict(params).get("place", "first") != "first":
+            raise ValueError("place: last needs a green context (mechanism: green): the splice "
+                             "keeps a share on the device's first SMs")
         return mechanism or "green"
     if mechanism == "green":
         raise ValueError(f"mechanism green confines sm_share only: {name} runs device code, "

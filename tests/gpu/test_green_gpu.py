@@ -69,6 +69,22 @@ def test_stamps_land_on_the_partition_in_stream_order(smid_bins, run_native, run
     assert f"is {SMS} of its" in messages, messages
 
 
+def test_tenants_placed_at_opposite_ends_do_not_overlap(smid_bins, run_clc, tmp_path, tools):
+    # GIVEN two programs, one confined to the device's first 32 SMs, the other to its last 32
+    sets = {}
+    for place in ("first", "last"):
+        policy = confine_policy(tmp_path / f"{place}.yaml", "stamp*",
+                                {"sms": 32, "place": place})
+        proc, _ = run_clc(policy, [smid_bins["plain"], "stream"], tmp_path / place)
+        assert proc.returncode == 0, tools.describe(proc)
+        sets[place] = set()
+        for r in results(proc.stdout):
+            sets[place] |= {int(s) for s in r["smids"].split(",")}
+    # THEN each ran on at most 32 SMs, and no SM ran blocks of both
+    assert 0 < len(sets["first"]) <= 32 and 0 < len(sets["last"]) <= 32, sets
+    assert not sets["first"] & sets["last"], sets
+
+
 def frameworks(tools, what):
     return [sys.executable, tools.examples / "green_frameworks.py", what]
 

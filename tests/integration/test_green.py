@@ -79,6 +79,16 @@ def test_confined_kernel_runs_on_its_partition_in_stream_order(clc_run, native, 
         [len(LABELS), 0, 0]
 
 
+def test_place_last_takes_the_devices_last_group(clc_run, native):
+    # GIVEN vecAdd confined to 32 SMs at the device's far end
+    run = clc_run(green_policy("{sms: 32, place: last}"), [native["prog_green"]])
+    seen = launches(run.stdout)
+    # THEN it ran on the last group of 32 the device splits into (132 SMs: 96..127), never on
+    # the first SMs a tenant placed first would get
+    assert seen["stream"] == (0, 96, 32, 1), run.stdout + run.stderr
+    assert tail(run.stdout)[0] == 0
+
+
 def test_one_green_stream_per_program_stream_and_context(clc_run, native):
     # GIVEN the confined launches of prog_green: the legacy stream (NULL and CU_STREAM_LEGACY
     # alike), the per-thread stream (ptsz NULL and CU_STREAM_PER_THREAD alike), two streams,

@@ -867,3 +867,12 @@ def test_exit_stats_from_rows():
     assert stats.hooks["h.py:guard"].calls == 1
     other = stats.hooks["other.py:f"]
     assert (other.calls, other.total_ns, other.max_ns, other.mean_ns) == (3, 30, 20, 10.0)
+
+
+def test_sm_share_place_last_is_carried_to_the_shim():
+    # WHEN a hook confines a kernel to the device's last 32 SMs
+    outcome = clc.wrap("sm_share", sms=32, place="last").outcome(0)
+    # THEN the confinement word says so
+    assert outcome.replacement == abi.confine_word(abi.CAP_SMS, 32, last=True)
+    with pytest.raises(HookError, match="place must be first or last"):
+        clc.wrap("sm_share", sms=32, place="middle")

@@ -1121,6 +1121,10 @@ def test_sm_share_by_the_splice_is_a_replace():
 
 
 @pytest.mark.parametrize("line,message", [
+    ("{action: wrap, wrapper: sm_share, params: {sms: 8, place: middle}}",
+     "3:63: wrapper sm_share: place must be first or last"),
+    ("{action: wrap, wrapper: sm_share, params: {sms: 8, place: last}, mechanism: splice}",
+     "3:81: place: last needs a green context (mechanism: green)"),
     ("{action: wrap, wrapper: block_count, mechanism: green}",
      "3:53: mechanism green confines sm_share only: block_count runs device code"),
     ("{action: wrap, wrapper: sm_share, params: {share: 0.5}, mechanism: fast}",
