@@ -38,6 +38,46 @@ def driver_status():
         "; ".join(names) or "none")
 
 
+_CU_DEV_RESOURCE_TYPE_SM = 1
+_RESOURCE_BYTES = 144  # CUdevResource_v1: the type, 92 bytes of padding, then the SM resource
+
+
+def partition_status():
+    """(ok, text): whether the GPUs can be partitioned by SMs (green contexts, which sm_share
+    confines kernels with), their SM count and the partition step, per device."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False, "no driver"
+    if cuda.cuInit(0) != 0 or not hasattr(cuda, "cuDeviceGetDevResource"):
+        return False, "this driver has no green contexts (CUDA 12.4 or later has them): " \
+            "sm_share needs the splice (mechanism: splice)"
+    count = ctypes.c_int()
+    cuda.cuDeviceGetCount(ctypes.byref(count))
+    parts, ok = [], True
+    for i in range(count.value):
+        resource = (ctypes.c_uint * (_RESOURCE_BYTES // 4))()
+        rc = cuda.cuDeviceGetDevResource(i, resource, _CU_DEV_RESOURCE_TYPE_SM)
+        if rc != 0:
+            ok = False
+            parts.append(f"{i}: cannot be partitioned (CUresult {rc})")
+            continue
+        sms, step = resource[24], resource[25]
+        parts.append(f"{i}: {sms} SMs in steps of {step}")
+    return ok and bool(parts), "green contexts: " + ("; ".join(parts) or "no GPU")
+
+
+def mps_status():
+    """(running, text): whether an MPS control daemon runs, which shares across processes
+    need (without it the GPU time-slices between processes' contexts)."""
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    running = os.path.exists(os.path.join(pipe, "control"))
+    if running:
+        return True, f"an MPS daemon is running ({pipe}): shares hold across processes"
+    return False, (f"no MPS daemon ({pipe}/control absent): a share holds within a program, "
+                   "but processes' contexts time-slice, so shares across processes cannot hold")
+
+
 def _library(names):
     """Where a library is found, or None."""
     for name in names:
@@ -70,7 +110,7 @@ class DoctorCommand:
             nonlocal ok
             ok = ok and (good or optional)
             mark = "ok  " if good else "-   " if optional else "FAIL"
-            print(f"{mark} {name:<10} {text}")
+            print(f"{mark} {name:<11} {text}")
 
         line("clc", True, f"{__version__} on Python {sys.version.split()[0]} ({sys.executable})")
         good, text = driver_status()
@@ -87,6 +127,10 @@ class DoctorCommand:
         line("bridge", bridge is not None,
              f"{bridge} (Python {sys.version_info.major}.{sys.version_info.minor})" if bridge
              else "not built for this Python")
+        good, text = partition_status()
+        line("partitions", good, text, optional=True)
+        good, text = mps_status()
+        line("MPS", good, text, optional=True)
         lib = libpython_path()
         line("libpython", True, f"{lib} (C and C++ programs can be decided)" if lib else
              "none: this Python has no shared library, so only Python programs of this "

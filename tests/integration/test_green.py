@@ -10,8 +10,11 @@ not ordered after the program's stream, or program work queued before it waited 
 launch."""
 
 import re
+import subprocess
+import sys
 
 import pytest
+from harness import env_for
 
 LABELS = ("legacy", "legacy-again", "ptsz", "per-thread", "stream", "priority", "ex",
           "cooperative", "new-stream", "captured", "other-context", "after-destroy",
@@ -139,3 +142,26 @@ def test_the_splice_is_still_there_when_asked_for(clc_run, native):
     # THEN no launch went to a green context
     assert all(where[2] == 132 for where in seen.values())
     assert tail(run.stdout)[1][0] == 0
+
+
+def doctor(native, env=None):
+    return subprocess.run([sys.executable, "-m", "clc", "doctor"], env=env_for(native, env),
+                          capture_output=True, text=True, timeout=60).stdout
+
+
+def test_doctor_says_whether_the_gpu_can_be_partitioned(native):
+    # GIVEN the fake driver's device (132 SMs, partitions in steps of 8)
+    # THEN clc doctor says so
+    assert re.search(r"^ok +partitions +green contexts: 0: 132 SMs in steps of 8$",
+                     doctor(native), re.M)
+    # AND says when the device cannot be partitioned
+    assert "0: cannot be partitioned (CUresult 801)" in doctor(native, {"FAKE_CUDA_NO_GREEN": "1"})
+
+
+def test_doctor_says_whether_an_mps_daemon_runs(native, tmp_path):
+    # GIVEN no MPS daemon's control pipe, then one
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}
+    assert "shares across processes cannot hold" in doctor(native, env)
+    (tmp_path / "control").touch()
+    # THEN clc doctor tells the two apart
+    assert re.search(r"^ok +MPS +an MPS daemon is running", doctor(native, env), re.M)
