@@ -21,6 +21,9 @@
    by MPS's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25, side by side.
 5. Contexts: examples/contexts.c, 32 contexts needing one cubin: 32 cuModuleLoadData against
    one cuLibraryLoadData: load calls, wall time and device memory, side by side.
+6. A PyTorch training step (examples/green_frameworks.py torch-step): its time natively on the
+   whole GPU, with every kernel confined to half the GPU by a green context, and natively
+   under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50; skipped without PyTorch.
 """
 
 import argparse
@@ -251,6 +254,42 @@ def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
     return out, None
 
 
+def bench_training_step(clc_run, tmp, env, rounds=3):
+    """A PyTorch training step's time (median of `rounds` runs): natively, with every kernel
+    confined to half the GPU by a green context, natively under MPS at 50 % of the threads."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return {}, "PyTorch is not installed here: no training step"
+    script = [sys.executable, str(EXAMPLES / "green_frameworks.py"), "torch-step"]
+    half = policy_file(tmp / "half.yaml", [("*", "sm_share", {"share": 0.5})], mechanism="green")
+
+    def step_ms(argv, extra=None):
+        proc = run(argv, {**env, **(extra or {})})
+        return float(re.search(r"^step_ms (\S+)$", proc.stdout, re.M).group(1))
+
+    out = {"native, whole GPU": [], "every kernel confined to half (green context)": []}
+    for _ in range(rounds):
+        out["native, whole GPU"].append(step_ms(script))
+        out["every kernel confined to half (green context)"].append(step_ms(
+            [clc_run, "--policy", half, "-o", tmp / "step.clc", "--force", "--no-report", "--",
+             *script]))
+    mps_env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / "mps-pipe-step"),
+               "CUDA_MPS_LOG_DIRECTORY": str(tmp / "mps-log-step")}
+    for d in mps_env.values():
+        os.makedirs(d, exist_ok=True)
+    rc, text = _mps_control(mps_env)
+    if rc != 0:
+        return out, f"the MPS daemon did not start (exit {rc}): {text}"
+    try:
+        key = "native under MPS, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"
+        out[key] = [step_ms(script, {**mps_env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
+                    for _ in range(rounds)]
+    finally:
+        _mps_control(mps_env, "quit\n")
+    return out, None
+
+
 def library_load_ms(cubins):
     """cuLibraryLoadData of each cubin, timed, in a process with a current context: clc loads a
     wrapped library at a kernel's first launch, when the program has one (the first load of
@@ -366,6 +405,10 @@ def main():
                                     re.M)}
         results["contexts"] = ctx
 
+        steps, steps_note = bench_training_step(clc_run, tmp, env)
+        results["training_step_ms"] = steps
+        results["training_step_note"] = steps_note
+
     # ---- the tables ----
     med = statistics.median
     b = build
@@ -468,6 +511,17 @@ def main():
         c = ctx[mode]
         print(f"| {label} | {int(c['load_calls'])} | {c['load_ms']:.2f} | "
               f"{c['device_bytes'] / 2**20:.1f} MiB |")
+
+    print()
+    print("A PyTorch training step (examples/green_frameworks.py torch-step; median of runs):")
+    print()
+    print("| config | step ms | relative to native |")
+    print("|---|---:|---:|")
+    native_step = med(steps["native, whole GPU"]) if steps else None
+    for label, values_ms in steps.items():
+        print(f"| {label} | {med(values_ms):.2f} | {med(values_ms) / native_step:.2f}x |")
+    if steps_note:
+        print(f"\n{steps_note}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * context.c: context teardown (cuCtxDestroy, the primary context's last release and its reset).
+ * context.c: context and stream teardown (cuCtxDestroy, the primary context's last release and
+ * its reset, cuStreamDestroy).
  * Pending GPU times are read back while their events still exist, and the device's green
  * contexts (which hold the primary context) are destroyed; then the context's decisions and
  * green streams are forgotten (a new context may get its address) and the engine told.
@@ -91,3 +92,15 @@ CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
     }
 CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset)
 CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset_v2)
+
+/* A program's stream destroyed: the green stream and events clc kept for it go too (a later
+ * stream may get its address; its work, which the program's stream waited for, still runs). */
+#define CLC_STREAM_DESTROY_HOOK(name)                                                            \
+    CLC_EXPORT CUresult name(CUstream stream) {                                                  \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        CUresult r = real(stream);                                                               \
+        if (r == CUDA_SUCCESS && !t_in_clc) clc_green_forget_stream(stream);                     \
+        return r;                                                                                \
+    }
+CLC_STREAM_DESTROY_HOOK(cuStreamDestroy)
+CLC_STREAM_DESTROY_HOOK(cuStreamDestroy_v2)

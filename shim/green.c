@@ -101,6 +101,7 @@ static partition g_parts[MAX_PARTITIONS];
 static unsigned g_nparts;
 static green_stream g_streams[STREAM_SLOTS];
 static unsigned g_nstreams;
+static _Atomic unsigned g_live; /* g_nstreams, read without the lock by stream teardown */
 
 static void *sym(void *h, const char *name) { return clc_libc_dlsym(h, name); }
 
@@ -252,7 +253,7 @@ static CUresult stream_for(CUcontext ctx, CUstream stream, int ptsz, int part, g
     s->stream = stream;
     s->part = part;
     s->ctx = ctx; /* last: the slot is taken */
-    g_nstreams++;
+    atomic_store(&g_live, ++g_nstreams);
     *out = s;
     return CUDA_SUCCESS;
 }
@@ -331,7 +332,7 @@ static void drop_stream(green_stream *s, int sync) {
     if (sync) drv.stream_sync(s->green);
     drv.stream_destroy(s->green);
     s->ctx = NULL;
-    g_nstreams--;
+    atomic_store(&g_live, --g_nstreams);
 }
 
 /* Open addressing: after slots are freed, what followed them is put back where probes find it
@@ -360,6 +361,25 @@ void clc_green_forget_context(CUcontext ctx) {
     pthread_mutex_unlock(&g_lock);
 }
 
+void clc_green_forget_stream(CUstream stream) {
+    if (drv.loaded <= 0 || !atomic_load_explicit(&g_live, memory_order_relaxed) || !stream ||
+        stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+        return;
+    pthread_mutex_lock(&g_lock);
+    unsigned dropped = 0;
+    for (unsigned i = 0; i < STREAM_SLOTS; i++) {
+        green_stream *s = &g_streams[i];
+        if (s->ctx && s->stream == stream) {
+            g_drv.event_destroy(s->in);
+            g_drv.event_destroy(s->out);
+            drop_stream(s, 0);
+            dropped++;
+        }
+    }
+    if (dropped) rehash();
+    pthread_mutex_unlock(&g_lock);
+}
+
 void clc_green_forget_device(CUdevice device) {
     if (drv.loaded <= 0) return;
     pthread_mutex_lock(&g_lock);
@@ -384,6 +404,7 @@ void clc_green_after_fork_child(void) {
     /* The parent's contexts are not the child's: start afresh (nothing to destroy). */
     memset(g_streams, 0, sizeof g_streams);
     g_nstreams = 0;
+    atomic_store(&g_live, 0);
     for (unsigned i = 0; i < g_nparts; i++) g_parts[i].green = NULL;
     pthread_mutex_init(&g_lock, NULL);
 }

@@ -66,6 +66,8 @@ static int slot_for_request(const char *name, int version, cuuint64_t flags) {
     if (strcmp(name, "cuDevicePrimaryCtxRelease") == 0)
         return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxRelease_v2
                                 : CLC_SLOT_cuDevicePrimaryCtxRelease;
+    if (strcmp(name, "cuStreamDestroy") == 0)
+        return version >= 4000 ? CLC_SLOT_cuStreamDestroy_v2 : CLC_SLOT_cuStreamDestroy;
     if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
         return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxReset_v2
                                 : CLC_SLOT_cuDevicePrimaryCtxReset;

@@ -179,7 +179,9 @@ typedef struct {
     X(cuDevicePrimaryCtxRelease, (CUdevice dev))                                                 \
     X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev))                                              \
     X(cuDevicePrimaryCtxReset, (CUdevice dev))                                                   \
-    X(cuDevicePrimaryCtxReset_v2, (CUdevice dev))
+    X(cuDevicePrimaryCtxReset_v2, (CUdevice dev))                                                \
+    X(cuStreamDestroy, (CUstream stream))                                                        \
+    X(cuStreamDestroy_v2, (CUstream stream))
 
 #define CLC_SLOT_ENUM(name, params) CLC_SLOT_##name,
 enum { CLC_HOOKED_SYMBOLS(CLC_SLOT_ENUM) CLC_N_SLOTS };
@@ -306,6 +308,7 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
 /* A launch that cannot be confined: 1 when it is to be denied; said once. */
 int clc_green_unconfined(uint64_t word, CUresult why);
 void clc_green_forget_context(CUcontext ctx);
+void clc_green_forget_stream(CUstream stream);
 void clc_green_forget_device(CUdevice device);
 void clc_green_after_fork_child(void);
 

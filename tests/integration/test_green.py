@@ -35,8 +35,8 @@ def launches(stdout):
 
 def tail(stdout):
     violations = int(re.search(r"^order-violations (\d+)$", stdout, re.M)[1])
-    counts = re.search(r"^green-contexts created=(\d+) destroyed=(\d+) streams=(\d+)$", stdout,
-                       re.M)
+    counts = re.search(r"^green-contexts created=(\d+) destroyed=(\d+) streams=(\d+) "
+                       r"streams-destroyed=(\d+)$", stdout, re.M)
     return violations, tuple(int(x) for x in counts.groups())
 
 
@@ -48,7 +48,7 @@ def test_without_clc_every_launch_runs_on_the_whole_device(native, run_native):
     seen = launches(proc.stdout)
     assert set(seen) >= set(LABELS)
     assert all(sms == 132 for _, _, sms, _ in seen.values())
-    assert tail(proc.stdout) == (0, (0, 0, 0))
+    assert tail(proc.stdout) == (0, (0, 0, 0, 0))
 
 
 @pytest.mark.parametrize("params,sms", [("{share: 0.25}", 32), ("{sms: 20}", 24),
@@ -68,7 +68,7 @@ def test_confined_kernel_runs_on_its_partition_in_stream_order(clc_run, native, 
     assert "check cuStreamEndCapture -> 0" in run.stdout
     # AND the program's stream never ran ahead of a confined launch; the reset destroyed the
     # green context (it holds the primary context), and one was made again
-    violations, (created, destroyed, _) = tail(run.stdout)
+    violations, (created, destroyed, _, _) = tail(run.stdout)
     assert violations == 0
     assert (created, destroyed) == (2, 1)
     # AND the capture says which kernel was confined and on how many SMs
@@ -98,11 +98,14 @@ def test_one_green_stream_per_program_stream_and_context(clc_run, native):
     # the same stream's new incarnation, another context's legacy stream, then after the
     # reset the legacy stream again
     run = clc_run(green_policy(), [native["prog_green"]])
-    _, (_, _, streams) = tail(run.stdout)
+    _, (_, _, streams, destroyed) = tail(run.stdout)
     # THEN green streams were made only for distinct (context, stream) pairs, never per launch:
     # in the primary context the legacy, per-thread, two streams and the new one; the other
     # context's legacy stream; the legacy stream again after the reset
     assert streams == 7, run.stdout
+    # AND each went with what it stood for: the program's destroyed stream (1), the destroyed
+    # context (1), everything of the device before the reset (4); the last one is left
+    assert destroyed == 6, run.stdout
 
 
 @pytest.mark.parametrize("on_unwrappable,rc", [("allow", 0), ("deny", 800)])

@@ -1169,11 +1169,15 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return CUDA_SUCCESS;
 }
 
+static atomic_ulong g_green_streams_destroyed;
+
 static CUresult stream_destroy(CUstream s)
 {
     TRY(need_init());
     if (tag_of(s) != TAG_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (s->green)
+        atomic_fetch_add(&g_green_streams_destroyed, 1);
     s->tag = TAG_DEAD;
     return CUDA_SUCCESS;
 }
@@ -3345,7 +3349,7 @@ TEST_API int fake_cuda_last_green(const char *name, unsigned *first, unsigned *s
                                   int *ordered, unsigned long *green_launches);
 TEST_API unsigned long fake_cuda_order_violations(void);
 TEST_API void fake_cuda_green_counts(unsigned long *created, unsigned long *destroyed,
-                                     unsigned long *streams);
+                                     unsigned long *streams, unsigned long *streams_destroyed);
 
 static struct kname *lookup(const char *name);
 
@@ -3371,11 +3375,12 @@ int fake_cuda_last_green(const char *name, unsigned *first, unsigned *sms, int *
 unsigned long fake_cuda_order_violations(void) { return atomic_load(&g_order_violations); }
 
 void fake_cuda_green_counts(unsigned long *created, unsigned long *destroyed,
-                            unsigned long *streams)
+                            unsigned long *streams, unsigned long *streams_destroyed)
 {
     *created = atomic_load(&g_green_created);
     *destroyed = atomic_load(&g_green_destroyed);
     *streams = atomic_load(&g_green_streams);
+    *streams_destroyed = atomic_load(&g_green_streams_destroyed);
 }
 
 /* How many potentially unsafe calls a global stream capture refused (stream capture, above). */

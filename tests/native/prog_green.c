@@ -10,7 +10,7 @@
  * context destroyed, a primary-context reset, and at the end:
  *
  *   order-violations N
- *   green-contexts created=C destroyed=D streams=S
+ *   green-contexts created=C destroyed=D streams=S streams-destroyed=X
  */
 #include "common.h"
 
@@ -124,12 +124,13 @@ int main(void)
     CHECK(cuCtxSynchronize());
 
     unsigned long (*violations)(void) = fake_sym(h, "fake_cuda_order_violations");
-    void (*counts)(unsigned long *, unsigned long *, unsigned long *) =
+    void (*counts)(unsigned long *, unsigned long *, unsigned long *, unsigned long *) =
         fake_sym(h, "fake_cuda_green_counts");
-    unsigned long created, destroyed, streams;
-    counts(&created, &destroyed, &streams);
+    unsigned long created, destroyed, streams, streams_destroyed;
+    counts(&created, &destroyed, &streams, &streams_destroyed);
     printf("order-violations %lu\n", violations());
-    printf("green-contexts created=%lu destroyed=%lu streams=%lu\n", created, destroyed, streams);
+    printf("green-contexts created=%lu destroyed=%lu streams=%lu streams-destroyed=%lu\n",
+           created, destroyed, streams, streams_destroyed);
     print_fake_counts();
     return 0;
 }
