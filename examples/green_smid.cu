@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -56,12 +57,12 @@ static void report(const char *mode, const unsigned *host) {
         }
         if (host[i] > max_smid) max_smid = host[i];
     }
-    printf("result %s distinct=%d unwritten=%d max_smid=%u smids=", mode, distinct, unwritten,
-           max_smid);
-    const char *sep = "";
+    // One printf per line: the threads mode reports from four threads at once.
+    std::string ids;
     for (unsigned s = 0; s < seen.size(); s++)
-        if (seen[s]) printf("%s%u", sep, s), sep = ",";
-    printf("\n");
+        if (seen[s]) ids += (ids.empty() ? "" : ",") + std::to_string(s);
+    printf("result %s distinct=%d unwritten=%d max_smid=%u smids=%s\n", mode, distinct,
+           unwritten, max_smid, ids.c_str());
 }
 
 // One round on `s`: fill, stamp (by `how`), copy back, synchronize the stream only.

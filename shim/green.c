@@ -157,17 +157,16 @@ static CUresult make_partition(partition *p) {
     unsigned sms = share_sms(p->share, all.sm.sm_count, step);
     unsigned groups = 1;
     int last = (p->share & CLC_CONFINE_LAST) != 0;
-    if (last) {
-        /* The device's last SMs: every group of this size, the last one taken. */
-        groups = all.sm.sm_count / sms;
-        cu_dev_resource *each = calloc(groups ? groups : 1, sizeof *each);
-        if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
-        r = drv.split(each, &groups, &all, &rest, 0, sms);
-        if (r == CUDA_SUCCESS) group = each[groups - 1];
-        free(each);
-    } else {
-        r = drv.split(&group, &groups, &all, &rest, 0, sms);
-    }
+    /* Every group of this size, then the first or the last taken: the driver lays groups out by
+     * how many it is asked for, so two processes (tenants at either end) must ask for the same
+     * split to get groups that do not overlap. */
+    groups = all.sm.sm_count / sms;
+    cu_dev_resource *each = calloc(groups ? groups : 1, sizeof *each);
+    if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
+    r = drv.split(each, &groups, &all, &rest, 0, sms);
+    if (r == CUDA_SUCCESS && groups == 0) r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS) group = each[last ? groups - 1 : 0];
+    free(each);
     if (r != CUDA_SUCCESS) return r;
     if ((r = drv.generate_desc(&desc, &group, 1)) != CUDA_SUCCESS) return r;
     if ((r = drv.create(&p->green, desc, p->device, CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS) {
