@@ -20,7 +20,8 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
     /* A graph kernel node of a confined kernel is not confined (its context would have to be
      * the green context's): it gets what a launch that cannot be confined gets, said once. */
     if (*gated && g->outcome->action == CLC_ACTION_CONFINE &&
-        clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED))
+        clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
+                             CLC_UNCONFINED_GRAPH_NODE))
         return clc_gate_exit(g, CUDA_ERROR_NOT_PERMITTED);
     if (*gated && g->outcome->action == CLC_ACTION_REPLACE && !wraps) {
         if (CLC_FIRST_TIME())

@@ -312,16 +312,24 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched) {
     return r;
 }
 
-int clc_green_unconfined(uint64_t word, CUresult why) {
+int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
+    static _Atomic int said[4];
+    static const char *const what[4] = {
+        "a kernel could not be confined by a green context",
+        "a graph kernel node (made with the graph API) of a confined kernel is not confined",
+        "a confined kernel launched with cuLaunchCooperativeKernelMultiDevice is not confined",
+        "the driver refused a confined kernel's launch on its green context",
+    };
     int deny = (word & CLC_CONFINE_DENY) != 0;
-    if (CLC_FIRST_TIME())
+    if (reason >= 0 && reason < 4 && !atomic_exchange(&said[reason], 1))
         clc_log(CLC_MSG_WARNING,
-                "sm_share: a kernel could not be confined by a green context (CUresult %d%s): "
-                "its launches are %s, as its rule's on_unwrappable says",
-                (int)why,
-                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
-                                                : "",
-                deny ? "denied" : "allowed on the whole GPU");
+                "sm_share: %s (CUresult %d%s): its launches are %s, as its rule's "
+                "on_unwrappable says",
+                what[reason], (int)why,
+                reason == CLC_UNCONFINED_NO_PARTITION && why == CUDA_ERROR_NOT_SUPPORTED
+                    ? ": no SM partitions on this driver or device"
+                    : "",
+                deny ? "denied" : "run on the whole GPU");
     return deny;
 }
 

@@ -170,22 +170,13 @@ __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
                 (int)e);
 }
 
-/* A confined kernel's launch that the driver refused on the green stream (a cooperative grid
- * too large for the partition, say): launched on the program's stream instead, said once. */
-__attribute__((noinline)) static void confined_launch_failed(CUresult e) {
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "the driver refused a confined kernel's launch on its green context (CUresult "
-                "%d): it was launched on the whole GPU instead",
-                (int)e);
-}
-
 /* The start of a confined launch: CUDA_SUCCESS with gl set, else the launch's fate without a
  * green context: *deny set when it is refused (CLC_CONFINE_DENY). */
 static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream stream, int *deny) {
     CUresult why = clc_green_begin(gl, g->outcome->replacement, stream,
                                    (g->entry_point & CLC_ENTRY_PTSZ) != 0);
-    *deny = why != CUDA_SUCCESS && clc_green_unconfined(g->outcome->replacement, why);
+    *deny = why != CUDA_SUCCESS &&
+            clc_green_unconfined(g->outcome->replacement, why, CLC_UNCONFINED_NO_PARTITION);
     return why == CUDA_SUCCESS;
 }
 
@@ -219,8 +210,8 @@ static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream st
                         : real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);         \
         CUresult res = real(f, gx, gy, gz, bx, by, bz, shmem, gl.stream, params, extra);         \
         clc_green_end(&gl, res);                                                                 \
-        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
-            confined_launch_failed(res);                                                         \
+        if (unlikely(res != CUDA_SUCCESS) &&                                                  \
+            !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
             res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                 \
         }                                                                                        \
         return res;                                                                              \
@@ -271,8 +262,8 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
                         : real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                \
         CUresult res = real(f, gx, gy, gz, bx, by, bz, shmem, gl.stream, params);                \
         clc_green_end(&gl, res);                                                                 \
-        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
-            confined_launch_failed(res);                                                         \
+        if (unlikely(res != CUDA_SUCCESS) &&                                                  \
+            !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
             res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                        \
         }                                                                                        \
         return res;                                                                              \
@@ -331,7 +322,8 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
                                          "cuLaunchCooperativeKernelMultiDevice runs unwrapped");
         }
         if (g[i].outcome->action == CLC_ACTION_CONFINE &&
-            clc_green_unconfined(g[i].outcome->replacement, CUDA_ERROR_NOT_SUPPORTED) &&
+            clc_green_unconfined(g[i].outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
+                                 CLC_UNCONFINED_MULTI_DEVICE) &&
             refused == CUDA_SUCCESS)
             refused = CUDA_ERROR_NOT_PERMITTED;
     }
@@ -377,8 +369,8 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         c.hStream = gl.stream;                                                                   \
         CUresult res = real(&c, f, params, extra);                                               \
         clc_green_end(&gl, res);                                                                 \
-        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
-            confined_launch_failed(res);                                                         \
+        if (unlikely(res != CUDA_SUCCESS) &&                                                  \
+            !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
             res = real(config, f, params, extra);                                                \
         }                                                                                        \
         return res;                                                                              \

@@ -305,8 +305,13 @@ typedef struct {
 CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, int ptsz);
 /* Orders the program's stream after the launch (made or refused). */
 CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
-/* A launch that cannot be confined: 1 when it is to be denied; said once. */
-int clc_green_unconfined(uint64_t word, CUresult why);
+/* A launch that cannot be confined, for one of these reasons: 1 when it is to be denied (the
+ * rule's on_unwrappable), else it runs on the whole GPU; said once per reason. */
+#define CLC_UNCONFINED_NO_PARTITION 0 /* the partition or its stream could not be made (`why`) */
+#define CLC_UNCONFINED_GRAPH_NODE 1   /* a graph kernel node made with the graph API */
+#define CLC_UNCONFINED_MULTI_DEVICE 2 /* cuLaunchCooperativeKernelMultiDevice */
+#define CLC_UNCONFINED_REFUSED 3      /* the driver refused the launch on the green stream */
+int clc_green_unconfined(uint64_t word, CUresult why, int reason);
 void clc_green_forget_context(CUcontext ctx);
 void clc_green_forget_stream(CUstream stream);
 void clc_green_forget_device(CUdevice device);

@@ -625,6 +625,12 @@ class Policy:
                            deciding.message if deciding else "",
                            [ref.label for ref in self.hooks], asked)
 
+    @property
+    def splices(self) -> bool:
+        """Whether a rule wraps kernels by the splice: the engine then builds them, and hears of
+        the program's loads (a kernel confined by a green context needs neither)."""
+        return any(rule.action == "wrap" and not rule.wrap.confines for rule in self.rules)
+
     def to_json(self) -> str:
         return json.dumps({
             "version": self.version, "path": self.path, "default": self.default,

@@ -72,7 +72,9 @@ class Decider:
         self.policy = policy
         self.tenant = tenant
         self.verbose = verbose
-        self.wraps = any(rule.action == "wrap" for rule in policy.rules)
+        # Only kernels the splice wraps need the program's engine (and its loads): a kernel
+        # confined by a green context is the shim's alone.
+        self.wraps = policy.splices
         # Mode 0700: this user's alone. A socket's path has at most 107 bytes: a long $TMPDIR
         # gives way to /tmp.
         parent = tempfile.gettempdir()

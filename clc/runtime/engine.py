@@ -213,9 +213,8 @@ class Engine:
         self._exited = False
         if self.exit_functions or self.cli_hooks or self.rule_hooks:
             atexit.register(self.run_exit)
-        # Any hook may answer clc.wrap(): then, as with a wrap rule, loads are remembered.
-        self.may_wrap = bool(self.cli_hooks or self.rule_hooks
-                             or any(rule.action == "wrap" for rule in self.policy.rules))
+        # Any hook may answer clc.wrap(): then, as with a splicing rule, loads are remembered.
+        self.may_wrap = bool(self.cli_hooks or self.rule_hooks or self.policy.splices)
         self._wrapping = None
         self._default = _with_bytes(self.policy.default_outcome())
         self.walk = self._walk  # bound once: used at every launch asked about
@@ -399,10 +398,10 @@ class Engine:
     def wrapping(self):
         if self._wrapping is None:
             from clc.wrapping.engine import WrapEngine
-            # A policy with wrap rules will build: start loading the toolchain now. Hooks only
-            # may answer clc.wrap(), and most never do.
-            self._wrapping = WrapEngine(self.message, warm=any(
-                rule.action == "wrap" for rule in self.policy.rules))
+            # A policy with rules that splice will build: start loading the toolchain now.
+            # Hooks only may answer clc.wrap(), and most never do; a green context builds
+            # nothing.
+            self._wrapping = WrapEngine(self.message, warm=self.policy.splices)
         return self._wrapping
 
     def resolve_decision(self, kernel, decision):

@@ -74,6 +74,8 @@ def test_confined_kernel_runs_on_its_partition_in_stream_order(clc_run, native, 
     # AND the capture says which kernel was confined and on how many SMs
     cap = run.capture()
     assert any(f"is {sms} of its 132 SMs (a green context" in m.text for m in cap.messages)
+    # AND nothing was built: no engine took part (the shim confines on its own)
+    assert not any("wrap libraries" in m.text for m in cap.messages)
     # AND every launch counted as launched, none failed or denied
     # (one kernel per context and per load: summed)
     vecadd = [st for kid, st in cap.stats.items() if cap.kernels[kid].mangled.startswith(
@@ -121,6 +123,24 @@ def test_a_device_without_partitions_gets_on_unwrappable(clc_run, native, on_unw
     # AND that is said once
     assert run.stderr.count("clc: sm_share: a kernel could not be confined by a green context "
                             "(CUresult 801: no SM partitions on this driver or device)") == 1
+
+
+@pytest.mark.parametrize("on_unwrappable,rc", [("allow", 0), ("deny", 720)])
+def test_a_launch_the_partition_refuses_gets_on_unwrappable(clc_run, native, on_unwrappable,
+                                                            rc):
+    # GIVEN a driver that refuses every launch on a green stream (a cooperative grid too large
+    # for the partition)
+    run = clc_run(green_policy(extra=f"    on_unwrappable: {on_unwrappable}\n"),
+                  [native["prog_green"]], env={"FAKE_CUDA_GREEN_REFUSE": "1"})
+    seen = launches(run.stdout)
+    # THEN the launch runs on the whole device (allow), or the program gets the driver's
+    # refusal and the kernel never runs outside its share (deny)
+    assert seen["stream"][0] == rc
+    assert run.fake_counts().get("_Z6vecAddPKfS0_Pfi", 0) == (len(LABELS) if rc == 0 else 0)
+    # AND the program's stream order held all the same, and it was said once
+    assert tail(run.stdout)[0] == 0
+    assert run.stderr.count("clc: sm_share: the driver refused a confined kernel's launch on its "
+                            "green context (CUresult 720)") == 1
 
 
 def test_hooks_confine_too(clc_run, native, tmp_path):

@@ -2002,6 +2002,10 @@ static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, un
     TRY(check_shape(f, gx, gy, gz, bx, by, bz, smem));
     if (!stream_ok(s))
         return CUDA_ERROR_INVALID_HANDLE;
+    /* FAKE_CUDA_GREEN_REFUSE: a partition too small for every launch (a cooperative grid that
+     * does not fit, say). */
+    if (tag_of(s) == TAG_STREAM && s->green && getenv("FAKE_CUDA_GREEN_REFUSE"))
+        return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     if (atomic_load_explicit(&g_observe, memory_order_relaxed)) {
         const unsigned dims[7] = {gx, gy, gz, bx, by, bz, smem};
         observe(e, fn, f, dims, params, extra);
@@ -2497,7 +2501,8 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
  * recorded on that stream after its last work item; the program's stream must then wait for an
  * event recorded on the green stream after the launch before it queues anything else. Every
  * break of either rule is counted (fake_cuda_order_violations). With FAKE_CUDA_NO_GREEN set the
- * device has no SM resource to split (CUDA_ERROR_NOT_SUPPORTED). */
+ * device has no SM resource to split (CUDA_ERROR_NOT_SUPPORTED); with FAKE_CUDA_GREEN_REFUSE
+ * every launch on a green stream is refused (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE). */
 
 #define FAKE_SM_STEP 8
 #define FAKE_SM_STEP_IGNORE 2
