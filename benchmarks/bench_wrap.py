@@ -290,6 +290,21 @@ def bench_training_step(clc_run, tmp, env, rounds=3):
     return out, None
 
 
+def print_training_step(steps, note):
+    med = statistics.median
+    print()
+    print("A PyTorch training step (examples/green_frameworks.py torch-step; median of runs):")
+    print()
+    print("| config | step ms | runs | relative to native |")
+    print("|---|---:|---|---:|")
+    native_step = med(steps["native, whole GPU"]) if steps else None
+    for label, values_ms in steps.items():
+        print(f"| {label} | {med(values_ms):.2f} | {min(values_ms):.2f} .. {max(values_ms):.2f} "
+              f"| {med(values_ms) / native_step:.2f}x |")
+    if note:
+        print(f"\n{note}")
+
+
 def library_load_ms(cubins):
     """cuLibraryLoadData of each cubin, timed, in a process with a current context: clc loads a
     wrapped library at a kernel's first launch, when the program has one (the first load of
@@ -317,6 +332,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--training-step-only", action="store_true",
+                    help="only step 6, the PyTorch training step")
     args = ap.parse_args()
     nvcc = find_nvcc()
     clc_run = find_script("clc-run")
@@ -324,6 +341,11 @@ def main():
         sys.exit("bench_wrap: needs nvcc and clc-run (pip install -e .)")
     results = {"device": device_name()}
     print(f"device: {results['device']}", flush=True)
+    if args.training_step_only:
+        with tempfile.TemporaryDirectory(prefix="clc-bench-wrap-") as tmp:
+            steps, note = bench_training_step(clc_run, Path(tmp), {}, args.rounds)
+        print_training_step(steps, note)
+        return 0
     with tempfile.TemporaryDirectory(prefix="clc-bench-wrap-") as tmp:
         tmp = Path(tmp)
         env = {"CLC_CACHE_DIR": str(tmp / "clc-cache")}
@@ -512,16 +534,7 @@ def main():
         print(f"| {label} | {int(c['load_calls'])} | {c['load_ms']:.2f} | "
               f"{c['device_bytes'] / 2**20:.1f} MiB |")
 
-    print()
-    print("A PyTorch training step (examples/green_frameworks.py torch-step; median of runs):")
-    print()
-    print("| config | step ms | relative to native |")
-    print("|---|---:|---:|")
-    native_step = med(steps["native, whole GPU"]) if steps else None
-    for label, values_ms in steps.items():
-        print(f"| {label} | {med(values_ms):.2f} | {med(values_ms) / native_step:.2f}x |")
-    if steps_note:
-        print(f"\n{steps_note}")
+    print_training_step(steps, steps_note)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0
