@@ -10,16 +10,17 @@
 /* ---- graph kernel nodes: the same decision, taken when the node is made or changed ---------- */
 
 static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uint32_t entry_point,
-                           const CUDA_KERNEL_NODE_PARAMS_v1 *p, int wraps) {
+                           const CUDA_KERNEL_NODE_PARAMS_v1 *p, int wraps, int confines) {
     *gated = 0;
     if (t_in_clc || !p || !f) return CUDA_SUCCESS;
     *gated =
         gate_enter(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX,
                    p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL, p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return clc_gate_exit(g, g->outcome->error);
-    /* A graph kernel node of a confined kernel is not confined (its context would have to be
-     * the green context's): it gets what a launch that cannot be confined gets, said once. */
-    if (*gated && g->outcome->action == CLC_ACTION_CONFINE &&
+    /* A graph kernel node of a confined kernel made without the v2 parameters (no `ctx` to put
+     * it in the green context) is not confined: it gets what a launch that cannot be confined
+     * gets, said once. */
+    if (*gated && g->outcome->action == CLC_ACTION_CONFINE && !confines &&
         clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
                              CLC_UNCONFINED_GRAPH_NODE))
         return clc_gate_exit(g, CUDA_ERROR_NOT_PERMITTED);
@@ -67,25 +68,59 @@ static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_P
         gate g;                                                                                  \
         int gated;                                                                               \
         CUresult r = graph_gate(&g, &gated, fn_of, ctx_of, entry_point,                          \
-                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)(kernel_params), 0);         \
+                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)(kernel_params), 0, 0);      \
         if (r != CUDA_SUCCESS) return r;                                                         \
         r = real call;                                                                           \
         return gated ? clc_gate_exit(&g, r) : r;                                                 \
     }
 
+/* A kernel node of a confined kernel (v2 parameters): its kernel, as a CUkernel, put in the
+ * green context's context (`kern` and `ctx`, `func` NULL). CUDA_SUCCESS with *copy filled, or
+ * why not (a module's CUfunction has no CUkernel to name). */
+static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE_PARAMS_v2 *p,
+                             CUDA_KERNEL_NODE_PARAMS_v2 *copy) {
+    CUlibrary lib;
+    if (!f || !g_drv.kernel_get_library ||
+        g_drv.kernel_get_library(&lib, (CUkernel)f) != CUDA_SUCCESS)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUcontext ctx;
+    CUresult r = clc_green_context(g->outcome->replacement, &ctx);
+    if (r != CUDA_SUCCESS) return r;
+    *copy = *p;
+    copy->func = NULL;
+    copy->kern = (CUkernel)f;
+    copy->ctx = ctx;
+    return CUDA_SUCCESS;
+}
+
 /* The kernel-node entry points: `p` (of `type`) is given to the driver as is, or rewritten for
- * a wrapped kernel (node_replace); `clear` names the kernel by its function alone (v2). */
-#define CLC_KERNEL_NODE_HOOK(name, entry_point, plist, type, fn_of, ctx_of, clear, call)         \
+ * a wrapped kernel (node_replace) or a confined one (`confine`, v2 only); `clear` names the
+ * kernel by its function alone (v2). */
+#define CLC_KERNEL_NODE_HOOK(name, entry_point, plist, type, fn_of, ctx_of, clear, confine, call) \
     CLC_EXPORT CUresult name plist {                                                            \
         pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         int gated;                                                                               \
         CUresult r = graph_gate(&g, &gated, fn_of, ctx_of, entry_point,                          \
-                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)p, 1);                       \
+                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)p, 1, confine);              \
         if (r != CUDA_SUCCESS) return r;                                                         \
         clc_replaced rr;                                                                         \
         type copy;                                                                               \
+        if (confine && gated && g.outcome->action == CLC_ACTION_CONFINE) {                       \
+            CUresult why = node_confine(&g, fn_of, (const CUDA_KERNEL_NODE_PARAMS_v2 *)p,       \
+                                        (CUDA_KERNEL_NODE_PARAMS_v2 *)&copy);                   \
+            if (why == CUDA_SUCCESS) {                                                           \
+                const type *given = p;                                                           \
+                p = &copy;                                                                       \
+                r = real call;                                                                   \
+                p = given;                                                                       \
+                if (r == CUDA_SUCCESS) return clc_gate_exit(&g, r);                              \
+                why = r;                                                                         \
+            }                                                                                    \
+            if (clc_green_unconfined(g.outcome->replacement, why, CLC_UNCONFINED_GRAPH_NODE))     \
+                return clc_gate_exit(&g, CUDA_ERROR_NOT_PERMITTED);                              \
+        }                                                                                        \
         int swapped = gated && g.outcome->action == CLC_ACTION_REPLACE &&                        \
                       node_replace(&g, &rr, (const CUDA_KERNEL_NODE_PARAMS_v1 *)p);              \
         if (swapped) {                                                                           \
@@ -106,27 +141,28 @@ static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_P
 CLC_KERNEL_NODE_HOOK(cuGraphAddKernelNode, CLC_ENTRY_GRAPH_ADD_NODE,
                      (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
                       const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR,
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR, 0,
                      (node, graph, deps, n_deps, p))
 CLC_KERNEL_NODE_HOOK(cuGraphAddKernelNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
                      (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
                       const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR,
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR, 1,
                      (node, graph, deps, n_deps, p))
 CLC_KERNEL_NODE_HOOK(cuGraphKernelNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
                      (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR, (node, p))
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR, 0,
+                     (node, p))
 CLC_KERNEL_NODE_HOOK(cuGraphKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_NODE_SET,
                      (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR,
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR, 1,
                      (node, p))
 CLC_KERNEL_NODE_HOOK(cuGraphExecKernelNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
                      (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR,
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR, 0,
                      (exec, node, p))
 CLC_KERNEL_NODE_HOOK(cuGraphExecKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
                      (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR,
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR, 1,
                      (exec, node, p))
 
 /* The generic node API: only kernel nodes are gated, any other type passes untouched. */

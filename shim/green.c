@@ -67,6 +67,7 @@ static struct {
     CUresult (*wait_event)(CUstream, CUevent, unsigned);
     CUresult (*wait_event_ptsz)(CUstream, CUevent, unsigned);
     CUresult (*exchange_mode)(int *);
+    CUresult (*ctx_from_green)(CUcontext *, CUgreenCtx);
     int loaded; /* 1: all found; -1: this driver has no green contexts */
 } drv;
 
@@ -122,6 +123,7 @@ static int load_driver(void) {
         drv.wait_event = sym(h, "cuStreamWaitEvent");
         drv.wait_event_ptsz = sym(h, "cuStreamWaitEvent_ptsz");
         drv.exchange_mode = sym(h, "cuThreadExchangeStreamCaptureMode");
+        drv.ctx_from_green = sym(h, "cuCtxFromGreenCtx");
         if (!drv.stream_priority_ptsz) drv.stream_priority_ptsz = drv.stream_priority;
         if (!drv.wait_event_ptsz) drv.wait_event_ptsz = drv.wait_event;
     }
@@ -297,6 +299,24 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
     gl->record = record;
     gl->wait = wait;
     return CUDA_SUCCESS;
+}
+
+CUresult clc_green_context(uint64_t word, CUcontext *out) {
+    if (!load_driver() || !drv.ctx_from_green) return CUDA_ERROR_NOT_SUPPORTED;
+    CUdevice device = 0;
+    if (g_drv.ctx_get_device(&device) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&g_lock);
+    int part = find_partition(device, word & ~(uint64_t)CLC_CONFINE_DENY);
+    CUresult r = part < 0 ? CUDA_ERROR_OUT_OF_MEMORY : g_parts[part].failed;
+    if (r == CUDA_SUCCESS && !g_parts[part].green) {
+        int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        if (drv.exchange_mode) drv.exchange_mode(&mode);
+        if ((r = make_partition(&g_parts[part])) != CUDA_SUCCESS) g_parts[part].failed = r;
+        if (drv.exchange_mode) drv.exchange_mode(&mode);
+    }
+    if (r == CUDA_SUCCESS) r = drv.ctx_from_green(out, g_parts[part].green);
+    pthread_mutex_unlock(&g_lock);
+    return r;
 }
 
 CUresult clc_green_end(clc_green_launch *gl, CUresult launched) {

@@ -303,6 +303,9 @@ typedef struct {
 /* Orders the green stream after the program's `stream` for a launch confined as `word`
  * (clc_outcome.replacement); CUDA_SUCCESS, or why the launch cannot be confined. */
 CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, int ptsz);
+/* The context of the green context a graph kernel node confined as `word` runs in (the v2
+ * node parameters' ctx), made if need be. */
+CUresult clc_green_context(uint64_t word, CUcontext *out);
 /* Orders the program's stream after the launch (made or refused). */
 CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
 /* A launch that cannot be confined, for one of these reasons: 1 when it is to be denied (the

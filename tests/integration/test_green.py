@@ -65,6 +65,13 @@ def test_confined_kernel_runs_on_its_partition_in_stream_order(clc_run, native, 
         assert seen[label] == (0, 0, sms, 1), label
     # AND the kernel left alone ran on the whole device
     assert seen["unconfined"] == (0, 0, 132, 0)
+    # AND a graph kernel node of a library's kernel (what cudart makes) runs on the partition;
+    # one of a module's function, which cannot be put in a green context, gets on_unwrappable
+    # (allow: the whole device), said once
+    assert seen["graph-node-library"][:3] == (0, 0, sms)
+    assert seen["graph-node-module"][:3] == (0, 0, 132)
+    assert run.stderr.count("clc: sm_share: a graph kernel node (made with the graph API) of a "
+                            "confined kernel is not confined (CUresult 801)") == 1
     assert "check cuStreamEndCapture -> 0" in run.stdout
     # AND the program's stream never ran ahead of a confined launch; the reset destroyed the
     # green context (it holds the primary context), and one was made again
@@ -120,6 +127,7 @@ def test_a_device_without_partitions_gets_on_unwrappable(clc_run, native, on_unw
     assert seen["stream"][0] == rc
     assert run.fake_counts().get("_Z6vecAddPKfS0_Pfi", 0) == (len(LABELS) if rc == 0 else 0)
     assert seen["unconfined"] == (0, 0, 132, 0)
+    assert seen["graph-node-library"][0] == (0 if rc == 0 else 800)
     # AND that is said once
     assert run.stderr.count("clc: sm_share: a kernel could not be confined by a green context "
                             "(CUresult 801: no SM partitions on this driver or device)") == 1

@@ -112,6 +112,13 @@ struct CUctx_st {
     atomic_ullong default_synced;
 };
 
+struct CUgreenCtx_st {
+    uint32_t tag;
+    CUdevice dev;
+    unsigned first, sms;
+    struct CUctx_st ctx; /* cuCtxFromGreenCtx */
+};
+
 /* A kernel's parameters as its image's PTX declares them: where each one lies in the parameter
  * buffer (cuFuncGetParamInfo), and the buffer's size (`extra` must hold at least that much).
  * Built once per image entry and never freed, like the names. */
@@ -205,6 +212,7 @@ struct CUgraphNode_st {
     CUgraphNodeType type;
     struct CUgraph_st *graph;
     struct kname *k;
+    unsigned where; /* a kernel node's SMs (first << 16 | count): a green context's, or all */
     struct CUgraphNode_st *next;
 };
 
@@ -217,6 +225,7 @@ struct CUgraph_st {
 struct exec_node {
     struct CUgraphNode_st *node;
     struct kname *k; /* NULL for a memset node */
+    unsigned where;
 };
 
 /* Instantiation copies the kernel of every node: later changes to the graph do not reach the
@@ -2134,6 +2143,10 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
     return CUDA_SUCCESS;
 }
 
+/* Where the kernel of the node last checked by this thread runs: a v2 node naming its kernel
+ * by `kern` in a context converted from a green context runs on that partition's SMs. */
+static __thread unsigned tls_node_where = FAKE_SMS_ALL;
+
 /* The kernel a node's parameters name. The v1 struct has only `func`; the v2 struct adds
  * `kern`, used when func is NULL, and `ctx` (NULL: the current context). Both structs start
  * with the same ten fields, passed here one by one. */
@@ -2163,6 +2176,8 @@ static CUresult node_kernel(enum entry e, CUfunction func, CUkernel kern, CUcont
         observe(e, func ? (const void *)func : (const void *)kern, f, dims, params, extra);
     }
     *out = f->k;
+    tls_node_where = !func && v2 && ctx && ctx->green ? ctx->green->first << 16 | ctx->green->sms
+                                                      : FAKE_SMS_ALL;
     return CUDA_SUCCESS;
 }
 
@@ -2202,6 +2217,7 @@ static CUresult add_node(enum entry e, CUgraphNode *phGraphNode, CUgraph g,
     n->type = type;
     n->graph = g;
     n->k = k;
+    n->where = k ? tls_node_where : FAKE_SMS_ALL;
     *g->tailp = n;
     g->tailp = &n->next;
     unlock();
@@ -2246,6 +2262,7 @@ static CUresult node_set(enum entry e, CUgraphNode n, CUgraphNodeType type, stru
         return CUDA_ERROR_INVALID_VALUE;
     }
     n->k = k;
+    n->where = k ? tls_node_where : FAKE_SMS_ALL;
     unlock();
     atomic_fetch_add(&g_entry[e], 1);
     return CUDA_SUCCESS;
@@ -2299,6 +2316,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
     for (n = hGraph->head; n; n = n->next) {
         x->nodes[x->n].node = n;
         x->nodes[x->n].k = n->k;
+        x->nodes[x->n].where = n->where;
         x->n++;
     }
     x->graph = hGraph;
@@ -2324,6 +2342,7 @@ static CUresult exec_node_set(enum entry e, CUgraphExec x, CUgraphNode n, CUgrap
                 return CUDA_ERROR_INVALID_VALUE;
             }
             x->nodes[i].k = k;
+            x->nodes[i].where = k ? tls_node_where : FAKE_SMS_ALL;
             unlock();
             atomic_fetch_add(&g_entry[e], 1);
             return CUDA_SUCCESS;
@@ -2457,6 +2476,9 @@ static CUresult graph_launch(enum entry e, CUgraphExec x, CUstream s)
         if (!x->nodes[i].k)
             continue;
         atomic_fetch_add(&x->nodes[i].k->graph, 1);
+        atomic_store(&x->nodes[i].k->where, x->nodes[i].where);
+        if (x->nodes[i].where != FAKE_SMS_ALL)
+            atomic_fetch_add(&x->nodes[i].k->green, 1);
         atomic_fetch_add(&g_total_graph, 1);
         atomic_fetch_add(&g_clock_ns, FAKE_NS_PER_LAUNCH);
     }
@@ -2507,12 +2529,6 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 #define FAKE_SM_STEP 8
 #define FAKE_SM_STEP_IGNORE 2
 
-struct CUgreenCtx_st {
-    uint32_t tag;
-    CUdevice dev;
-    unsigned first, sms;
-    struct CUctx_st ctx; /* cuCtxFromGreenCtx */
-};
 
 struct CUdevResourceDesc_st {
     uint32_t tag;

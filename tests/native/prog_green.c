@@ -123,6 +123,30 @@ int main(void)
           cuLaunchKernel(vecadd, 4, 1, 1, 32, 1, 1, 0, NULL, args, NULL), NULL, 0);
     CHECK(cuCtxSynchronize());
 
+    /* Graph kernel nodes made with the graph API: of a module's function (no CUkernel: it
+     * cannot be put in a green context), then of a library's kernel (cudart's kind). */
+    CUlibrary lib;
+    CUkernel kern;
+    CUgraph graphs[2];
+    CUgraphExec execs[2];
+    CUgraphNode node;
+    CHECK(cuLibraryLoadData(&lib, APP_PTX, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK(cuLibraryGetKernel(&kern, lib, K_VECADD));
+    CUfunction node_fn[2] = {vecadd, (CUfunction)kern};
+    const char *node_label[2] = {"graph-node-module", "graph-node-library"};
+    for (int i = 0; i < 2; i++) {
+        CUDA_KERNEL_NODE_PARAMS np = {.func = node_fn[i], .gridDimX = 4, .gridDimY = 1,
+                                      .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
+                                      .blockDimZ = 1, .kernelParams = args};
+        CHECK(cuGraphCreate(&graphs[i], 0));
+        CUresult rc = cuGraphAddKernelNode(&node, graphs[i], NULL, 0, &np);
+        if (rc == CUDA_SUCCESS) {
+            CHECK(cuGraphInstantiate(&execs[i], graphs[i], 0));
+            CHECK(cuGraphLaunch(execs[i], NULL));
+        }
+        where(node_label[i], K_VECADD, rc, NULL, 0);
+    }
+
     unsigned long (*violations)(void) = fake_sym(h, "fake_cuda_order_violations");
     void (*counts)(unsigned long *, unsigned long *, unsigned long *, unsigned long *) =
         fake_sym(h, "fake_cuda_green_counts");
