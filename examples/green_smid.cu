@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // green_smid: where a kernel's blocks ran, and whether the program's own stream order held.
 //
-//   green_smid MODE      MODE: legacy | stream | ex | graph | reset | threads
+//   green_smid MODE      MODE: legacy | stream | ex | graph | graphapi | reset | threads
 //
 // Each round: the program's stream fills `where` with 0xff (cudaMemsetAsync), `stamp` writes
 // each block's %smid into it (every block spins ~20 us so that the work takes a while), and
@@ -122,6 +122,36 @@ int main(int argc, char **argv) {
         CHECK(cudaGraphExecDestroy(exec));
         CHECK(cudaGraphDestroy(graph));
         CHECK(cudaStreamDestroy(t));
+    } else if (!strcmp(mode, "graphapi")) {
+        // A kernel node made with the graph API (cudart gives the driver its CUkernel), run
+        // twice: as added, then after cudaGraphExecKernelNodeSetParams gave it its parameters
+        // again.
+        cudaStream_t s;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaGraphNode_t node;
+        CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CHECK(cudaGraphCreate(&graph, 0));
+        void *args[] = {&where};
+        cudaKernelNodeParams p = {};
+        p.func = (void *)stamp;
+        p.gridDim = dim3(kBlocks);
+        p.blockDim = dim3(32);
+        p.kernelParams = args;
+        CHECK(cudaGraphAddKernelNode(&node, graph, nullptr, 0, &p));
+        CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int r = 0; r < 2; r++) {
+            if (r == 1) CHECK(cudaGraphExecKernelNodeSetParams(exec, node, &p));
+            CHECK(cudaMemsetAsync(where, 0xff, kBlocks * sizeof(unsigned), s));
+            CHECK(cudaGraphLaunch(exec, s));
+            CHECK(cudaMemcpyAsync(host, where, kBlocks * sizeof(unsigned),
+                                  cudaMemcpyDeviceToHost, s));
+            CHECK(cudaStreamSynchronize(s));
+            report(mode, host);
+        }
+        CHECK(cudaGraphExecDestroy(exec));
+        CHECK(cudaGraphDestroy(graph));
+        CHECK(cudaStreamDestroy(s));
     } else if (!strcmp(mode, "reset")) {
         round_on(mode, 0, where, host, 0);
         CHECK(cudaDeviceReset());
