@@ -3,7 +3,7 @@
 
     python3 benchmarks/bench_wrap.py [--rounds 3] [--json FILE]
 
-1. Build: for each kernel of the zoo (examples/kernels), splice + link (the wrapper runtime
+1. Build: for each kernel of the zoo (tests/zoo), splice + link (the wrapper runtime
    compiled by NVRTC once, then reused) and the full cold build with NVRTC; a warm load: the
    disk cache's read plus cuLibraryLoadData. Targets: cold build per kernel <= 150 ms, warm
    load <= 2 ms.
@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 EXAMPLES = REPO / "examples"
-ZOO = EXAMPLES / "kernels"
+ZOO = REPO / "tests" / "zoo"
 
 from benchmarks.bench_launch import device_name, find_nvcc, find_script  # noqa: E402
 

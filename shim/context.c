@@ -84,7 +84,7 @@ CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
         before_teardown();                                                                       \
         if (!t_in_clc) clc_green_forget_device(dev);                                             \
         pfn_cuDevicePrimaryCtxRelease_v2 release =                                               \
-            (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SLOT_cuDevicePrimaryCtxRelease_v2);   \
+            (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SYM_cuDevicePrimaryCtxRelease_v2);   \
         CUcontext ctx = active_primary(dev, release);                                            \
         CUresult r = real(dev);                                                                  \
         if (r == CUDA_SUCCESS && ctx) after_teardown(ctx);                                       \

@@ -37,8 +37,8 @@ typedef struct {
 } clc_shape;
 
 struct clc_shape_cache {
-    _Atomic uint32_t count; /* slots [0, count) are written */
-    clc_shape slots[SHAPES_MAX];
+    _Atomic uint32_t count; /* shapes [0, count) are written */
+    clc_shape shapes[SHAPES_MAX];
 };
 
 static int same_shape(const clc_shape *s, const clc_launch_info *l) {
@@ -51,7 +51,7 @@ const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch_info *l) {
     struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_acquire);
     uint32_t n = c ? atomic_load_explicit(&c->count, memory_order_acquire) : 0;
     for (uint32_t i = 0; i < n; i++)
-        if (same_shape(&c->slots[i], l)) return &c->slots[i].outcome;
+        if (same_shape(&c->shapes[i], l)) return &c->shapes[i].outcome;
     return NULL;
 }
 
@@ -65,7 +65,7 @@ const clc_outcome *clc_add_shape(clc_entry *e, const clc_launch_info *l, const c
     if ((kept = clc_find_shape(e, l)) == NULL && c) {
         uint32_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
         if (n < SHAPES_MAX) {
-            clc_shape *s = &c->slots[n];
+            clc_shape *s = &c->shapes[n];
             memcpy(s->grid, l->grid, sizeof s->grid);
             memcpy(s->block, l->block, sizeof s->block);
             s->shmem = l->shmem;
@@ -89,7 +89,7 @@ void clc_entry_outcomes(clc_entry *e, void (*fn)(const clc_outcome *, void *), v
     for (uint32_t i = 0; i < e->n_clauses; i++) fn(&e->clauses[i].outcome, arg);
     struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_acquire);
     uint32_t n = c ? atomic_load_explicit(&c->count, memory_order_acquire) : 0;
-    for (uint32_t i = 0; i < n; i++) fn(&c->slots[i].outcome, arg);
+    for (uint32_t i = 0; i < n; i++) fn(&c->shapes[i].outcome, arg);
 }
 
 const char *clc_kernel_name(uint64_t handle) {
@@ -121,7 +121,7 @@ static clc_entry *table(void) {
 
 /* ---- forgotten entries ------------------------------------------------------------------------
  * A forgotten entry's counts move to the archive (reported at exit under its kernel id) and
- * its slot becomes a tombstone. When live entries and tombstones fill the table, the live ones
+ * its bucket becomes a tombstone. When live entries and tombstones fill the table, the live ones
  * are copied into a new table (tombstones left behind); the old table is never unmapped, since
  * a launch in flight may still read it, and its entries keep counting: each copy points to its
  * original (prev), and counts are summed along that chain. All under g_insert_lock. */
@@ -168,7 +168,7 @@ typedef struct {
     uint32_t kernel_id;
 } forgotten;
 
-/* Archives e and makes its slot a tombstone; its own allocations stay (a launch in flight may
+/* Archives e and makes its bucket a tombstone; its own allocations stay (a launch in flight may
  * still read them). */
 static void forget_entry(clc_entry *e, forgotten *out) {
     *out = (forgotten){e->handle, e->ctx, e->kernel_id};
@@ -282,7 +282,7 @@ static int rebuild(void) {
         clc_entry *e = &old[i];
         if (!atomic_load_explicit(&e->ready, memory_order_relaxed) || (e->ctx & CLC_CTX_DESTROYED))
             continue;
-        uint32_t j = clc_slot_of(e->handle, e->ctx);
+        uint32_t j = clc_bucket_of(e->handle, e->ctx);
         while (t[j].ready) j = (j + 1) & (CLC_CACHE_SIZE - 1);
         clc_entry *c = &t[j];
         memcpy(c, e, sizeof *c);
@@ -303,15 +303,15 @@ static int rebuild(void) {
     return 1;
 }
 
-/* A slot for a new entry of (handle, ctx), NULL when the table is full of live entries
+/* A bucket for a new entry of (handle, ctx), NULL when the table is full of live entries
  * (called with g_insert_lock held, the key known absent): the probe's first tombstone, else the
- * empty slot that ends it. */
-static clc_entry *free_slot(uint64_t handle, uint64_t ctx, int *reused) {
+ * empty bucket that ends it. */
+static clc_entry *free_bucket(uint64_t handle, uint64_t ctx, int *reused) {
     clc_entry *t = table();
     if (!t) return NULL;
     if (g_count >= CACHE_MAX_FILL && (g_tombstones < CLC_CACHE_SIZE / 8 || !rebuild())) return NULL;
     t = atomic_load_explicit(&g_hot.table, memory_order_relaxed);
-    uint32_t i = clc_slot_of(handle, ctx);
+    uint32_t i = clc_bucket_of(handle, ctx);
     while (atomic_load_explicit(&t[i].ready, memory_order_relaxed)) {
         if (t[i].ctx & CLC_CTX_DESTROYED) {
             *reused = 1;
@@ -366,9 +366,9 @@ clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
     pthread_mutex_lock(&g_insert_lock);
     clc_entry *e = clc_cache_find(handle, ctx);
     int reused = 0;
-    clc_entry *slot = e ? NULL : free_slot(handle, ctx, &reused);
-    if (slot) {
-        e = slot;
+    clc_entry *bucket = e ? NULL : free_bucket(handle, ctx, &reused);
+    if (bucket) {
+        e = bucket;
         if (reused)
             g_tombstones--;
         else

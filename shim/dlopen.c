@@ -232,7 +232,7 @@ static void prepare(dlopen_fn real) {
     void *(*sym)(void *, const char *) = (void *(*)(void *, const char *))clc_next_symbol("dlsym");
     for (uint32_t i = e->first; i < e->count; i++) {
         const char *name = e->dyn.strtab + e->dyn.symtab[i].st_name;
-        int slot = clc_slot_by_name(name);
+        int slot = clc_symbol_by_name(name);
         void *next = NULL;
         if (slot >= 0 && cuda && !driver_done && sym) {
             clc_real(slot); /* the pointer the hook calls: known before any call reaches it */

@@ -63,7 +63,7 @@ static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_P
 
 #define CLC_GRAPH_HOOK(name, entry_point, params, fn_of, ctx_of, kernel_params, call)            \
     CLC_EXPORT CUresult name params {                                                            \
-        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         int gated;                                                                               \
@@ -98,7 +98,7 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
  * kernel by its function alone (v2). */
 #define CLC_KERNEL_NODE_HOOK(name, entry_point, plist, type, fn_of, ctx_of, clear, confine, call) \
     CLC_EXPORT CUresult name plist {                                                            \
-        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         int gated;                                                                               \

@@ -333,15 +333,20 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched) {
 }
 
 int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
-    static _Atomic int said[4];
     static const char *const what[4] = {
         "a kernel could not be confined by a green context",
         "a graph kernel node (made with the graph API) of a confined kernel is not confined",
         "a confined kernel launched with cuLaunchCooperativeKernelMultiDevice is not confined",
         "the driver refused a confined kernel's launch on its green context",
     };
-    int deny = (word & CLC_CONFINE_DENY) != 0;
-    if (reason >= 0 && reason < 4 && !atomic_exchange(&said[reason], 1))
+    int deny = (word & CLC_CONFINE_DENY) != 0, first = 0;
+    switch (reason) { /* said once per reason: one CLC_FIRST_TIME each */
+    case CLC_UNCONFINED_NO_PARTITION: first = CLC_FIRST_TIME(); break;
+    case CLC_UNCONFINED_GRAPH_NODE: first = CLC_FIRST_TIME(); break;
+    case CLC_UNCONFINED_MULTI_DEVICE: first = CLC_FIRST_TIME(); break;
+    case CLC_UNCONFINED_REFUSED: first = CLC_FIRST_TIME(); break;
+    }
+    if (first)
         clc_log(CLC_MSG_WARNING,
                 "sm_share: %s (CUresult %d%s): its launches are %s, as its rule's "
                 "on_unwrappable says",

@@ -18,73 +18,73 @@
 #define CLC_HOOK_DECL(name, params) CLC_EXPORT CUresult name params;
 CLC_HOOKED_SYMBOLS(CLC_HOOK_DECL)
 #define CLC_HOOK_ADDR(name, params) (void *)&name,
-static void *const hook_addr[CLC_N_SLOTS] = {CLC_HOOKED_SYMBOLS(CLC_HOOK_ADDR)};
+static void *const hook_addr[CLC_N_SYMBOLS] = {CLC_HOOKED_SYMBOLS(CLC_HOOK_ADDR)};
 
 /* ---- handing out the hooks ------------------------------------------------------------------- */
 
-void *clc_hook_addr(int slot) { return slot >= 0 && slot < CLC_N_SLOTS ? hook_addr[slot] : NULL; }
+void *clc_hook_addr(int sym) { return sym >= 0 && sym < CLC_N_SYMBOLS ? hook_addr[sym] : NULL; }
 
 static int is_hook(void *p) {
-    for (int i = 0; i < CLC_N_SLOTS; i++)
+    for (int i = 0; i < CLC_N_SYMBOLS; i++)
         if (hook_addr[i] == p) return 1;
     return 0;
 }
 
-int clc_slot_by_name(const char *name) {
+int clc_symbol_by_name(const char *name) {
     if (name[0] != 'c' || name[1] != 'u') return -1;
-    for (int i = 0; i < CLC_N_SLOTS; i++)
-        if (strcmp(clc_slot_names[i], name) == 0) return i;
+    for (int i = 0; i < CLC_N_SYMBOLS; i++)
+        if (strcmp(clc_symbol_names[i], name) == 0) return i;
     return -1;
 }
 
 /* cuGetProcAddress takes a base name and picks the variant by flags and version, as the
  * driver's own table does: _ptsz for the per-thread default stream, _v2 ABIs from 12000. */
-static int slot_for_request(const char *name, int version, cuuint64_t flags) {
+static int symbol_for_request(const char *name, int version, cuuint64_t flags) {
     int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     int v2 = version >= 12000;
     if (strcmp(name, "cuLaunchKernel") == 0)
-        return ptsz ? CLC_SLOT_cuLaunchKernel_ptsz : CLC_SLOT_cuLaunchKernel;
+        return ptsz ? CLC_SYM_cuLaunchKernel_ptsz : CLC_SYM_cuLaunchKernel;
     if (strcmp(name, "cuLaunchKernelEx") == 0)
-        return ptsz ? CLC_SLOT_cuLaunchKernelEx_ptsz : CLC_SLOT_cuLaunchKernelEx;
+        return ptsz ? CLC_SYM_cuLaunchKernelEx_ptsz : CLC_SYM_cuLaunchKernelEx;
     if (strcmp(name, "cuLaunchCooperativeKernel") == 0)
-        return ptsz ? CLC_SLOT_cuLaunchCooperativeKernel_ptsz : CLC_SLOT_cuLaunchCooperativeKernel;
+        return ptsz ? CLC_SYM_cuLaunchCooperativeKernel_ptsz : CLC_SYM_cuLaunchCooperativeKernel;
     if (strcmp(name, "cuGetProcAddress") == 0)
-        return v2 ? CLC_SLOT_cuGetProcAddress_v2 : CLC_SLOT_cuGetProcAddress;
+        return v2 ? CLC_SYM_cuGetProcAddress_v2 : CLC_SYM_cuGetProcAddress;
     if (strcmp(name, "cuGraphAddKernelNode") == 0)
-        return v2 ? CLC_SLOT_cuGraphAddKernelNode_v2 : CLC_SLOT_cuGraphAddKernelNode;
+        return v2 ? CLC_SYM_cuGraphAddKernelNode_v2 : CLC_SYM_cuGraphAddKernelNode;
     if (strcmp(name, "cuGraphKernelNodeSetParams") == 0)
-        return v2 ? CLC_SLOT_cuGraphKernelNodeSetParams_v2 : CLC_SLOT_cuGraphKernelNodeSetParams;
+        return v2 ? CLC_SYM_cuGraphKernelNodeSetParams_v2 : CLC_SYM_cuGraphKernelNodeSetParams;
     if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
-        return v2 ? CLC_SLOT_cuGraphExecKernelNodeSetParams_v2
-                  : CLC_SLOT_cuGraphExecKernelNodeSetParams;
+        return v2 ? CLC_SYM_cuGraphExecKernelNodeSetParams_v2
+                  : CLC_SYM_cuGraphExecKernelNodeSetParams;
     if (strcmp(name, "cuGraphAddNode") == 0)
-        return version >= 12030 ? CLC_SLOT_cuGraphAddNode_v2 : CLC_SLOT_cuGraphAddNode;
+        return version >= 12030 ? CLC_SYM_cuGraphAddNode_v2 : CLC_SYM_cuGraphAddNode;
     /* Context teardown, both ABIs: cudart 13 asks for the primary context's release and reset
      * at version 7000 (the first ABI; measured on driver 580). */
     if (strcmp(name, "cuCtxDestroy") == 0)
-        return version >= 4000 ? CLC_SLOT_cuCtxDestroy_v2 : CLC_SLOT_cuCtxDestroy;
+        return version >= 4000 ? CLC_SYM_cuCtxDestroy_v2 : CLC_SYM_cuCtxDestroy;
     if (strcmp(name, "cuDevicePrimaryCtxRelease") == 0)
-        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxRelease_v2
-                                : CLC_SLOT_cuDevicePrimaryCtxRelease;
+        return version >= 11000 ? CLC_SYM_cuDevicePrimaryCtxRelease_v2
+                                : CLC_SYM_cuDevicePrimaryCtxRelease;
     if (strcmp(name, "cuStreamDestroy") == 0)
-        return version >= 4000 ? CLC_SLOT_cuStreamDestroy_v2 : CLC_SLOT_cuStreamDestroy;
+        return version >= 4000 ? CLC_SYM_cuStreamDestroy_v2 : CLC_SYM_cuStreamDestroy;
     if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
-        return version >= 11000 ? CLC_SLOT_cuDevicePrimaryCtxReset_v2
-                                : CLC_SLOT_cuDevicePrimaryCtxReset;
-    return clc_slot_by_name(name);
+        return version >= 11000 ? CLC_SYM_cuDevicePrimaryCtxReset_v2
+                                : CLC_SYM_cuDevicePrimaryCtxReset;
+    return clc_symbol_by_name(name);
 }
 
-static void *substitute(int slot, void *real) {
-    if (slot < 0 || !real || is_hook(real)) return real;
-    clc_set_real(slot, real);
-    clc_debug("hooked %s (real %p)", clc_slot_names[slot], real);
-    return hook_addr[slot];
+static void *substitute(int sym, void *real) {
+    if (sym < 0 || !real || is_hook(real)) return real;
+    clc_set_real(sym, real);
+    clc_debug("hooked %s (real %p)", clc_symbol_names[sym], real);
+    return hook_addr[sym];
 }
 
 /* A hooked symbol asked for with RTLD_NEXT: whatever comes after the caller, its launches must
  * reach the hook (which calls the driver's own). NULL when the driver does not define it. */
-__attribute__((noinline)) static void *next_hooked(int slot) {
-    return clc_real(slot) ? hook_addr[slot] : NULL;
+__attribute__((noinline)) static void *next_hooked(int sym) {
+    return clc_real(sym) ? hook_addr[sym] : NULL;
 }
 
 /* Whether the object that made the call at `ret` defines `name` itself: an interposer of that
@@ -109,13 +109,12 @@ __attribute__((noinline)) static int caller_defines(const void *ret, const char 
 CLC_EXPORT void *dlsym(void *handle, const char *name) {
     if (unlikely(!clc_real_dlsym)) clc_resolve_dlsym();
     if (handle == RTLD_NEXT) {
-        int slot = name[0] == 'c' && name[1] == 'u' ? clc_slot_by_name(name) : -1;
-        if (slot >= 0 && !caller_defines(__builtin_return_address(0), name))
-            return next_hooked(slot);
+        int sym = name[0] == 'c' && name[1] == 'u' ? clc_symbol_by_name(name) : -1;
+        if (sym >= 0 && !caller_defines(__builtin_return_address(0), name)) return next_hooked(sym);
         return clc_real_dlsym(handle, name);
     }
     void *p = clc_real_dlsym(handle, name);
-    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);
+    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_symbol_by_name(name), p);
     return p;
 }
 
@@ -128,32 +127,31 @@ CLC_EXPORT void *dlvsym(void *handle, const char *name, const char *version) {
         if (!real_dlvsym) return NULL;
     }
     if (handle == RTLD_NEXT) {
-        int slot = name[0] == 'c' && name[1] == 'u' ? clc_slot_by_name(name) : -1;
-        if (slot >= 0 && !caller_defines(__builtin_return_address(0), name))
-            return next_hooked(slot);
+        int sym = name[0] == 'c' && name[1] == 'u' ? clc_symbol_by_name(name) : -1;
+        if (sym >= 0 && !caller_defines(__builtin_return_address(0), name)) return next_hooked(sym);
         return real_dlvsym(handle, name, version);
     }
     void *p = real_dlvsym(handle, name, version);
-    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_slot_by_name(name), p);
+    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_symbol_by_name(name), p);
     return p;
 }
 
 CLC_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,
                                      cuuint64_t flags) {
-    pfn_cuGetProcAddress real = (pfn_cuGetProcAddress)clc_real(CLC_SLOT_cuGetProcAddress);
+    pfn_cuGetProcAddress real = (pfn_cuGetProcAddress)clc_real(CLC_SYM_cuGetProcAddress);
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = real(symbol, pfn, version, flags);
     if (r == CUDA_SUCCESS && pfn && *pfn && symbol)
-        *pfn = substitute(slot_for_request(symbol, version, flags), *pfn);
+        *pfn = substitute(symbol_for_request(symbol, version, flags), *pfn);
     return r;
 }
 
 CLC_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
                                         cuuint64_t flags, int *status) {
-    pfn_cuGetProcAddress_v2 real = (pfn_cuGetProcAddress_v2)clc_real(CLC_SLOT_cuGetProcAddress_v2);
+    pfn_cuGetProcAddress_v2 real = (pfn_cuGetProcAddress_v2)clc_real(CLC_SYM_cuGetProcAddress_v2);
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = real(symbol, pfn, version, flags, status);
     if (r == CUDA_SUCCESS && pfn && *pfn && symbol)
-        *pfn = substitute(slot_for_request(symbol, version, flags), *pfn);
+        *pfn = substitute(symbol_for_request(symbol, version, flags), *pfn);
     return r;
 }

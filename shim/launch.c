@@ -217,7 +217,7 @@ static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream st
         return res;                                                                              \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
-        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra); \
@@ -269,7 +269,7 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
         return res;                                                                              \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_COOP_PARAMS {                                                   \
-        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);   \
@@ -295,7 +295,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
                                                          unsigned int flags) {
     pfn_cuLaunchCooperativeKernelMultiDevice real =
         (pfn_cuLaunchCooperativeKernelMultiDevice)clc_real(
-            CLC_SLOT_cuLaunchCooperativeKernelMultiDevice);
+            CLC_SYM_cuLaunchCooperativeKernelMultiDevice);
     if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
     if (t_in_clc || !list || n == 0) return real(list, n, flags);
     gate small[8], *g = n <= 8 ? small : malloc(n * sizeof *g);
@@ -376,7 +376,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         return res;                                                                              \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_EX_PARAMS {                                              \
-        pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                 \
+        pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
         if (unlikely(t_in_clc) || unlikely(!config)) return real(config, f, params, extra);      \

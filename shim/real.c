@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * real.c: the real functions behind the shim's own: libc's dlsym (the shim exports one), the
- * driver's entry points behind the hooks (g_real, one per slot of shim.h's table), and the
+ * driver's entry points behind the hooks (g_real, one per symbol of shim.h's table), and the
  * driver helpers the shim calls itself (g_drv). The shim's own lookups and loads go to libc
  * directly, never through its hooks of dlsym and dlopen.
  */
@@ -16,14 +16,14 @@
 #include "elf_dynamic.h"
 #include "shim.h"
 
-void *_Atomic g_real[CLC_N_SLOTS] __attribute__((aligned(64)));
+void *_Atomic g_real[CLC_N_SYMBOLS] __attribute__((aligned(64)));
 clc_driver g_drv;
 clc_hot g_hot;
 
 void *(*clc_real_dlsym)(void *, const char *);
 
-#define CLC_SLOT_NAME(name, params) #name,
-const char *const clc_slot_names[CLC_N_SLOTS] = {CLC_HOOKED_SYMBOLS(CLC_SLOT_NAME)};
+#define CLC_SYM_NAME(name, params) #name,
+const char *const clc_symbol_names[CLC_N_SYMBOLS] = {CLC_HOOKED_SYMBOLS(CLC_SYM_NAME)};
 
 /* ---- libc's own dlsym and dlvsym ------------------------------------------------------------
  * The shim exports both (a program's lookups of driver symbols must get the hooks), so any call
@@ -96,21 +96,21 @@ void *clc_libcuda_handle(void) {
     return h;
 }
 
-void clc_set_real(int slot, void *p) {
+void clc_set_real(int sym, void *p) {
     if (!p) return;
     void *expected = NULL;
-    atomic_compare_exchange_strong(&g_real[slot], &expected, p);
+    atomic_compare_exchange_strong(&g_real[sym], &expected, p);
 }
 
-void *clc_resolve_real(int slot) {
+void *clc_resolve_real(int sym) {
     if (!clc_real_dlsym) clc_resolve_dlsym();
-    void *p = clc_real_dlsym(RTLD_NEXT, clc_slot_names[slot]);
+    void *p = clc_real_dlsym(RTLD_NEXT, clc_symbol_names[sym]);
     if (!p) {
         void *h = clc_libcuda_handle();
-        if (h) p = clc_real_dlsym(h, clc_slot_names[slot]);
+        if (h) p = clc_real_dlsym(h, clc_symbol_names[sym]);
     }
-    clc_set_real(slot, p);
-    return atomic_load_explicit(&g_real[slot], memory_order_acquire);
+    clc_set_real(sym, p);
+    return atomic_load_explicit(&g_real[sym], memory_order_acquire);
 }
 
 static void *driver_sym(void *h, const char *a, const char *b) {

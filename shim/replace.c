@@ -133,7 +133,7 @@ static void set_on_replacement(const clc_outcome *o, void *arg) {
     for (unsigned i = 0; i < a->n_done; i++)
         if (a->done[i] == rep) return;
     if (a->n_done < sizeof a->done / sizeof a->done[0]) a->done[a->n_done++] = rep;
-    pfn_cuFuncSetAttribute set = (pfn_cuFuncSetAttribute)clc_real(CLC_SLOT_cuFuncSetAttribute);
+    pfn_cuFuncSetAttribute set = (pfn_cuFuncSetAttribute)clc_real(CLC_SYM_cuFuncSetAttribute);
     CUresult r = set ? set((CUfunction)(uintptr_t)rep->function, a->attrib, a->value)
                      : CUDA_ERROR_NOT_INITIALIZED;
     if (r != CUDA_SUCCESS) {

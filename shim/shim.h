@@ -122,7 +122,7 @@ typedef struct {
 /* ---- the hooked symbols ------------------------------------------------------------------
  * One table: X(name, parameter list). Every symbol here is
  * exported by the preload library, substituted when a program gets it through dlsym or
- * cuGetProcAddress, and has its real pointer in g_real[CLC_SLOT_name]. */
+ * cuGetProcAddress, and has its real pointer in g_real[CLC_SYM_name]. */
 #define CLC_LAUNCH_PARAMS                                                                   \
     (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,      \
      unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void **params, \
@@ -183,29 +183,30 @@ typedef struct {
     X(cuStreamDestroy, (CUstream stream))                                                        \
     X(cuStreamDestroy_v2, (CUstream stream))
 
-#define CLC_SLOT_ENUM(name, params) CLC_SLOT_##name,
-enum { CLC_HOOKED_SYMBOLS(CLC_SLOT_ENUM) CLC_N_SLOTS };
+#define CLC_SYM_ENUM(name, params) CLC_SYM_##name,
+enum { CLC_HOOKED_SYMBOLS(CLC_SYM_ENUM) CLC_N_SYMBOLS };
 
 #define CLC_PFN_TYPEDEF(name, params) typedef CUresult(*pfn_##name) params;
 CLC_HOOKED_SYMBOLS(CLC_PFN_TYPEDEF)
 
-/* Real pointers, one per slot: written once when first resolved, read on every call. The
- * launch slots come first in the table, so that they share one cache line. */
-extern CLC_HIDDEN void *_Atomic g_real[CLC_N_SLOTS] __attribute__((aligned(64)));
-void *clc_resolve_real(int slot); /* resolves on first use (plain-symbol callers) */
-static inline void *clc_real(int slot) {
-    void *p = atomic_load_explicit(&g_real[slot], memory_order_acquire);
-    return likely(p != NULL) ? p : clc_resolve_real(slot);
+/* Real pointers, one per symbol: written once when first resolved, read on every call. The
+ * launch symbols come first in the table, so that they share one cache line. */
+extern CLC_HIDDEN void *_Atomic g_real[CLC_N_SYMBOLS] __attribute__((aligned(64)));
+void *clc_resolve_real(int sym); /* resolves on first use (plain-symbol callers) */
+static inline void *clc_real(int sym) {
+    void *p = atomic_load_explicit(&g_real[sym], memory_order_acquire);
+    return likely(p != NULL) ? p : clc_resolve_real(sym);
 }
 
-/* The hooked symbols by name (real.c): the names by slot; a slot of the table above or -1; the
- * real pointer for a slot (only the first one; never a hook: interpose.c checks what programs'
- * lookups give, and the shim's own lookups, after the shim or in libcuda's scope, cannot give
- * one); libcuda's dlopen handle. The hook's address for a slot (interpose.c). */
-extern CLC_HIDDEN const char *const clc_slot_names[CLC_N_SLOTS];
-int clc_slot_by_name(const char *name);
-void *clc_hook_addr(int slot);
-void clc_set_real(int slot, void *p);
+/* The hooked symbols by name (real.c): the names by index; a symbol's index in the table above,
+ * or -1; the real pointer for a symbol (only the first one; never a hook: interpose.c checks
+ * what programs' lookups give, and the shim's own lookups, after the shim or in libcuda's
+ * scope, cannot give one); libcuda's dlopen handle. The hook's address for a symbol
+ * (interpose.c). */
+extern CLC_HIDDEN const char *const clc_symbol_names[CLC_N_SYMBOLS];
+int clc_symbol_by_name(const char *name);
+void *clc_hook_addr(int sym);
+void clc_set_real(int sym, void *p);
 void *clc_libcuda_handle(void);
 /* libc's own dlsym (real.c), since the shim exports dlsym and dlvsym: found in libc's symbol
  * table by clc_libc_symbol, resolved at start (process.c) or at first need. */
@@ -222,7 +223,7 @@ void *clc_libc_dlsym(void *handle, const char *name);
 void *clc_next_symbol(const char *name);
 /* A hook's first lines: the real entry point, or CUDA_ERROR_NOT_INITIALIZED without one. */
 #define CLC_REAL_OR_FAIL(name)                                                                   \
-    pfn_##name real = (pfn_##name)clc_real(CLC_SLOT_##name);                                     \
+    pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                     \
     if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
 
 /* Driver helpers stage 1 calls itself, resolved from the same libcuda. */
@@ -426,20 +427,20 @@ static inline int clc_driver_ready(void) {
 #define CLC_CACHE_BITS 16
 #define CLC_CACHE_SIZE (1u << CLC_CACHE_BITS)
 
-static inline uint32_t clc_slot_of(uint64_t handle, uint64_t ctx) {
+static inline uint32_t clc_bucket_of(uint64_t handle, uint64_t ctx) {
     uint64_t h = (handle ^ (ctx * 0xff51afd7ed558ccdull)) * 0x9e3779b97f4a7c15ull;
     return (uint32_t)(h >> (64 - CLC_CACHE_BITS));
 }
 
-/* Lock-free: a slot is used once `ready` is set (acquire) and never becomes empty again, so
- * the probe for a key ends at the first slot that is not ready. A forgotten entry (its kernel's
+/* Lock-free: a bucket is used once `ready` is set (acquire) and never becomes empty again, so
+ * the probe for a key ends at the first bucket that is not ready. A forgotten entry (its kernel's
  * module unloaded, its context destroyed) stays as a tombstone whose ctx has CLC_CTX_DESTROYED,
  * which no launch's context has; an insert may reuse it, writing its handle first and its ctx
  * last (release), so a reader that sees the new ctx (acquire) sees the whole new entry. */
 static inline clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
     clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     if (unlikely(!t)) return NULL;
-    for (uint32_t i = clc_slot_of(handle, ctx), n = 0; n < CLC_CACHE_SIZE;
+    for (uint32_t i = clc_bucket_of(handle, ctx), n = 0; n < CLC_CACHE_SIZE;
          i = (i + 1) & (CLC_CACHE_SIZE - 1), n++) {
         clc_entry *e = &t[i];
         if (!atomic_load_explicit(&e->ready, memory_order_acquire)) return NULL;

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, _build, describe, report_summary, wrap_stats
+from conftest import EXAMPLES, REPO, _build, describe, report_summary, wrap_stats
 
-ZOO = EXAMPLES / "kernels"
+ZOO = REPO / "tests" / "zoo"
 ZOO_PROGRAMS = sorted(p.stem for p in ZOO.glob("*.cu"))
 WRAPPERS = {"sm_share": {"share": 0.25}, "block_count": {}, "deadline": {"ms": 10000}}
 # Kernels the splice refuses, with the reason the run must give (on_unwrappable: allow lets

@@ -14,7 +14,7 @@ from harness import Run, clc_command, env_for
 
 from build import build_native  # tests/native, put on sys.path by harness
 
-ZOO = pathlib.Path(__file__).resolve().parents[2] / "examples" / "kernels"
+ZOO = pathlib.Path(__file__).resolve().parents[1] / "zoo"
 FILES = sorted(p.name for p in ZOO.glob("*.cu"))
 
 
@@ -44,7 +44,7 @@ def zoo_ptx(tmp_path_factory):
 
 def zoo_ptx_text(zoo_ptx, name):
     if name not in zoo_ptx:
-        pytest.skip(f"examples/kernels/{name} does not exist (yet)")
+        pytest.skip(f"tests/zoo/{name} does not exist (yet)")
     ptx = zoo_ptx[name]
     if not isinstance(ptx, str):
         pytest.fail(f"nvcc -ptx -arch=sm_90 {name} failed:\n{ptx.stderr}")

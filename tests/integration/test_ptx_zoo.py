@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""clc.wrapping.ptx on the kernel zoo (examples/kernels): nvcc's PTX of each program is parsed,
+"""clc.wrapping.ptx on the kernel zoo (tests/zoo): nvcc's PTX of each program is parsed,
 printed back (ptxas must still take it), and each kernel gets the loop verdict that
-examples/kernels/README.md promises. No GPU needed; skipped without nvcc."""
+tests/zoo/README.md promises. No GPU needed; skipped without nvcc."""
 
 import os
 import subprocess

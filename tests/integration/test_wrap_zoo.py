@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Every kernel of the zoo (examples/kernels), spliced with every built-in wrapper and linked
+"""Every kernel of the zoo (tests/zoo), spliced with every built-in wrapper and linked
 by nvJitLink for sm_90, or refused with the reason the design expects; the user policies of
 examples/wrappers built the same way. No GPU needed: NVRTC and nvJitLink run on the CPU
 (cuda-bindings and the nvidia-cuda-nvrtc / nvidia-nvjitlink wheels)."""
