@@ -125,7 +125,7 @@ _RANGES = struct.Struct("<6Q")
 OUTCOME = struct.Struct("<IIiiQ")  # clc_outcome: action, flags, error, rule, replacement
 # clc_kernel_counts: kernel_id, device, handle, ctx, launches, denied, failed, recorded, timed,
 # graph_nodes, gpu_ns
-KERNEL_COUNTS = struct.Struct("<IiQQ7Q")
+KERNEL_COUNTS = struct.Struct("<IiQQ7QI4x")
 SLOW_HOOK_NS = 1_000_000
 
 
@@ -205,7 +205,7 @@ REC_TIMING_BODY = struct.Struct("<QI4xQ")  # seq, kernel_id, gpu_ns
 # t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result
 REC_MODULE_BODY = struct.Struct("<QIIQQQIi")
 # kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns, failed
-REC_KERNEL_STATS_BODY = struct.Struct("<I4xQQQQQQQ")
+REC_KERNEL_STATS_BODY = struct.Struct("<IIQQQQQQQ")
 REC_MESSAGE_BODY = struct.Struct("<I4xQ")  # level, t_ns
 # t_ns, dropped, write_lost_bytes, capped_bytes, write_errno
 REC_END_BODY = struct.Struct("<QQQQi4x")

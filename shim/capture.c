@@ -525,6 +525,7 @@ static void write_stats(const clc_kernel_counts *c, void *arg) {
     (void)arg;
     clc_rec_kernel_stats s = {
         .kernel_id = c->kernel_id,
+        .confined_sms = c->confined_sms,
         .launches = c->launches,
         .denied = c->denied,
         .recorded = c->recorded,

@@ -223,7 +223,9 @@ typedef struct clc_kernel_counts {
     uint64_t handle;
     uint64_t ctx;
     uint64_t launches, denied, failed, recorded, timed, graph_nodes, gpu_ns;
-} clc_kernel_counts; /* 80 bytes */
+    uint32_t confined_sms; /* as clc_rec_kernel_stats.confined_sms */
+    uint32_t reserved;
+} clc_kernel_counts; /* 88 bytes */
 
 /* A hook (or the folded dispatcher around it) slower than this at one launch is reported
  * once: every launch that asks it waits for it (the bridge times it in C, the engine in
@@ -364,7 +366,8 @@ typedef struct clc_rec_module {
 
 typedef struct clc_rec_kernel_stats {
     uint32_t kernel_id;
-    uint32_t reserved;
+    uint32_t confined_sms; /* the SMs of the green context its launches ran on (sm_share by a
+                              green context); 0: never confined */
     uint64_t launches;    /* direct launches seen, denied ones included */
     uint64_t denied;
     uint64_t recorded;    /* LAUNCH records written */

@@ -141,6 +141,8 @@ static void entry_counts(const clc_entry *e, clc_kernel_counts *c) {
         c->timed += atomic_load(&e->timed);
         c->graph_nodes += atomic_load(&e->graph_nodes);
         c->gpu_ns += atomic_load(&e->gpu_ns);
+        uint32_t sms = atomic_load(&e->confined_sms);
+        if (sms > c->confined_sms) c->confined_sms = sms;
     }
 }
 

@@ -84,8 +84,10 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
         g_drv.kernel_get_library(&lib, (CUkernel)f) != CUDA_SUCCESS)
         return CUDA_ERROR_NOT_SUPPORTED;
     CUcontext ctx;
-    CUresult r = clc_green_context(g->outcome->replacement, &ctx);
+    unsigned sms;
+    CUresult r = clc_green_context(g->outcome->replacement, &ctx, &sms);
     if (r != CUDA_SUCCESS) return r;
+    if (g->entry) atomic_store_explicit(&g->entry->confined_sms, sms, memory_order_relaxed);
     *copy = *p;
     copy->func = NULL;
     copy->kern = (CUkernel)f;

@@ -295,13 +295,14 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
     }
     gl->entry = s;
     gl->stream = s->green;
+    gl->sms = g_parts[s->part].sms;
     gl->program_stream = stream;
     gl->record = record;
     gl->wait = wait;
     return CUDA_SUCCESS;
 }
 
-CUresult clc_green_context(uint64_t word, CUcontext *out) {
+CUresult clc_green_context(uint64_t word, CUcontext *out, unsigned *sms) {
     if (!load_driver() || !drv.ctx_from_green) return CUDA_ERROR_NOT_SUPPORTED;
     CUdevice device = 0;
     if (g_drv.ctx_get_device(&device) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
@@ -314,7 +315,10 @@ CUresult clc_green_context(uint64_t word, CUcontext *out) {
         if ((r = make_partition(&g_parts[part])) != CUDA_SUCCESS) g_parts[part].failed = r;
         if (drv.exchange_mode) drv.exchange_mode(&mode);
     }
-    if (r == CUDA_SUCCESS) r = drv.ctx_from_green(out, g_parts[part].green);
+    if (r == CUDA_SUCCESS) {
+        r = drv.ctx_from_green(out, g_parts[part].green);
+        *sms = g_parts[part].sms;
+    }
     pthread_mutex_unlock(&g_lock);
     return r;
 }

@@ -170,6 +170,12 @@ __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
                 (int)e);
 }
 
+/* The SMs a kernel's confined launches ran on, for its counts (clc_rec_kernel_stats). */
+static inline void confined_on(const gate *g, unsigned sms) {
+    if (g->entry && atomic_load_explicit(&g->entry->confined_sms, memory_order_relaxed) != sms)
+        atomic_store_explicit(&g->entry->confined_sms, sms, memory_order_relaxed);
+}
+
 /* The start of a confined launch: CUDA_SUCCESS with gl set, else the launch's fate without a
  * green context: *deny set when it is refused (CLC_CONFINE_DENY). */
 static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream stream, int *deny) {
@@ -210,6 +216,7 @@ static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream st
                         : real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);         \
         CUresult res = real(f, gx, gy, gz, bx, by, bz, shmem, gl.stream, params, extra);         \
         clc_green_end(&gl, res);                                                                 \
+        if (res == CUDA_SUCCESS) confined_on(g, gl.sms);                                         \
         if (unlikely(res != CUDA_SUCCESS) &&                                                  \
             !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
             res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                 \
@@ -262,6 +269,7 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
                         : real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                \
         CUresult res = real(f, gx, gy, gz, bx, by, bz, shmem, gl.stream, params);                \
         clc_green_end(&gl, res);                                                                 \
+        if (res == CUDA_SUCCESS) confined_on(g, gl.sms);                                         \
         if (unlikely(res != CUDA_SUCCESS) &&                                                  \
             !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
             res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                        \
@@ -369,6 +377,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         c.hStream = gl.stream;                                                                   \
         CUresult res = real(&c, f, params, extra);                                               \
         clc_green_end(&gl, res);                                                                 \
+        if (res == CUDA_SUCCESS) confined_on(g, gl.sms);                                         \
         if (unlikely(res != CUDA_SUCCESS) &&                                                  \
             !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
             res = real(config, f, params, extra);                                                \

@@ -297,6 +297,7 @@ static inline void clc_replace_end(clc_replaced *r) {
 typedef struct {
     void *entry;            /* the green stream's entry, locked until clc_green_end */
     CUstream stream;        /* where to launch */
+    unsigned sms;           /* the partition's SMs */
     CUstream program_stream;
     CUresult (*record)(CUevent, CUstream);
     CUresult (*wait)(CUstream, CUevent, unsigned);
@@ -306,7 +307,7 @@ typedef struct {
 CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, int ptsz);
 /* The context of the green context a graph kernel node confined as `word` runs in (the v2
  * node parameters' ctx), made if need be. */
-CUresult clc_green_context(uint64_t word, CUcontext *out);
+CUresult clc_green_context(uint64_t word, CUcontext *out, unsigned *sms);
 /* Orders the program's stream after the launch (made or refused). */
 CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
 /* A launch that cannot be confined, for one of these reasons: 1 when it is to be denied (the
@@ -398,6 +399,7 @@ typedef struct clc_entry {
     const clc_param_info *layout;       /* the parameters (n_params), or NULL when unknown */
     uint32_t n_params, args_end;        /* args_end: the parameter block's size in bytes */
     _Atomic uint64_t denied, recorded, timed, graph_nodes, gpu_ns, failed;
+    _Atomic uint32_t confined_sms; /* the SMs its confined launches last ran on (green.c) */
     uint64_t owner;         /* the CUlibrary or CUmodule the kernel came from; 0: unknown */
     struct clc_entry *prev; /* the same kernel's entry in the table this one was copied from
                                (launches in flight then may still count there): counted too */

@@ -118,6 +118,8 @@ class Message:
 @dataclass(slots=True)
 class KernelStatsRecord:
     kernel_id: int
+    # the SMs of the green context its launches ran on (sm_share by a green context); 0: none
+    confined_sms: int
     launches: int
     denied: int
     recorded: int
@@ -480,7 +482,7 @@ def _derive(cap, launch_counts, timing_sums, rule_stats):
             return None
         st = derived.get(kid)
         if st is None:
-            st = derived[kid] = KernelStatsRecord(kid, 0, 0, 0, 0, 0, 0, 0, partial=True)
+            st = derived[kid] = KernelStatsRecord(kid, 0, 0, 0, 0, 0, 0, 0, 0, partial=True)
         return st
 
     for kid in cap.kernels:

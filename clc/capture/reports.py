@@ -45,6 +45,7 @@ class _Row:
     graph_nodes: int = 0
     gpu_ns: int = 0
     failed: int = 0
+    confined_sms: set = field(default_factory=set)  # green contexts' SM counts it ran on
     rules: set = field(default_factory=set)
     partial: bool = False
 
@@ -72,6 +73,8 @@ def _kernel_rows(captures):
             row.graph_nodes += st.graph_nodes
             row.gpu_ns += st.gpu_ns
             row.failed += st.failed
+            if st.confined_sms:
+                row.confined_sms.add(st.confined_sms)
             row.partial |= st.partial
         for kid, rules in cap.kernel_rules.items():
             if kid in keys:
@@ -218,6 +221,15 @@ def summary(captures):
         out.append("")
         out.extend(_wrap(n) for n in notes)
 
+    confined = [r for r in rows if r.confined_sms]
+    if confined:
+        out.append("")
+        out.append(f"Confined by a green context (sm_share): {len(confined)} kernel"
+                   f"{'' if len(confined) == 1 else 's'}")
+        for r in confined:
+            sms = " or ".join(str(n) for n in sorted(r.confined_sms))
+            out.append(f"  {sms} SMs  {_truncate(r.name, KERNEL_WIDTH)}")
+
     rule_rows = _rule_rows(captures)
     if rule_rows:
         cells = [[f"{n}{'*' if p else ''}", name] for name, n, p in rule_rows]
@@ -280,6 +292,7 @@ def _json_kernels(captures):
         "timed": r.timed,
         "graph_nodes": r.graph_nodes,
         "failed": r.failed,
+        "confined_sms": sorted(r.confined_sms),
         "gpu_ns_total": r.gpu_ns,
         "gpu_ns_mean": r.gpu_ns / r.timed if r.timed else None,
         "rules": sorted(r.rules),

@@ -788,7 +788,7 @@ def _answer_outcome(kernel, answer, index):
 
 _KernelCounts = collections.namedtuple(
     "_KernelCounts", "kernel_id device handle ctx launches denied failed recorded timed "
-    "graph_nodes gpu_ns")  # clc_kernel_counts (abi.KERNEL_COUNTS)
+    "graph_nodes gpu_ns confined_sms")  # clc_kernel_counts (abi.KERNEL_COUNTS)
 
 
 def _shim():

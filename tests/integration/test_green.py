@@ -89,6 +89,12 @@ def test_confined_kernel_runs_on_its_partition_in_stream_order(clc_run, native, 
         "_Z6vecAdd")]
     assert [sum(getattr(st, f) for st in vecadd) for f in ("launches", "denied", "failed")] == \
         [len(LABELS), 0, 0]
+    # AND the exit statistics say on how many SMs each confined kernel ran, the summary too;
+    # the kernel left alone ran confined nowhere
+    assert {st.confined_sms for st in vecadd} == {sms}
+    fill = [st for kid, st in cap.stats.items() if cap.kernels[kid].mangled.startswith("_Z4fill")]
+    assert [st.confined_sms for st in fill] == [0]
+    assert re.search(rf"^  {sms} SMs  vecAdd\(", run.stderr, re.M), run.stderr
 
 
 def test_place_last_takes_the_devices_last_group(clc_run, native):

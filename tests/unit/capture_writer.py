@@ -96,9 +96,10 @@ class CaptureWriter:
             + _cstr(path))
 
     def kernel_stats(self, kernel_id, launches=0, denied=0, recorded=0, timed=0,
-                     graph_nodes=0, gpu_ns=0, failed=0):
+                     graph_nodes=0, gpu_ns=0, failed=0, confined_sms=0):
         return self.add(abi.REC_KERNEL_STATS, abi.REC_KERNEL_STATS_BODY.pack(
-            kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns, failed))
+            kernel_id, confined_sms, launches, denied, recorded, timed, graph_nodes, gpu_ns,
+            failed))
 
     def message(self, text, level=abi.MSG_WARNING, t_ns=None):
         t_ns = self.start_monotonic_ns + 1 if t_ns is None else t_ns

@@ -28,7 +28,8 @@ CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_
                 "capped_bytes", "write_errno", "write_error", "trailing_bytes",
                 "launch_records", "timing_records", "on_error_launches", "stats_partial"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
-               "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial"}
+               "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial",
+               "confined_sms"}
 RULE_KEYS = {"rule", "denied", "partial"}
 LAUNCH_KEYS = {"pid", "seq", "kernel", "mangled", "t_ns", "grid", "block", "shared_mem",
                "stream", "tid", "entry", "ptsz", "action", "rule", "result", "gpu_ns"}
@@ -169,7 +170,7 @@ def test_json_kernels(caps):
     assert vec == {"name": VECADD_NAME, "mangled": VECADD, "devices": [0, 1], "launches": 11,
                    "denied": 0, "recorded": 3, "timed": 3, "graph_nodes": 0, "failed": 0,
                    "gpu_ns_total": 9_000_000, "gpu_ns_mean": 3_000_000.0,
-                   "rules": ["child-rule", "time-vecadd"], "partial": True}
+                   "rules": ["child-rule", "time-vecadd"], "partial": True, "confined_sms": []}
     scale = kernels[SCALE]
     assert (scale["launches"], scale["denied"], scale["graph_nodes"], scale["gpu_ns_mean"],
             scale["rules"]) == (3, 1, 2, None, ["deny-scale"])
@@ -467,3 +468,24 @@ def test_summary_memory_does_not_grow_with_launches(tmp_path):
     # THEN the peak is about the read buffer, and the counts are the exit statistics
     assert table_row(text, VECADD_NAME)[:5] == ["300000", "0", "0", "0", "300000"]
     assert peak < 2 * 2**20
+
+
+def test_confined_kernels_are_said_with_their_sms(tmp_path):
+    # GIVEN a capture whose exit statistics say a kernel ran confined on 32 SMs, another not
+    w = CaptureWriter()
+    w.process()
+    w.kernel(0, VECADD)
+    w.kernel(1, SCALE)
+    w.kernel_stats(0, launches=5, confined_sms=32)
+    w.kernel_stats(1, launches=2)
+    w.end()
+    path = tmp_path / "c.clc"
+    path.write_bytes(w.data())
+    cap = read_capture(path)
+    # THEN the summary names it with its SMs, and the JSON carries them
+    text = summary([cap])
+    assert "Confined by a green context (sm_share): 1 kernel" in text
+    assert re.search(r"^  32 SMs  vecAdd", text, re.M)
+    kernels = {k["mangled"]: k for k in to_json([cap])["kernels"]}
+    assert kernels[VECADD]["confined_sms"] == [32] and kernels[SCALE]["confined_sms"] == []
+
