@@ -88,8 +88,12 @@ typedef struct {
 #define STREAM_BITS 10
 #define STREAM_SLOTS (1u << STREAM_BITS)
 
+/* A table entry's ctx when the entry was dropped: probes go past it, inserts reuse it. Entries
+ * never move, so a launch holding one keeps it; a drop takes the entry's lock first. */
+#define DROPPED ((CUcontext)1)
+
 typedef struct {
-    CUcontext ctx; /* NULL: free */
+    CUcontext ctx; /* NULL: never used; DROPPED: free again */
     CUstream stream;
     int part; /* index in partitions */
     CUstream green;
@@ -100,6 +104,7 @@ typedef struct {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* the two tables' shape */
 static partition g_parts[MAX_PARTITIONS];
 static unsigned g_nparts;
+/* Zero-filled: each entry's lock starts as PTHREAD_MUTEX_INITIALIZER (all zeros in glibc). */
 static green_stream g_streams[STREAM_SLOTS];
 static unsigned g_nstreams;
 static _Atomic unsigned g_live; /* g_nstreams, read without the lock by stream teardown */
@@ -214,8 +219,12 @@ static CUresult stream_for(CUcontext ctx, CUstream stream, int ptsz, int part, g
     uint32_t i = stream_slot(ctx, stream, part), free_at = STREAM_SLOTS;
     for (uint32_t n = 0; n < STREAM_SLOTS; n++, i = (i + 1) & (STREAM_SLOTS - 1)) {
         green_stream *s = &g_streams[i];
+        if (s->ctx == DROPPED) {
+            if (free_at == STREAM_SLOTS) free_at = i;
+            continue;
+        }
         if (!s->ctx) {
-            free_at = i;
+            if (free_at == STREAM_SLOTS) free_at = i;
             break;
         }
         if (s->ctx == ctx && s->stream == stream && s->part == part) {
@@ -250,7 +259,6 @@ static CUresult stream_for(CUcontext ctx, CUstream stream, int ptsz, int part, g
         drv.stream_destroy(s->green);
         return r;
     }
-    pthread_mutex_init(&s->lock, NULL);
     s->stream = stream;
     s->part = part;
     s->ctx = ctx; /* last: the slot is taken */
@@ -286,6 +294,11 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
     pthread_mutex_unlock(&g_lock);
     if (r != CUDA_SUCCESS) return r;
     pthread_mutex_lock(&s->lock);
+    if (s->ctx != ctx || s->stream != stream || s->part != part) {
+        /* Dropped in between (its stream or context torn down): ask again. */
+        pthread_mutex_unlock(&s->lock);
+        return clc_green_begin(gl, word, stream, ptsz);
+    }
     CUresult (*record)(CUevent, CUstream) = ptsz ? g_drv.event_record_ptsz : g_drv.event_record;
     CUresult (*wait)(CUstream, CUevent, unsigned) = ptsz ? drv.wait_event_ptsz : drv.wait_event;
     if ((r = record(s->in, stream)) != CUDA_SUCCESS ||
@@ -364,36 +377,29 @@ int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
 
 /* ---- teardown ------------------------------------------------------------------------------ */
 
-static void drop_stream(green_stream *s, int sync) {
+/* Drops entry s (under g_lock): waits for a launch holding it, destroys its green stream, and
+ * its events unless their context is gone (`events`). */
+static void drop_stream(green_stream *s, int sync, int events) {
+    pthread_mutex_lock(&s->lock);
     if (sync) drv.stream_sync(s->green);
+    if (events) {
+        g_drv.event_destroy(s->in);
+        g_drv.event_destroy(s->out);
+    }
     drv.stream_destroy(s->green);
-    s->ctx = NULL;
+    s->ctx = DROPPED;
+    pthread_mutex_unlock(&s->lock);
     atomic_store(&g_live, --g_nstreams);
 }
 
-/* Open addressing: after slots are freed, what followed them is put back where probes find it
- * (under g_lock). */
-static void rehash(void) {
-    static green_stream old[STREAM_SLOTS];
-    unsigned n = 0;
-    for (unsigned i = 0; i < STREAM_SLOTS; i++)
-        if (g_streams[i].ctx) old[n++] = g_streams[i];
-    memset(g_streams, 0, sizeof g_streams);
-    for (unsigned k = 0; k < n; k++) {
-        uint32_t i = stream_slot(old[k].ctx, old[k].stream, old[k].part);
-        while (g_streams[i].ctx) i = (i + 1) & (STREAM_SLOTS - 1);
-        g_streams[i] = old[k];
-    }
-}
+static int live(const green_stream *s) { return s->ctx && s->ctx != DROPPED; }
 
 void clc_green_forget_context(CUcontext ctx) {
     if (drv.loaded <= 0 || !ctx) return;
     pthread_mutex_lock(&g_lock);
     /* The context's events died with it; its green streams are the green contexts'. */
-    unsigned dropped = 0;
     for (unsigned i = 0; i < STREAM_SLOTS; i++)
-        if (g_streams[i].ctx == ctx) drop_stream(&g_streams[i], 1), dropped++;
-    if (dropped) rehash();
+        if (live(&g_streams[i]) && g_streams[i].ctx == ctx) drop_stream(&g_streams[i], 1, 0);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -402,43 +408,29 @@ void clc_green_forget_stream(CUstream stream) {
         stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
         return;
     pthread_mutex_lock(&g_lock);
-    unsigned dropped = 0;
-    for (unsigned i = 0; i < STREAM_SLOTS; i++) {
-        green_stream *s = &g_streams[i];
-        if (s->ctx && s->stream == stream) {
-            g_drv.event_destroy(s->in);
-            g_drv.event_destroy(s->out);
-            drop_stream(s, 0);
-            dropped++;
-        }
-    }
-    if (dropped) rehash();
+    for (unsigned i = 0; i < STREAM_SLOTS; i++)
+        if (live(&g_streams[i]) && g_streams[i].stream == stream) drop_stream(&g_streams[i], 0, 1);
     pthread_mutex_unlock(&g_lock);
 }
 
 void clc_green_forget_device(CUdevice device) {
     if (drv.loaded <= 0) return;
     pthread_mutex_lock(&g_lock);
-    for (unsigned i = 0; i < STREAM_SLOTS; i++) {
-        green_stream *s = &g_streams[i];
-        if (s->ctx && g_parts[s->part].device == device) {
-            g_drv.event_destroy(s->in);
-            g_drv.event_destroy(s->out);
-            drop_stream(s, 1);
-        }
-    }
+    for (unsigned i = 0; i < STREAM_SLOTS; i++)
+        if (live(&g_streams[i]) && g_parts[g_streams[i].part].device == device)
+            drop_stream(&g_streams[i], 1, 1);
     for (unsigned i = 0; i < g_nparts; i++)
         if (g_parts[i].device == device && g_parts[i].green) {
             drv.destroy(g_parts[i].green);
             g_parts[i].green = NULL;
         }
-    rehash();
     pthread_mutex_unlock(&g_lock);
 }
 
 void clc_green_after_fork_child(void) {
     /* The parent's contexts are not the child's: start afresh (nothing to destroy). */
     memset(g_streams, 0, sizeof g_streams);
+    for (unsigned i = 0; i < STREAM_SLOTS; i++) pthread_mutex_init(&g_streams[i].lock, NULL);
     g_nstreams = 0;
     atomic_store(&g_live, 0);
     for (unsigned i = 0; i < g_nparts; i++) g_parts[i].green = NULL;

@@ -202,3 +202,17 @@ def test_doctor_says_whether_an_mps_daemon_runs(native, tmp_path):
     (tmp_path / "control").touch()
     # THEN clc doctor tells the two apart
     assert re.search(r"^ok +MPS +an MPS daemon is running", doctor(native, env), re.M)
+
+
+def test_streams_made_and_destroyed_by_threads_while_others_launch(clc_run, native):
+    # GIVEN four threads, each making a stream, launching the confined kernel on it and
+    # destroying it, 200 times, at once
+    run = clc_run(green_policy(), [native["prog_green_threads"]], timeout=300)
+    assert run.proc.returncode == 0, run.stderr
+    # THEN every launch went through, in stream order, and each green stream clc made went
+    # with the program's stream it stood for
+    assert "threads failures=0 launches=800" in run.stdout, run.stdout + run.stderr
+    assert "order-violations 0" in run.stdout
+    made, destroyed = map(int, re.search(r"^green-streams made=(\d+) destroyed=(\d+)$",
+                                         run.stdout, re.M).groups())
+    assert made == destroyed == 800, run.stdout

@@ -33,7 +33,7 @@ PYHOST = HERE / "pyhost.py"
 _CFLAGS = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 _PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
              "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
-             "prog_stdin_thread", "prog_green")
+             "prog_stdin_thread", "prog_green", "prog_green_threads")
 
 
 class BuildError(RuntimeError):
@@ -125,7 +125,8 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
     for name in _PROGRAMS:
         src = HERE / f"{name}.c"
         out = outdir / name
-        if name in ("prog_linked", "prog_reload", "prog_stdin_thread", "prog_green"):
+        if name in ("prog_linked", "prog_reload", "prog_stdin_thread", "prog_green",
+                    "prog_green_threads"):
             # Linked against the fake like a real program against the driver; the rpath keeps
             # it runnable without LD_LIBRARY_PATH too.
             link = [f"-L{outdir}", "-lcuda", f"-Wl,-rpath,{outdir}"]
