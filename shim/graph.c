@@ -20,6 +20,9 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
     /* A graph kernel node of a confined kernel made without the v2 parameters (no `ctx` to put
      * it in the green context) is not confined: it gets what a launch that cannot be confined
      * gets, said once. */
+    if (*gated && g->outcome->action == CLC_ACTION_CONFINE)
+        clc_debug("graph node of a confined kernel (entry point %u, %s parameters)", entry_point,
+                  confines ? "v2 kernel-node" : "v1 or generic");
     if (*gated && g->outcome->action == CLC_ACTION_CONFINE && !confines &&
         clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
                              CLC_UNCONFINED_GRAPH_NODE))
@@ -80,9 +83,15 @@ static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_P
 static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE_PARAMS_v2 *p,
                              CUDA_KERNEL_NODE_PARAMS_v2 *copy) {
     CUlibrary lib;
-    if (!f || !g_drv.kernel_get_library ||
-        g_drv.kernel_get_library(&lib, (CUkernel)f) != CUDA_SUCCESS)
+    CUresult named = f && g_drv.kernel_get_library ? g_drv.kernel_get_library(&lib, (CUkernel)f)
+                                                   : CUDA_ERROR_NOT_SUPPORTED;
+    CUkernel kernel = (CUkernel)f;
+    if (named != CUDA_SUCCESS && !(kernel = clc_library_kernel_of(f))) {
+        clc_debug("graph node of a confined kernel: %p is neither a library kernel nor the "
+                  "function of one",
+                  (void *)f);
         return CUDA_ERROR_NOT_SUPPORTED;
+    }
     CUcontext ctx;
     unsigned sms;
     CUresult r = clc_green_context(g->outcome->replacement, &ctx, &sms);
@@ -90,7 +99,7 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
     if (g->entry) atomic_store_explicit(&g->entry->confined_sms, sms, memory_order_relaxed);
     *copy = *p;
     copy->func = NULL;
-    copy->kern = (CUkernel)f;
+    copy->kern = kernel;
     copy->ctx = ctx;
     return CUDA_SUCCESS;
 }

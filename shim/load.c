@@ -6,6 +6,8 @@
  */
 #include <string.h>
 
+#include <pthread.h>
+
 #include "shim.h"
 
 /* ---- module and library loads ---------------------------------------------------------------- */
@@ -79,11 +81,58 @@ CLC_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *mod, const void *fatbin) {
     return r;
 }
 
+/* ---- the program's libraries: to find the CUkernel behind a library kernel's function -------- */
+
+#define CLC_MAX_LIBRARIES 1024
+static pthread_mutex_t g_libraries_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUlibrary g_libraries[CLC_MAX_LIBRARIES];
+static unsigned g_nlibraries;
+
+static void remember_library(CUlibrary lib) {
+    pthread_mutex_lock(&g_libraries_lock);
+    if (g_nlibraries < CLC_MAX_LIBRARIES)
+        g_libraries[g_nlibraries++] = lib;
+    else if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "more than %d libraries loaded: a graph node naming a later one's kernel by its "
+                "function cannot be confined (it gets its rule's on_unwrappable)",
+                CLC_MAX_LIBRARIES);
+    pthread_mutex_unlock(&g_libraries_lock);
+}
+
+static void forget_library(CUlibrary lib) {
+    pthread_mutex_lock(&g_libraries_lock);
+    for (unsigned i = 0; i < g_nlibraries; i++)
+        if (g_libraries[i] == lib) {
+            g_libraries[i] = g_libraries[--g_nlibraries];
+            break;
+        }
+    pthread_mutex_unlock(&g_libraries_lock);
+}
+
+CUkernel clc_library_kernel_of(CUfunction f) {
+    CUmodule mod, m;
+    const char *name;
+    CUkernel k = NULL;
+    if (!f || !g_drv.func_get_module || !g_drv.func_get_name || !g_drv.library_get_module ||
+        !g_drv.library_get_kernel || g_drv.func_get_module(&mod, f) != CUDA_SUCCESS ||
+        g_drv.func_get_name(&name, f) != CUDA_SUCCESS)
+        return NULL;
+    pthread_mutex_lock(&g_libraries_lock);
+    for (unsigned i = 0; i < g_nlibraries && !k; i++)
+        if (g_drv.library_get_module(&m, g_libraries[i]) == CUDA_SUCCESS && m == mod &&
+            g_drv.library_get_kernel(&k, g_libraries[i], name) != CUDA_SUCCESS)
+            k = NULL;
+    pthread_mutex_unlock(&g_libraries_lock);
+    return k;
+}
+
 CLC_EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, void *jit_options,
                                       void **jit_values, unsigned int n_jit, int *lib_options,
                                       void **lib_values, unsigned int n_lib) {
     CLC_REAL_OR_FAIL(cuLibraryLoadData)
     CUresult r = real(lib, code, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
+    if (r == CUDA_SUCCESS && !t_in_clc) remember_library(*lib);
     report_load(CLC_LOAD_LIBRARY_LOAD_DATA, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0, code,
                 NULL, library_preserved(lib_options, lib_values, n_lib), r);
     return r;
@@ -94,6 +143,7 @@ CLC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void
                                           void **lib_values, unsigned int n_lib) {
     CLC_REAL_OR_FAIL(cuLibraryLoadFromFile)
     CUresult r = real(lib, path, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
+    if (r == CUDA_SUCCESS && !t_in_clc) remember_library(*lib);
     report_load(CLC_LOAD_LIBRARY_LOAD_FILE, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0, NULL,
                 path ? path : "", 1, r);
     return r;
@@ -154,7 +204,10 @@ CLC_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
         t_in_clc = 0;
     }
     CUresult r = real(lib);
-    if (r == CUDA_SUCCESS) forget_unloaded(owners, n);
+    if (r == CUDA_SUCCESS) {
+        forget_library(lib);
+        forget_unloaded(owners, n);
+    }
     report_load(CLC_LOAD_LIBRARY_UNLOAD, (uint64_t)(uintptr_t)lib, NULL, NULL, 0, r);
     return r;
 }

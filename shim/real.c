@@ -150,6 +150,7 @@ int clc_driver_load(void) {
             g_drv.kernel_get_library = driver_sym(h, "cuKernelGetLibrary", NULL);
             g_drv.func_get_module = driver_sym(h, "cuFuncGetModule", NULL);
             g_drv.library_get_module = driver_sym(h, "cuLibraryGetModule", NULL);
+            g_drv.library_get_kernel = driver_sym(h, "cuLibraryGetKernel", NULL);
             g_hot.ctx_get_current = g_drv.ctx_get_current;
             atomic_store_explicit(&g_hot.driver_ready, 1, memory_order_release);
         }

@@ -252,6 +252,7 @@ typedef struct {
     CUresult (*kernel_get_library)(CUlibrary *, CUkernel);
     CUresult (*func_get_module)(CUmodule *, CUfunction);
     CUresult (*library_get_module)(CUmodule *, CUlibrary);
+    CUresult (*library_get_kernel)(CUkernel *, CUlibrary, const char *);
 } clc_driver;
 extern CLC_HIDDEN clc_driver g_drv;
 
@@ -551,6 +552,11 @@ void clc_rule_stats(void (*fn)(int32_t rule, uint64_t denied, void *), void *arg
 
 /* ---- loaded images (image.c): their kind and size, into a load event ----------------------- */
 void clc_describe_image(const void *image, clc_module_event *ev);
+
+/* ---- the program's libraries (load.c) ------------------------------------------------------ */
+/* The library kernel whose function in the current context `f` is (cudart names a graph node's
+ * kernel by such a function), or NULL when f is not of a library the program loaded. */
+CUkernel clc_library_kernel_of(CUfunction f);
 
 /* ---- process lifetime (process.c) ---------------------------------------------------------- */
 void clc_ensure_exit_handler(void);

@@ -6,7 +6,8 @@ order by a copy on its stream that must find the confined kernel's work done.
 
 examples/green_smid.cu runs its stamping kernel on the legacy stream, a priority stream,
 cudaLaunchKernelEx, a graph captured on a stream that is then destroyed and replayed on
-another, around cudaDeviceReset and from four threads; built again with --default-stream
+another, a kernel node made with the graph API (added, then set again on the executable graph),
+around cudaDeviceReset and from four threads; built again with --default-stream
 per-thread for the _ptsz entry points. examples/green_frameworks.py runs the frameworks.
 """
 
@@ -20,7 +21,7 @@ from conftest import EXAMPLES, _build, write_policy
 pytestmark = pytest.mark.gpu
 
 SMS = 16
-MODES = ("legacy", "stream", "ex", "graph", "reset", "threads")
+MODES = ("legacy", "stream", "ex", "graph", "graphapi", "reset", "threads")
 
 
 def confine_policy(path, glob, params, extra=None):
@@ -67,28 +68,6 @@ def test_stamps_land_on_the_partition_in_stream_order(smid_bins, run_native, run
     # AND the capture says the kernel was confined, on how many SMs
     messages = " ".join(m["text"] for m in report["messages"])
     assert f"is {SMS} of its" in messages, messages
-
-
-@pytest.mark.parametrize("on_unwrappable", ["allow", "deny"])
-def test_graph_api_nodes_get_on_unwrappable(smid_bins, run_clc, tmp_path, tools,
-                                            on_unwrappable):
-    # GIVEN a kernel node that cudart makes with the graph API (cudaGraphAddKernelNode), of a
-    # kernel confined to 16 SMs: the shim cannot put cudart's node in the green context
-    policy = confine_policy(tmp_path / "p.yaml", "stamp*", {"sms": SMS},
-                            {"on_unwrappable": on_unwrappable})
-    proc, _ = run_clc(policy, [smid_bins["plain"], "graphapi"], tmp_path)
-    said = "sm_share: a graph kernel node (made with the graph API) of a confined kernel is " \
-           "not confined"
-    assert proc.stderr.count(f"clc: {said}") == 1, tools.describe(proc)
-    if on_unwrappable == "deny":
-        # THEN with deny the node is refused: the kernel never runs outside its share
-        assert proc.returncode != 0 and "operation not permitted" in proc.stderr, \
-            tools.describe(proc)
-    else:
-        # THEN with allow it runs on the whole GPU, in the program's order, as it would alone
-        assert proc.returncode == 0, tools.describe(proc)
-        assert all(int(r["distinct"]) > SMS and r["unwritten"] == "0"
-                   for r in results(proc.stdout)), proc.stdout
 
 
 def test_tenants_placed_at_opposite_ends_do_not_overlap(smid_bins, run_clc, tmp_path, tools):

@@ -65,10 +65,12 @@ def test_confined_kernel_runs_on_its_partition_in_stream_order(clc_run, native, 
         assert seen[label] == (0, 0, sms, 1), label
     # AND the kernel left alone ran on the whole device
     assert seen["unconfined"] == (0, 0, 132, 0)
-    # AND a graph kernel node of a library's kernel (what cudart makes) runs on the partition;
+    # AND a graph kernel node of a library's kernel, named by the kernel or by its function in
+    # the context (what cudart gives), runs on the partition;
     # one of a module's function, which cannot be put in a green context, gets on_unwrappable
     # (allow: the whole device), said once
     assert seen["graph-node-library"][:3] == (0, 0, sms)
+    assert seen["graph-node-function"][:3] == (0, 0, sms)
     assert seen["graph-node-module"][:3] == (0, 0, 132)
     assert run.stderr.count("clc: sm_share: a graph kernel node (made with the graph API) of a "
                             "confined kernel is not confined (CUresult 801)") == 1

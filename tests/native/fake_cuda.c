@@ -167,6 +167,9 @@ struct CUlib_st {
     uint32_t tag;
     unsigned n, cap;
     struct CUkern_st *kernels;
+    /* What cuLibraryGetModule gives, and cuFuncGetModule of its kernels' functions: one module
+     * standing for the library (the fake has one context's worth of everything). */
+    struct CUmod_st module;
     struct CUlib_st *next_free;
     unsigned n_managed;
     struct managed_var *managed;
@@ -851,7 +854,9 @@ static CUresult library_from_entries(CUlibrary *out, struct entry_decl *ks, unsi
         l->kernels[i].k = ks[i].k;
         l->kernels[i].library = l;
         func_init(&l->kernels[i].func, &ks[i], from_cubin);
+        l->kernels[i].func.module = &l->module;
     }
+    l->module.tag = TAG_MODULE;
     free(ks);
     l->n = n;
     l->managed = vars;
@@ -1618,6 +1623,17 @@ CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const 
     return CUDA_ERROR_NOT_FOUND;
 }
 
+CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+    TRY(need_ctx());
+    if (tag_of(library) != TAG_LIBRARY)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!pMod)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pMod = &library->module;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
 {
     unsigned i;
@@ -1628,6 +1644,7 @@ CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     library->tag = TAG_DEAD;
+    library->module.tag = TAG_DEAD;
     for (i = 0; i < library->n; i++) {
         library->kernels[i].tag = TAG_DEAD;
         library->kernels[i].func.tag = TAG_DEAD;
@@ -3109,6 +3126,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuLibraryLoadFromFile)                                                                       \
     X(cuLibraryGetKernel)                                                                          \
     X(cuLibraryUnload)                                                                             \
+    X(cuLibraryGetModule)                                                                          \
     X(cuLibraryGetManaged)                                                                         \
     X(cuKernelGetFunction)                                                                         \
     X(cuKernelGetLibrary)                                                                          \
@@ -3260,6 +3278,7 @@ static const struct {
     {"cuLibraryLoadFromFile", 12000, 0, "cuLibraryLoadFromFile"},
     {"cuLibraryGetKernel", 12000, 0, "cuLibraryGetKernel"},
     {"cuLibraryUnload", 12000, 0, "cuLibraryUnload"},
+    {"cuLibraryGetModule", 12000, 0, "cuLibraryGetModule"},
     {"cuLibraryGetManaged", 12000, 0, "cuLibraryGetManaged"},
     {"cuMemAlloc", 3020, 0, "cuMemAlloc_v2"},
     {"cuMemFree", 3020, 0, "cuMemFree_v2"},

@@ -124,25 +124,30 @@ int main(void)
     CHECK(cuCtxSynchronize());
 
     /* Graph kernel nodes made with the graph API: of a module's function (no CUkernel: it
-     * cannot be put in a green context), then of a library's kernel (cudart's kind). */
+     * cannot be put in a green context), of a library's kernel, and of that kernel's function
+     * in the context (what cudart gives). */
     CUlibrary lib;
     CUkernel kern;
-    CUgraph graphs[2];
-    CUgraphExec execs[2];
     CUgraphNode node;
     CHECK(cuLibraryLoadData(&lib, APP_PTX, NULL, NULL, 0, NULL, NULL, 0));
     CHECK(cuLibraryGetKernel(&kern, lib, K_VECADD));
-    CUfunction node_fn[2] = {vecadd, (CUfunction)kern};
-    const char *node_label[2] = {"graph-node-module", "graph-node-library"};
-    for (int i = 0; i < 2; i++) {
+    CUfunction kern_fn;
+    CHECK(cuKernelGetFunction(&kern_fn, kern));
+    /* The third names the library kernel by its function in the context, as cudart does. */
+    CUfunction node_fn[3] = {vecadd, (CUfunction)kern, kern_fn};
+    const char *node_label[3] = {"graph-node-module", "graph-node-library",
+                                 "graph-node-function"};
+    CUgraph graphs3[3];
+    CUgraphExec execs3[3];
+    for (int i = 0; i < 3; i++) {
         CUDA_KERNEL_NODE_PARAMS np = {.func = node_fn[i], .gridDimX = 4, .gridDimY = 1,
                                       .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
                                       .blockDimZ = 1, .kernelParams = args};
-        CHECK(cuGraphCreate(&graphs[i], 0));
-        CUresult rc = cuGraphAddKernelNode(&node, graphs[i], NULL, 0, &np);
+        CHECK(cuGraphCreate(&graphs3[i], 0));
+        CUresult rc = cuGraphAddKernelNode(&node, graphs3[i], NULL, 0, &np);
         if (rc == CUDA_SUCCESS) {
-            CHECK(cuGraphInstantiate(&execs[i], graphs[i], 0));
-            CHECK(cuGraphLaunch(execs[i], NULL));
+            CHECK(cuGraphInstantiate(&execs3[i], graphs3[i], 0));
+            CHECK(cuGraphLaunch(execs3[i], NULL));
         }
         where(node_label[i], K_VECADD, rc, NULL, 0);
     }
