@@ -27,6 +27,7 @@
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -223,6 +224,27 @@ def _mps_control(env, command=None):
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 
+class _MpsUnavailable(RuntimeError):
+    """The MPS control daemon did not start."""
+
+
+@contextlib.contextmanager
+def _mps_daemon(tmp, name):
+    """An MPS control daemon for the block (its pipe and log under tmp/NAME-*): yields the
+    environment its clients need; _MpsUnavailable when it does not start."""
+    mps_env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / f"{name}-pipe"),
+               "CUDA_MPS_LOG_DIRECTORY": str(tmp / f"{name}-log")}
+    for d in mps_env.values():
+        os.makedirs(d, exist_ok=True)
+    rc, text = _mps_control(mps_env)
+    if rc != 0:
+        raise _MpsUnavailable(f"the MPS daemon did not start (exit {rc}): {text}")
+    try:
+        yield mps_env
+    finally:
+        _mps_control(mps_env, "quit\n")
+
+
 def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
     """Two processes, one tenant each, without MPS (the GPU time-slices between processes)
     and under MPS when its daemon can be started here: tenant_b alone, confined by a green
@@ -231,26 +253,21 @@ def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
     for label, policy in (("native", None), ("tenant_b sm_share 0.25, green context",
                                               green_policy)):
         out[("no MPS", label)] = _tenant_rates(exe, clc_run, tmp, env, policy)
-    mps_env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / "mps-pipe"),
-               "CUDA_MPS_LOG_DIRECTORY": str(tmp / "mps-log")}
-    for d in mps_env.values():
-        os.makedirs(d, exist_ok=True)
-    rc, text = _mps_control(mps_env)
-    if rc != 0:
-        return out, f"the MPS daemon did not start (exit {rc}): {text}"
     try:
-        for label, policy, env_b in (
-                ("native", None, None),
-                ("tenant_b sm_share 0.25, green context", green_policy, None),
-                ("tenant_b sm_share 0.25, splice", share_policy, None),
-                ("tenant_b CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", None,
-                 {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"})):
-            out[("MPS", label)] = _tenant_rates(exe, clc_run, tmp, {**env, **mps_env}, policy,
-                                                env_b=env_b)
-    except Exception as e:
-        return out, f"under MPS the programs failed: {e}"
-    finally:
-        _mps_control(mps_env, "quit\n")
+        with _mps_daemon(tmp, "mps") as mps_env:
+            try:
+                for label, policy, env_b in (
+                        ("native", None, None),
+                        ("tenant_b sm_share 0.25, green context", green_policy, None),
+                        ("tenant_b sm_share 0.25, splice", share_policy, None),
+                        ("tenant_b CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", None,
+                         {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"})):
+                    out[("MPS", label)] = _tenant_rates(exe, clc_run, tmp, {**env, **mps_env},
+                                                        policy, env_b=env_b)
+            except Exception as e:
+                return out, f"under MPS the programs failed: {e}"
+    except _MpsUnavailable as e:
+        return out, str(e)
     return out, None
 
 
@@ -274,19 +291,13 @@ def bench_training_step(clc_run, tmp, env, rounds=3):
         out["every kernel confined to half (green context)"].append(step_ms(
             [clc_run, "--policy", half, "-o", tmp / "step.clc", "--force", "--no-report", "--",
              *script]))
-    mps_env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / "mps-pipe-step"),
-               "CUDA_MPS_LOG_DIRECTORY": str(tmp / "mps-log-step")}
-    for d in mps_env.values():
-        os.makedirs(d, exist_ok=True)
-    rc, text = _mps_control(mps_env)
-    if rc != 0:
-        return out, f"the MPS daemon did not start (exit {rc}): {text}"
     try:
-        key = "native under MPS, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"
-        out[key] = [step_ms(script, {**mps_env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
-                    for _ in range(rounds)]
-    finally:
-        _mps_control(mps_env, "quit\n")
+        with _mps_daemon(tmp, "mps-step") as mps_env:
+            key = "native under MPS, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"
+            out[key] = [step_ms(script, {**mps_env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
+                        for _ in range(rounds)]
+    except _MpsUnavailable as e:
+        return out, str(e)
     return out, None
 
 

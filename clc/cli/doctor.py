@@ -13,15 +13,23 @@ from clc.runtime.shim import bridge_path, libpython_path, preload_path
 __all__ = ["DoctorCommand", "driver_status"]
 
 
-def driver_status():
-    """(ok, text) for the NVIDIA driver: version and GPUs, or why there is none."""
+def _driver():
+    """(libcuda, None) once cuInit succeeded, else (None, why not)."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError as e:
-        return False, f"no NVIDIA driver (libcuda.so.1 not loadable: {e})"
+        return None, f"no NVIDIA driver (libcuda.so.1 not loadable: {e})"
     rc = cuda.cuInit(0)
     if rc != 0:
-        return False, f"libcuda loaded but cuInit failed (CUresult {rc})"
+        return None, f"libcuda loaded but cuInit failed (CUresult {rc})"
+    return cuda, None
+
+
+def driver_status():
+    """(ok, text) for the NVIDIA driver: version and GPUs, or why there is none."""
+    cuda, why = _driver()
+    if cuda is None:
+        return False, why
     version = ctypes.c_int()
     count = ctypes.c_int()
     cuda.cuDriverGetVersion(ctypes.byref(version))
@@ -45,11 +53,10 @@ _RESOURCE_BYTES = 144  # CUdevResource_v1: the type, 92 bytes of padding, then t
 def partition_status():
     """(ok, text): whether the GPUs can be partitioned by SMs (green contexts, which sm_share
     confines kernels with), their SM count and the partition step, per device."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+    cuda, _ = _driver()
+    if cuda is None:
         return False, "no driver"
-    if cuda.cuInit(0) != 0 or not hasattr(cuda, "cuDeviceGetDevResource"):
+    if not hasattr(cuda, "cuDeviceGetDevResource"):
         return False, "this driver has no green contexts (CUDA 12.4 or later has them): " \
             "sm_share needs the splice (mechanism: splice)"
     count = ctypes.c_int()

@@ -661,17 +661,16 @@ class _Loader:
             if isinstance(value, (int, float)):
                 self.attempt(self.wrapper_limit, wrapper, wrapper not in BUILTIN_WRAPPERS, key,
                              value, value_nodes[key])
-        if mechanism is not None and mechanism is not _INVALID:
+        resolved = None
+        if mechanism is not _INVALID:
             try:
-                mechanism_for(spec.name if wrapper in BUILTIN_WRAPPERS else "a .cu policy",
-                              mechanism, spec.params)
-            except ValueError as e:
+                resolved = mechanism_for(spec.name if wrapper in BUILTIN_WRAPPERS else
+                                         "a .cu policy", mechanism, spec.params)
+            except ValueError as e:  # only a mechanism that was given can be refused
                 self.report(pairs["mechanism"][1], str(e))
         if len(self.errors) > before:
             raise _Reported
-        return WrapRequest(spec.name, spec.params, on_unwrappable,
-                           mechanism_for(spec.name if wrapper in BUILTIN_WRAPPERS else "",
-                                         mechanism, spec.params))
+        return WrapRequest(spec.name, spec.params, on_unwrappable, resolved)
 
     def wrapper_limit(self, wrapper: str, custom: bool, key: str, value, node) -> None:
         """A parameter within what the shim and the device code can hold."""
