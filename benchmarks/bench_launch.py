@@ -68,6 +68,11 @@ WRAP_SHARE_POLICY = WRAP_POLICY.replace(
 # program's stream order kept with two events.
 GREEN_POLICY = WRAP_POLICY.replace("wrapper: block_count",
                                    "wrapper: sm_share\n    params: {share: 0.5}")
+# The whole process confined to half the GPU (scope: program): the program's primary context is
+# the partition's, so a launch is a plain allow; target: the allow-all figure.
+PROGRAM_POLICY = ("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
+                  "    action: wrap\n    wrapper: sm_share\n"
+                  "    params: {share: 0.5, scope: program}\n")
 FIRST_SIGHT_TARGET_US = 100
 
 
@@ -180,9 +185,11 @@ def main():
         wrap_share.write_text(WRAP_SHARE_POLICY)
         green = tmp / "green.yaml"
         green.write_text(GREEN_POLICY)
+        program_wide = tmp / "program.yaml"
+        program_wide.write_text(PROGRAM_POLICY)
         policies = {"allow": allow, "record": POLICIES / "audit.yaml",
                     "time": POLICIES / "time-all.yaml", "wrap": wrap, "wrap_share": wrap_share,
-                    "green": green}
+                    "green": green, "program": program_wide}
         program = [exe, args.bursts, args.burst_size]
 
         def argv_for(config):
@@ -216,7 +223,8 @@ def main():
             print(f"round {r + 1}: " + ", ".join(f"{c} {samples[c][-1]:.3f}" for c in CONFIGS),
                   file=sys.stderr, flush=True)
 
-        inproc_configs = CONFIGS + tuple(HOOK_CONFIGS) + ("wrap", "wrap_share", "green")
+        inproc_configs = CONFIGS + tuple(HOOK_CONFIGS) + ("wrap", "wrap_share", "green",
+                                                          "program")
         added = {c: [] for c in inproc_configs}
         real_ns = []
 
@@ -297,6 +305,8 @@ def main():
         elif c == "green":
             miss = added_median[c] > GREEN_TARGET_NS
             text = f"<= +{GREEN_TARGET_NS} ns {'MISSED' if miss else 'met'}"
+        elif c == "program":
+            text, miss = verdict("allow", ratio)
         else:
             text, miss = verdict(c, ratio)
         if miss:
@@ -306,7 +316,8 @@ def main():
                  "every_launch_noop": "hook (every_launch, reads nothing)",
                  "wrap": "wrap (block_count, in-memory hit)",
                  "wrap_share": "wrap (sm_share 1.0, splice)",
-                 "green": "confine (sm_share 0.5, green context)"}.get(c, c)
+                 "green": "confine (sm_share 0.5, green context)",
+                 "program": "confine whole program (sm_share 0.5, scope: program)"}.get(c, c)
         print(f"| {label} | {added_median[c]:+.1f} | {ratio:.3f}x | {text} |")
 
     fs = {c: statistics.median(v) for c, v in first_sight.items()}

@@ -22,8 +22,9 @@
 5. Contexts: examples/contexts.c, 32 contexts needing one cubin: 32 cuModuleLoadData against
    one cuLibraryLoadData: load calls, wall time and device memory, side by side.
 6. A PyTorch training step (examples/green_frameworks.py torch-step): its time natively on the
-   whole GPU, with every kernel confined to half the GPU by a green context, and natively
-   under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50; skipped without PyTorch.
+   whole GPU, with every kernel confined to half the GPU by a green context (each launch
+   redirected; and the whole program by its context, scope: program), and natively under MPS
+   with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50; skipped without PyTorch.
 """
 
 import argparse
@@ -273,24 +274,30 @@ def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
 
 def bench_training_step(clc_run, tmp, env, rounds=3):
     """A PyTorch training step's time (median of `rounds` runs): natively, with every kernel
-    confined to half the GPU by a green context, natively under MPS at 50 % of the threads."""
+    confined to half the GPU by a green context (each launch redirected, and the whole program
+    by its context: scope: program), natively under MPS at 50 % of the threads."""
     try:
         import torch  # noqa: F401
     except ImportError:
         return {}, "PyTorch is not installed here: no training step"
     script = [sys.executable, str(EXAMPLES / "green_frameworks.py"), "torch-step"]
     half = policy_file(tmp / "half.yaml", [("*", "sm_share", {"share": 0.5})], mechanism="green")
+    whole = tmp / "whole.yaml"
+    whole.write_text("version: 1\nrules:\n  - name: whole-program\n    action: wrap\n"
+                     "    wrapper: sm_share\n    params: {share: 0.5, scope: program}\n")
 
     def step_ms(argv, extra=None):
         proc = run(argv, {**env, **(extra or {})})
         return float(re.search(r"^step_ms (\S+)$", proc.stdout, re.M).group(1))
 
-    out = {"native, whole GPU": [], "every kernel confined to half (green context)": []}
+    per_launch = "every kernel confined to half (green context, per launch)"
+    program = "the program confined to half (green context, scope: program)"
+    out = {"native, whole GPU": [], per_launch: [], program: []}
     for _ in range(rounds):
         out["native, whole GPU"].append(step_ms(script))
-        out["every kernel confined to half (green context)"].append(step_ms(
-            [clc_run, "--policy", half, "-o", tmp / "step.clc", "--force", "--no-report", "--",
-             *script]))
+        for label, policy in ((per_launch, half), (program, whole)):
+            out[label].append(step_ms([clc_run, "--policy", policy, "-o", tmp / "step.clc",
+                                       "--force", "--no-report", "--", *script]))
     try:
         with _mps_daemon(tmp, "mps-step") as mps_env:
             key = "native under MPS, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"

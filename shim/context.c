@@ -6,6 +6,8 @@
  * contexts (which hold the primary context) are destroyed; then the context's decisions and
  * green streams are forgotten (a new context may get its address) and the engine told.
  */
+#include <string.h>
+
 #include "shim.h"
 
 /* ---- context teardown: read back pending GPU times while their events still exist --------- */
@@ -68,9 +70,11 @@ CLC_CTX_DESTROY_HOOK(cuCtxDestroy_v2)
     CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
-        if (!t_in_clc) clc_green_forget_device(dev);                                             \
-        CUcontext ctx = active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real);             \
+        CUcontext program = NULL;                                                                \
+        int torn = !t_in_clc && clc_green_release(dev, &program);                                \
+        CUcontext ctx = torn ? active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real) : NULL; \
         CUresult r = real(dev);                                                                  \
+        if (program) after_teardown(program);                                                    \
         if (r == CUDA_SUCCESS && ctx && primary_gone(dev)) after_teardown(ctx);                  \
         return r;                                                                                \
     }
@@ -82,16 +86,46 @@ CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
     CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
-        if (!t_in_clc) clc_green_forget_device(dev);                                             \
+        CUcontext program = NULL;                                                                \
+        if (!t_in_clc) clc_green_reset(dev, &program);                                           \
         pfn_cuDevicePrimaryCtxRelease_v2 release =                                               \
             (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SYM_cuDevicePrimaryCtxRelease_v2);   \
         CUcontext ctx = active_primary(dev, release);                                            \
         CUresult r = real(dev);                                                                  \
+        if (program) after_teardown(program);                                                    \
         if (r == CUDA_SUCCESS && ctx) after_teardown(ctx);                                       \
         return r;                                                                                \
     }
 CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset)
 CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset_v2)
+
+/* scope: program. Where the process is confined program-wide on the device (a policy rule
+ * with scope: program, asked once per device), the program gets the partition's context in
+ * place of the primary context, which it retained all the same: what it runs there is on the
+ * partition. Without a partition the primary context is handed back, and the rule's kernels are
+ * confined one launch at a time (or get its on_unwrappable). */
+CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuDevicePrimaryCtxRetain)
+    CUresult r = real(pctx, dev);
+    static int program_wide = -1;
+    if (program_wide < 0) {
+        const char *v = clc_setting("CLC_POLICY_PROGRAM");
+        program_wide = v && strcmp(v, "1") == 0;
+    }
+    if (r != CUDA_SUCCESS || !pctx || !program_wide || t_in_clc || !clc_driver_ready()) return r;
+    uint64_t word;
+    t_in_clc = 1;
+    if (clc_program_scope(dev, &word)) {
+        CUcontext green;
+        CUresult why = clc_green_program_retain(dev, word, &green);
+        if (why == CUDA_SUCCESS)
+            *pctx = green;
+        else
+            clc_green_unconfined(word & ~(uint64_t)CLC_CONFINE_DENY, why, CLC_UNCONFINED_PROGRAM);
+    }
+    t_in_clc = 0;
+    return r;
+}
 
 /* A program's stream destroyed: the green stream and events clc kept for it go too (a later
  * stream may get its address; its work, which the program's stream waited for, still runs). */

@@ -193,6 +193,15 @@ static uint64_t kernel_owner(uint64_t handle) {
     return 0;
 }
 
+/* A confine to the program context's own partition: launched as it is. */
+static void launched_as_is(clc_outcome *o, uint64_t program_word) {
+    if (o->action == CLC_ACTION_CONFINE &&
+        (o->replacement & ~(uint64_t)CLC_CONFINE_DENY) == program_word) {
+        o->action = CLC_ACTION_ALLOW;
+        o->replacement = 0;
+    }
+}
+
 /* The slow path, once per (kernel, context): name the kernel, ask the engine, publish (the
  * capture gets the new kernel's record). */
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
@@ -232,6 +241,15 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
         d.fallback = g_cfg.on_error;
     }
     free_query(&b);
+    /* In a program context of scope: program the context confines every kernel: the rule's
+     * own outcome (the same partition) is a plain launch there, with nothing per launch. */
+    uint64_t program_word = 0;
+    unsigned program_sms = clc_green_program_sms((CUcontext)(uintptr_t)ctx, &program_word);
+    if (program_sms) {
+        for (uint32_t i = 0; i < d.n_clauses; i++)
+            launched_as_is(&d.clauses[i].outcome, program_word);
+        launched_as_is(&d.fallback, program_word);
+    }
     *answer = d.fallback;
 
     clc_new_kernel k = {.handle = handle,
@@ -243,5 +261,45 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
                         .n_params = n_params,
                         .end = end,
                         .name = name};
-    return clc_cache_insert(&k, &d, l, clc_capture_kernel);
+    clc_entry *e = clc_cache_insert(&k, &d, l, clc_capture_kernel);
+    if (e && program_sms)
+        atomic_store_explicit(&e->confined_sms, program_sms, memory_order_relaxed);
+    return e;
+}
+
+/* Whether this process is confined program-wide on `device` (a rule with scope: program), with
+ * the rule's outcome word: asked once per device of clc-run, else of the program's engine, as
+ * a question without a kernel (an empty name). */
+int clc_program_scope(int device, uint64_t *word) {
+    /* Per device: 0 not asked yet; 1 not confined; else the word with bit 63 set. */
+    static _Atomic uint64_t answers[64];
+    if (device < 0 || device >= 64) return 0;
+    uint64_t a = atomic_load(&answers[device]);
+    if (!a) {
+        clc_decision d;
+        memset(&d, 0, sizeof d);
+        clc_launch_info l = {.entry_point = CLC_ENTRY_LAUNCH};
+        clc_entry none = {.kernel_id = CLC_KERNEL_UNCACHED};
+        query_buf b;
+        clc_kernel_query *q = fill_query(&b, &none, 0, 0, device, &l, "", NULL, 0, 0);
+        int substitute = 0;
+        int asked = clc_decider_configured() ? clc_decider_decide("", device, &d, &substitute)
+                                             : CLC_DECIDE_ENGINE;
+        if (asked != CLC_DECIDE_OK) {
+            memset(&d, 0, sizeof d);
+            asked = clc_bridge_decide(q, &d) == 0 ? CLC_DECIDE_OK : CLC_DECIDE_FAILED;
+        }
+        free_query(&b);
+        if (asked != CLC_DECIDE_OK && CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING, "sm_share: cannot ask whether the process is confined "
+                                     "program-wide (scope: program): it is not; the rule's "
+                                     "kernels are confined one launch at a time");
+        a = asked == CLC_DECIDE_OK && d.fallback.action == CLC_ACTION_CONFINE
+                ? (d.fallback.replacement & ~(uint64_t)CLC_CONFINE_DENY) | 1ull << 63
+                : 1;
+        atomic_store(&answers[device], a);
+    }
+    if (a == 1) return 0;
+    *word = a & ~(1ull << 63);
+    return 1;
 }

@@ -77,11 +77,20 @@ static struct {
 
 typedef struct {
     int device;
-    uint64_t share;   /* the outcome's word, less CLC_CONFINE_DENY */
-    CUgreenCtx green; /* NULL: not made (or destroyed) */
-    unsigned sms;     /* the SMs it has */
-    CUresult failed;  /* why it cannot be made (CUDA_SUCCESS: it can) */
+    uint64_t share;    /* the outcome's word, less CLC_CONFINE_DENY */
+    CUgreenCtx green;  /* NULL: not made (or destroyed) */
+    unsigned sms;      /* the SMs it has */
+    CUresult failed;   /* why it cannot be made (CUDA_SUCCESS: it can) */
+    CUcontext program; /* its context as the program's primary context (scope: program) */
 } partition;
+
+/* A device whose process is confined program-wide: its partition (index + 1; 0: none) and the
+ * program's retains of the primary context that it got the partition's context for. */
+#define MAX_DEVICES 64
+static struct {
+    int part;
+    unsigned refs;
+} g_program[MAX_DEVICES];
 
 /* ---- green streams: one per (program context, program stream, partition) ------------------- */
 
@@ -208,6 +217,23 @@ static int find_partition(int device, uint64_t share) {
     return (int)g_nparts++;
 }
 
+/* Partition `share` of `device` (under g_lock): found, and made if need be with the capture
+ * mode relaxed (a global stream capture in the program must not see these calls); a failure
+ * is kept, so that it is not tried at every launch. */
+static CUresult partition_ready(int device, uint64_t share, int *part) {
+    int i = find_partition(device, share);
+    if (i < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    *part = i;
+    partition *p = &g_parts[i];
+    if (p->failed != CUDA_SUCCESS || p->green) return p->failed;
+    int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (drv.exchange_mode) drv.exchange_mode(&mode);
+    CUresult r = make_partition(p);
+    if (drv.exchange_mode) drv.exchange_mode(&mode);
+    if (r != CUDA_SUCCESS) p->failed = r;
+    return r;
+}
+
 static uint32_t stream_slot(CUcontext ctx, CUstream s, int part) {
     uint64_t h = ((uint64_t)(uintptr_t)ctx * 0xff51afd7ed558ccdull) ^ (uint64_t)(uintptr_t)s ^
                  ((uint64_t)part << 56);
@@ -242,7 +268,6 @@ static CUresult stream_for(CUcontext ctx, CUstream stream, int ptsz, int part, g
     }
     partition *p = &g_parts[part];
     CUresult r;
-    if (!p->green && (r = make_partition(p)) != CUDA_SUCCESS) return r;
     int priority = 0;
     if (stream != NULL && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
         (ptsz ? drv.stream_priority_ptsz : drv.stream_priority)(stream, &priority);
@@ -279,17 +304,21 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
     if (stream == NULL) stream = ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
     uint64_t share = word & ~(uint64_t)CLC_CONFINE_DENY;
     pthread_mutex_lock(&g_lock);
-    int part = find_partition(device, share);
-    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    int part = -1;
     green_stream *s = NULL;
-    if (part >= 0 && g_parts[part].failed == CUDA_SUCCESS) {
+    CUresult r = partition_ready(device, share, &part);
+    if (r == CUDA_SUCCESS && g_parts[part].program == ctx) {
+        /* The program's own context is the partition's (scope: program): launched as it is. */
+        gl->stream = stream;
+        gl->sms = g_parts[part].sms;
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_SUCCESS;
+    }
+    if (r == CUDA_SUCCESS) {
         int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         if (drv.exchange_mode) drv.exchange_mode(&mode);
         r = stream_for(ctx, stream, ptsz, part, &s);
         if (drv.exchange_mode) drv.exchange_mode(&mode);
-        if (r != CUDA_SUCCESS && !g_parts[part].green) g_parts[part].failed = r;
-    } else if (part >= 0) {
-        r = g_parts[part].failed;
     }
     pthread_mutex_unlock(&g_lock);
     if (r != CUDA_SUCCESS) return r;
@@ -320,14 +349,8 @@ CUresult clc_green_context(uint64_t word, CUcontext *out, unsigned *sms) {
     CUdevice device = 0;
     if (g_drv.ctx_get_device(&device) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&g_lock);
-    int part = find_partition(device, word & ~(uint64_t)CLC_CONFINE_DENY);
-    CUresult r = part < 0 ? CUDA_ERROR_OUT_OF_MEMORY : g_parts[part].failed;
-    if (r == CUDA_SUCCESS && !g_parts[part].green) {
-        int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        if (drv.exchange_mode) drv.exchange_mode(&mode);
-        if ((r = make_partition(&g_parts[part])) != CUDA_SUCCESS) g_parts[part].failed = r;
-        if (drv.exchange_mode) drv.exchange_mode(&mode);
-    }
+    int part = -1;
+    CUresult r = partition_ready(device, word & ~(uint64_t)CLC_CONFINE_DENY, &part);
     if (r == CUDA_SUCCESS) {
         r = drv.ctx_from_green(out, g_parts[part].green);
         *sms = g_parts[part].sms;
@@ -350,18 +373,29 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched) {
 }
 
 int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
-    static const char *const what[4] = {
+    static const char *const what[5] = {
         "a kernel could not be confined by a green context",
         "a graph kernel node (made with the graph API) of a confined kernel is not confined",
         "a confined kernel launched with cuLaunchCooperativeKernelMultiDevice is not confined",
         "the driver refused a confined kernel's launch on its green context",
+        "the program's context could not be made a green context (scope: program)",
     };
-    int deny = (word & CLC_CONFINE_DENY) != 0, first = 0;
+    int deny = (word & CLC_CONFINE_DENY) != 0 && reason != CLC_UNCONFINED_PROGRAM, first = 0;
     switch (reason) { /* said once per reason: one CLC_FIRST_TIME each */
     case CLC_UNCONFINED_NO_PARTITION: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_GRAPH_NODE: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_MULTI_DEVICE: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_REFUSED: first = CLC_FIRST_TIME(); break;
+    case CLC_UNCONFINED_PROGRAM: first = CLC_FIRST_TIME(); break;
+    }
+    if (first && reason == CLC_UNCONFINED_PROGRAM) {
+        clc_log(CLC_MSG_WARNING,
+                "sm_share: %s (CUresult %d%s): the rule's kernels are confined one launch at a "
+                "time instead, where they can be",
+                what[reason], (int)why,
+                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                : "");
+        return 0;
     }
     if (first)
         clc_log(CLC_MSG_WARNING,
@@ -373,6 +407,74 @@ int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
                     : "",
                 deny ? "denied" : "run on the whole GPU");
     return deny;
+}
+
+/* ---- program-wide confinement (scope: program) ------------------------------------------------
+ * A device on which the process is confined program-wide hands the program its partition's
+ * green context, converted by cuCtxFromGreenCtx, wherever the program retains the device's
+ * primary context: every stream, launch and graph of the program in that context then runs on
+ * the partition, with nothing added per launch. The program's retains are counted: its last
+ * release destroys the green context (which holds the primary context) before the driver's
+ * release tears the primary context down. */
+
+CUresult clc_green_program_retain(CUdevice device, uint64_t word, CUcontext *out) {
+    if (device < 0 || device >= MAX_DEVICES) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!load_driver() || !drv.ctx_from_green) return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&g_lock);
+    int part = -1;
+    CUresult r = partition_ready(device, word & ~(uint64_t)CLC_CONFINE_DENY, &part);
+    if (r == CUDA_SUCCESS && !g_parts[part].program)
+        r = drv.ctx_from_green(&g_parts[part].program, g_parts[part].green);
+    if (r == CUDA_SUCCESS) {
+        *out = g_parts[part].program;
+        g_program[device].part = part + 1;
+        g_program[device].refs++;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+unsigned clc_green_program_sms(CUcontext ctx, uint64_t *word) {
+    unsigned sms = 0;
+    if (drv.loaded <= 0 || !ctx) return 0;
+    pthread_mutex_lock(&g_lock);
+    for (unsigned i = 0; i < g_nparts && !sms; i++)
+        if (g_parts[i].program == ctx && g_parts[i].green) {
+            sms = g_parts[i].sms;
+            *word = g_parts[i].share;
+        }
+    pthread_mutex_unlock(&g_lock);
+    return sms;
+}
+
+static void forget_device(CUdevice device);
+
+int clc_green_release(CUdevice device, CUcontext *program) {
+    *program = NULL;
+    if (drv.loaded <= 0) return 0;
+    pthread_mutex_lock(&g_lock);
+    if (device >= 0 && device < MAX_DEVICES && g_program[device].part) {
+        if (g_program[device].refs > 1) {
+            /* Not the program's last release: its context lives on. */
+            g_program[device].refs--;
+            pthread_mutex_unlock(&g_lock);
+            return 0;
+        }
+        *program = g_parts[g_program[device].part - 1].program;
+    }
+    forget_device(device);
+    pthread_mutex_unlock(&g_lock);
+    return 1;
+}
+
+void clc_green_reset(CUdevice device, CUcontext *program) {
+    *program = NULL;
+    if (drv.loaded <= 0) return;
+    pthread_mutex_lock(&g_lock);
+    if (device >= 0 && device < MAX_DEVICES && g_program[device].part)
+        *program = g_parts[g_program[device].part - 1].program;
+    forget_device(device);
+    pthread_mutex_unlock(&g_lock);
 }
 
 /* ---- teardown ------------------------------------------------------------------------------ */
@@ -413,9 +515,9 @@ void clc_green_forget_stream(CUstream stream) {
     pthread_mutex_unlock(&g_lock);
 }
 
-void clc_green_forget_device(CUdevice device) {
-    if (drv.loaded <= 0) return;
-    pthread_mutex_lock(&g_lock);
+/* Destroys the device's green streams and green contexts (under g_lock); they are made again
+ * when next needed. */
+static void forget_device(CUdevice device) {
     for (unsigned i = 0; i < STREAM_SLOTS; i++)
         if (live(&g_streams[i]) && g_parts[g_streams[i].part].device == device)
             drop_stream(&g_streams[i], 1, 1);
@@ -423,8 +525,9 @@ void clc_green_forget_device(CUdevice device) {
         if (g_parts[i].device == device && g_parts[i].green) {
             drv.destroy(g_parts[i].green);
             g_parts[i].green = NULL;
+            g_parts[i].program = NULL;
         }
-    pthread_mutex_unlock(&g_lock);
+    if (device >= 0 && device < MAX_DEVICES) g_program[device].part = 0, g_program[device].refs = 0;
 }
 
 void clc_green_after_fork_child(void) {
@@ -433,6 +536,7 @@ void clc_green_after_fork_child(void) {
     for (unsigned i = 0; i < STREAM_SLOTS; i++) pthread_mutex_init(&g_streams[i].lock, NULL);
     g_nstreams = 0;
     atomic_store(&g_live, 0);
-    for (unsigned i = 0; i < g_nparts; i++) g_parts[i].green = NULL;
+    for (unsigned i = 0; i < g_nparts; i++) g_parts[i].green = NULL, g_parts[i].program = NULL;
+    memset(g_program, 0, sizeof g_program);
     pthread_mutex_init(&g_lock, NULL);
 }

@@ -180,6 +180,7 @@ typedef struct {
     X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev))                                              \
     X(cuDevicePrimaryCtxReset, (CUdevice dev))                                                   \
     X(cuDevicePrimaryCtxReset_v2, (CUdevice dev))                                                \
+    X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                                 \
     X(cuStreamDestroy, (CUstream stream))                                                        \
     X(cuStreamDestroy_v2, (CUstream stream))
 
@@ -317,10 +318,21 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
 #define CLC_UNCONFINED_GRAPH_NODE 1   /* a graph kernel node made with the graph API */
 #define CLC_UNCONFINED_MULTI_DEVICE 2 /* cuLaunchCooperativeKernelMultiDevice */
 #define CLC_UNCONFINED_REFUSED 3      /* the driver refused the launch on the green stream */
+#define CLC_UNCONFINED_PROGRAM 4      /* scope: program: the program context could not be made */
 int clc_green_unconfined(uint64_t word, CUresult why, int reason);
 void clc_green_forget_context(CUcontext ctx);
 void clc_green_forget_stream(CUstream stream);
-void clc_green_forget_device(CUdevice device);
+/* scope: program. The partition's context (cuCtxFromGreenCtx) handed to the program as the
+ * device's primary context, counted as one of the program's retains. */
+CUresult clc_green_program_retain(CUdevice device, uint64_t word, CUcontext *out);
+/* The SMs of the partition whose program context `ctx` is, with its word; 0 when it is none. */
+unsigned clc_green_program_sms(CUcontext ctx, uint64_t *word);
+/* The program releases the device's primary context: 1 when the device's green contexts were
+ * destroyed (its last release, or no program context), with *program the program context that
+ * died with them (NULL: none); 0 when the program still holds its context. */
+int clc_green_release(CUdevice device, CUcontext *program);
+/* The device's primary context is reset: its green contexts are destroyed (*program as above). */
+void clc_green_reset(CUdevice device, CUcontext *program);
 void clc_green_after_fork_child(void);
 
 /* ---- process-wide settings, read from the environment once --------------------------------- */
@@ -515,6 +527,9 @@ int clc_decider_configured(void);
  * `out` then what to do without that engine (wraps as their on_unwrappable) when *substitute;
  * or CLC_DECIDE_FAILED (said once; the program's engine decides). */
 int clc_decider_decide(const char *name, int device, clc_decision *out, int *substitute);
+/* Whether the process is confined program-wide on `device` (scope: program), and by which
+ * CLC_ACTION_CONFINE word (less CLC_CONFINE_DENY): asked once per device (decide.c). */
+int clc_program_scope(int device, uint64_t *word);
 void clc_decider_after_fork_child(void);
 
 /* ---- the capture ------------------------------------------------------------------------- */

@@ -283,6 +283,7 @@ class RunCommand:
         except FileNotFoundError as e:
             raise ClcError(str(e)) from None
         settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
+        settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
         decider = None
         status_r, status_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         started_ns = time.monotonic_ns()

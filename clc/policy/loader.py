@@ -38,6 +38,8 @@ _MATCH_KEYS = ("kernel", "kernel_regex", "grid_blocks", "block_threads", "shared
                "process", "tenant", "user", "group", "cgroup")
 _GLOB_KEYS = ("kernel", "process", "tenant", "cgroup")
 _ID_KEYS = ("user", "group")
+# What a process is, and its device: all a rule with scope: program may match.
+_PROCESS_KEYS = ("device", "process", "tenant", "user", "group", "cgroup")
 # difflib would suggest 'gt' for 'gte'; these spellings have one obvious meaning.
 _RANGE_OP_ALIASES = {"gte": "ge", "lte": "le", "min": "ge", "max": "le", ">": "gt", ">=": "ge",
                      "<": "lt", "<=": "le", "==": "eq", "=": "eq"}
@@ -570,6 +572,8 @@ class _Loader:
             if action != "hook" and "record" in pairs else False
         time = self.attempt(self.boolean, pairs["time"][1], "time") \
             if action != "hook" and "time" in pairs else False
+        if isinstance(wrap, WrapRequest) and wrap.program_wide:
+            self.program_match(pairs.get("match"), name)
         if len(self.errors) > before:
             raise _Reported
         if action == "deny" and time:
@@ -594,6 +598,17 @@ class _Loader:
             raise _Reported
         return fields
 
+    def program_match(self, match_pair, name: str) -> None:
+        """A rule with scope: program confines whole processes: it may match only what a
+        process is (its name, tenant, user, group, cgroup) and the device."""
+        if match_pair is None or match_pair[1].id != "mapping":
+            return
+        for key_node, _ in match_pair[1].value:
+            if key_node.id == "scalar" and key_node.value not in _PROCESS_KEYS:
+                self.report(key_node, f"'{key_node.value}' cannot be matched by rule '{name}': "
+                                      "scope: program confines every kernel of a process, so its "
+                                      "match may use only " + ", ".join(_PROCESS_KEYS))
+
     def condition(self, key: str, node):
         if key in _GLOB_KEYS:
             return self.globs(node, key)
@@ -608,8 +623,8 @@ class _Loader:
     def wrap(self, node, pairs, name, meant) -> WrapRequest:
         """`wrapper:` (a built-in or a .cu path relative to the policy), `params:`, and
         `on_unwrappable:`, checked as the wrap pipeline will use them."""
-        from clc.wrapping.spec import (BUILTIN_WRAPPERS, mechanism_for,  # standard library only
-                                       wrapper_spec)
+        from clc.wrapping.spec import (  # standard library only
+            BUILTIN_WRAPPERS, WORD_PARAMS, mechanism_for, wrapper_spec)
         if "wrapper" not in pairs:
             if "wrapper" in meant:
                 raise _Reported
@@ -634,8 +649,9 @@ class _Loader:
                                           f"line {first})")
                     continue
                 value_nodes[key] = value_node
-                # sm_share's place is a word (first, last); every other parameter a number.
-                parse = self.string if (wrapper, key) == ("sm_share", "place") else self.number
+                # sm_share's place and scope are words; every other parameter a number.
+                parse = self.string if wrapper == "sm_share" and key in WORD_PARAMS \
+                    else self.number
                 value = self.attempt(parse, value_node, f"params.{key}")
                 if value is not _INVALID:
                     params[key] = value

@@ -118,6 +118,11 @@ class WrapRequest:
     def confines(self) -> bool:
         return self.mechanism == "green"
 
+    @property
+    def program_wide(self) -> bool:
+        """sm_share with scope: program: the process's primary contexts are the partition's."""
+        return self.confines and dict(self.params).get("scope") == "program"
+
     def outcome(self, flags: int, rule: int) -> Outcome:
         """The clc_outcome of a kernel this wraps: confined in the shim (a green context, no
         build), or replaced by the kernel the engine builds."""
@@ -624,6 +629,21 @@ class Policy:
                            deciding.name if deciding else "default",
                            deciding.message if deciding else "",
                            [ref.label for ref in self.hooks], asked)
+
+    @property
+    def program_wide(self) -> bool:
+        """Whether a rule confines whole processes (sm_share with scope: program): the shim then
+        asks, when a program retains a device's primary context, whether it is to be the
+        partition's."""
+        return any(rule.wrap is not None and rule.wrap.program_wide for rule in self.rules)
+
+    def program_scope(self, info: KernelInfo) -> Outcome | None:
+        """The outcome of the first scope: program rule whose conditions hold for the process
+        and device of `info` (its kernel fields are not looked at), or None."""
+        for index, rule in enumerate(self.rules):
+            if rule.wrap is not None and rule.wrap.program_wide and rule.check_static(info)[0]:
+                return rule.outcome(index)
+        return None
 
     @property
     def splices(self) -> bool:

@@ -29,7 +29,8 @@ import traceback
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.runtime.engine import deny_announcements, describe, process_names, rule_name
+from clc.runtime.engine import (deny_announcements, describe, process_names, program_decision,
+                                rule_name)
 from clc.policy import Decision, KernelInfo, Outcome, identity_of_process
 
 __all__ = ["Decider", "decides_alone"]
@@ -172,6 +173,8 @@ class Decider:
     def _decide(self, mangled, device, peer):
         info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
                           process_names=peer.names, tenant=self.tenant, identity=peer.identity)
+        if not mangled:  # no kernel: whether the process is confined program-wide on device
+            return abi.DECIDE_OK, program_decision(self.policy, info), ""
         decision = self.policy.decide(info)
         outcomes = [c.outcome for c in decision.clauses] + [decision.fallback]
         if any(o.action == abi.ACTION_REPLACE for o in outcomes):

@@ -279,6 +279,13 @@ class Engine:
                          f"{info.device}: {self._describe(decision, mode)}", stderr=True)
         return decision, mode
 
+    def program_decision(self, device):
+        """Whether this process is confined program-wide on `device` (program_decision)."""
+        info = KernelInfo(mangled="", demangled="", device=device,
+                          process_names=self.process_names, tenant=self.tenant,
+                          identity=self.identity)
+        return program_decision(self.policy, info)
+
     def launch(self, kernel, blob):
         """One launch (its query block) of a kernel whose hooks are asked per shape or at
         every launch: its outcome as clc_outcome bytes."""
@@ -849,6 +856,15 @@ _QUERY_SIZE = abi.KERNEL_QUERY.size
 _query_key = struct.Struct("<QQ").unpack_from  # (handle, ctx) of a query block
 
 
+def program_decision(policy, info):
+    """The answer to the shim's question without a kernel (an empty name), asked when the
+    program retains a device's primary context: the outcome of the policy's first scope:
+    program rule for this process and device (a confine), else an allow."""
+    outcome = policy.program_scope(info)
+    return Decision([], outcome if outcome is not None else
+                    Outcome(abi.ACTION_ALLOW, 0, 0, abi.RULE_DEFAULT))
+
+
 def _fill_outcome(ffi, out, outcome):
     ffi.memmove(out, _with_bytes(outcome)[1], abi.OUTCOME.size)
 
@@ -862,10 +878,13 @@ def bridge_decide(ffi, query, out):
         layout = [] if not n or not query.layout else list(abi.PARAM_INFO.iter_unpack(
             ffi.buffer(query.layout, n * abi.PARAM_INFO.size)))
         engine = _get()
-        kernel = engine.kernel(query.handle, query.ctx, name, query.device, layout,
-                               query.kernel_id)
-        decision, mode = engine.first_sight(kernel, blob)
-        decision = engine.resolve_decision(kernel, decision)
+        if not name:  # no kernel: the program-wide question (engine.program_decision)
+            decision, mode = engine.program_decision(query.device), abi.MODE_CACHED
+        else:
+            kernel = engine.kernel(query.handle, query.ctx, name, query.device, layout,
+                                   query.kernel_id)
+            decision, mode = engine.first_sight(kernel, blob)
+            decision = engine.resolve_decision(kernel, decision)
         if len(decision.clauses) > abi.MAX_CLAUSES:
             raise RuntimeError(f"{len(decision.clauses)} shape clauses for {name}, "
                                f"at most {abi.MAX_CLAUSES} fit")

@@ -168,6 +168,9 @@ def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, mechanism
     if on_unwrappable not in ("allow", "deny"):
         raise HookError(f"clc.wrap(): on_unwrappable must be 'allow' or 'deny', got "
                         f"{on_unwrappable!r}")
+    if params.get("scope", "kernel") != "kernel":
+        raise HookError("clc.wrap(): a hook answers for one kernel: scope='program' (the whole "
+                        "process) is for policy rules")
     base = None
     if isinstance(wrapper, (str, os.PathLike)) and str(wrapper).endswith(".cu"):
         base = os.path.dirname(os.path.abspath(sys._getframe(1).f_code.co_filename))

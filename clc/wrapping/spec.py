@@ -10,7 +10,7 @@ import pathlib
 import re
 
 __all__ = ["Wrapper", "BUILTIN_WRAPPERS", "INSPECTED_WRAPPERS", "MECHANISMS", "PLACES",
-           "wrapper_spec", "mechanism_for"]
+           "SCOPES", "WORD_PARAMS", "wrapper_spec", "mechanism_for"]
 
 # How sm_share keeps a kernel to its share: a green context (an SM partition of the driver: no
 # build, the kernel untouched) or the splice (the kernel's PTX runs under a claim loop).
@@ -18,6 +18,11 @@ MECHANISMS = ("green", "splice")
 # Which SMs a green context's share takes: the device's first or its last (tenants placed at
 # opposite ends do not overlap while their shares add up to at most the device).
 PLACES = ("first", "last")
+# What a green context's share confines: each launch of the rule's kernels (redirected to a
+# stream of the partition), or the whole process (its primary contexts are the partition's).
+SCOPES = ("kernel", "program")
+# sm_share's parameters that are words, not numbers.
+WORD_PARAMS = ("place", "scope")
 
 BUILTIN_WRAPPERS = ("sm_share", "block_count", "deadline")
 
@@ -64,12 +69,16 @@ def wrapper_spec(name, params=None, base_dir=None):
         if place not in PLACES:
             raise ValueError(f"wrapper sm_share: place must be first or last (which end of the "
                              f"device's SMs the share takes), got {place!r}")
-        size = {k: v for k, v in params.items() if k != "place"}
+        scope = params.get("scope", "kernel")
+        if scope not in SCOPES:
+            raise ValueError(f"wrapper sm_share: scope must be kernel or program (each launch of "
+                             f"the rule's kernels, or the whole process), got {scope!r}")
+        size = {k: v for k, v in params.items() if k not in WORD_PARAMS}
         unknown = set(size) - {"share", "sms"}
         if unknown or len(size) != 1:
             raise ValueError("wrapper sm_share: give exactly one of share (0 < share <= 1, of "
-                             f"the GPU's SMs) or sms (a count of SMs), and place if you like; "
-                             f"got {sorted(params) or 'neither'}")
+                             f"the GPU's SMs) or sms (a count of SMs), and place and scope if "
+                             f"you like; got {sorted(params) or 'neither'}")
         if "share" in params:
             cap = ("share", float(_number(name, "share", params["share"], 0, 1, lo_open=True)))
         else:
@@ -122,6 +131,9 @@ def mechanism_for(name, mechanism=None, params=()):
         if mechanism == "splice" and dict(params).get("place", "first") != "first":
             raise ValueError("place: last needs a green context (mechanism: green): the splice "
                              "keeps a share on the device's first SMs")
+        if mechanism == "splice" and dict(params).get("scope", "kernel") != "kernel":
+            raise ValueError("scope: program needs a green context (mechanism: green): the "
+                             "splice wraps kernels one by one")
         return mechanism or "green"
     if mechanism == "green":
         raise ValueError(f"mechanism green confines sm_share only: {name} runs device code, "

@@ -118,3 +118,118 @@ def test_framework_kernels_are_bit_identical_when_confined(run_native, run_clc, 
         confined = int(re.search(r"^smids distinct=(\d+)", proc.stdout, re.M)[1])
         sms = int(re.search(r"is (\d+) of its (\d+) SMs", messages)[1])
         assert confined <= sms < alone, (confined, sms, alone)
+
+
+# ---- scope: program: the program's own context is the partition's ---------------------------
+
+def program_policy(path, params):
+    """A policy confining the whole process (scope: program)."""
+    body = ", ".join(f"{k}: {v}" for k, v in params.items())
+    path.write_text("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
+                    "    action: wrap\n    wrapper: sm_share\n"
+                    f"    params: {{{body}, scope: program}}\n    on_unwrappable: deny\n")
+    return path
+
+
+@pytest.mark.parametrize("build", ["plain", "ptsz"])
+@pytest.mark.parametrize("mode", MODES)
+def test_program_scope_keeps_every_launch_on_the_partition(smid_bins, run_clc, tmp_path, tools,
+                                                           build, mode):
+    # GIVEN the whole program confined to 16 SMs: cudart's primary context is the partition's
+    policy = program_policy(tmp_path / "p.yaml", {"sms": SMS})
+    proc, report = run_clc(policy, [smid_bins[build], mode], tmp_path)
+    assert proc.returncode == 0, tools.describe(proc)
+    rows = results(proc.stdout)
+    assert rows, tools.describe(proc)
+    for r in rows:
+        # THEN every block of every round ran on at most 16 SMs (legacy and per-thread
+        # streams, Ex, a graph replayed after its stream went, a graph-API node, around
+        # cudaDeviceReset, four threads), and the program's own copy found the work done
+        assert 0 < int(r["distinct"]) <= SMS, (r, tools.describe(proc))
+        assert r["unwritten"] == "0", (r, tools.describe(proc))
+    # AND the report says the kernel was confined on 16 SMs; nothing was refused
+    assert [k["confined_sms"] for k in report["kernels"] if "stamp" in k["name"]] and \
+        all(k["confined_sms"] == [SMS] for k in report["kernels"] if "stamp" in k["name"]), \
+        report["kernels"]
+    assert all(k["denied"] == 0 and k["failed"] == 0 for k in report["kernels"])
+
+
+@pytest.fixture(scope="module")
+def threads_bin(nvcc, cuda_arch, build_dir):
+    exe = build_dir / "green_threads"
+    _build("green_threads", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
+                              EXAMPLES / "green_threads.cu"]])
+    return exe
+
+
+def threads_row(stdout):
+    m = re.search(r"^threads=(\d+) rounds=(\d+) bad=(\d+) legacy_bad=(\d+) distinct_sms=(\d+)",
+                  stdout, re.M)
+    return {k: int(v) for k, v in zip(("threads", "rounds", "bad", "legacy_bad", "distinct"),
+                                      m.groups())} if m else None
+
+
+def test_program_scope_holds_for_many_threads_on_one_context(threads_bin, run_native, run_clc,
+                                                             tmp_path, tools):
+    # GIVEN 16 threads on the primary context at once: blocking, non-blocking and legacy
+    # streams, events, cudaMalloc/cudaFree, the legacy stream's implicit order
+    native = run_native([threads_bin, "16", "60"])
+    assert native.returncode == 0, tools.describe(native)
+    assert threads_row(native.stdout)["distinct"] > 64
+    # WHEN the whole program is confined to 16 SMs
+    policy = program_policy(tmp_path / "p.yaml", {"sms": SMS})
+    proc, _ = run_clc(policy, [threads_bin, "16", "60"], tmp_path)
+    assert proc.returncode == 0, tools.describe(proc)
+    row = threads_row(proc.stdout)
+    # THEN every computation came out right, the legacy stream still waited for the blocking
+    # streams, and every stamp ran on at most 16 SMs
+    assert row and row["bad"] == 0 and row["legacy_bad"] == 0, tools.describe(proc)
+    assert 0 < row["distinct"] <= SMS, row
+
+
+@pytest.mark.parametrize("what,module", [("torch", "torch"), ("cublas", "torch"),
+                                         ("triton", "triton"), ("cupy", "cupy")])
+def test_program_scope_frameworks_are_bit_identical(run_native, run_clc, tmp_path, tools, what,
+                                                    module):
+    pytest.importorskip(module)
+    native = run_native(frameworks(tools, what))
+    assert native.returncode == 0, tools.describe(native)
+    # WHEN the whole program is confined to half the GPU
+    policy = program_policy(tmp_path / "p.yaml", {"share": 0.5})
+    proc, report = run_clc(policy, frameworks(tools, what), tmp_path)
+    assert proc.returncode == 0, tools.describe(proc)
+    # THEN it computed bit for bit what it computes alone
+    digests = [ln for ln in native.stdout.splitlines() if not ln.startswith("smids ")]
+    assert digests and all(ln in proc.stdout for ln in digests), tools.describe(proc)
+    # AND every kernel it launched ran in the partition's context
+    messages = " ".join(m["text"] for m in report["messages"])
+    sms = int(re.search(r"is (\d+) of its (\d+) SMs", messages)[1])
+    launched = [k for k in report["kernels"] if k["launches"]]
+    assert launched and all(k["confined_sms"] == [sms] for k in launched), report["kernels"]
+    if what == "cupy":
+        confined = int(re.search(r"^smids distinct=(\d+)", proc.stdout, re.M)[1])
+        assert confined <= sms, (confined, sms)
+
+
+def test_program_scope_covers_pytorchs_own_threads(run_native, run_clc, tmp_path, tools):
+    pytest.importorskip("torch")
+    pytest.importorskip("cupy")
+    argv = [sys.executable, tools.examples / "green_torch_threads.py"]
+    native = run_native(argv)
+    assert native.returncode == 0, tools.describe(native)
+    # WHEN a PyTorch program with a DataLoader (workers, pin-memory thread) and autograd's
+    # device thread is confined, whole, to half the GPU
+    policy = program_policy(tmp_path / "p.yaml", {"share": 0.5})
+    proc, report = run_clc(policy, argv, tmp_path, timeout=600)
+    assert proc.returncode == 0, tools.describe(proc)
+    messages = " ".join(m["text"] for m in report["messages"])
+    sms = int(re.search(r"is (\d+) of its (\d+) SMs", messages)[1])
+    stamps = {m[1]: (int(m[2]), m[3]) for m in re.finditer(
+        r"^stamp (\w+) distinct=(\d+) max=\d+ threads=(.*)$", proc.stdout, re.M)}
+    # THEN the stamps of the main thread and of autograd's thread (another thread) both ran
+    # on the partition's SMs only, and training computed what it computes alone
+    assert set(stamps) == {"main", "backward"}, tools.describe(proc)
+    assert all(0 < n <= sms for n, _ in stamps.values()), (stamps, sms)
+    assert stamps["backward"][1] != stamps["main"][1], stamps
+    loss = re.search(r"^loss=.*$", native.stdout, re.M)[0]
+    assert loss in proc.stdout, tools.describe(proc)

@@ -218,3 +218,109 @@ def test_streams_made_and_destroyed_by_threads_while_others_launch(clc_run, nati
     made, destroyed = map(int, re.search(r"^green-streams made=(\d+) destroyed=(\d+)$",
                                          run.stdout, re.M).groups())
     assert made == destroyed == 800, run.stdout
+
+
+def program_policy(params="{share: 0.25, scope: program}", match="", extra=""):
+    return ("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
+            f"{match}    action: wrap\n    wrapper: sm_share\n    params: {params}\n{extra}")
+
+
+def test_scope_program_confines_the_primary_context_with_nothing_per_launch(clc_run, native):
+    # GIVEN a policy that confines the whole process to a quarter of the device
+    run = clc_run(program_policy(), [native["prog_green"]])
+    assert run.proc.returncode == 0, run.stderr
+    seen = launches(run.stdout)
+    # THEN every launch in the primary context (the program was handed the partition's
+    # context), on every stream kind and entry point, through a capture, a new stream and a
+    # reset, ran on the partition's 32 SMs, with no redirect (no green stream, no reordering)
+    for label in set(LABELS) - {"other-context"}:
+        assert seen[label] == (0, 0, 32, 0), label
+    # AND so did the kernel no rule names, and every graph kernel node, a module function's too
+    assert seen["unconfined"] == (0, 0, 32, 0)
+    for label in ("graph-node-module", "graph-node-library", "graph-node-function"):
+        assert seen[label][:3] == (0, 0, 32), label
+    # AND a context the program made itself (cuCtxCreate) is not the partition's: the rule's
+    # kernel there is confined one launch at a time, in stream order
+    assert seen["other-context"] == (0, 0, 32, 1)
+    violations, (created, destroyed, streams, streams_destroyed) = tail(run.stdout)
+    assert violations == 0
+    # AND one green context was made, destroyed by the reset and made again at the next
+    # retain; the one green stream was the other context's, gone with it
+    assert (created, destroyed, streams, streams_destroyed) == (2, 1, 1, 1)
+    # AND the report says each kernel ran confined, on how many SMs
+    cap = run.capture()
+    confined = {cap.kernels[kid].mangled[:8]: st.confined_sms for kid, st in cap.stats.items()}
+    assert confined["_Z6vecAd"] == 32 and confined["_Z4fillP"] == 32, confined
+    assert not any("could not" in m.text for m in cap.messages)
+
+
+def test_scope_program_lives_through_the_programs_retains_and_threads(clc_run, native):
+    # GIVEN a whole process confined to 16 SMs, retaining the primary context twice, releasing
+    # once, then four threads launching on it, then its last release and a new retain
+    run = clc_run(program_policy("{sms: 16, scope: program}"), [native["prog_green_program"]])
+    assert run.proc.returncode == 0, run.stderr
+    seen = launches(run.stdout)
+    # THEN both retains got the partition's context, which outlived the first release
+    assert "same-handle 1" in run.stdout
+    assert "after-one-release destroyed=0" in run.stdout
+    for label in ("legacy", "stream", "other-kernel", "after-one-release", "threads",
+                  "after-release"):
+        assert seen[label] == (0, 0, 16, 0), (label, run.stdout)
+    # AND every thread's launch went through, on the partition, with no green stream made
+    assert "threads failures=0 launches=200" in run.stdout
+    violations, (created, destroyed, streams, _) = tail(run.stdout)
+    assert (violations, streams) == (0, 0)
+    # AND the last release destroyed the green context before the driver's (which then tears
+    # the primary context down), and the next retain made another
+    assert (created, destroyed) == (2, 1)
+
+
+def test_scope_program_follows_the_rules_process_conditions(clc_run, native):
+    # GIVEN a rule confining tenant b's processes only
+    policy = program_policy(match="    match: {tenant: b}\n")
+    # THEN tenant a's run is left whole, tenant b's is confined
+    a = clc_run(policy, [native["prog_green_program"]], options=["--tenant", "a"])
+    b = clc_run(policy, [native["prog_green_program"]], options=["--tenant", "b"])
+    assert launches(a.stdout)["legacy"] == (0, 0, 132, 0), a.stderr
+    assert launches(b.stdout)["legacy"] == (0, 0, 32, 0), b.stderr
+    assert tail(a.stdout)[1][0] == 0
+
+
+def test_scope_program_asks_the_programs_engine_with_hooks(clc_run, native, tmp_path):
+    # GIVEN a policy with a hook (the program's engine decides, not clc-run) and scope: program
+    hook = tmp_path / "allow.py"
+    hook.write_text("import clc\n\n@clc.on_launch\ndef look(launch):\n    return None\n")
+    run = clc_run(program_policy(), [native["prog_green_program"]],
+                  options=["--hooks", str(hook)])
+    # THEN the engine answered the program question: the process is confined
+    assert launches(run.stdout)["legacy"] == (0, 0, 32, 0), run.stdout + run.stderr
+
+
+def test_scope_program_without_partitions_falls_back_to_each_launch(clc_run, native):
+    # GIVEN scope: program on a device that cannot be partitioned, with on_unwrappable: deny
+    run = clc_run(program_policy(extra="    on_unwrappable: deny\n"),
+                  [native["prog_green_program"]], env={"FAKE_CUDA_NO_GREEN": "1"})
+    seen = launches(run.stdout)
+    # THEN the program keeps its primary context, said once, and the rule's kernels are then
+    # denied one launch at a time, as on_unwrappable says
+    assert run.stderr.count("clc: sm_share: the program's context could not be made a green "
+                            "context (scope: program) (CUresult 801") == 1, run.stderr
+    assert seen["legacy"][0] == 800
+    assert run.fake_counts().get("_Z6vecAddPKfS0_Pfi", 0) == 0
+
+
+def test_scope_program_policy_errors(tmp_path):
+    from clc.policy import PolicyError, load_policy
+    path = tmp_path / "p.yaml"
+    # A rule with scope: program may match only what a process is, and needs a green context
+    path.write_text(program_policy(match="    match: {kernel: 'gemm*', tenant: b}\n"))
+    with pytest.raises(PolicyError, match=r"p.yaml:5:13: 'kernel' cannot be matched by rule "
+                                          r"'whole-program': scope: program confines every "
+                                          r"kernel of a process"):
+        load_policy(path)
+    path.write_text(program_policy(extra="    mechanism: splice\n"))
+    with pytest.raises(PolicyError, match=r"scope: program needs a green context"):
+        load_policy(path)
+    path.write_text(program_policy("{share: 0.5, scope: kernels}"))
+    with pytest.raises(PolicyError, match=r"scope must be kernel or program"):
+        load_policy(path)

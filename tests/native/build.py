@@ -33,7 +33,7 @@ PYHOST = HERE / "pyhost.py"
 _CFLAGS = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 _PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
              "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
-             "prog_stdin_thread", "prog_green", "prog_green_threads")
+             "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program")
 
 
 class BuildError(RuntimeError):
@@ -102,7 +102,7 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
 
     Keys: "libcuda", "prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
     "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
-    "prog_stdin_thread".
+    "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program".
     """
     inc = cuda_include_dir()
     cc = _compiler()
@@ -126,7 +126,7 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
         src = HERE / f"{name}.c"
         out = outdir / name
         if name in ("prog_linked", "prog_reload", "prog_stdin_thread", "prog_green",
-                    "prog_green_threads"):
+                    "prog_green_threads", "prog_green_program"):
             # Linked against the fake like a real program against the driver; the rpath keeps
             # it runnable without LD_LIBRARY_PATH too.
             link = [f"-L{outdir}", "-lcuda", f"-Wl,-rpath,{outdir}"]

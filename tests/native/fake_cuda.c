@@ -2193,8 +2193,11 @@ static CUresult node_kernel(enum entry e, CUfunction func, CUkernel kern, CUcont
         observe(e, func ? (const void *)func : (const void *)kern, f, dims, params, extra);
     }
     *out = f->k;
-    tls_node_where = !func && v2 && ctx && ctx->green ? ctx->green->first << 16 | ctx->green->sms
-                                                      : FAKE_SMS_ALL;
+    {
+        /* A node runs in the context its v2 parameters name with `kern`, else the current one. */
+        const struct CUctx_st *in = !func && v2 && ctx ? ctx : tls_ctx;
+        tls_node_where = in && in->green ? in->green->first << 16 | in->green->sms : FAKE_SMS_ALL;
+    }
     return CUDA_SUCCESS;
 }
 
@@ -2715,15 +2718,20 @@ static void queue_locked(struct CUstream_st *s)
     s->ops++;
 }
 
-/* A launch's work item; returns the SMs it ran on (first << 16 | count; the whole device off a
- * green stream) and whether it was ordered after the stream it was redirected from. */
+/* A launch's work item; returns the SMs it ran on (first << 16 | count: the whole device, but
+ * a green context's SMs on a stream of one, or on any stream of a context converted from one)
+ * and whether it was ordered after the stream it was redirected from. */
 static unsigned queue_launch(CUstream hs, int *ordered)
 {
     struct CUstream_st *s = order_stream(hs);
     unsigned where = FAKE_SMS_ALL;
+    /* A default stream handle is the current context's default stream. */
+    const struct CUctx_st *in = s == &g_default_stream ? tls_ctx : s->ctx;
     lock();
     *ordered = 0;
-    if (s->green) {
+    if (!s->green && in && in->green) {
+        where = in->green->first << 16 | in->green->sms;
+    } else if (s->green) {
         struct CUstream_st *from = s->dep;
         if (from && s->dep_ops == from->ops) {
             *ordered = 1;

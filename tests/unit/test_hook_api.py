@@ -270,6 +270,16 @@ def test_green_context_is_for_sm_share_only():
         clc.wrap("sm_share", share=0.5, mechanism="fast")
 
 
+def test_a_hook_cannot_confine_the_whole_program():
+    # WHEN a hook, which answers for one kernel, asks for the whole process
+    with pytest.raises(HookError, match=r"scope='program' \(the whole process\) is for policy "
+                                        r"rules"):
+        clc.wrap("sm_share", share=0.5, scope="program")
+    # THEN it is refused; scope='kernel' is what a hook's answer always is
+    assert clc.wrap("sm_share", share=0.5, scope="kernel").outcome(0).action == \
+        abi.ACTION_CONFINE
+
+
 @pytest.mark.parametrize("args,kwargs,fragment", [
     (("anything",), {}, "clc.wrap(): unknown wrapper 'anything'"),
     (("sm_share",), {"share": 2}, "share must be > 0 and <= 1, got 2"),
