@@ -186,6 +186,26 @@ static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream st
     return why == CUDA_SUCCESS;
 }
 
+/* A confined launch: on the green stream, in the program's stream order. One that cannot be
+ * confined, or that the driver refuses there, gets its rule's on_unwrappable: launched as the
+ * program made it, or refused. `launch_on` makes the program's launch on a given stream. */
+typedef CUresult (*launch_on_fn)(const void *launch, CUstream stream);
+__attribute__((noinline)) static CUresult confined_launch(gate *g, CUstream stream,
+                                                          launch_on_fn launch_on,
+                                                          const void *launch) {
+    clc_green_launch gl;
+    int deny;
+    if (!confine_begin(g, &gl, stream, &deny))
+        return deny ? CUDA_ERROR_NOT_PERMITTED : launch_on(launch, stream);
+    CUresult res = launch_on(launch, gl.stream);
+    clc_green_end(&gl, res);
+    if (res == CUDA_SUCCESS)
+        confined_on(g, gl.sms);
+    else if (!clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED))
+        res = launch_on(launch, stream);
+    return res;
+}
+
 /* The replace path of each launch entry point has a function of its own, out of line: its
  * rewritten arguments live in that function's frame, not in the hook's fast path. */
 #define CLC_LAUNCH_HOOK(name, entry_point)                                                       \
@@ -205,23 +225,23 @@ static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream st
         }                                                                                        \
         return res;                                                                              \
     }                                                                                            \
+    typedef struct {                                                                             \
+        pfn_##name real;                                                                         \
+        CUfunction f;                                                                            \
+        unsigned grid[3], block[3], shmem;                                                       \
+        void **params, **extra;                                                                  \
+    } name##_launch;                                                                             \
+    static CUresult name##_on(const void *launch, CUstream stream) {                             \
+        const name##_launch *l = launch;                                                         \
+        return l->real(l->f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],       \
+                       l->block[2], l->shmem, stream, l->params, l->extra);                      \
+    }                                                                                            \
     __attribute__((noinline)) static CUresult name##_confined(                                  \
         gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
         unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,   \
         void **extra) {                                                                          \
-        clc_green_launch gl;                                                                     \
-        int deny;                                                                                \
-        if (!confine_begin(g, &gl, stream, &deny))                                               \
-            return deny ? CUDA_ERROR_NOT_PERMITTED                                               \
-                        : real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);         \
-        CUresult res = real(f, gx, gy, gz, bx, by, bz, shmem, gl.stream, params, extra);         \
-        clc_green_end(&gl, res);                                                                 \
-        if (res == CUDA_SUCCESS) confined_on(g, gl.sms);                                         \
-        if (unlikely(res != CUDA_SUCCESS) &&                                                  \
-            !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
-            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                 \
-        }                                                                                        \
-        return res;                                                                              \
+        name##_launch l = {real, f, {gx, gy, gz}, {bx, by, bz}, shmem, params, extra};           \
+        return confined_launch(g, stream, name##_on, &l);                                        \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
@@ -259,22 +279,22 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
         }                                                                                        \
         return res;                                                                              \
     }                                                                                            \
+    typedef struct {                                                                             \
+        pfn_##name real;                                                                         \
+        CUfunction f;                                                                            \
+        unsigned grid[3], block[3], shmem;                                                       \
+        void **params;                                                                           \
+    } name##_launch;                                                                             \
+    static CUresult name##_on(const void *launch, CUstream stream) {                             \
+        const name##_launch *l = launch;                                                         \
+        return l->real(l->f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],       \
+                       l->block[2], l->shmem, stream, l->params);                                \
+    }                                                                                            \
     __attribute__((noinline)) static CUresult name##_confined(                                  \
         gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
         unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params) { \
-        clc_green_launch gl;                                                                     \
-        int deny;                                                                                \
-        if (!confine_begin(g, &gl, stream, &deny))                                               \
-            return deny ? CUDA_ERROR_NOT_PERMITTED                                               \
-                        : real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                \
-        CUresult res = real(f, gx, gy, gz, bx, by, bz, shmem, gl.stream, params);                \
-        clc_green_end(&gl, res);                                                                 \
-        if (res == CUDA_SUCCESS) confined_on(g, gl.sms);                                         \
-        if (unlikely(res != CUDA_SUCCESS) &&                                                  \
-            !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
-            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                        \
-        }                                                                                        \
-        return res;                                                                              \
+        name##_launch l = {real, f, {gx, gy, gz}, {bx, by, bz}, shmem, params};                  \
+        return confined_launch(g, stream, name##_on, &l);                                        \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_COOP_PARAMS {                                                   \
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
@@ -366,23 +386,23 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         }                                                                                        \
         return res;                                                                              \
     }                                                                                            \
+    typedef struct {                                                                             \
+        pfn_##name real;                                                                         \
+        const CUlaunchConfig *config;                                                            \
+        CUfunction f;                                                                            \
+        void **params, **extra;                                                                  \
+    } name##_launch;                                                                             \
+    static CUresult name##_on(const void *launch, CUstream stream) {                             \
+        const name##_launch *l = launch;                                                         \
+        CUlaunchConfig c = *l->config;                                                           \
+        c.hStream = stream;                                                                      \
+        return l->real(&c, l->f, l->params, l->extra);                                           \
+    }                                                                                            \
     __attribute__((noinline)) static CUresult name##_confined(                                  \
         gate *g, pfn_##name real, const CUlaunchConfig *config, CUfunction f, void **params,     \
         void **extra) {                                                                          \
-        clc_green_launch gl;                                                                     \
-        int deny;                                                                                \
-        if (!confine_begin(g, &gl, config->hStream, &deny))                                      \
-            return deny ? CUDA_ERROR_NOT_PERMITTED : real(config, f, params, extra);             \
-        CUlaunchConfig c = *config;                                                              \
-        c.hStream = gl.stream;                                                                   \
-        CUresult res = real(&c, f, params, extra);                                               \
-        clc_green_end(&gl, res);                                                                 \
-        if (res == CUDA_SUCCESS) confined_on(g, gl.sms);                                         \
-        if (unlikely(res != CUDA_SUCCESS) &&                                                  \
-            !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED)) {       \
-            res = real(config, f, params, extra);                                                \
-        }                                                                                        \
-        return res;                                                                              \
+        name##_launch l = {real, config, f, params, extra};                                      \
+        return confined_launch(g, config->hStream, name##_on, &l);                               \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_EX_PARAMS {                                              \
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
