@@ -451,16 +451,20 @@ static void forget_device(CUdevice device);
 
 int clc_green_release(CUdevice device, CUcontext *program) {
     *program = NULL;
-    if (drv.loaded <= 0) return 0;
+    if (drv.loaded <= 0) return 1;
     pthread_mutex_lock(&g_lock);
-    if (device >= 0 && device < MAX_DEVICES && g_program[device].part) {
+    if (device >= 0 && device < MAX_DEVICES) {
         if (g_program[device].refs > 1) {
-            /* Not the program's last release: its context lives on. */
             g_program[device].refs--;
-            pthread_mutex_unlock(&g_lock);
-            return 0;
+            if (g_program[device].part) {
+                /* Not the program's last release: its context lives on. */
+                pthread_mutex_unlock(&g_lock);
+                return 0;
+            }
+        } else {
+            g_program[device].refs = 0;
         }
-        *program = g_parts[g_program[device].part - 1].program;
+        if (g_program[device].part) *program = g_parts[g_program[device].part - 1].program;
     }
     forget_device(device);
     pthread_mutex_unlock(&g_lock);
@@ -473,6 +477,8 @@ void clc_green_reset(CUdevice device, CUcontext *program) {
     pthread_mutex_lock(&g_lock);
     if (device >= 0 && device < MAX_DEVICES && g_program[device].part)
         *program = g_parts[g_program[device].part - 1].program;
+    /* The program's retains outlive a reset (the driver keeps its count): the next retain
+     * makes the green context again and counts on from there. */
     forget_device(device);
     pthread_mutex_unlock(&g_lock);
 }
@@ -527,7 +533,7 @@ static void forget_device(CUdevice device) {
             g_parts[i].green = NULL;
             g_parts[i].program = NULL;
         }
-    if (device >= 0 && device < MAX_DEVICES) g_program[device].part = 0, g_program[device].refs = 0;
+    if (device >= 0 && device < MAX_DEVICES) g_program[device].part = 0;
 }
 
 void clc_green_after_fork_child(void) {

@@ -328,8 +328,9 @@ CUresult clc_green_program_retain(CUdevice device, uint64_t word, CUcontext *out
 /* The SMs of the partition whose program context `ctx` is, with its word; 0 when it is none. */
 unsigned clc_green_program_sms(CUcontext ctx, uint64_t *word);
 /* The program releases the device's primary context: 1 when the device's green contexts were
- * destroyed (its last release, or no program context), with *program the program context that
- * died with them (NULL: none); 0 when the program still holds its context. */
+ * destroyed (its last release, or no program context: the release goes on as without green
+ * contexts), with *program the program context that died with them (NULL: none); 0 when the
+ * program still holds its program context. */
 int clc_green_release(CUdevice device, CUcontext *program);
 /* The device's primary context is reset: its green contexts are destroyed (*program as above). */
 void clc_green_reset(CUdevice device, CUcontext *program);

@@ -122,12 +122,13 @@ def test_framework_kernels_are_bit_identical_when_confined(run_native, run_clc, 
 
 # ---- scope: program: the program's own context is the partition's ---------------------------
 
-def program_policy(path, params):
+def program_policy(path, params, on_unwrappable="deny"):
     """A policy confining the whole process (scope: program)."""
     body = ", ".join(f"{k}: {v}" for k, v in params.items())
     path.write_text("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
                     "    action: wrap\n    wrapper: sm_share\n"
-                    f"    params: {{{body}, scope: program}}\n    on_unwrappable: deny\n")
+                    f"    params: {{{body}, scope: program}}\n"
+                    f"    on_unwrappable: {on_unwrappable}\n")
     return path
 
 
@@ -233,3 +234,40 @@ def test_program_scope_covers_pytorchs_own_threads(run_native, run_clc, tmp_path
     assert stamps["backward"][1] != stamps["main"][1], stamps
     loss = re.search(r"^loss=.*$", native.stdout, re.M)[0]
     assert loss in proc.stdout, tools.describe(proc)
+
+
+def test_program_scope_confines_a_driver_api_program(driver_api_bin, run_clc, tmp_path, tools):
+    # GIVEN a program linked against libcuda alone (PTX through cuModuleLoadData, launches with
+    # cuLaunchKernel in the device's primary context), confined whole to half the GPU
+    exe, ptx = driver_api_bin
+    policy = program_policy(tmp_path / "p.yaml", {"share": 0.5})
+    proc, report = run_clc(policy, [exe, ptx, 50], tmp_path)
+    assert proc.returncode == 0, tools.describe(proc)
+    # THEN its results are right and both its kernels ran in the partition's context
+    out = tools.parse(proc.stdout)
+    assert out.results == {"saxpy": "ok", "fill": "ok"}, tools.describe(proc)
+    messages = " ".join(m["text"] for m in report["messages"])
+    sms = int(re.search(r"is (\d+) of its (\d+) SMs", messages)[1])
+    assert {k["name"]: k["confined_sms"] for k in report["kernels"]} == \
+        {"saxpy": [sms], "fill": [sms]}, report["kernels"]
+
+
+def test_program_scope_cannot_confine_contexts_the_program_creates(nvcc, build_dir,
+                                                                   driver_api_bin, run_clc,
+                                                                   tmp_path, tools):
+    # GIVEN a program whose kernels run in contexts it makes itself (cuCtxCreate): a green
+    # context is made from the primary context, and the driver launches no other context's
+    # function on it
+    exe = build_dir / "contexts"
+    _build("contexts", [[nvcc, "-O2", "-o", exe, EXAMPLES / "contexts.c", "-lcuda"]])
+    _, ptx = driver_api_bin
+    policy = program_policy(tmp_path / "p.yaml", {"share": 0.5}, on_unwrappable="allow")
+    proc, report = run_clc(policy, [exe, "run", ptx, 3], tmp_path)
+    # THEN the program runs as it would, its kernels on the whole GPU, as on_unwrappable: allow
+    # says, and the user is told once why
+    assert proc.returncode == 0, tools.describe(proc)
+    assert proc.stdout.count(" ok") == 3, tools.describe(proc)
+    assert [k["confined_sms"] for k in report["kernels"]] == [[]], report["kernels"]
+    messages = [m["text"] for m in report["messages"]]
+    assert sum("the driver refused a confined kernel's launch on its green context (CUresult "
+               "400)" in m for m in messages) == 1, messages

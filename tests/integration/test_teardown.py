@@ -80,3 +80,15 @@ def test_program_output_is_unchanged(native, clc_run, run_native):
     assert nonzero(run.fake_counts()) == {"_Z6vecAddPKfS0_Pfi": LAUNCHES}
     assert executed(run.capture()) == nonzero(run.fake_counts())
     assert Run(alone, None).fake_counts() == run.fake_counts()
+
+
+def test_a_context_released_for_good_has_its_kernels_decided_anew(native, clc_run):
+    # GIVEN a program that releases its primary context for good and retains it again, three
+    # times, launching vecAdd in each life of the context (the driver may hand a dead
+    # context's handles to new kernels)
+    run = clc_run("version: 1\ndefault: allow\n", [native["prog_teardown"], "2", "3"])
+    assert run.proc.returncode == 0, run.stderr
+    # THEN each life's vecAdd was a first sight of its own: the release forgot the decisions
+    cap = run.capture()
+    firsts = [k for k in cap.kernels.values() if k.mangled.startswith("_Z6vecAdd")]
+    assert len(firsts) == 3, (cap.kernels, run.stderr)

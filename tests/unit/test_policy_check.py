@@ -147,7 +147,7 @@ def test_explain_refuses_an_unknown_user_name(tmp_path, capsys):
 
 
 def test_the_readmes_policy_examples_pass_the_check():
-    # The quick start's policy file, and its wrap rule as a policy of its own
+    # The quick start's policy file, and its wrap rules each as a policy of its own
     import re
     from pathlib import Path
 
@@ -155,9 +155,10 @@ def test_the_readmes_policy_examples_pass_the_check():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     parse_policy(blocks[0], "README.md")
-    parse_policy("version: 1\nrules:\n" + blocks[1], "README.md")
+    for rule in blocks[1:]:
+        parse_policy("version: 1\nrules:\n" + rule, "README.md")
 
 
 HOOK_RULE = """\
