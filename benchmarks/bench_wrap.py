@@ -17,8 +17,9 @@
    wrapped with sm_share 1.0, and each kernel's solo time as it ran.
 4. Processes: the same two tenants in two processes (`bench_wrap proc`), launches per second
    alone and together, without MPS (time-sliced) and under MPS if its daemon starts here:
-   tenant_b confined by a green context (target: tenant_a keeps >= 80 %), by the splice, and
-   by MPS's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25, side by side.
+   tenant_b confined by a green context (target: tenant_a keeps >= 80 %), each launch or its
+   whole process (scope: program), by the splice, and by MPS's own
+   CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25, side by side (alone: --processes-only).
 5. Contexts: examples/contexts.c, 32 contexts needing one cubin: 32 cuModuleLoadData against
    one cuLibraryLoadData: load calls, wall time and device memory, side by side.
 6. A PyTorch training step (examples/green_frameworks.py torch-step): its time natively on the
@@ -249,7 +250,12 @@ def _mps_daemon(tmp, name):
 def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
     """Two processes, one tenant each, without MPS (the GPU time-slices between processes)
     and under MPS when its daemon can be started here: tenant_b alone, confined by a green
-    context, by the splice, and held by MPS's own active thread percentage."""
+    context (each launch, and its whole process: scope: program), by the splice, and held by
+    MPS's own active thread percentage."""
+    program_policy = tmp / "program.yaml"
+    program_policy.write_text("version: 1\nrules:\n  - name: whole-program\n"
+                              "    action: wrap\n    wrapper: sm_share\n"
+                              "    params: {share: 0.25, scope: program}\n")
     out = {}
     for label, policy in (("native", None), ("tenant_b sm_share 0.25, green context",
                                               green_policy)):
@@ -260,6 +266,8 @@ def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
                 for label, policy, env_b in (
                         ("native", None, None),
                         ("tenant_b sm_share 0.25, green context", green_policy, None),
+                        ("tenant_b's process sm_share 0.25, green context, scope: program",
+                         program_policy, None),
                         ("tenant_b sm_share 0.25, splice", share_policy, None),
                         ("tenant_b CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", None,
                          {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"})):
@@ -308,6 +316,27 @@ def bench_training_step(clc_run, tmp, env, rounds=3):
     return out, None
 
 
+def print_processes(procs, mps_note):
+    print()
+    print("Two processes, one tenant each (launches/s together / alone; tenant_a unwrapped):")
+    print()
+    print("| GPU sharing | tenant_b | tenant_a | tenant_b |")
+    print("|---|---|---:|---:|")
+    for key, r in procs.items():
+        cells = []
+        for t in ("a", "b"):
+            frac = r[f"together_{t}"] / r[f"solo_{t}"]
+            target = SHARE_TARGETS[f"tenant_{t}"]
+            if "green" in key[1] and t == "a":
+                target = GREEN_PROCESS_TARGET
+            mark = f" (>= {target:.0%} {'met' if frac >= target else 'MISSED'})" \
+                if key[1] != "native" and key[0] == "MPS" and "PERCENTAGE" not in key[1] else ""
+            cells.append(f"{frac:.1%}{mark}")
+        print(f"| {key[0]} | {key[1]} | {cells[0]} | {cells[1]} |")
+    if mps_note:
+        print(f"\n{mps_note}")
+
+
 def print_training_step(steps, note):
     med = statistics.median
     print()
@@ -352,6 +381,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--training-step-only", action="store_true",
                     help="only step 6, the PyTorch training step")
+    ap.add_argument("--processes-only", action="store_true",
+                    help="only step 4, the two processes")
     args = ap.parse_args()
     nvcc = find_nvcc()
     clc_run = find_script("clc-run")
@@ -359,6 +390,19 @@ def main():
         sys.exit("bench_wrap: needs nvcc and clc-run (pip install -e .)")
     results = {"device": device_name()}
     print(f"device: {results['device']}", flush=True)
+    if args.processes_only:
+        with tempfile.TemporaryDirectory(prefix="clc-bench-wrap-") as tmp:
+            tmp = Path(tmp)
+            exe = tmp / "bench_wrap"
+            run([nvcc, "-O2", "-arch=sm_90", "-o", exe, EXAMPLES / "bench_wrap.cu"])
+            share_policy = policy_file(tmp / "tenant.yaml", [("tenant_b", "sm_share",
+                                                              {"share": 0.25})])
+            green_policy = policy_file(tmp / "green.yaml", [("tenant_b", "sm_share",
+                                                             {"share": 0.25})],
+                                       mechanism="green")
+            procs, note = bench_processes(exe, clc_run, tmp, {}, share_policy, green_policy)
+        print_processes(procs, note)
+        return 0
     if args.training_step_only:
         with tempfile.TemporaryDirectory(prefix="clc-bench-wrap-") as tmp:
             steps, note = bench_training_step(clc_run, Path(tmp), {}, args.rounds)
@@ -513,7 +557,7 @@ def main():
             frac = native_solo[k] / together
             mark = "" if config == "native" else \
                 f" (>= {target:.0%} {'met' if frac >= target else 'MISSED'})"
-            cells.append(f"{frac:.0%}{mark}")
+            cells.append(f"{frac:.1%}{mark}")
         solo = ", ".join(f"{med([r['solo'][k] for r in rows]):.2f}" for k in SHARE_TARGETS)
         both = ", ".join(f"{med([r['together'][k] for r in rows]):.2f}" for k in SHARE_TARGETS)
         print(f"| {config} | {cells[0]} | {cells[1]} | {solo} | {both} |")
@@ -522,24 +566,7 @@ def main():
             f"{k} {a:.2f}..{b:.2f}" for k, (a, b) in sorted(span.items())) + "; " +
             "; ".join(rows[-1]["sms"]) + ") | | | | |")
 
-    print()
-    print("Two processes, one tenant each (launches/s together / alone; tenant_a unwrapped):")
-    print()
-    print("| GPU sharing | tenant_b | tenant_a | tenant_b |")
-    print("|---|---|---:|---:|")
-    for key, r in procs.items():
-        cells = []
-        for t in ("a", "b"):
-            frac = r[f"together_{t}"] / r[f"solo_{t}"]
-            target = SHARE_TARGETS[f"tenant_{t}"]
-            if "green" in key[1] and t == "a":
-                target = GREEN_PROCESS_TARGET
-            mark = f" (>= {target:.0%} {'met' if frac >= target else 'MISSED'})" \
-                if key[1] != "native" and key[0] == "MPS" and "PERCENTAGE" not in key[1] else ""
-            cells.append(f"{frac:.0%}{mark}")
-        print(f"| {key[0]} | {key[1]} | {cells[0]} | {cells[1]} |")
-    if mps_note:
-        print(f"\n{mps_note}")
+    print_processes(procs, mps_note)
 
     print()
     print("32 contexts needing one cubin:")
