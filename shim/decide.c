@@ -194,12 +194,24 @@ static uint64_t kernel_owner(uint64_t handle) {
 }
 
 /* A confine to the program context's own partition: launched as it is. */
-static void launched_as_is(clc_outcome *o, uint64_t program_word) {
-    if (o->action == CLC_ACTION_CONFINE &&
-        (o->replacement & ~(uint64_t)CLC_CONFINE_DENY) == program_word) {
-        o->action = CLC_ACTION_ALLOW;
-        o->replacement = 0;
+/* A confine in a program context (scope: program) is a plain launch: the context already holds
+ * the kernel to the process's partition, and a kernel rule's other share is not applied inside
+ * it (said once). Returns whether the kernel may run (its outcomes are not all denies). */
+static int launched_as_is(clc_decision *d, uint64_t program_word) {
+    int runs = 0;
+    for (uint32_t i = 0; i <= d->n_clauses; i++) {
+        clc_outcome *o = i < d->n_clauses ? &d->clauses[i].outcome : &d->fallback;
+        if (o->action == CLC_ACTION_CONFINE) {
+            if ((o->replacement & ~(uint64_t)CLC_CONFINE_DENY) != program_word && CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING,
+                        "sm_share: a rule confines a kernel of a process confined program-wide "
+                        "(scope: program) to another share: it runs on the process's partition");
+            o->action = CLC_ACTION_ALLOW;
+            o->replacement = 0;
+        }
+        if (o->action != CLC_ACTION_DENY) runs = 1;
     }
+    return runs;
 }
 
 /* The slow path, once per (kernel, context): name the kernel, ask the engine, publish (the
@@ -216,7 +228,8 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     query_buf b;
     clc_entry id_only = {.kernel_id = atomic_fetch_add(&g_next_id, 1)};
     clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
-                                     name ? name : "<unnamed>", layout, n_params, end);
+                                     /* "" is the program question's (clc_program_scope) */
+                                     name && *name ? name : "<unnamed>", layout, n_params, end);
     /* clc-run first, when it decides; the program's engine for a wrap, and when clc-run cannot
      * be asked (gone while a descendant runs on, another user's process, ...). */
     int substitute = 0;
@@ -245,11 +258,7 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
      * own outcome (the same partition) is a plain launch there, with nothing per launch. */
     uint64_t program_word = 0;
     unsigned program_sms = clc_green_program_sms((CUcontext)(uintptr_t)ctx, &program_word);
-    if (program_sms) {
-        for (uint32_t i = 0; i < d.n_clauses; i++)
-            launched_as_is(&d.clauses[i].outcome, program_word);
-        launched_as_is(&d.fallback, program_word);
-    }
+    if (program_sms && !launched_as_is(&d, program_word)) program_sms = 0; /* never runs */
     *answer = d.fallback;
 
     clc_new_kernel k = {.handle = handle,

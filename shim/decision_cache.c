@@ -391,6 +391,7 @@ clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
         atomic_store(&e->denied, 0);
         atomic_store(&e->recorded, 0);
         atomic_store(&e->timed, 0);
+        atomic_store(&e->confined_sms, 0);
         atomic_store(&e->graph_nodes, 0);
         atomic_store(&e->gpu_ns, 0);
         atomic_store(&e->failed, 0);

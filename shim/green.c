@@ -304,16 +304,18 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
     if (stream == NULL) stream = ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
     uint64_t share = word & ~(uint64_t)CLC_CONFINE_DENY;
     pthread_mutex_lock(&g_lock);
+    for (unsigned i = 0; i < g_nparts; i++)
+        if (g_parts[i].program == ctx) {
+            /* The program's own context is a partition's (scope: program): it holds the kernel
+             * already, which is launched as it is (no other share applies inside it). */
+            gl->stream = stream;
+            gl->sms = g_parts[i].sms;
+            pthread_mutex_unlock(&g_lock);
+            return CUDA_SUCCESS;
+        }
     int part = -1;
     green_stream *s = NULL;
     CUresult r = partition_ready(device, share, &part);
-    if (r == CUDA_SUCCESS && g_parts[part].program == ctx) {
-        /* The program's own context is the partition's (scope: program): launched as it is. */
-        gl->stream = stream;
-        gl->sms = g_parts[part].sms;
-        pthread_mutex_unlock(&g_lock);
-        return CUDA_SUCCESS;
-    }
     if (r == CUDA_SUCCESS) {
         int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         if (drv.exchange_mode) drv.exchange_mode(&mode);

@@ -201,8 +201,9 @@ __attribute__((noinline)) static CUresult confined_launch(gate *g, CUstream stre
     clc_green_end(&gl, res);
     if (res == CUDA_SUCCESS)
         confined_on(g, gl.sms);
-    else if (!clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED))
-        res = launch_on(launch, stream);
+    else if (gl.entry &&
+             !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED))
+        res = launch_on(launch, stream); /* not when it ran as it was (a program context) */
     return res;
 }
 

@@ -168,7 +168,7 @@ def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, mechanism
     if on_unwrappable not in ("allow", "deny"):
         raise HookError(f"clc.wrap(): on_unwrappable must be 'allow' or 'deny', got "
                         f"{on_unwrappable!r}")
-    if params.get("scope", "kernel") != "kernel":
+    if wrapper == "sm_share" and params.get("scope", "kernel") != "kernel":
         raise HookError("clc.wrap(): a hook answers for one kernel: scope='program' (the whole "
                         "process) is for policy rules")
     base = None

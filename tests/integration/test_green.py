@@ -324,3 +324,27 @@ def test_scope_program_policy_errors(tmp_path):
     path.write_text(program_policy("{share: 0.5, scope: kernels}"))
     with pytest.raises(PolicyError, match=r"scope must be kernel or program"):
         load_policy(path)
+
+
+def test_scope_program_holds_inside_the_process_whatever_kernel_rules_say(clc_run, native):
+    # GIVEN a process confined to 32 SMs, after a rule that denies fill and one that would
+    # confine vecAdd to 16 SMs one launch at a time
+    policy = ("version: 1\ndefault: allow\nrules:\n"
+              "  - name: no-fill\n    match: {kernel: fill}\n    action: deny\n"
+              "  - name: vecadd-16\n    match: {kernel: vecAdd}\n    action: wrap\n"
+              "    wrapper: sm_share\n    params: {sms: 16}\n"
+              "  - name: whole-program\n    action: wrap\n    wrapper: sm_share\n"
+              "    params: {share: 0.25, scope: program}\n")
+    run = clc_run(policy, [native["prog_green_program"]])
+    seen = launches(run.stdout)
+    # THEN the earlier deny still refuses fill, and vecAdd runs on the process's partition,
+    # launched as it is (no green stream): the other share is not applied inside it, said once
+    assert seen["other-kernel"][0] == 800
+    assert seen["legacy"] == (0, 0, 32, 0), run.stdout + run.stderr
+    assert tail(run.stdout)[1][2] == 0
+    assert run.stderr.count("clc: sm_share: a rule confines a kernel of a process confined "
+                            "program-wide") == 1
+    # AND the report lists vecAdd as confined, and not fill, which never ran
+    cap = run.capture()
+    confined = {cap.kernels[kid].mangled[:8]: st.confined_sms for kid, st in cap.stats.items()}
+    assert confined == {"_Z6vecAd": 32, "_Z4fillP": 0}, confined
