@@ -112,6 +112,8 @@ class WrapRequest:
         args = ", ".join(f"{k}={v}" for k, v in self.params)
         text = f"{os.path.basename(self.wrapper)}({args})" if args else \
             os.path.basename(self.wrapper)
+        if self.program_wide:
+            return text + " by green context, the whole process as its primary context"
         return text + " by green context" if self.mechanism == "green" else text
 
     @property

@@ -187,3 +187,16 @@ def test_check_finds_a_hook_rule_that_clc_run_would_refuse(tmp_path, capsys):
     policy.write_text(HOOK_RULE.replace("missing", "guard"))
     assert main(["policy", "check", str(policy)]) == 0
     load_policy_and_hooks(str(policy), [])
+
+
+def test_explain_says_a_program_scope_rule_confines_the_whole_process(tmp_path, capsys):
+    # GIVEN a rule confining tenant b's processes
+    path = tmp_path / "p.yaml"
+    path.write_text("version: 1\nrules:\n  - name: tenant-b-half\n    match: {tenant: b}\n"
+                    "    action: wrap\n    wrapper: sm_share\n"
+                    "    params: {share: 0.5, scope: program}\n")
+    # WHEN a kernel of tenant b is explained
+    assert main(["policy", "explain", str(path), "--kernel", "gemm", "--tenant", "b"]) == 0
+    # THEN the verdict says the whole process is confined, by its primary context
+    assert ("=> wrap with sm_share(scope=program, share=0.5) by green context, the whole "
+            "process as its primary context") in capsys.readouterr().out
