@@ -120,8 +120,14 @@ CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
         CUresult why = clc_green_program_retain(dev, word, &green);
         if (why == CUDA_SUCCESS)
             *pctx = green;
-        else
-            clc_green_unconfined(word & ~(uint64_t)CLC_CONFINE_DENY, why, CLC_UNCONFINED_PROGRAM);
+        else if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "sm_share: the program's context could not be made a green context (scope: "
+                    "program) (CUresult %d%s): the rule's kernels are confined one launch at a "
+                    "time instead, where they can be",
+                    (int)why,
+                    why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                    : "");
     }
     t_in_clc = 0;
     return r;

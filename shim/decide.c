@@ -193,7 +193,30 @@ static uint64_t kernel_owner(uint64_t handle) {
     return 0;
 }
 
-/* A confine to the program context's own partition: launched as it is. */
+/* Asks for q's decision (into *d, zeroed): clc-run first, when it decides; the program's
+ * engine for a wrap, and when clc-run cannot be asked (gone while a descendant runs on,
+ * another user's process, ...). CLC_DECIDE_OK when *d holds the answer. */
+static int ask_decision(const clc_kernel_query *q, clc_decision *d) {
+    int substitute = 0;
+    int asked = clc_decider_configured() ? clc_decider_decide(q->name, q->device, d, &substitute)
+                                         : CLC_DECIDE_ENGINE;
+    if (asked != CLC_DECIDE_OK) {
+        clc_decision without_engine = *d;
+        memset(d, 0, sizeof *d);
+        if (clc_bridge_decide(q, d) == 0) {
+            asked = CLC_DECIDE_OK;
+        } else if (substitute) {
+            /* No engine to build a wrapped kernel here: the rest of the policy still holds. */
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING, "wrapped kernels cannot be built in this process: the "
+                                         "kernels of wrap rules get their on_unwrappable");
+            *d = without_engine;
+            asked = CLC_DECIDE_OK;
+        }
+    }
+    return asked;
+}
+
 /* A confine in a program context (scope: program) is a plain launch: the context already holds
  * the kernel to the process's partition, and a kernel rule's other share is not applied inside
  * it (said once). Returns whether the kernel may run (its outcomes are not all denies). */
@@ -230,25 +253,7 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
                                      /* "" is the program question's (clc_program_scope) */
                                      name && *name ? name : "<unnamed>", layout, n_params, end);
-    /* clc-run first, when it decides; the program's engine for a wrap, and when clc-run cannot
-     * be asked (gone while a descendant runs on, another user's process, ...). */
-    int substitute = 0;
-    int asked = clc_decider_configured() ? clc_decider_decide(q->name, device, &d, &substitute)
-                                         : CLC_DECIDE_ENGINE;
-    if (asked != CLC_DECIDE_OK) {
-        clc_decision without_engine = d;
-        memset(&d, 0, sizeof d);
-        if (clc_bridge_decide(q, &d) == 0) {
-            asked = CLC_DECIDE_OK;
-        } else if (substitute) {
-            /* No engine to build a wrapped kernel here: the rest of the policy still holds. */
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING, "wrapped kernels cannot be built in this process: the "
-                                         "kernels of wrap rules get their on_unwrappable");
-            d = without_engine;
-            asked = CLC_DECIDE_OK;
-        }
-    }
+    int asked = ask_decision(q, &d);
     if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES || d.mode > CLC_MODE_EVERY_LAUNCH) {
         memset(&d, 0, sizeof d);
         d.fallback = g_cfg.on_error;
@@ -291,13 +296,7 @@ int clc_program_scope(int device, uint64_t *word) {
         clc_entry none = {.kernel_id = CLC_KERNEL_UNCACHED};
         query_buf b;
         clc_kernel_query *q = fill_query(&b, &none, 0, 0, device, &l, "", NULL, 0, 0);
-        int substitute = 0;
-        int asked = clc_decider_configured() ? clc_decider_decide("", device, &d, &substitute)
-                                             : CLC_DECIDE_ENGINE;
-        if (asked != CLC_DECIDE_OK) {
-            memset(&d, 0, sizeof d);
-            asked = clc_bridge_decide(q, &d) == 0 ? CLC_DECIDE_OK : CLC_DECIDE_FAILED;
-        }
+        int asked = ask_decision(q, &d);
         free_query(&b);
         if (asked != CLC_DECIDE_OK && CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING, "sm_share: cannot ask whether the process is confined "

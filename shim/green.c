@@ -234,6 +234,14 @@ static CUresult partition_ready(int device, uint64_t share, int *part) {
     return r;
 }
 
+/* The partition whose program context (scope: program) ctx is, or -1 (under g_lock; a
+ * destroyed partition has none). */
+static int program_part(CUcontext ctx) {
+    for (unsigned i = 0; ctx && i < g_nparts; i++)
+        if (g_parts[i].program == ctx) return (int)i;
+    return -1;
+}
+
 static uint32_t stream_slot(CUcontext ctx, CUstream s, int part) {
     uint64_t h = ((uint64_t)(uintptr_t)ctx * 0xff51afd7ed558ccdull) ^ (uint64_t)(uintptr_t)s ^
                  ((uint64_t)part << 56);
@@ -304,15 +312,15 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
     if (stream == NULL) stream = ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
     uint64_t share = word & ~(uint64_t)CLC_CONFINE_DENY;
     pthread_mutex_lock(&g_lock);
-    for (unsigned i = 0; i < g_nparts; i++)
-        if (g_parts[i].program == ctx) {
-            /* The program's own context is a partition's (scope: program): it holds the kernel
-             * already, which is launched as it is (no other share applies inside it). */
-            gl->stream = stream;
-            gl->sms = g_parts[i].sms;
-            pthread_mutex_unlock(&g_lock);
-            return CUDA_SUCCESS;
-        }
+    int program = program_part(ctx);
+    if (program >= 0) {
+        /* The program's own context is a partition's (scope: program): it holds the kernel
+         * already, which is launched as it is (no other share applies inside it). */
+        gl->stream = stream;
+        gl->sms = g_parts[program].sms;
+        pthread_mutex_unlock(&g_lock);
+        return CUDA_SUCCESS;
+    }
     int part = -1;
     green_stream *s = NULL;
     CUresult r = partition_ready(device, share, &part);
@@ -375,29 +383,18 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched) {
 }
 
 int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
-    static const char *const what[5] = {
+    static const char *const what[4] = {
         "a kernel could not be confined by a green context",
         "a graph kernel node (made with the graph API) of a confined kernel is not confined",
         "a confined kernel launched with cuLaunchCooperativeKernelMultiDevice is not confined",
         "the driver refused a confined kernel's launch on its green context",
-        "the program's context could not be made a green context (scope: program)",
     };
-    int deny = (word & CLC_CONFINE_DENY) != 0 && reason != CLC_UNCONFINED_PROGRAM, first = 0;
+    int deny = (word & CLC_CONFINE_DENY) != 0, first = 0;
     switch (reason) { /* said once per reason: one CLC_FIRST_TIME each */
     case CLC_UNCONFINED_NO_PARTITION: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_GRAPH_NODE: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_MULTI_DEVICE: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_REFUSED: first = CLC_FIRST_TIME(); break;
-    case CLC_UNCONFINED_PROGRAM: first = CLC_FIRST_TIME(); break;
-    }
-    if (first && reason == CLC_UNCONFINED_PROGRAM) {
-        clc_log(CLC_MSG_WARNING,
-                "sm_share: %s (CUresult %d%s): the rule's kernels are confined one launch at a "
-                "time instead, where they can be",
-                what[reason], (int)why,
-                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
-                                                : "");
-        return 0;
     }
     if (first)
         clc_log(CLC_MSG_WARNING,
@@ -440,11 +437,11 @@ unsigned clc_green_program_sms(CUcontext ctx, uint64_t *word) {
     unsigned sms = 0;
     if (drv.loaded <= 0 || !ctx) return 0;
     pthread_mutex_lock(&g_lock);
-    for (unsigned i = 0; i < g_nparts && !sms; i++)
-        if (g_parts[i].program == ctx && g_parts[i].green) {
-            sms = g_parts[i].sms;
-            *word = g_parts[i].share;
-        }
+    int part = program_part(ctx);
+    if (part >= 0) {
+        sms = g_parts[part].sms;
+        *word = g_parts[part].share;
+    }
     pthread_mutex_unlock(&g_lock);
     return sms;
 }

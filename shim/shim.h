@@ -318,7 +318,6 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
 #define CLC_UNCONFINED_GRAPH_NODE 1   /* a graph kernel node made with the graph API */
 #define CLC_UNCONFINED_MULTI_DEVICE 2 /* cuLaunchCooperativeKernelMultiDevice */
 #define CLC_UNCONFINED_REFUSED 3      /* the driver refused the launch on the green stream */
-#define CLC_UNCONFINED_PROGRAM 4      /* scope: program: the program context could not be made */
 int clc_green_unconfined(uint64_t word, CUresult why, int reason);
 void clc_green_forget_context(CUcontext ctx);
 void clc_green_forget_stream(CUstream stream);
