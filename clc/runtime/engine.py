@@ -163,6 +163,12 @@ _SLOW = SLOW_HOOK_NS
 _STATUS_AT = abi.QUERY_ARGS_STATUS_AT  # clc_kernel_query.args_status, one byte
 
 
+# The wrap disk cache's place, shared place and cap, as clc-run sealed them
+# (clc.wrapping.cache.CACHE_SETTINGS, not imported: a program that wraps nothing loads no
+# part of clc.wrapping).
+_CACHE_SETTINGS = ("CLC_CACHE_DIR", "CLC_CACHE_SHARED_DIR", "CLC_CACHE_MAX_BYTES")
+
+
 def shim_settings():
     """The settings clc-run gave the program, as the shim copied them when the process started
     (a program's own changes to its environment do not reach them)."""
@@ -173,7 +179,7 @@ def shim_settings():
     fn.restype = ctypes.c_char_p
     fn.argtypes = [ctypes.c_char_p]
     out = {}
-    for key in ("CLC_POLICY", "CLC_TENANT", "CLC_VERBOSE"):
+    for key in ("CLC_POLICY", "CLC_TENANT", "CLC_VERBOSE") + _CACHE_SETTINGS:
         value = fn(key.encode())
         if value is not None:
             out[key] = value.decode("utf-8", "replace")
@@ -182,7 +188,8 @@ def shim_settings():
 
 class Engine:
     def __init__(self, settings=None):
-        settings = shim_settings() if settings is None else settings
+        sealed = settings is None
+        settings = shim_settings() if sealed else settings
         if "CLC_POLICY" not in settings:
             raise RuntimeError("no policy: clc-run's settings were not found (run the program "
                                "under clc-run)")
@@ -216,6 +223,12 @@ class Engine:
         # Any hook may answer clc.wrap(): then, as with a splicing rule, loads are remembered.
         self.may_wrap = bool(self.cli_hooks or self.rule_hooks or self.policy.splices)
         self._wrapping = None
+        # The disk cache is clc-run's choice, never the program's: sealed settings without it
+        # turn the cache off (said at the first build) rather than fall back on the
+        # environment, which the program controls. Settings handed in without it (tests)
+        # leave it to the environment.
+        cache = {key: settings[key] for key in _CACHE_SETTINGS if key in settings}
+        self._cache_settings = cache if cache or sealed else None
         self._default = _with_bytes(self.policy.default_outcome())
         self.walk = self._walk  # bound once: used at every launch asked about
         self._bridge_timed = {}  # kernel id -> (kernel, hook) of dispatchers the bridge times
@@ -408,7 +421,8 @@ class Engine:
             # A policy with rules that splice will build: start loading the toolchain now.
             # Hooks only may answer clc.wrap(), and most never do; a green context builds
             # nothing.
-            self._wrapping = WrapEngine(self.message, warm=self.policy.splices)
+            self._wrapping = WrapEngine(self.message, warm=self.policy.splices,
+                                        cache_settings=self._cache_settings)
         return self._wrapping
 
     def resolve_decision(self, kernel, decision):

@@ -48,7 +48,14 @@ def libpython_path():
 def preload_environment(base, *, policy_json, on_error, output, force=False, verbose=False):
     """(environment, settings) for the program: `base` plus the preload (prepended to
     LD_PRELOAD, never replacing it), and the CLC_* settings the shim reads at start-up, which
-    reach it through a sealed memfd (settings_fd), not through the environment."""
+    reach it through a sealed memfd (settings_fd), not through the environment. The wrap disk
+    cache's place, shared place and cap are resolved here, from `base` (clc-run's environment),
+    so that the program cannot move them; a bad $CLC_CACHE_MAX_BYTES is a ClcError."""
+    # Imported here: clc.runtime loads a part of clc.wrapping only where it is used
+    # (clc.wrapping.cache needs only the standard library).
+    from clc.wrapping.cache import cache_settings
+
+    cache = cache_settings(base)
     preload = preload_path()
     if preload is None:
         raise FileNotFoundError("the shim is not built: install clc with pip install .")
@@ -68,6 +75,7 @@ def preload_environment(base, *, policy_json, on_error, output, force=False, ver
         "CLC_PYTHON_EXE": sys.executable,
         "CLC_SYS_PATH": os.pathsep.join(p for p in sys.path if p and os.pathsep not in p),
         "CLC_PKG_PATH": str(PACKAGE.parent),
+        **cache,
     }
     if base.get("CLC_TENANT"):
         settings["CLC_TENANT"] = base["CLC_TENANT"]

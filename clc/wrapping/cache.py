@@ -6,6 +6,11 @@ tens to hundreds of milliseconds, so the linked cubin is kept in two places:
 
 - DiskCache: one file per cubin under $CLC_CACHE_DIR (~/.cache/clc), named by cache_key()
   of everything the build depends on, shared by every process of every run of one user.
+  Inside a program that clc-run started, the place, the shared place and the cap are the ones
+  clc-run resolved from its own environment before the program started (cache_settings) and
+  sealed into the program's settings (DiskCache.from_settings): the program's environment,
+  $HOME and working directory included, cannot move the cache or the key in its root. The
+  environment is read only by a cache made without them (`clc cache`, `clc wrap`, tests).
   Many processes may build the same kernel at once, so a file is written under a temporary
   name in its final directory and renamed into place: readers see a whole file or none, and
   the last writer of the same key wins with the same bytes. The size cap is kept by evicting
@@ -75,10 +80,10 @@ import sys
 import threading
 import time
 
-from clc.errors import ClcError
+from clc.errors import EXIT_USAGE, ClcError
 
-__all__ = ["cache_key", "DiskCache", "CacheEntry", "LibraryCache", "MAGIC",
-           "DEFAULT_MAX_BYTES", "HEADER_SIZE"]
+__all__ = ["cache_key", "cache_settings", "CACHE_SETTINGS", "DiskCache", "CacheEntry",
+           "LibraryCache", "MAGIC", "DEFAULT_MAX_BYTES", "HEADER_SIZE"]
 
 MAGIC = b"CLCCUBN2"
 # The format whose files carried only a sha256 of the payload: such files are replaced
@@ -100,6 +105,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OWN_DIR_HINT = "set CLC_CACHE_DIR to a directory that only you can write"
+# The program's settings that fix its disk cache (clc/runtime/engine.py reads the same names
+# from the sealed settings without importing this module).
+CACHE_SETTINGS = ("CLC_CACHE_DIR", "CLC_CACHE_SHARED_DIR", "CLC_CACHE_MAX_BYTES")
 
 
 def cache_key(*parts):
@@ -122,19 +130,37 @@ def _check_key(key):
     return key
 
 
-def _env_max_bytes(environ):
+def _env_max_bytes(environ, exit_code=1):
     text = environ.get("CLC_CACHE_MAX_BYTES", "")
     if not text.strip():
         return DEFAULT_MAX_BYTES
     m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
     if not m:
         raise ClcError(f"CLC_CACHE_MAX_BYTES={text!r}: expected a number of bytes, "
-                       f"optionally with a K, M, G or T suffix (e.g. 1073741824 or 1G)")
+                       f"optionally with a K, M, G or T suffix (e.g. 1073741824 or 1G)",
+                       exit_code)
     return int(m.group(1)) * _SIZE_SUFFIXES[m.group(2).lower()]
 
 
-def _absolute(path):
-    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+def _absolute(path, environ=None):
+    """path made absolute; a leading ~ is environ's $HOME (os.environ's without environ)."""
+    path = os.fspath(path)
+    if environ is not None and (path == "~" or path.startswith("~/")) and environ.get("HOME"):
+        path = environ["HOME"].rstrip("/") + path[1:]
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def cache_settings(environ):
+    """The disk cache of a program that clc-run starts, resolved once from environ (clc-run's
+    own): {"CLC_CACHE_DIR": absolute root, "CLC_CACHE_SHARED_DIR": absolute directory or "",
+    "CLC_CACHE_MAX_BYTES": the cap in bytes}, for the program's sealed settings (read back by
+    DiskCache.from_settings). A bad $CLC_CACHE_MAX_BYTES is a ClcError (EXIT_USAGE)."""
+    shared = environ.get("CLC_CACHE_SHARED_DIR", "")
+    return {
+        "CLC_CACHE_DIR": _absolute(environ.get("CLC_CACHE_DIR") or "~/.cache/clc", environ),
+        "CLC_CACHE_SHARED_DIR": _absolute(shared, environ) if shared else "",
+        "CLC_CACHE_MAX_BYTES": str(_env_max_bytes(environ, EXIT_USAGE)),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,7 +425,28 @@ class DiskCache:
     read-only shared cache (see the module doc). shared: its directory, by default
     $CLC_CACHE_SHARED_DIR ("" for none). warn(text) hears each message that is said once
     (a refused directory, an ignored or unauthenticated entry); without it they go to
-    stderr. They are also kept in `messages`."""
+    stderr. They are also kept in `messages`. Without root, max_bytes or shared, they come
+    from the environment ($CLC_CACHE_DIR, $CLC_CACHE_MAX_BYTES, $CLC_CACHE_SHARED_DIR);
+    inside a program that clc-run started, from_settings makes the cache instead."""
+
+    @classmethod
+    def from_settings(cls, settings, fsync=False, warn=None):
+        """The cache that clc-run fixed for the program (cache_settings, read back from its
+        sealed settings): nothing is taken from the process's environment. ValueError when
+        the settings lack a value or hold one that cache_settings would not have made."""
+        missing = [name for name in CACHE_SETTINGS if name not in settings]
+        if missing:
+            raise ValueError(f"clc-run's settings lack {', '.join(missing)}")
+        root, shared = settings["CLC_CACHE_DIR"], settings["CLC_CACHE_SHARED_DIR"]
+        for name, path in (("CLC_CACHE_DIR", root), ("CLC_CACHE_SHARED_DIR", shared)):
+            if (path or name == "CLC_CACHE_DIR") and not os.path.isabs(path):
+                raise ValueError(f"clc-run's setting {name}={path!r} is not an absolute path")
+        text = settings["CLC_CACHE_MAX_BYTES"]
+        if not re.fullmatch(r"[0-9]+", text):
+            raise ValueError(f"clc-run's setting CLC_CACHE_MAX_BYTES={text!r} is not a number "
+                             f"of bytes")
+        # shared "" is none, not "ask the environment".
+        return cls(root, int(text), fsync, shared, warn)
 
     def __init__(self, root=None, max_bytes=None, fsync=False, shared=None, warn=None):
         if root is None:

@@ -8,7 +8,8 @@ At the first sight of a kernel in a context whose decision wraps it, `WrapEngine
    images the shim reported loading (fatbin wrapper, fatbin, cubin, PTX; images the program
    may free are copied at load time when the policy wraps), the best PTX entry for the
    device's arch (highest arch <= the device's);
-2. gets the linked cubin from the in-memory table, else from the disk cache ($CLC_CACHE_DIR),
+2. gets the linked cubin from the in-memory table, else from the disk cache (the one clc-run
+   fixed in the program's sealed settings; $CLC_CACHE_DIR outside clc-run),
    else builds it (clc.wrapping.build.build: splice, NVRTC, nvJitLink) and stores it there;
 3. loads it once per process with cuLibraryLoadData (context-independent: every context uses
    the same CUlibrary), takes the CUkernel and this context's CUfunction;
@@ -103,8 +104,12 @@ class _Driver:
 
 
 class WrapEngine:
-    def __init__(self, say, warm=False):
+    """cache_settings: the disk cache's CLC_CACHE_* settings that clc-run sealed into the
+    program (DiskCache.from_settings); None outside clc-run, where the environment says."""
+
+    def __init__(self, say, warm=False, cache_settings=None):
         self._say = say                 # say(level, text)
+        self._cache_settings = cache_settings
         self._lock = threading.RLock()
         self._driver = None
         self.images = {}                # handle -> (kind, bytes) of a load
@@ -217,8 +222,14 @@ class WrapEngine:
 
     def _cache(self):
         if self._disk is None and not self._disk_failed:
+            def warn(text):
+                self._say(abi.MSG_WARNING, text)
+
             try:
-                self._disk = DiskCache(warn=lambda text: self._say(abi.MSG_WARNING, text))
+                if self._cache_settings is None:
+                    self._disk = DiskCache(warn=warn)
+                else:
+                    self._disk = DiskCache.from_settings(self._cache_settings, warn=warn)
             except Exception as e:
                 self._disk_failed = True
                 self._say(abi.MSG_WARNING, f"the wrapped-kernel disk cache is off: {e}")
