@@ -29,11 +29,11 @@ class BuildShim(build_ext):
 
 preload = Extension(
     PRELOAD,
-    sources=[f"shim/{f}" for f in ("core.c", "settings.c", "real.c", "decision_cache.c",
+    sources=[f"shim/{f}" for f in ("core.c", "settings.c", "real.c", "files.c", "decision_cache.c",
                                   "capture.c", "timing.c", "decide.c", "decider.c",
                                   "bridge_loader.c", "replace.c", "green.c", "launch.c", "graph.c",
-                                  "load.c", "context.c", "process.c", "image.c", "interpose.c",
-                                  "dlopen.c")],
+                                  "load.c", "context.c", "process.c", "leave.c", "image.c",
+                                  "interpose.c", "dlopen.c")],
     depends=["shim/shim.h", "shim/gate.h", "shim/clc_abi.h", "shim/elf_dynamic.h"],
     include_dirs=["shim"],
     extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra",

@@ -19,7 +19,8 @@ __all__ = [
     "CTX_DESTROYED", "KERNEL_UNCACHED",
     "CAPTURE_MAGIC", "CAPTURE_VERSION", "CAPTURE_HEADER", "RECORD_HEADER",
     "REC_PAD", "REC_PROCESS", "REC_POLICY", "REC_KERNEL", "REC_LAUNCH", "REC_TIMING", "REC_MODULE",
-    "REC_KERNEL_STATS", "REC_MESSAGE", "REC_END", "REC_RULE_STATS", "DENIED_RECORDED",
+    "REC_KERNEL_STATS", "REC_MESSAGE", "REC_END", "END_EXIT", "END_QUICK", "END_SIGNAL",
+    "END_TABLE_FULL", "END_TRUNCATED", "REC_RULE_STATS", "DENIED_RECORDED",
     "REC_PROCESS_BODY", "REC_KERNEL_BODY", "REC_LAUNCH_BODY", "REC_TIMING_BODY",
     "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
     "REC_RULE_STATS_BODY",
@@ -175,7 +176,7 @@ CTX_DESTROYED = 1 << 63
 IMAGE_NAMES = {0: "unknown", 1: "fatbin-wrapper", 2: "fatbin", 3: "cubin", 4: "ptx", 5: "file"}
 
 CAPTURE_MAGIC = b"CLCCAPT1"
-CAPTURE_VERSION = 1
+CAPTURE_VERSION = 2
 
 # clc_capture_header: magic, version, header_size, pid, ppid, start_monotonic_ns,
 # start_realtime_ns, reserved[2]
@@ -207,8 +208,14 @@ REC_MODULE_BODY = struct.Struct("<QIIQQQIi")
 # kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns, failed
 REC_KERNEL_STATS_BODY = struct.Struct("<IIQQQQQQQ")
 REC_MESSAGE_BODY = struct.Struct("<I4xQ")  # level, t_ns
-# t_ns, dropped, write_lost_bytes, capped_bytes, write_errno
-REC_END_BODY = struct.Struct("<QQQQi4x")
+# t_ns, dropped, write_lost_bytes, capped_bytes, write_errno, how, status, flags, undecided
+REC_END_BODY = struct.Struct("<QQQQiIiIQ")
+# clc_rec_end.how and .flags
+END_EXIT = 0
+END_QUICK = 1
+END_SIGNAL = 2
+END_TABLE_FULL = 1
+END_TRUNCATED = 2
 REC_RULE_STATS_BODY = struct.Struct("<i4xQ")  # rule, denied
 
 MSG_INFO = 0

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -29,37 +28,58 @@
 
 #define BUF_SIZE (256u * 1024u)
 #define FLUSH_MS 100
+/* Counts (KERNEL_STATS, RULE_STATS of what changed) go to the file every this many flushes: a
+ * process killed by SIGKILL loses at most this long of its counts, and the records of its last
+ * flush interval. */
+#define SNAPSHOT_ROUNDS 10
+/* The most of the size cap a thread claims at once for its launch and timing records. */
+#define CLAIM_CHUNK (16u * 1024u)
+#define STATS_RECORD (sizeof(clc_record_header) + sizeof(clc_rec_kernel_stats))
+#define RULE_RECORD (sizeof(clc_record_header) + sizeof(clc_rec_rule_stats))
+#define END_RECORD (sizeof(clc_record_header) + sizeof(clc_rec_end))
 
 typedef struct tbuf {
     char *data;
     _Atomic size_t head; /* bytes published by the owner */
     _Atomic size_t tail; /* bytes written to the file */
-    size_t pending;      /* head after the record being filled (owner only) */
+    /* The owner's, and a signal handler's that interrupts it (hence atomic): */
+    _Atomic size_t reserved;   /* the end of the records begun (head when depth is 0) */
+    _Atomic unsigned depth;    /* records begun and not yet committed */
+    _Atomic uint64_t budget;   /* bytes of the size cap claimed and not yet used */
     struct tbuf *next;
     _Atomic int owned; /* 0: free for the next new thread to take */
 } tbuf;
 
 static tbuf *_Atomic g_bufs; /* every buffer ever made, newest first; never freed */
 static pthread_mutex_t g_file_lock = PTHREAD_MUTEX_INITIALIZER;
-/* The capture file, by path and identity: each flush opens it anew (O_APPEND, no link
- * followed), checks that it is still the file clc created, writes and closes, so that a
- * program that closes or reuses descriptors can neither lose the capture nor receive it. */
+/* The capture file, by path and identity. clc keeps a descriptor of it, at a high number, and
+ * checks before each flush that it is still that file (device and inode); when the program has
+ * closed it or put another file at its number, the file is opened again by its path (O_APPEND,
+ * no link another user controls followed) and checked, so that a program that closes or reuses
+ * descriptors can neither lose the capture nor receive it. The kept descriptor outlives a change
+ * of user that would forbid opening the file again. */
+#define HIGH_FD 512
 static char g_path[4200];
-static dev_t g_dev;
-static ino_t g_ino;
+static struct stat g_file;
+static int g_fd = -1;
 static int g_file_ok; /* 0 once the file is gone or replaced: said once, nothing more written */
-static uint64_t g_written, g_max_bytes, g_lost_bytes;
+static uint64_t g_written, g_lost_bytes;
 static int g_write_errno;
-/* The size cap applies to launch and timing records, the ones a program makes without bound;
- * kernels, loads, messages and the exit records are always kept, so that every count and
- * name stays in the file. */
+static pid_t g_owner; /* the process whose capture this is (a vfork child's is its parent's) */
+/* The size cap (--capture-limit) holds for the whole file: every record is claimed against it
+ * before it is written. The exit records (KERNEL_STATS per kernel, RULE_STATS, END) have room
+ * set aside (g_reserve) as kernels appear; records a capture must keep (kernels, loads,
+ * warnings) may use the rest; launch and timing records, snapshots of the counts and info
+ * messages stop first. */
+static uint64_t g_max_bytes;
+static _Atomic uint64_t g_claimed, g_reserve;
 static _Atomic uint64_t g_capped_bytes;
-static _Atomic int g_over_cap; /* set by the flushes once the file holds g_max_bytes: read-mostly,
-                                  so recording threads never contend on a shared counter (the
-                                  file may pass the cap by what was buffered until then) */
-static _Atomic int g_state; /* 0: not opened, 1: open, 2: failed or finished */
+static _Atomic int g_over_cap;   /* an ordinary record found no room: later ones are not tried */
+static _Atomic int g_truncated;  /* a record the capture keeps found no room */
+static _Atomic int g_state; /* 0: not opened, 1: open, 2: failed or off */
 static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t g_dropped;
+static _Atomic uint64_t g_undecided;
 static CLC_TLS tbuf *t_buf;
 static CLC_TLS uint32_t t_tid;
 static pthread_key_t g_thread_key;
@@ -158,7 +178,7 @@ uint64_t clc_launch_time_ns(void) {
 }
 
 uint32_t clc_tid(void) {
-    if (unlikely(!t_tid)) t_tid = (uint32_t)syscall(SYS_gettid);
+    if (unlikely(!t_tid)) t_tid = (uint32_t)gettid();
     return t_tid;
 }
 
@@ -185,17 +205,39 @@ static int write_all(int fd, const char *p, size_t n) {
     return 0;
 }
 
-/* The capture, reopened for appending; -1 (said once) when it is no longer clc's file. */
-static int open_for_append(void) {
+static int is_capture(int fd) {
     struct stat st;
-    int fd = open(g_path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino) return fd;
-    int e = fd < 0 ? errno : 0;
-    if (fd >= 0) close(fd);
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_file.st_dev &&
+           st.st_ino == g_file.st_ino;
+}
+
+/* Keeps fd at a high number, out of the way of descriptors programs number themselves. */
+static void keep(int fd) {
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, HIGH_FD);
+    if (high >= 0) {
+        close(fd);
+        fd = high;
+    }
+    g_fd = fd;
+}
+
+/* The capture, for appending (called with g_file_lock held, or from a fatal signal's handler);
+ * -1 (said once) when it is no longer clc's file. Never closed by the caller. */
+static int open_for_append(void) {
+    if (is_capture(g_fd)) return g_fd;
+    g_fd = -1; /* not ours any more: never closed here */
+    int fd = clc_reopen_file(g_path, &g_file);
+    if (fd >= 0) {
+        keep(fd);
+        return g_fd;
+    }
+    int e = errno;
     g_file_ok = 0;
     if (CLC_FIRST_TIME())
         say("clc: the capture %s %s: no more records are written\n", g_path,
-            e ? strerror(e) : "was replaced by another file");
+            e == ESTALE  ? "was replaced by another file"
+            : e == EPERM ? "is now reached through a link another user controls"
+                         : strerror(e));
     return -1;
 }
 
@@ -208,7 +250,6 @@ static void append(int fd, const char *p, size_t n) {
     int e = write_all(fd, p, n);
     if (!e) {
         g_written += n;
-        if (g_max_bytes && g_written >= g_max_bytes) atomic_store(&g_over_cap, 1);
         return;
     }
     if (before >= 0) (void)!ftruncate(fd, before);
@@ -234,12 +275,12 @@ static void flush_buf(tbuf *b, int fd) {
     atomic_store_explicit(&b->tail, head, memory_order_release);
 }
 
-/* Flushes one buffer (or all, b NULL) through a descriptor of its own. */
 static int pending(const tbuf *b) {
     return atomic_load_explicit(&b->head, memory_order_acquire) !=
            atomic_load_explicit(&b->tail, memory_order_relaxed);
 }
 
+/* Flushes one buffer (or all, b NULL) through a descriptor of its own. */
 static void flush_locked(tbuf *b) {
     int any = b ? pending(b) : 0;
     for (tbuf *x = b ? NULL : atomic_load(&g_bufs); x && !any; x = x->next) any = pending(x);
@@ -249,14 +290,83 @@ static void flush_locked(tbuf *b) {
         flush_buf(b, fd);
     else
         for (tbuf *x = atomic_load(&g_bufs); x; x = x->next) flush_buf(x, fd);
-    if (fd >= 0) close(fd);
 }
 
-static void flush_all(void) {
-    pthread_mutex_lock(&g_file_lock);
-    flush_locked(NULL);
-    pthread_mutex_unlock(&g_file_lock);
+/* The file lock. A fatal signal's handler waits at most about 200 ms: the thread it
+ * interrupted may be the holder, which will never let go. 1 when it is held. */
+static int lock_file(int in_signal) {
+    if (!in_signal) return pthread_mutex_lock(&g_file_lock) == 0;
+    for (int i = 0; i < 2000; i++) {
+        if (pthread_mutex_trylock(&g_file_lock) == 0) return 1;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
 }
+
+/* ---- the size cap -----------------------------------------------------------------------------
+ */
+
+/* Claims n bytes of the cap, leaving `keep` bytes of it unclaimed: 1 when they fit. */
+static int claim(uint64_t n, uint64_t keep) {
+    uint64_t have = atomic_load_explicit(&g_claimed, memory_order_relaxed);
+    do {
+        if (have + n + keep > g_max_bytes) return 0;
+    } while (!atomic_compare_exchange_weak(&g_claimed, &have, have + n));
+    return 1;
+}
+
+static void capped(uint64_t n, int essential) {
+    atomic_fetch_add_explicit(&g_capped_bytes, n, memory_order_relaxed);
+    if (essential) {
+        if (!atomic_exchange(&g_truncated, 1))
+            say("clc: the capture %s reached its size limit (%llu bytes) before records it must "
+                "keep (kernels, loads, warnings): those are dropped, and the capture cannot vouch "
+                "for the run\n",
+                g_path, (unsigned long long)g_max_bytes);
+    } else if (!atomic_exchange(&g_over_cap, 1)) {
+        say("clc: the capture %s reached its size limit (%llu bytes): later launch and timing "
+            "records are dropped and counted; counts stay exact\n",
+            g_path, (unsigned long long)g_max_bytes);
+    }
+}
+
+/* Room under the cap for a record of n bytes (its padding included). A record the capture keeps
+ * may use all but the room set aside for the exit records (a kernel's also sets aside its own
+ * KERNEL_STATS); the others come from the thread's claimed budget, refilled a chunk at a time. */
+static int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve) {
+    if (!g_max_bytes) return 1;
+    if (essential) {
+        if (claim(n + also_reserve, atomic_load(&g_reserve))) {
+            /* The claimed room of the kernel's future KERNEL_STATS goes back to the reserve. */
+            atomic_fetch_sub(&g_claimed, also_reserve);
+            atomic_fetch_add(&g_reserve, also_reserve);
+            return 1;
+        }
+        capped(n, 1);
+        return 0;
+    }
+    uint64_t have = atomic_load_explicit(&b->budget, memory_order_relaxed);
+    while (have >= n)
+        if (atomic_compare_exchange_weak(&b->budget, &have, have - n)) return 1;
+    if (!atomic_load_explicit(&g_over_cap, memory_order_relaxed)) {
+        uint64_t left = g_max_bytes - atomic_load(&g_claimed), keep = atomic_load(&g_reserve);
+        uint64_t chunk = left > keep ? (left - keep) / 16 : 0;
+        if (chunk > CLAIM_CHUNK) chunk = CLAIM_CHUNK;
+        if (chunk < n) chunk = n;
+        if (claim(chunk, keep)) {
+            atomic_fetch_add(&b->budget, chunk - n);
+            return 1;
+        }
+    }
+    capped(n, 0);
+    return 0;
+}
+
+/* ---- the flusher ------------------------------------------------------------------------------
+ */
+
+static void snapshot(void);
 
 static void *flusher(void *arg) {
     (void)arg;
@@ -266,7 +376,10 @@ static void *flusher(void *arg) {
     for (int round = 0; atomic_load(&g_state) == 1; round++) {
         nanosleep(round ? &ts : &first, NULL);
         calibrate();
-        flush_all();
+        pthread_mutex_lock(&g_file_lock);
+        flush_locked(NULL);
+        if (round % SNAPSHOT_ROUNDS == SNAPSHOT_ROUNDS - 1) snapshot();
+        pthread_mutex_unlock(&g_file_lock);
     }
     return NULL;
 }
@@ -322,45 +435,52 @@ static char *capture_path(char *out, size_t n) {
 
 static void write_preamble(void);
 
+/* What the exit records need at most besides the kernels': END, and a RULE_STATS for each of
+ * the policy's deciders (rules and hooks) that may deny, and the three others (default,
+ * on_error, past the counters). */
+static uint64_t exit_reserve(void) {
+    const char *v = clc_setting("CLC_POLICY_DECIDERS");
+    uint64_t deciders = v ? strtoull(v, NULL, 10) : 64;
+    if (deciders > CLC_RULE_COUNTERS - 3) deciders = CLC_RULE_COUNTERS - 3;
+    return END_RECORD + (deciders + 3) * RULE_RECORD;
+}
+
 static void open_capture(void) {
     char path[4200];
     if (!capture_path(path, 4096)) { /* PATH_MAX: room left for a ".N" suffix */
         atomic_store(&g_state, 2);
         return;
     }
-    /* Never through a link, never into something that is not a regular file (a FIFO would
-     * block, a device take the records), never over an existing file without --force. */
-    int base = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-    int fd = open(path, base | (g_cfg.force ? 0 : O_EXCL), 0600);
-    if (fd < 0 && errno == EEXIST) {
+    /* Never through a link another user controls, never into something that is not a regular
+     * file (a FIFO would block, a device take the records), never over an existing file
+     * without --force, and with it, a new file in its place. */
+    struct stat st;
+    int fd = clc_create_file(path, g_cfg.force, &st);
+    if (fd < 0 && errno == EEXIST && !g_cfg.force) {
         /* Same pid, new image (a script that exec'd the program): keep the first file. */
         char alt[4200];
         for (int i = 1; fd < 0 && errno == EEXIST && i < 100; i++) {
             snprintf(alt, sizeof alt, "%.4096s.%d", path, i);
-            fd = open(alt, base | O_EXCL, 0600);
+            fd = clc_create_file(alt, 0, &st);
             if (fd >= 0) memcpy(path, alt, sizeof path - 1);
         }
     }
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
-        close(fd);
-        fd = -1;
-        errno = EINVAL;
-    }
-    if (fd >= 0 && g_cfg.force && ftruncate(fd, 0) != 0) {
-        close(fd);
-        fd = -1;
-    }
     if (fd < 0) {
+        int e = errno;
         atomic_store(&g_state, 2);
         clc_log(CLC_MSG_ERROR, "cannot write the capture %s: %s", path,
-                errno == EINVAL ? "not a regular file" : strerror(errno));
+                e == EINVAL  ? "not a regular file"
+                : e == EPERM ? "a symbolic link on its path belongs to another user, or lies in "
+                               "a folder others can write"
+                : e == EEXIST && g_cfg.force ? "it exists and is not this user's regular file"
+                                             : strerror(e));
+        clc_announce("capture-failed", path);
         return;
     }
     memcpy(g_path, path, sizeof path);
-    g_dev = st.st_dev;
-    g_ino = st.st_ino;
+    g_file = st;
     g_file_ok = 1;
+    g_owner = getpid();
     const char *cap = clc_setting("CLC_CAPTURE_MAX_BYTES");
     g_max_bytes = cap ? strtoull(cap, NULL, 10) : 0;
     clc_capture_header h;
@@ -374,8 +494,11 @@ static void open_capture(void) {
     h.start_monotonic_ns = clc_now_ns();
     clock_gettime(CLOCK_REALTIME, &rt);
     h.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
-    append(fd, (const char *)&h, sizeof h);
-    close(fd);
+    atomic_store(&g_reserve, exit_reserve());
+    atomic_store(&g_claimed, sizeof h);
+    keep(fd);
+    append(g_fd, (const char *)&h, sizeof h);
+    clc_announce("capture", path);
     atomic_store(&g_state, 1);
     write_preamble();
     check_tsc();
@@ -393,69 +516,113 @@ int clc_capture_enabled(void) {
     int s = atomic_load_explicit(&g_state, memory_order_acquire);
     if (likely(s == 1)) return 1;
     if (s == 2) return 0;
+    /* A record made inside a record (a signal handler's) never waits for the open: the thread
+     * it interrupted may be opening the file. */
+    if (t_buf && atomic_load(&t_buf->depth)) return 0;
     pthread_mutex_lock(&g_open_lock);
     if (atomic_load(&g_state) == 0) open_capture();
     pthread_mutex_unlock(&g_open_lock);
     return atomic_load(&g_state) == 1;
 }
 
-/* Room for n more bytes in b, flushing it here if the flusher has fallen a buffer behind. */
-static int make_room(tbuf *b, size_t head, size_t n) {
-    if (likely(head + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE))
+/* Room for n more bytes in b, flushing it here if the flusher has fallen a buffer behind. A
+ * record begun inside another (a signal handler's) never waits for the file lock. */
+static int make_room(tbuf *b, size_t start, size_t n) {
+    if (likely(start + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE))
         return 1;
-    pthread_mutex_lock(&g_file_lock);
+    if (atomic_load_explicit(&b->depth, memory_order_relaxed) > 1
+            ? pthread_mutex_trylock(&g_file_lock) != 0
+            : pthread_mutex_lock(&g_file_lock) != 0)
+        return 0;
     flush_locked(b);
     pthread_mutex_unlock(&g_file_lock);
-    return head + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE;
+    return start + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE;
 }
 
-/* Reserves one whole record in the calling thread's buffer and returns its body, to be
- * filled in place and published by clc_capture_commit(); NULL when it cannot be had (counted
- * as dropped). A record never wraps around the buffer's end: a PAD record fills the rest. */
-void *clc_capture_begin(uint16_t type, size_t body_size) {
+/* Gives back what fits() took, for a reservation that a signal handler's record overtook. */
+static void unfit(tbuf *b, uint64_t n, int essential, uint64_t also_reserve) {
+    if (!g_max_bytes) return;
+    if (essential) {
+        atomic_fetch_sub(&g_claimed, n);
+        atomic_fetch_sub(&g_reserve, also_reserve);
+    } else {
+        atomic_fetch_add(&b->budget, n);
+    }
+}
+
+/* Publishes what is reserved, when no record is being filled (head only grows: a signal
+ * handler may have published further meanwhile). */
+static void publish(tbuf *b) {
+    size_t end = atomic_load_explicit(&b->reserved, memory_order_relaxed);
+    size_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
+    while (head < end && !atomic_compare_exchange_weak_explicit(
+                             &b->head, &head, end, memory_order_release, memory_order_relaxed)) {
+    }
+}
+
+/* Reserves one whole record in the calling thread's buffer and returns its body, to be filled
+ * in place and published by clc_capture_commit(); NULL when it cannot be had (counted as
+ * dropped, or as capped). A record never wraps around the buffer's end: a PAD record fills the
+ * rest. A signal handler may begin and commit records of its own while the thread it
+ * interrupted is filling one: records nest (the reservation is one compare-and-swap), and what
+ * they hold is published when the outermost is committed. */
+static void *begin_record(uint16_t type, size_t body_size, int essential, uint64_t also_reserve) {
     tbuf *b = thread_buf();
     size_t size = (sizeof(clc_record_header) + body_size + 7) & ~(size_t)7;
-    if (unlikely(atomic_load_explicit(&g_over_cap, memory_order_relaxed)) &&
-        (type == CLC_REC_LAUNCH || type == CLC_REC_TIMING)) {
+    if (!essential && unlikely(atomic_load_explicit(&g_over_cap, memory_order_relaxed))) {
         atomic_fetch_add_explicit(&g_capped_bytes, size, memory_order_relaxed);
-        if (CLC_FIRST_TIME())
-            say("clc: the capture %s reached its size limit (%llu bytes): later launch and "
-                "timing records are dropped and counted; counts stay exact\n",
-                g_path, (unsigned long long)g_max_bytes);
         return NULL;
     }
     if (unlikely(!b || size > BUF_SIZE / 2)) {
         atomic_fetch_add(&g_dropped, 1);
         return NULL;
     }
-    size_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
-    size_t off = head % BUF_SIZE;
-    size_t pad = BUF_SIZE - off < size ? BUF_SIZE - off : 0;
-    if (unlikely(!make_room(b, head, pad + size))) {
-        atomic_fetch_add(&g_dropped, 1);
-        return NULL;
+    atomic_fetch_add_explicit(&b->depth, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    for (;;) {
+        size_t start = atomic_load_explicit(&b->reserved, memory_order_relaxed);
+        size_t off = start % BUF_SIZE;
+        size_t pad = BUF_SIZE - off < size ? BUF_SIZE - off : 0;
+        if (unlikely(!make_room(b, start, pad + size))) {
+            atomic_fetch_add(&g_dropped, 1);
+            break;
+        }
+        if (!fits(b, pad + size, essential, also_reserve)) break;
+        if (unlikely(!atomic_compare_exchange_strong_explicit(
+                &b->reserved, &start, start + pad + size, memory_order_relaxed,
+                memory_order_relaxed))) {
+            unfit(b, pad + size, essential, also_reserve);
+            continue;
+        }
+        if (unlikely(pad)) {
+            clc_record_header p = {.type = CLC_REC_PAD, .size = (uint32_t)pad};
+            memcpy(b->data + off, &p, sizeof p);
+            off = 0;
+        }
+        char *rec = b->data + off;
+        clc_record_header h = {.type = type, .size = (uint32_t)size};
+        memcpy(rec, &h, sizeof h);
+        memset(rec + size - 8, 0, 8); /* the padding after the body */
+        return rec + sizeof h;
     }
-    if (unlikely(pad)) {
-        clc_record_header p = {.type = CLC_REC_PAD, .size = (uint32_t)pad};
-        memcpy(b->data + off, &p, sizeof p);
-        off = 0;
-    }
-    char *rec = b->data + off;
-    clc_record_header h = {.type = type, .size = (uint32_t)size};
-    memcpy(rec, &h, sizeof h);
-    memset(rec + size - 8, 0, 8); /* the padding after the body */
-    b->pending = head + pad + size;
-    return rec + sizeof h;
+    clc_capture_commit(); /* nothing reserved: only the depth to give back */
+    return NULL;
+}
+
+void *clc_capture_begin(uint16_t type, size_t body_size) {
+    return begin_record(type, body_size, type != CLC_REC_LAUNCH && type != CLC_REC_TIMING, 0);
 }
 
 void clc_capture_commit(void) {
-    atomic_store_explicit(&t_buf->head, t_buf->pending, memory_order_release);
+    tbuf *b = t_buf;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (atomic_fetch_sub_explicit(&b->depth, 1, memory_order_release) == 1) publish(b);
 }
 
-void clc_capture_write(uint16_t type, const void *body, size_t body_size, const char *text,
-                       size_t text_len) {
+static void write_record(uint16_t type, int essential, uint64_t also_reserve, const void *body,
+                         size_t body_size, const char *text, size_t text_len) {
     size_t n = body_size + (text ? text_len + 1 : 0);
-    char *p = clc_capture_begin(type, n);
+    char *p = begin_record(type, n, essential, also_reserve);
     if (!p) return;
     if (body_size) memcpy(p, body, body_size);
     if (text) {
@@ -465,21 +632,28 @@ void clc_capture_write(uint16_t type, const void *body, size_t body_size, const 
     clc_capture_commit();
 }
 
-static void write_kernel_record(clc_entry *e, void *name) {
+void clc_capture_write(uint16_t type, const void *body, size_t body_size, const char *text,
+                       size_t text_len) {
+    write_record(type, type != CLC_REC_LAUNCH && type != CLC_REC_TIMING, 0, body, body_size, text,
+                 text_len);
+}
+
+/* A kernel's record, with room set aside for its exit counts. */
+static void write_kernel_record(const clc_entry *e, const char *name) {
     clc_rec_kernel k = {.kernel_id = e->kernel_id,
                         .device = e->device,
                         .handle = e->handle,
                         .ctx = e->ctx,
                         .t_ns = clc_now_ns()};
     const char *n = name ? name : "<unnamed>";
-    clc_capture_write(CLC_REC_KERNEL, &k, sizeof k, n, strlen(n));
+    write_record(CLC_REC_KERNEL, 1, STATS_RECORD, &k, sizeof k, n, strlen(n));
 }
 
 /* A warning or error of the log (clc_log_set_sink), or any message of the engine. */
 void clc_capture_message(int level, const char *text, size_t len) {
     if (clc_capture_enabled()) {
         clc_rec_message body = {.level = (uint32_t)level, .t_ns = clc_now_ns()};
-        clc_capture_write(CLC_REC_MESSAGE, &body, sizeof body, text, len);
+        write_record(CLC_REC_MESSAGE, level > CLC_MSG_INFO, 0, &body, sizeof body, text, len);
     }
 }
 
@@ -492,12 +666,12 @@ CLC_EXPORT void clc_shim_message(int level, const char *text) {
 }
 
 void clc_capture_kernel(const clc_entry *e, const char *name) {
-    if (clc_capture_enabled()) write_kernel_record((clc_entry *)e, (void *)name);
+    if (clc_capture_enabled()) write_kernel_record(e, name);
 }
 
 static void rewrite_known_kernel(clc_entry *e, void *arg) {
     (void)arg;
-    write_kernel_record(e, (void *)clc_kernel_name(e->handle));
+    write_kernel_record(e, clc_kernel_name(e->handle));
 }
 
 /* The process, the policy it ran under, and (in a forked child) the kernels it inherited. */
@@ -521,8 +695,42 @@ static void write_preamble(void) {
     clc_cache_each(rewrite_known_kernel, NULL);
 }
 
-static void write_stats(const clc_kernel_counts *c, void *arg) {
-    (void)arg;
+/* ---- counts and the end: written to the file directly, not through a thread's buffer -------
+ * A fatal signal's handler writes them too: no allocation, and locks waited for a bounded time.
+ */
+
+typedef struct {
+    int fd;
+    size_t used;
+    int ordinary; /* a snapshot: it may not use the room kept for the exit records */
+    char buf[8192];
+} out_buf;
+
+/* Writes what o holds, when the cap has room: a snapshot outside the room kept for the exit
+ * records, the exit counts inside it but for the END record's own room. */
+static void out_flush(out_buf *o) {
+    if (!o->used) return;
+    if (g_max_bytes &&
+        !claim(o->used, o->ordinary ? atomic_load(&g_reserve) : (uint64_t)END_RECORD)) {
+        atomic_fetch_add(&g_capped_bytes, o->used);
+        if (!o->ordinary) atomic_store(&g_truncated, 1);
+    } else if (o->fd >= 0) {
+        append(o->fd, o->buf, o->used);
+    }
+    o->used = 0;
+}
+
+static void out_record(out_buf *o, uint16_t type, const void *body, size_t size) {
+    size_t total = (sizeof(clc_record_header) + size + 7) & ~(size_t)7;
+    if (o->used + total > sizeof o->buf) out_flush(o);
+    clc_record_header h = {.type = type, .size = (uint32_t)total};
+    memcpy(o->buf + o->used, &h, sizeof h);
+    memcpy(o->buf + o->used + sizeof h, body, size);
+    memset(o->buf + o->used + sizeof h + size, 0, total - sizeof h - size);
+    o->used += total;
+}
+
+static void out_stats(const clc_kernel_counts *c, void *arg) {
     clc_rec_kernel_stats s = {
         .kernel_id = c->kernel_id,
         .confined_sms = c->confined_sms,
@@ -534,45 +742,85 @@ static void write_stats(const clc_kernel_counts *c, void *arg) {
         .gpu_ns = c->gpu_ns,
         .failed = c->failed,
     };
-    clc_capture_write(CLC_REC_KERNEL_STATS, &s, sizeof s, NULL, 0);
+    out_record(arg, CLC_REC_KERNEL_STATS, &s, sizeof s);
 }
 
-static void write_rule_stats(int32_t rule, uint64_t denied, void *arg) {
-    (void)arg;
+static void out_rule_stats(int32_t rule, uint64_t denied, void *arg) {
     clc_rec_rule_stats s = {.rule = rule, .denied = denied};
-    clc_capture_write(CLC_REC_RULE_STATS, &s, sizeof s, NULL, 0);
+    out_record(arg, CLC_REC_RULE_STATS, &s, sizeof s);
 }
 
-void clc_capture_finish(void) {
-    if (atomic_load(&g_state) != 1) return;
-    clc_cache_counts(write_stats, NULL);
-    clc_rule_stats(write_rule_stats, NULL);
-    flush_all();
-    pthread_mutex_lock(&g_file_lock);
+static void sum_rule_stats(int32_t rule, uint64_t denied, void *arg) {
+    *(uint64_t *)arg += denied + (uint64_t)(uint32_t)rule;
+}
+
+/* The counts that changed since the last snapshot (the flusher, with g_file_lock held). */
+static void snapshot(void) {
+    static uint64_t rules_sum;
+    uint64_t sum = 0;
+    out_buf o = {.fd = g_file_ok ? open_for_append() : -1, .ordinary = 1};
+    if (o.fd < 0) return;
+    clc_cache_counts(out_stats, &o, 1, 0);
+    clc_rule_stats(sum_rule_stats, &sum);
+    if (sum != rules_sum) {
+        rules_sum = sum;
+        clc_rule_stats(out_rule_stats, &o);
+    }
+    out_flush(&o);
+}
+
+void clc_capture_undecided(void) {
+    atomic_fetch_add_explicit(&g_undecided, 1, memory_order_relaxed);
+}
+
+void clc_capture_finish(uint32_t how, int32_t status, int in_signal) {
+    if (atomic_load(&g_state) != 1 || g_owner != getpid()) return;
+    int locked = lock_file(in_signal);
+    if (locked) flush_locked(NULL);
+    out_buf o = {.fd = g_file_ok ? open_for_append() : -1};
+    clc_cache_counts(out_stats, &o, 0, in_signal ? 200 : 0);
+    clc_rule_stats(out_rule_stats, &o);
+    out_flush(&o);
+    /* The END record's own room is the last of the cap: a later END (launches after this one)
+     * may find none left, and leave the capture incomplete rather than over its cap. */
     clc_rec_end end = {.t_ns = clc_now_ns(),
                        .dropped = atomic_load(&g_dropped),
                        .write_lost_bytes = g_lost_bytes,
                        .capped_bytes = atomic_load(&g_capped_bytes),
-                       .write_errno = g_write_errno};
-    pthread_mutex_unlock(&g_file_lock);
-    clc_capture_write(CLC_REC_END, &end, sizeof end, NULL, 0);
-    atomic_store(&g_state, 2);
-    flush_all();
+                       .write_errno = g_write_errno,
+                       .how = how,
+                       .status = status,
+                       .flags = (clc_cache_table_full() ? CLC_END_TABLE_FULL : 0) |
+                                (atomic_load(&g_truncated) ? CLC_END_TRUNCATED : 0),
+                       .undecided = atomic_load(&g_undecided)};
+    out_record(&o, CLC_REC_END, &end, sizeof end);
+    if (!g_max_bytes || claim(o.used, 0)) {
+        if (o.fd >= 0) append(o.fd, o.buf, o.used);
+    } else {
+        atomic_fetch_add(&g_capped_bytes, o.used);
+    }
+    if (locked) pthread_mutex_unlock(&g_file_lock);
 }
 
 /* The parent's file and buffers are not the child's: it opens its own capture on first use. */
 void clc_capture_after_fork_child(void) {
+    if (is_capture(g_fd)) close(g_fd);
+    g_fd = -1;
     pthread_mutex_init(&g_file_lock, NULL);
     pthread_mutex_init(&g_open_lock, NULL);
     g_file_ok = 0;
     g_written = g_lost_bytes = 0;
+    atomic_store(&g_claimed, 0);
+    atomic_store(&g_reserve, 0);
     atomic_store(&g_over_cap, 0);
+    atomic_store(&g_truncated, 0);
     atomic_store(&g_capped_bytes, 0);
     g_write_errno = 0;
     atomic_store(&g_bufs, NULL);
     t_buf = NULL;
     t_tid = 0;
     atomic_store(&g_dropped, 0);
+    atomic_store(&g_undecided, 0);
     atomic_store(&g_state, 0);
     atomic_store(&g_cal, NULL); /* the flusher that calibrated it is the parent's */
     g_cal_first_tsc = 0;

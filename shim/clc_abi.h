@@ -256,7 +256,8 @@ typedef struct clc_kernel_counts {
  * (and wrapped) anew. */
 #define CLC_CTX_DESTROYED 0x8000000000000000
 /* The kernel id of launches decided without a cache entry (the decision table is full of live
- * kernels): the engine is asked at each of their launches. */
+ * kernels, or the kernel's module is being unloaded): decided at each of their launches, and
+ * counted together as one kernel of this id, whose KERNEL record names no kernel. */
 #define CLC_KERNEL_UNCACHED 0xffffffff
 
 #define CLC_IMAGE_UNKNOWN 0
@@ -283,7 +284,7 @@ typedef struct clc_module_event {
 /* ---- the capture file --------------------------------------------------------------------- */
 
 #define CLC_CAPTURE_MAGIC "CLCCAPT1" /* 8 bytes, no terminator in the file */
-#define CLC_CAPTURE_VERSION 1
+#define CLC_CAPTURE_VERSION 2
 
 typedef struct clc_capture_header {
     char magic[8];
@@ -311,10 +312,12 @@ typedef struct clc_record_header {
 #define CLC_REC_LAUNCH 4       /* body: clc_rec_launch */
 #define CLC_REC_TIMING 5       /* body: clc_rec_timing */
 #define CLC_REC_MODULE 6       /* body: clc_rec_module, then the path (file loads) or "" */
-#define CLC_REC_KERNEL_STATS 7 /* body: clc_rec_kernel_stats; written at exit */
+#define CLC_REC_KERNEL_STATS 7 /* body: clc_rec_kernel_stats; the counts so far: written every
+                                  second for the kernels whose counts changed, and at exit; a
+                                  kernel's last one holds */
 #define CLC_REC_MESSAGE 8      /* body: clc_rec_message, then the text */
 #define CLC_REC_END 9          /* body: clc_rec_end; the last record of a complete capture */
-#define CLC_REC_RULE_STATS 10  /* body: clc_rec_rule_stats; written at exit, one per rule that
+#define CLC_REC_RULE_STATS 10  /* body: clc_rec_rule_stats; as KERNEL_STATS, one per rule that
                                   denied launches */
 
 typedef struct clc_rec_process {
@@ -387,14 +390,31 @@ typedef struct clc_rec_message {
     uint64_t t_ns;
 } clc_rec_message; /* 16 bytes */
 
+/* The last record of a complete capture. A process may write several: each one closes what
+ * came before it (launches made later, in an exit handler or a destructor, are followed by
+ * another), and the last one's counts, with the last KERNEL_STATS and RULE_STATS of each
+ * kernel and rule, are the process's. */
 typedef struct clc_rec_end {
     uint64_t t_ns;
     uint64_t dropped;          /* records lost because a buffer was full */
     uint64_t write_lost_bytes; /* bytes the file refused (write errors: ENOSPC, EIO, ...) */
     uint64_t capped_bytes;     /* bytes not written because the capture reached its size cap */
     int32_t write_errno;       /* the first write error, 0 when none */
-    uint32_t reserved;
-} clc_rec_end; /* 40 bytes */
+    uint32_t how;              /* CLC_END_*: how the process was leaving */
+    int32_t status;            /* _exit's status, or the signal's number; 0 for exit() */
+    uint32_t flags;            /* CLC_END_TABLE_FULL, CLC_END_TRUNCATED */
+    uint64_t undecided;        /* launches no kernel entry could hold (the driver could not be
+                                  placed): on_error decided them, without a LAUNCH record */
+} clc_rec_end; /* 56 bytes */
+
+#define CLC_END_EXIT 0   /* exit() or main's return: exit handlers and destructors ran */
+#define CLC_END_QUICK 1  /* _exit, _Exit or exit_group: no exit handler ran */
+#define CLC_END_SIGNAL 2 /* a fatal signal (status: its number), then its own action */
+/* clc_rec_end.flags */
+#define CLC_END_TABLE_FULL 1 /* the decision table filled: later kernels were decided at each
+                                launch (their counts are the CLC_KERNEL_UNCACHED kernel's) */
+#define CLC_END_TRUNCATED 2  /* records every capture keeps (kernels, loads, messages) were
+                                dropped at the size cap */
 
 /* How many launches each rule denied (all of them, recorded or not), per process. `rule` is
  * the decider's index as in clc_outcome.rule (CLC_RULE_DEFAULT, CLC_RULE_ON_ERROR included). */

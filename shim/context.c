@@ -53,13 +53,32 @@ static int primary_gone(CUdevice dev) {
            g_drv.primary_get_state(dev, &flags, &active) == CUDA_SUCCESS && !active;
 }
 
+/* While a context is torn down no decision is published (clc_cache_unload_begin): the driver may
+ * give its address to another thread's new context at once. A context that will surely die
+ * (cuCtxDestroy, a reset) has its decisions forgotten before, as an unloaded module's. 1 when
+ * the teardown must be ended. */
+static int teardown_begin(CUcontext dying) {
+    if (t_in_clc || !clc_driver_ready()) return 0;
+    t_in_clc = 1;
+    clc_cache_unload_begin();
+    if (dying) clc_cache_forget_context((uint64_t)(uintptr_t)dying, clc_bridge_module);
+    t_in_clc = 0;
+    return 1;
+}
+
+static void teardown_end(int begun) {
+    if (begun) clc_cache_unload_end();
+}
+
 /* Each teardown entry point in both ABIs (the same parameters). */
 #define CLC_CTX_DESTROY_HOOK(name)                                                               \
     CLC_EXPORT CUresult name(CUcontext ctx) {                                                    \
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
+        int begun = teardown_begin(ctx);                                                         \
         CUresult r = real(ctx);                                                                  \
         if (r == CUDA_SUCCESS) after_teardown(ctx);                                              \
+        teardown_end(begun);                                                                     \
         return r;                                                                                \
     }
 CLC_CTX_DESTROY_HOOK(cuCtxDestroy)
@@ -73,9 +92,11 @@ CLC_CTX_DESTROY_HOOK(cuCtxDestroy_v2)
         CUcontext program = NULL;                                                                \
         int torn = !t_in_clc && clc_green_release(dev, &program);                                \
         CUcontext ctx = torn ? active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real) : NULL; \
+        int begun = teardown_begin(NULL);                                                        \
         CUresult r = real(dev);                                                                  \
         if (program) after_teardown(program);                                                    \
         if (r == CUDA_SUCCESS && ctx && primary_gone(dev)) after_teardown(ctx);                  \
+        teardown_end(begun);                                                                     \
         return r;                                                                                \
     }
 CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease)
@@ -91,9 +112,11 @@ CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
         pfn_cuDevicePrimaryCtxRelease_v2 release =                                               \
             (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SYM_cuDevicePrimaryCtxRelease_v2);   \
         CUcontext ctx = active_primary(dev, release);                                            \
+        int begun = teardown_begin(ctx);                                                         \
         CUresult r = real(dev);                                                                  \
         if (program) after_teardown(program);                                                    \
         if (r == CUDA_SUCCESS && ctx) after_teardown(ctx);                                       \
+        teardown_end(begun);                                                                     \
         return r;                                                                                \
     }
 CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset)
@@ -107,12 +130,13 @@ CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset_v2)
 CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     CLC_REAL_OR_FAIL(cuDevicePrimaryCtxRetain)
     CUresult r = real(pctx, dev);
+    clc_start();
     static int program_wide = -1;
     if (program_wide < 0) {
         const char *v = clc_setting("CLC_POLICY_PROGRAM");
         program_wide = v && strcmp(v, "1") == 0;
     }
-    if (r != CUDA_SUCCESS || !pctx || !program_wide || t_in_clc || !clc_driver_ready()) return r;
+    if (r != CUDA_SUCCESS || !pctx || !program_wide || t_in_clc || !clc_hook_ready()) return r;
     uint64_t word;
     t_in_clc = 1;
     if (clc_program_scope(dev, &word)) {

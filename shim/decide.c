@@ -241,6 +241,8 @@ static int launched_as_is(clc_decision *d, uint64_t program_word) {
  * capture gets the new kernel's record). */
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
                             clc_outcome *answer) {
+    clc_identity_follow();
+    uint64_t epoch = clc_cache_epoch(); /* before the kernel is named: see clc_cache_insert */
     const char *name = clc_kernel_name(handle);
     int device = ctx_device(ctx);
     uint64_t owner = kernel_owner(handle);
@@ -269,6 +271,7 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     clc_new_kernel k = {.handle = handle,
                         .ctx = ctx,
                         .owner = owner,
+                        .epoch = epoch,
                         .kernel_id = id_only.kernel_id,
                         .device = device,
                         .layout = layout,
@@ -279,6 +282,15 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     if (e && program_sms)
         atomic_store_explicit(&e->confined_sms, program_sms, memory_order_relaxed);
     return e;
+}
+
+/* A process that changed its user or groups (setuid, setgroups, ...) is decided anew: the rules
+ * that match who it is may answer otherwise now. Its decisions are forgotten, and the next
+ * question to clc-run goes over a new connection, whose peer credentials are the new ones. */
+void clc_identity_follow(void) {
+    if (!clc_identity_changed()) return;
+    unsigned n = clc_cache_forget_all(clc_bridge_module);
+    clc_debug("the process changed its user or groups: %u decisions forgotten", n);
 }
 
 /* Whether this process is confined program-wide on `device` (a rule with scope: program), with

@@ -238,6 +238,31 @@ int clc_decider_decide(const char *name, int device, clc_decision *out, int *sub
     return head.status <= CLC_DECIDE_FAILED ? (int)head.status : CLC_DECIDE_FAILED;
 }
 
+/* The process's credentials, as a fingerprint: its three user ids, three group ids and its
+ * supplementary groups. */
+static uint64_t credentials(void) {
+    uid_t r, e, s;
+    gid_t rg, eg, sg, groups[256];
+    uint64_t h = 0xcbf29ce484222325ull;
+    int n = getgroups(256, groups);
+    if (getresuid(&r, &e, &s) != 0 || getresgid(&rg, &eg, &sg) != 0) return 0;
+    uint64_t ids[6] = {r, e, s, rg, eg, sg};
+    for (int i = 0; i < 6; i++) h = (h ^ ids[i]) * 0x100000001b3ull;
+    for (int i = 0; i < n; i++) h = (h ^ groups[i]) * 0x100000001b3ull;
+    return h ^ (uint64_t)(n < 0 ? 0xffff : n);
+}
+
+static _Atomic uint64_t g_credentials;
+
+int clc_identity_changed(void) {
+    uint64_t now = credentials(), was = atomic_exchange(&g_credentials, now);
+    if (!was || was == now) return 0;
+    pthread_mutex_lock(&g_lock);
+    drop();
+    pthread_mutex_unlock(&g_lock);
+    return 1;
+}
+
 /* Another thread may have held the lock at the fork; the connection is the parent's. */
 void clc_decider_after_fork_child(void) {
     pthread_mutex_init(&g_lock, NULL);

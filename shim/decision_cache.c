@@ -14,6 +14,12 @@
  * later insert reuses, its counts archived for the exit statistics). The table never stops
  * deciding: when tombstones fill it, the live entries move to a new table; when live kernels
  * fill it, new kernels are decided at each launch instead of cached.
+ *
+ * An unload and a load can race: the driver may give the unloaded kernel's handle to another
+ * thread's new kernel before the unload's entries are forgotten. So entries are forgotten
+ * before the driver unloads, and no entry is published while an unload is under way, nor by a
+ * first sight that began before an unload began or ended (its name may be the old kernel's):
+ * such launches are decided for themselves, as when the table is full.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -21,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "shim.h"
 
@@ -129,21 +136,30 @@ static clc_entry *table(void) {
 static uint32_t g_tombstones;
 static clc_kernel_counts *g_archive;
 static size_t g_archived, g_archive_cap;
+static size_t g_archive_snapped; /* archived counts before this index are in a snapshot */
+
+static void add_counts_of(const clc_entry *e, clc_kernel_counts *c) {
+    c->launches += atomic_load(&e->launches);
+    c->denied += atomic_load(&e->denied);
+    c->failed += atomic_load(&e->failed);
+    c->recorded += atomic_load(&e->recorded);
+    c->timed += atomic_load(&e->timed);
+    c->graph_nodes += atomic_load(&e->graph_nodes);
+    c->gpu_ns += atomic_load(&e->gpu_ns);
+    uint32_t sms = atomic_load(&e->confined_sms);
+    if (sms > c->confined_sms) c->confined_sms = sms;
+}
 
 static void entry_counts(const clc_entry *e, clc_kernel_counts *c) {
     *c = (clc_kernel_counts){
         .kernel_id = e->kernel_id, .device = e->device, .handle = e->handle, .ctx = e->ctx};
-    for (; e; e = e->prev) {
-        c->launches += atomic_load(&e->launches);
-        c->denied += atomic_load(&e->denied);
-        c->failed += atomic_load(&e->failed);
-        c->recorded += atomic_load(&e->recorded);
-        c->timed += atomic_load(&e->timed);
-        c->graph_nodes += atomic_load(&e->graph_nodes);
-        c->gpu_ns += atomic_load(&e->gpu_ns);
-        uint32_t sms = atomic_load(&e->confined_sms);
-        if (sms > c->confined_sms) c->confined_sms = sms;
-    }
+    for (; e; e = e->prev) add_counts_of(e, c);
+}
+
+/* What tells one snapshot's counts from the next: every count only grows. */
+static uint64_t counts_sum(const clc_kernel_counts *c) {
+    return c->launches + c->denied + c->failed + c->recorded + c->timed + c->graph_nodes +
+           c->gpu_ns + c->confined_sms;
 }
 
 /* A forgotten entry whose counts found no room in the archive: said once (its counts are then
@@ -248,6 +264,10 @@ unsigned clc_cache_forget_context(uint64_t ctx, clc_forget_fn tell) {
     return ctx ? forget_where(in_context, &ctx, tell) : 0;
 }
 
+static int any_entry(const clc_entry *e, const void *arg) { return e && !arg; }
+
+unsigned clc_cache_forget_all(clc_forget_fn tell) { return forget_where(any_entry, NULL, tell); }
+
 unsigned clc_cache_library_modules(uint64_t lib, uint64_t *out, unsigned max) {
     clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     if (!t || !g_drv.library_get_module || !g_drv.ctx_get_current || !g_drv.ctx_set_current)
@@ -325,50 +345,100 @@ static clc_entry *free_bucket(uint64_t handle, uint64_t ctx, int *reused) {
     return &t[i];
 }
 
-/* A launch decided without a cache entry (the table is full of live kernels): the thread's
- * own, remade at each such launch, whose counts are not kept. */
-static CLC_TLS clc_entry t_uncached;
-static CLC_TLS clc_clause t_uncached_clauses[CLC_MAX_CLAUSES];
+/* ---- launches decided without a cache entry -------------------------------------------------
+ * When the table is full of live kernels, or an unload is under way, a first sight is decided
+ * for its own launch alone, in an entry of the launching thread's, remade at each such launch.
+ * Those entries live as long as the process (a list the counts walk reads) and keep counting
+ * across launches: together they are the one kernel CLC_KERNEL_UNCACHED of the counts. */
+typedef struct loose_entry {
+    clc_entry e;
+    clc_clause clauses[CLC_MAX_CLAUSES];
+    struct loose_entry *next;
+} loose_entry;
 
-static clc_entry *uncached(uint64_t handle, uint64_t ctx, int device, const clc_decision *d,
-                           const clc_param_info *layout, uint32_t n_params, uint32_t end) {
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "the decision table is full (%u live kernels): launches of kernels new from "
-                "here on are decided by the engine at each launch (slower), not cached",
-                g_count);
-    clc_entry *e = &t_uncached;
+static loose_entry *_Atomic g_loose;
+static CLC_TLS loose_entry *t_loose;
+static _Atomic int g_table_full;   /* said, and flagged in the capture's END record */
+static int g_loose_published;     /* its KERNEL record written (under g_insert_lock) */
+static uint64_t g_loose_snapped;  /* its counts' sum at the last snapshot */
+
+int clc_cache_table_full(void) { return atomic_load_explicit(&g_table_full, memory_order_relaxed); }
+
+/* The pseudo-entry that names the CLC_KERNEL_UNCACHED kernel in the capture. */
+static const clc_entry g_loose_name = {.kernel_id = CLC_KERNEL_UNCACHED, .device = -1};
+#define LOOSE_NAME "<kernels decided without the decision table>"
+
+/* Called with g_insert_lock held. NULL when no memory: the caller then has no entry. */
+static clc_entry *loose(uint64_t handle, uint64_t ctx, int device, const clc_decision *d,
+                        const clc_param_info *layout, uint32_t n_params, uint32_t end,
+                        void (*published)(const clc_entry *, const char *)) {
+    loose_entry *x = t_loose;
+    if (!x) {
+        if (!(x = aligned_alloc(64, sizeof *x))) return NULL;
+        memset(x, 0, sizeof *x);
+        x->e.kernel_id = CLC_KERNEL_UNCACHED;
+        x->next = atomic_load(&g_loose);
+        atomic_store(&g_loose, x);
+        t_loose = x;
+    }
+    if (!g_loose_published) {
+        g_loose_published = 1;
+        published(&g_loose_name, LOOSE_NAME);
+    }
+    clc_entry *e = &x->e;
     free((void *)e->layout);
-    memset(e, 0, sizeof *e);
     e->handle = handle;
     e->ctx = ctx;
-    e->kernel_id = CLC_KERNEL_UNCACHED;
     e->device = device;
     e->fallback = d->fallback;
     e->mode = (uint16_t)d->mode;
+    e->n_clauses = 0;
+    e->clauses = NULL;
     e->layout = layout;
     e->n_params = n_params;
     e->args_end = end;
+    atomic_store_explicit(&e->shapes, NULL, memory_order_relaxed);
     if (d->n_clauses && d->mode == CLC_MODE_CACHED) {
-        memcpy(t_uncached_clauses, d->clauses, sizeof(clc_clause) * d->n_clauses);
-        e->clauses = t_uncached_clauses;
+        memcpy(x->clauses, d->clauses, sizeof(clc_clause) * d->n_clauses);
+        e->clauses = x->clauses;
         e->n_clauses = (uint16_t)d->n_clauses;
     }
     atomic_store(&e->ready, 1);
     return e;
 }
 
-/* A first sight's kernel published (decide.c): its entry, or the thread's own when the table is
- * full of live kernels. */
+/* ---- unloads under way ------------------------------------------------------------------------
+ */
+static _Atomic uint32_t g_unloads;     /* unloads and context teardowns between begin and end */
+static _Atomic uint64_t g_unload_epoch; /* one more at each begin and each end */
+
+uint64_t clc_cache_epoch(void) {
+    return atomic_load_explicit(&g_unload_epoch, memory_order_acquire);
+}
+
+void clc_cache_unload_begin(void) {
+    atomic_fetch_add(&g_unloads, 1);
+    atomic_fetch_add(&g_unload_epoch, 1);
+}
+
+void clc_cache_unload_end(void) {
+    atomic_fetch_add(&g_unload_epoch, 1);
+    atomic_fetch_sub(&g_unloads, 1);
+}
+
+/* A first sight's kernel published (decide.c): its entry; the thread's own when the table is
+ * full of live kernels, or when an unload began or ended since the first sight named the kernel
+ * (k->epoch); NULL only when there is no memory for either. */
 clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
                             const clc_launch_info *l,
                             void (*published)(const clc_entry *, const char *)) {
     uint64_t handle = k->handle, ctx = k->ctx;
     clc_param_info *layout = k->layout;
     pthread_mutex_lock(&g_insert_lock);
-    clc_entry *e = clc_cache_find(handle, ctx);
+    int settled = atomic_load(&g_unloads) == 0 && atomic_load(&g_unload_epoch) == k->epoch;
+    clc_entry *e = settled ? clc_cache_find(handle, ctx) : NULL;
     int reused = 0;
-    clc_entry *bucket = e ? NULL : free_bucket(handle, ctx, &reused);
+    clc_entry *bucket = e || !settled ? NULL : free_bucket(handle, ctx, &reused);
     if (bucket) {
         e = bucket;
         if (reused)
@@ -386,6 +456,7 @@ clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
         e->owner = k->owner;
         e->prev = NULL;
         e->clauses = NULL;
+        e->snapshot_sum = 0;
         atomic_store_explicit(&e->shapes, NULL, memory_order_relaxed);
         atomic_store(&e->launches, 0);
         atomic_store(&e->denied, 0);
@@ -410,13 +481,18 @@ clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
         atomic_store_explicit(&e->ready, 1, memory_order_release);
         published(e, k->name ? k->name : "<unnamed>");
     } else if (!e) {
-        e = uncached(handle, ctx, k->device, d, layout, k->n_params, k->end);
-        layout = NULL;
+        if (settled && !atomic_exchange(&g_table_full, 1))
+            clc_log(CLC_MSG_WARNING,
+                    "the decision table is full (%u live kernels): launches of kernels new from "
+                    "here on are decided at each launch (slower), not cached",
+                    g_count);
+        e = loose(handle, ctx, k->device, d, layout, k->n_params, k->end, published);
+        if (e) layout = NULL;
     }
     pthread_mutex_unlock(&g_insert_lock);
     free(layout); /* another thread's entry won */
     /* The engine answered for this launch: in mode PER_SHAPE that is this shape's answer. */
-    if (e->mode == CLC_MODE_PER_SHAPE && e->kernel_id != CLC_KERNEL_UNCACHED)
+    if (e && e->mode == CLC_MODE_PER_SHAPE && e->kernel_id != CLC_KERNEL_UNCACHED)
         clc_add_shape(e, l, &d->fallback);
     return e;
 }
@@ -430,9 +506,24 @@ void clc_cache_each(clc_entry_fn fn, void *arg) {
             fn(&t[i], arg);
 }
 
-void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg) {
-    pthread_mutex_lock(&g_insert_lock);
-    for (size_t i = 0; i < g_archived; i++) fn(&g_archive[i], arg);
+/* Waits for g_insert_lock, at most try_ms when try_ms > 0; 1 when it is held. */
+static int lock_table(int try_ms) {
+    if (try_ms <= 0) return pthread_mutex_lock(&g_insert_lock) == 0;
+    for (int waited = 0; waited < try_ms * 10; waited++) {
+        if (pthread_mutex_trylock(&g_insert_lock) == 0) return 1;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg, int changed_only,
+                      int try_ms) {
+    int locked = lock_table(try_ms);
+    /* Without the lock the archive may be moving (realloc): only the live entries are read. */
+    for (size_t i = locked && changed_only ? g_archive_snapped : 0; locked && i < g_archived; i++)
+        fn(&g_archive[i], arg);
+    if (locked && changed_only) g_archive_snapped = g_archived;
     clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     for (uint32_t i = 0; t && i < CLC_CACHE_SIZE; i++) {
         clc_entry *e = &t[i];
@@ -440,13 +531,25 @@ void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg) 
             continue;
         clc_kernel_counts c;
         entry_counts(e, &c);
+        uint64_t sum = counts_sum(&c);
+        if (changed_only && sum == e->snapshot_sum) continue;
+        if (changed_only) e->snapshot_sum = sum;
         fn(&c, arg);
     }
-    pthread_mutex_unlock(&g_insert_lock);
+    loose_entry *x = atomic_load(&g_loose);
+    if (x) {
+        clc_kernel_counts c = {.kernel_id = CLC_KERNEL_UNCACHED, .device = -1};
+        for (; x; x = x->next) add_counts_of(&x->e, &c);
+        uint64_t sum = counts_sum(&c);
+        if (!changed_only || sum != g_loose_snapped) fn(&c, arg);
+        if (changed_only) g_loose_snapped = sum;
+    }
+    if (locked) pthread_mutex_unlock(&g_insert_lock);
 }
 
 static void reset_counts(clc_entry *e, void *arg) {
     (void)arg;
+    e->snapshot_sum = 0;
     for (; e; e = e->prev) {
         atomic_store(&e->launches, 0);
         atomic_store(&e->denied, 0);
@@ -462,7 +565,11 @@ static void reset_counts(clc_entry *e, void *arg) {
 void clc_cache_after_fork_child(void) {
     pthread_mutex_init(&g_insert_lock, NULL);
     clc_cache_each(reset_counts, NULL);
-    g_archived = 0;
+    for (loose_entry *x = atomic_load(&g_loose); x; x = x->next) reset_counts(&x->e, NULL);
+    g_archived = g_archive_snapped = 0;
+    g_loose_published = 0;
+    g_loose_snapped = 0;
+    atomic_store(&g_table_full, 0);
 }
 
 /* ---- denied launches per rule ---------------------------------------------------------------- */
@@ -497,6 +604,6 @@ static void add_counts(const clc_kernel_counts *c, void *arg) {
 /* Fills up to `max` rows; returns how many were written. */
 CLC_EXPORT int clc_shim_kernel_counts(clc_kernel_counts *out, int max) {
     counts_walk w = {out, max, 0};
-    clc_cache_counts(add_counts, &w);
+    clc_cache_counts(add_counts, &w, 0, 0);
     return w.n;
 }

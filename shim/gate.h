@@ -18,6 +18,8 @@ typedef struct {
     uint64_t t_ns, seq;
     clc_timing *timing;
     int record; /* write a LAUNCH record: the outcome asks, or one of a kernel's first denies */
+    int reentrant; /* made while this thread was inside clc (a signal handler's): no locks */
+    int refused; /* refused by its rule's on_unwrappable: counted and recorded as denied */
     clc_outcome scratch; /* the engine's answer for this launch (modes other than cached) */
 } gate;
 
@@ -38,8 +40,21 @@ const clc_outcome *clc_shaped_outcome(gate *g, clc_entry *e, uint32_t entry_poin
                                       void **extra);
 int clc_gate_setup(gate *g, const clc_outcome *o, uint32_t entry_point, unsigned gx, unsigned gy,
                    unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                   CUstream stream);
+                   CUstream stream, int reentrant);
 CUresult clc_gate_exit(gate *g, CUresult result);
+/* A launch its rule's on_unwrappable refuses (it cannot be confined): counted and recorded as
+ * denied by the rule; returns CUDA_ERROR_NOT_PERMITTED. */
+CUresult clc_gate_refuse(gate *g);
+/* The gate of a launch made while the thread is inside clc: a signal handler that interrupted
+ * clc's own work, or a Python hook's own launch. It is decided all the same, from the decision
+ * cache alone (a first sight would wait for locks the interrupted code may hold): a kernel not
+ * decided yet gets on_error, a confine the rule's on_unwrappable, said once. */
+int clc_gate_reentrant(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point, unsigned gx,
+                       unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned shmem, CUstream stream, void **params, void **extra);
+/* No driver could be placed: the launch gets on_error, counted in the capture's END record. */
+int clc_gate_unplaced(gate *g, uint32_t entry_point, unsigned gx, unsigned gy, unsigned gz,
+                      unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream);
 /* Graph slots used up (CLC_GRAPH_SLOTS in one context): said once, for launches captured into
  * graphs and kernel nodes alike. */
 void clc_graph_slots_used_up(void);
@@ -54,7 +69,8 @@ static inline __attribute__((always_inline)) int gate_enter(gate *g, CUfunction 
                                                             unsigned shmem, CUstream stream,
                                                             void **params, void **extra) {
     g->entry = NULL;
-    if (unlikely(!clc_driver_ready())) return 0;
+    if (unlikely(!clc_hook_ready()))
+        return clc_gate_unplaced(g, entry_point, gx, gy, gz, bx, by, bz, shmem, stream);
     if (!ctx) ctx = current_ctx();
     clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
     int first = 0;
@@ -83,7 +99,7 @@ static inline __attribute__((always_inline)) int gate_enter(gate *g, CUfunction 
     }
     g->entry = e;
     if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0)) return 0;
-    return clc_gate_setup(g, o, entry_point, gx, gy, gz, bx, by, bz, shmem, stream);
+    return clc_gate_setup(g, o, entry_point, gx, gy, gz, bx, by, bz, shmem, stream, 0);
 }
 
 /* A launch the driver refused: counted apart, so that `launches - denied - failed` is what

@@ -12,10 +12,14 @@
 static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uint32_t entry_point,
                            const CUDA_KERNEL_NODE_PARAMS_v1 *p, int wraps, int confines) {
     *gated = 0;
-    if (t_in_clc || !p || !f) return CUDA_SUCCESS;
-    *gated =
-        gate_enter(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX,
-                   p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL, p->kernelParams, p->extra);
+    if (!p || !f) return CUDA_SUCCESS;
+    *gated = unlikely(t_in_clc)
+                 ? clc_gate_reentrant(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ,
+                                      p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes,
+                                      NULL, p->kernelParams, p->extra)
+                 : gate_enter(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ,
+                              p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL,
+                              p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return clc_gate_exit(g, g->outcome->error);
     /* A graph kernel node of a confined kernel made without the v2 parameters (no `ctx` to put
      * it in the green context) is not confined: it gets what a launch that cannot be confined
@@ -26,7 +30,7 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
     if (*gated && g->outcome->action == CLC_ACTION_CONFINE && !confines &&
         clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
                              CLC_UNCONFINED_GRAPH_NODE))
-        return clc_gate_exit(g, CUDA_ERROR_NOT_PERMITTED);
+        return clc_gate_exit(g, clc_gate_refuse(g));
     if (*gated && g->outcome->action == CLC_ACTION_REPLACE && !wraps) {
         if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING,
@@ -130,7 +134,7 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
                 why = r;                                                                         \
             }                                                                                    \
             if (clc_green_unconfined(g.outcome->replacement, why, CLC_UNCONFINED_GRAPH_NODE))     \
-                return clc_gate_exit(&g, CUDA_ERROR_NOT_PERMITTED);                              \
+                return clc_gate_exit(&g, clc_gate_refuse(&g));                                   \
         }                                                                                        \
         int swapped = gated && g.outcome->action == CLC_ACTION_REPLACE &&                        \
                       node_replace(&g, &rr, (const CUDA_KERNEL_NODE_PARAMS_v1 *)p);              \

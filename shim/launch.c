@@ -35,6 +35,70 @@ __attribute__((noinline)) clc_entry *clc_first_sight(gate *g, uint64_t f, uint64
     return e;
 }
 
+/* A launch made inside clc's own work on this thread (see gate.h): its kernel's cached
+ * decision, or on_error; nothing that takes a lock. */
+__attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontext ctx,
+                                                 uint32_t entry_point, unsigned gx, unsigned gy,
+                                                 unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                                 unsigned shmem, CUstream stream, void **params,
+                                                 void **extra) {
+    clc_launch_info l = CLC_LAUNCH_INFO(entry_point);
+    const clc_outcome *o = NULL;
+    clc_entry *e = NULL;
+    g->entry = NULL;
+    if (!clc_driver_ready()) {
+        clc_capture_undecided();
+    } else {
+        if (!ctx) ctx = current_ctx();
+        e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
+    }
+    if (e) {
+        if (e->shaped == 0)
+            o = &e->fallback;
+        else if (e->mode == CLC_MODE_CACHED)
+            o = clc_outcome_for(e, &l, &g->scratch);
+        else if (e->mode == CLC_MODE_PER_SHAPE)
+            o = clc_find_shape(e, &l);
+        if ((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE)
+            atomic_fetch_add_explicit(&e->graph_nodes, 1, memory_order_relaxed);
+        else
+            atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
+    }
+    if (!o) {
+        o = &g_cfg.on_error;
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "a launch made while clc was deciding on the same thread (in a signal "
+                    "handler, or a Python hook's own) is of a kernel not decided yet: it gets "
+                    "on_error=%s",
+                    o->action == CLC_ACTION_DENY ? "deny" : "allow");
+    } else if (o->action == CLC_ACTION_CONFINE) {
+        /* The partition's streams are taken under locks the interrupted code may hold. */
+        int deny = (o->replacement & CLC_CONFINE_DENY) != 0;
+        g->scratch = *o;
+        g->scratch.action = deny ? CLC_ACTION_DENY : CLC_ACTION_ALLOW;
+        g->scratch.error = CUDA_ERROR_NOT_PERMITTED;
+        g->scratch.replacement = 0;
+        o = &g->scratch;
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "sm_share: a launch made while clc was deciding on the same thread (in a "
+                    "signal handler) cannot be confined: it gets its rule's on_unwrappable");
+    }
+    g->entry = e;
+    if (o->action == CLC_ACTION_ALLOW && o->flags == 0) return 0;
+    return clc_gate_setup(g, o, entry_point, gx, gy, gz, bx, by, bz, shmem, stream, 1);
+}
+
+/* No driver placed: on_error, said once (clc_start_driver), counted. */
+__attribute__((noinline)) int clc_gate_unplaced(gate *g, uint32_t entry_point, unsigned gx,
+                                                unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                                unsigned bz, unsigned shmem, CUstream stream) {
+    clc_capture_undecided();
+    return clc_gate_setup(g, &g_cfg.on_error, entry_point, gx, gy, gz, bx, by, bz, shmem, stream,
+                          0);
+}
+
 /* An entry whose outcome depends on the launch: shape clauses, or the engine's hooks. */
 __attribute__((noinline)) const clc_outcome *clc_shaped_outcome(
     gate *g, clc_entry *e, uint32_t entry_point, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -47,9 +111,11 @@ __attribute__((noinline)) const clc_outcome *clc_shaped_outcome(
 __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint32_t entry_point,
                                              unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                              unsigned by, unsigned bz, unsigned shmem,
-                                             CUstream stream) {
+                                             CUstream stream, int reentrant) {
     clc_entry *e = g->entry;
     g->outcome = o;
+    g->reentrant = reentrant;
+    g->refused = 0;
     g->entry_point = entry_point;
     g->grid[0] = gx, g->grid[1] = gy, g->grid[2] = gz;
     g->block[0] = bx, g->block[1] = by, g->block[2] = bz;
@@ -65,7 +131,8 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint
             g->record = 1;
     }
     g->t_ns = g->record ? clc_launch_time_ns() : 0;
-    if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e &&
+    /* Timing takes the thread's event pool: not from inside clc's own work. */
+    if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e && !reentrant &&
         (entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) < CLC_ENTRY_GRAPH_ADD_NODE) {
         t_in_clc = 1;
         clc_timing_begin(&g->timing, stream, (entry_point & CLC_ENTRY_PTSZ) != 0);
@@ -74,10 +141,22 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint
     return 1;
 }
 
+CUresult clc_gate_refuse(gate *g) {
+    g->refused = 1;
+    clc_count_denied_by(g->outcome->rule);
+    if (g->entry &&
+        atomic_fetch_add_explicit(&g->entry->denied, 1, memory_order_relaxed) < CLC_DENIED_RECORDED)
+        g->record = 1;
+    if (g->record && !g->t_ns) g->t_ns = clc_launch_time_ns();
+    return CUDA_ERROR_NOT_PERMITTED;
+}
+
 CUresult clc_gate_exit(gate *g, CUresult result) {
     clc_entry *e = g->entry;
     const clc_outcome *o = g->outcome;
-    if (o->action != CLC_ACTION_DENY) count_failure(g, result);
+    int denied = o->action == CLC_ACTION_DENY || g->refused;
+    if (!denied) count_failure(g, result);
+    int was = t_in_clc;
     t_in_clc = 1;
     if (g->timing) {
         if (result == CUDA_SUCCESS)
@@ -86,7 +165,7 @@ CUresult clc_gate_exit(gate *g, CUresult result) {
             clc_timing_end(g->timing, NULL, 0, NULL, 0);
     }
     clc_rec_launch *r;
-    if (g->record && e && e->kernel_id != CLC_KERNEL_UNCACHED && clc_capture_enabled() &&
+    if (g->record && e && clc_capture_enabled() &&
         (r = clc_capture_begin(CLC_REC_LAUNCH, sizeof *r)) != NULL) {
         *r = (clc_rec_launch){
             .seq = g->seq,
@@ -98,14 +177,15 @@ CUresult clc_gate_exit(gate *g, CUresult result) {
             .block = {g->block[0], g->block[1], g->block[2]},
             .shared_mem = g->shmem,
             .tid = clc_tid(),
-            .action = o->action,
+            .action = denied ? CLC_ACTION_DENY : o->action,
             .rule = o->rule,
             .result = result,
         };
         clc_capture_commit();
         atomic_fetch_add_explicit(&e->recorded, 1, memory_order_relaxed);
     }
-    t_in_clc = 0;
+    t_in_clc = was;
+    clc_late_launch();
     return result;
 }
 
@@ -176,34 +256,38 @@ static inline void confined_on(const gate *g, unsigned sms) {
         atomic_store_explicit(&g->entry->confined_sms, sms, memory_order_relaxed);
 }
 
-/* The start of a confined launch: CUDA_SUCCESS with gl set, else the launch's fate without a
- * green context: *deny set when it is refused (CLC_CONFINE_DENY). */
-static inline int confine_begin(const gate *g, clc_green_launch *gl, CUstream stream, int *deny) {
-    CUresult why = clc_green_begin(gl, g->outcome->replacement, stream,
-                                   (g->entry_point & CLC_ENTRY_PTSZ) != 0);
-    *deny = why != CUDA_SUCCESS &&
-            clc_green_unconfined(g->outcome->replacement, why, CLC_UNCONFINED_NO_PARTITION);
-    return why == CUDA_SUCCESS;
-}
-
 /* A confined launch: on the green stream, in the program's stream order. One that cannot be
  * confined, or that the driver refuses there, gets its rule's on_unwrappable: launched as the
- * program made it, or refused. `launch_on` makes the program's launch on a given stream. */
+ * program made it, or refused (counted and recorded as denied by the rule; a launch the driver
+ * refused keeps the driver's error). `launch_on` makes the program's launch on a given stream.
+ * The partition's stream is held under a lock from begin to end: inside clc's own work for
+ * this thread, so that a signal handler's launch there does not wait for it. */
 typedef CUresult (*launch_on_fn)(const void *launch, CUstream stream);
 __attribute__((noinline)) static CUresult confined_launch(gate *g, CUstream stream,
                                                           launch_on_fn launch_on,
                                                           const void *launch) {
     clc_green_launch gl;
-    int deny;
-    if (!confine_begin(g, &gl, stream, &deny))
-        return deny ? CUDA_ERROR_NOT_PERMITTED : launch_on(launch, stream);
+    int was = t_in_clc;
+    t_in_clc = 1;
+    CUresult why = clc_green_begin(&gl, g->outcome->replacement, stream,
+                                   (g->entry_point & CLC_ENTRY_PTSZ) != 0);
+    if (why != CUDA_SUCCESS) {
+        t_in_clc = was;
+        if (clc_green_unconfined(g->outcome->replacement, why, CLC_UNCONFINED_NO_PARTITION))
+            return clc_gate_refuse(g);
+        return launch_on(launch, stream);
+    }
     CUresult res = launch_on(launch, gl.stream);
     clc_green_end(&gl, res);
-    if (res == CUDA_SUCCESS)
+    t_in_clc = was;
+    if (res == CUDA_SUCCESS) {
         confined_on(g, gl.sms);
-    else if (gl.entry &&
-             !clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED))
-        res = launch_on(launch, stream); /* not when it ran as it was (a program context) */
+    } else if (gl.entry) { /* not when it ran as it was made (a program context) */
+        if (clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED))
+            clc_gate_refuse(g);
+        else
+            res = launch_on(launch, stream);
+    }
     return res;
 }
 
@@ -248,9 +332,11 @@ __attribute__((noinline)) static CUresult confined_launch(gate *g, CUstream stre
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
-        if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra); \
-        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream,  \
-                               params, extra)))                                                  \
+        if (likely(!(unlikely(t_in_clc)                                                          \
+                         ? clc_gate_reentrant(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz,  \
+                                              shmem, stream, params, extra)                      \
+                         : gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem,   \
+                                      stream, params, extra))))                                  \
             return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
         if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
         if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
@@ -301,9 +387,11 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
-        if (unlikely(t_in_clc)) return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);   \
-        if (likely(!gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem, stream,  \
-                               params, NULL)))                                                   \
+        if (likely(!(unlikely(t_in_clc)                                                          \
+                         ? clc_gate_reentrant(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz,  \
+                                              shmem, stream, params, NULL)                       \
+                         : gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem,   \
+                                      stream, params, NULL))))                                   \
             return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));    \
         if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
         if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
@@ -326,7 +414,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         (pfn_cuLaunchCooperativeKernelMultiDevice)clc_real(
             CLC_SYM_cuLaunchCooperativeKernelMultiDevice);
     if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
-    if (t_in_clc || !list || n == 0) return real(list, n, flags);
+    if (!list || n == 0) return real(list, n, flags);
     gate small[8], *g = n <= 8 ? small : malloc(n * sizeof *g);
     unsigned char small_gated[8], *gated = n <= 8 ? small_gated : malloc(n);
     if (!g || !gated) {
@@ -338,10 +426,10 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
     CUresult refused = CUDA_SUCCESS;
     for (unsigned i = 0; i < n; i++) {
         const clc_launch_params *p = &list[i];
-        gated[i] = (unsigned char)gate_enter(&g[i], p->function, NULL, CLC_ENTRY_LAUNCH_COOPERATIVE,
-                                             p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX,
-                                             p->blockDimY, p->blockDimZ, p->sharedMemBytes,
-                                             p->hStream, p->kernelParams, NULL);
+        gated[i] = (unsigned char)(t_in_clc ? clc_gate_reentrant : gate_enter)(
+            &g[i], p->function, NULL, CLC_ENTRY_LAUNCH_COOPERATIVE, p->gridDimX, p->gridDimY,
+            p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, p->hStream,
+            p->kernelParams, NULL);
         if (!gated[i]) continue;
         if (g[i].outcome->action == CLC_ACTION_DENY && refused == CUDA_SUCCESS)
             refused = g[i].outcome->error;
@@ -353,7 +441,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         if (g[i].outcome->action == CLC_ACTION_CONFINE &&
             clc_green_unconfined(g[i].outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
                                  CLC_UNCONFINED_MULTI_DEVICE) &&
-            refused == CUDA_SUCCESS)
+            clc_gate_refuse(&g[i]) && refused == CUDA_SUCCESS)
             refused = CUDA_ERROR_NOT_PERMITTED;
     }
     CUresult r = refused != CUDA_SUCCESS ? refused : real(list, n, flags);
@@ -361,7 +449,9 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         if (!gated[i])
             count_failure(&g[i], r);
         else
-            clc_gate_exit(&g[i], g[i].outcome->action == CLC_ACTION_DENY ? g[i].outcome->error : r);
+            clc_gate_exit(&g[i], g[i].outcome->action == CLC_ACTION_DENY ? g[i].outcome->error
+                                 : g[i].refused                          ? CUDA_ERROR_NOT_PERMITTED
+                                                                         : r);
     }
     if (g != small) free(g);
     if (gated != small_gated) free(gated);
@@ -409,11 +499,17 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
-        if (unlikely(t_in_clc) || unlikely(!config)) return real(config, f, params, extra);      \
-        if (likely(!gate_enter(&g, f, NULL, entry_point, config->gridDimX, config->gridDimY,     \
-                               config->gridDimZ, config->blockDimX, config->blockDimY,           \
-                               config->blockDimZ, config->sharedMemBytes, config->hStream,       \
-                               params, extra)))                                                  \
+        if (unlikely(!config)) return real(config, f, params, extra);                            \
+        if (likely(!(unlikely(t_in_clc)                                                          \
+                         ? clc_gate_reentrant(&g, f, NULL, entry_point, config->gridDimX,        \
+                                              config->gridDimY, config->gridDimZ,                \
+                                              config->blockDimX, config->blockDimY,              \
+                                              config->blockDimZ, config->sharedMemBytes,         \
+                                              config->hStream, params, extra)                    \
+                         : gate_enter(&g, f, NULL, entry_point, config->gridDimX,                \
+                                      config->gridDimY, config->gridDimZ, config->blockDimX,     \
+                                      config->blockDimY, config->blockDimZ,                      \
+                                      config->sharedMemBytes, config->hStream, params, extra)))) \
             return count_failure(&g, real(config, f, params, extra));                            \
         if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
         if (g.outcome->action == CLC_ACTION_REPLACE)                                             \

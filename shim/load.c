@@ -15,6 +15,7 @@
 static void report_load(uint32_t api, uint64_t handle, const void *image, const char *path,
                         int preserved, CUresult result) {
     if (t_in_clc) return;
+    clc_start();
     t_in_clc = 1;
     clc_ensure_exit_handler();
     clc_module_event ev = {.api = api,
@@ -168,26 +169,34 @@ CLC_EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel kernel,
 }
 
 /* An unloaded module's or library's kernels lose their decisions (the driver reuses their
- * handles). A library's kernels may have been launched as CUfunctions of its per-context
- * modules (cuKernelGetFunction): those are asked for while the library still exists. */
-static void forget_unloaded(const uint64_t *owners, unsigned n) {
-    if (t_in_clc || !atomic_load_explicit(&g_hot.table, memory_order_acquire)) return;
+ * handles for the next kernels it loads). They are forgotten before the driver unloads, and no
+ * decision is published until it has (clc_cache_unload_begin): another thread's load may get an
+ * unloaded kernel's handle the moment the driver frees it. A library's kernels may have been
+ * launched as CUfunctions of its per-context modules (cuKernelGetFunction): those are asked for
+ * while the library still exists. 1 when the unload must be ended (unload_end). */
+static int unload_begin(const uint64_t *owners, unsigned n) {
+    if (t_in_clc || !atomic_load_explicit(&g_hot.table, memory_order_acquire)) return 0;
     t_in_clc = 1;
+    clc_cache_unload_begin();
     /* GPU times still pending count to their kernels' entries: read them back before the
      * entries' counts are archived. */
     clc_timing_drain_all();
     unsigned k = clc_cache_forget_owners(owners, n, clc_bridge_module);
     if (k) clc_debug("%u decisions forgotten at an unload", k);
     t_in_clc = 0;
+    return 1;
+}
+
+static void unload_end(int begun) {
+    if (begun) clc_cache_unload_end();
 }
 
 CLC_EXPORT CUresult cuModuleUnload(CUmodule mod) {
     CLC_REAL_OR_FAIL(cuModuleUnload)
+    uint64_t owner = (uint64_t)(uintptr_t)mod;
+    int begun = unload_begin(&owner, 1);
     CUresult r = real(mod);
-    if (r == CUDA_SUCCESS) {
-        uint64_t owner = (uint64_t)(uintptr_t)mod;
-        forget_unloaded(&owner, 1);
-    }
+    unload_end(begun);
     report_load(CLC_LOAD_MODULE_UNLOAD, (uint64_t)(uintptr_t)mod, NULL, NULL, 0, r);
     return r;
 }
@@ -203,11 +212,10 @@ CLC_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
         n += clc_cache_library_modules(owners[0], owners + 1, CLC_MAX_LIBRARY_MODULES);
         t_in_clc = 0;
     }
+    int begun = unload_begin(owners, n);
     CUresult r = real(lib);
-    if (r == CUDA_SUCCESS) {
-        forget_library(lib);
-        forget_unloaded(owners, n);
-    }
+    unload_end(begun);
+    if (r == CUDA_SUCCESS) forget_library(lib);
     report_load(CLC_LOAD_LIBRARY_UNLOAD, (uint64_t)(uintptr_t)lib, NULL, NULL, 0, r);
     return r;
 }

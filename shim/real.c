@@ -85,11 +85,31 @@ void *clc_libc_dlsym(void *handle, const char *name) {
 
 /* ---- the real driver ------------------------------------------------------------------------ */
 
+/* The object that defines the entry points the program reached (its real pointers): the driver
+ * it calls, whatever path or name it was loaded by (a copy without the usual SONAME too). Its
+ * handle, when the driver's helpers are found there (dlsym with a handle also searches the
+ * object's dependencies: an interposer linked with the driver leads to it). */
+static void *driver_of_real_pointers(void) {
+    for (int i = 0; i < CLC_N_SYMBOLS; i++) {
+        void *p = atomic_load_explicit(&g_real[i], memory_order_acquire), *h;
+        Dl_info info;
+        struct link_map *map = NULL;
+        if (!p || !dladdr1(p, &info, (void **)&map, RTLD_DL_LINKMAP) || !map || !map->l_name ||
+            !map->l_name[0] || !(h = clc_libc_dlopen(map->l_name, RTLD_NOW | RTLD_NOLOAD)))
+            continue;
+        if (clc_real_dlsym(h, "cuCtxGetCurrent")) return h;
+        dlclose(h);
+    }
+    return NULL;
+}
+
 void *clc_libcuda_handle(void) {
     static void *_Atomic handle;
     void *h = atomic_load_explicit(&handle, memory_order_acquire);
     if (h) return h;
-    h = clc_libc_dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!clc_real_dlsym) clc_resolve_dlsym();
+    h = driver_of_real_pointers();
+    if (!h) h = clc_libc_dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!h) h = clc_libc_dlopen("libcuda.so.1", RTLD_NOW);
     if (!h) h = clc_libc_dlopen("libcuda.so", RTLD_NOW);
     if (h) atomic_store_explicit(&handle, h, memory_order_release);
@@ -152,7 +172,10 @@ int clc_driver_load(void) {
             g_drv.library_get_module = driver_sym(h, "cuLibraryGetModule", NULL);
             g_drv.library_get_kernel = driver_sym(h, "cuLibraryGetKernel", NULL);
             g_hot.ctx_get_current = g_drv.ctx_get_current;
-            atomic_store_explicit(&g_hot.driver_ready, 1, memory_order_release);
+            /* Without a current context or a kernel's name nothing can be decided: the driver
+             * is not placed (its launches get on_error). */
+            if (g_drv.ctx_get_current && (g_drv.kernel_get_name || g_drv.func_get_name))
+                atomic_store_explicit(&g_hot.driver_ready, 1, memory_order_release);
         }
     }
     pthread_mutex_unlock(&lock);

@@ -27,7 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -107,18 +110,35 @@ static int find_inherited(void) {
     return found;
 }
 
-/* Tells clc-run that the shim runs in this process ("pid name\n" into the status pipe it
- * named, when that descriptor is still its pipe), so that it can say when a program ran
- * without the shim (setuid, static, LD_PRELOAD removed) instead of "no kernel". */
-static void announce(void) {
-    const char *fd_s = clc_setting("CLC_STATUS_FD"), *ino_s = clc_setting("CLC_STATUS_INO");
-    struct stat st;
-    if (!fd_s || !ino_s) return;
-    int fd = atoi(fd_s);
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode) ||
-        (unsigned long long)st.st_ino != strtoull(ino_s, NULL, 10))
-        return;
-    char comm[32] = "?", line[64];
+/* ---- telling clc-run -------------------------------------------------------------------------
+ * clc-run listens on a datagram socket in its private directory (CLC_STATUS): each process in
+ * which the shim starts says so, and what it does that clc-run must account for (the programs it
+ * executes, the capture it opens or cannot), so that clc-run can say which processes ran
+ * unseen and which captures are missing. The kernel names the sender (SCM_CREDENTIALS): a
+ * process speaks only for itself. A socket is made for each message, so that a program that
+ * closes every descriptor loses nothing; a vfork child may send too. */
+static char g_self[4096]; /* the preload library's own path, for the processes it executes */
+
+void clc_announce(const char *what, const char *text) {
+    const char *path = clc_setting("CLC_STATUS");
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (!path || !*path || strlen(path) >= sizeof addr.sun_path) return;
+    memcpy(addr.sun_path, path, strlen(path) + 1);
+    char msg[4200];
+    int n = snprintf(msg, sizeof msg, "%s %s", what, text ? text : "");
+    if (n <= 0) return;
+    if ((size_t)n >= sizeof msg) n = sizeof msg - 1;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    /* The listener's queue may be full for a moment (many processes starting at once). */
+    struct timeval wait = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait);
+    (void)!sendto(fd, msg, (size_t)n, MSG_NOSIGNAL, (struct sockaddr *)&addr, sizeof addr);
+    close(fd);
+}
+
+static void announce_start(void) {
+    char comm[32] = "?";
     int c = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
     if (c >= 0) {
         ssize_t n = read(c, comm, sizeof comm - 1);
@@ -126,9 +146,7 @@ static void announce(void) {
         close(c);
         comm[strcspn(comm, "\n")] = '\0';
     }
-    int n = snprintf(line, sizeof line, "%d %s\n", (int)getpid(), comm);
-    if (n > 0) (void)!write(fd, line, (size_t)n); /* the pipe is non-blocking: never waits */
-    fcntl(fd, F_SETFD, 0);
+    clc_announce("start", comm);
 }
 
 int clc_settings_load(void) {
@@ -144,8 +162,11 @@ int clc_settings_load(void) {
     }
     /* Clear FD_CLOEXEC: children inherit the descriptor whatever the program's spawn. */
     if (ok) {
+        Dl_info self;
         fcntl(g_fd, F_SETFD, 0);
-        announce();
+        if (dladdr((void *)&clc_announce, &self) && self.dli_fname && self.dli_fname[0] == '/')
+            snprintf(g_self, sizeof g_self, "%s", self.dli_fname);
+        announce_start();
     }
     return ok;
 }
@@ -177,14 +198,46 @@ static int child_fd(void) {
     return fd;
 }
 
-/* envp without any SETTINGS_VAR, plus ours, into out (room for n + 2); envp itself when clc
- * has no settings to pass. */
-static char *const *child_env(char *const *envp, char **out, char *var, size_t var_size) {
+/* Whether LD_PRELOAD's value names the shim. */
+static int preloads_shim(const char *value) {
+    size_t n = strlen(g_self);
+    for (const char *p = value; *p;) {
+        size_t len = strcspn(p, ": ");
+        if (len == n && memcmp(p, g_self, n) == 0) return 1;
+        p += len;
+        if (*p) p++;
+    }
+    return 0;
+}
+
+/* envp without any SETTINGS_VAR, plus ours, into out (room for n + 3), with the shim first in
+ * LD_PRELOAD (into `preload`, room for `preload_size`): a program that runs a process without
+ * it (env -i, env -u LD_PRELOAD, an environment of its own) does not run it unseen. envp itself
+ * when clc has no settings to pass. */
+static char *const *child_env(char *const *envp, char **out, char *var, size_t var_size,
+                              char *preload, size_t preload_size) {
     if (!g_block) return envp;
     int fd = child_fd();
     size_t k = 0;
-    for (size_t i = 0; envp && envp[i]; i++)
-        if (strncmp(envp[i], SETTINGS_VAR "=", sizeof SETTINGS_VAR) != 0) out[k++] = envp[i];
+    int preloaded = 0;
+    for (size_t i = 0; envp && envp[i]; i++) {
+        if (strncmp(envp[i], SETTINGS_VAR "=", sizeof SETTINGS_VAR) == 0) continue;
+        if (g_self[0] && strncmp(envp[i], "LD_PRELOAD=", 11) == 0) {
+            if (preloaded) continue;
+            preloaded = 1;
+            if (!preloads_shim(envp[i] + 11)) {
+                snprintf(preload, preload_size, "LD_PRELOAD=%s%s%s", g_self, envp[i][11] ? ":" : "",
+                         envp[i] + 11);
+                out[k++] = preload;
+                continue;
+            }
+        }
+        out[k++] = envp[i];
+    }
+    if (g_self[0] && !preloaded) {
+        snprintf(preload, preload_size, "LD_PRELOAD=%s", g_self);
+        out[k++] = preload;
+    }
     if (fd >= 0) {
         snprintf(var, var_size, SETTINGS_VAR "=%d", fd);
         out[k++] = var;
@@ -199,56 +252,94 @@ static size_t env_count(char *const *envp) {
     return n;
 }
 
+/* The longest LD_PRELOAD value in envp. */
+static size_t preload_length(char *const *envp) {
+    size_t n = 0;
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (strncmp(envp[i], "LD_PRELOAD=", 11) == 0 && strlen(envp[i]) > n) n = strlen(envp[i]);
+    return n;
+}
+
 #define CHILD_ENV(envp)                                                                         \
     size_t n_env_ = env_count(envp);                                                             \
-    char *env_buf_[n_env_ + 2];                                                                  \
+    char *env_buf_[n_env_ + 3];                                                                  \
     char var_[32];                                                                               \
-    char *const *env_ = child_env(envp, env_buf_, var_, sizeof var_)
+    char preload_[preload_length(envp) + sizeof g_self + 16];                                    \
+    char *const *env_ = child_env(envp, env_buf_, var_, sizeof var_, preload_, sizeof preload_)
+
+/* The process is about to become `path`: said to clc-run, which then expects the new image's
+ * shim to start (and hears of a failed exec). */
+static void announce_exec(const char *path) { clc_announce("exec", path); }
+
+static int exec_failed(int r) {
+    char e[16];
+    int saved = errno;
+    snprintf(e, sizeof e, "%d", saved);
+    clc_announce("exec-failed", e);
+    errno = saved;
+    return r;
+}
+
+/* A process spawned: clc-run expects its shim to start. */
+static int spawned(int r, const pid_t *pid, const char *path) {
+    if (r == 0 && pid) {
+        char text[4200];
+        snprintf(text, sizeof text, "%d %s", (int)*pid, path);
+        clc_announce("spawn", text);
+    }
+    return r;
+}
 
 /* The next definition after the shim's: libc's. */
 #define REAL(name) ((__typeof__(&name))clc_next_symbol(#name))
 
 CLC_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
     CHILD_ENV(envp);
-    return REAL(execve)(path, argv, env_);
+    announce_exec(path);
+    return exec_failed(REAL(execve)(path, argv, env_));
 }
 
 CLC_EXPORT int execv(const char *path, char *const argv[]) {
     CHILD_ENV(environ);
-    return REAL(execve)(path, argv, env_);
+    announce_exec(path);
+    return exec_failed(REAL(execve)(path, argv, env_));
 }
 
 CLC_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
     CHILD_ENV(envp);
-    return REAL(execvpe)(file, argv, env_);
+    announce_exec(file);
+    return exec_failed(REAL(execvpe)(file, argv, env_));
 }
 
 CLC_EXPORT int execvp(const char *file, char *const argv[]) {
     CHILD_ENV(environ);
-    return REAL(execvpe)(file, argv, env_);
+    announce_exec(file);
+    return exec_failed(REAL(execvpe)(file, argv, env_));
 }
 
 CLC_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
     CHILD_ENV(envp);
-    return REAL(fexecve)(fd, argv, env_);
+    announce_exec("(a file descriptor)");
+    return exec_failed(REAL(fexecve)(fd, argv, env_));
 }
 
 CLC_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
                         int flags) {
     CHILD_ENV(envp);
-    return REAL(execveat)(dirfd, path, argv, env_, flags);
+    announce_exec(path);
+    return exec_failed(REAL(execveat)(dirfd, path, argv, env_, flags));
 }
 
 CLC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
     CHILD_ENV(envp);
-    return REAL(posix_spawn)(pid, path, fa, attr, argv, env_);
+    return spawned(REAL(posix_spawn)(pid, path, fa, attr, argv, env_), pid, path);
 }
 
 CLC_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                             const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
     CHILD_ENV(envp);
-    return REAL(posix_spawnp)(pid, file, fa, attr, argv, env_);
+    return spawned(REAL(posix_spawnp)(pid, file, fa, attr, argv, env_), pid, file);
 }
 
 /* The execl family: their arguments as an argv on the stack, then the calls above. */

@@ -10,10 +10,10 @@
  * files call each other in a loop; a lower file that needs something of a higher one gets it as
  * a function pointer (clc_log_set_sink, the `tell` and `published` arguments below).
  * tests/unit/test_shim_layers.py reads this list and checks both on the compiled objects.
- *   core:     core.c settings.c real.c
+ *   core:     core.c settings.c real.c files.c
  *   records:  decision_cache.c capture.c timing.c
  *   deciding: decide.c decider.c bridge_loader.c replace.c green.c
- *   hooks:    launch.c graph.c load.c context.c process.c image.c
+ *   hooks:    launch.c graph.c load.c context.c process.c leave.c image.c
  *   entry:    interpose.c dlopen.c
  */
 #ifndef CLC_SHIM_H
@@ -349,6 +349,9 @@ extern CLC_HIDDEN clc_settings g_cfg;
 /* ---- settings: what clc-run gave the program, fixed at start (settings.c) ------------------ */
 int clc_settings_load(void);            /* 1 when the process has clc-run's settings */
 const char *clc_setting(const char *key); /* a setting's value, NULL when not set */
+/* Tells clc-run something about this process ("start", "exec", "capture", ...: a word and a
+ * text), over its status socket; nothing when clc-run gave none. */
+void clc_announce(const char *what, const char *text);
 
 /* ---- a launch's `extra` argument: {BUFFER_POINTER, p, BUFFER_SIZE, &n, END} in any order -- */
 #define CLC_EXTRA_MAX_PAIRS 64
@@ -386,7 +389,10 @@ void clc_log_set_sink(clc_log_sink sink);
         if (unlikely(g_cfg.verbose)) clc_log(CLC_MSG_INFO, __VA_ARGS__);                      \
     } while (0)
 
-/* ---- recursion guard: a hook entered from inside clc on the same thread passes through ----- */
+/* ---- inside clc: set while this thread does clc's own work. A hook entered then (clc's own
+ * driver calls, a signal handler that interrupted clc) does not start that work again: the
+ * loading, teardown and lookup hooks pass through, and a launch is decided from the decision
+ * cache alone (gate.h). Code that sets it restores what it found. */
 extern CLC_TLS int t_in_clc;
 
 /* ---- the decision cache ------------------------------------------------------------------ */
@@ -414,6 +420,8 @@ typedef struct clc_entry {
     _Atomic uint64_t denied, recorded, timed, graph_nodes, gpu_ns, failed;
     _Atomic uint32_t confined_sms; /* the SMs its confined launches last ran on (green.c) */
     uint64_t owner;         /* the CUlibrary or CUmodule the kernel came from; 0: unknown */
+    uint64_t snapshot_sum;  /* its counts' sum when the capture last wrote them (under the
+                               table's lock) */
     struct clc_entry *prev; /* the same kernel's entry in the table this one was copied from
                                (launches in flight then may still count there): counted too */
 } __attribute__((aligned(64))) clc_entry;
@@ -434,10 +442,16 @@ typedef struct {
 } __attribute__((aligned(64))) clc_hot;
 extern clc_hot g_hot;
 
+/* Whether the driver's helpers are known (g_drv). Below the hooks layer this only reads the
+ * flag; the hooks start the process and place the driver on first use (clc_hook_ready). */
 static inline int clc_driver_ready(void) {
-    return likely(atomic_load_explicit(&g_hot.driver_ready, memory_order_acquire)) ||
-           clc_driver_load();
+    return likely(atomic_load_explicit(&g_hot.driver_ready, memory_order_acquire));
 }
+/* process.c: the process's start-up (once, from the constructor or the first hook called before
+ * it), then the driver placed; 1 when it is. */
+void clc_start(void);
+int clc_start_driver(void);
+static inline int clc_hook_ready(void) { return clc_driver_ready() || clc_start_driver(); }
 
 #define CLC_CACHE_BITS 16
 #define CLC_CACHE_SIZE (1u << CLC_CACHE_BITS)
@@ -480,6 +494,7 @@ const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_o
  * becomes the entry's. */
 typedef struct {
     uint64_t handle, ctx, owner;
+    uint64_t epoch; /* clc_cache_epoch() before the kernel was named */
     uint32_t kernel_id;
     int device;
     clc_param_info *layout;
@@ -488,10 +503,19 @@ typedef struct {
 } clc_new_kernel;
 /* Publishes the entry of a first sight decided `d` (the decision cache's insert, under its lock;
  * `published` is called there with each new entry and its name); an entry of another thread
- * may have won. */
+ * may have won. When the table is full, or an unload began or ended since k->epoch, the
+ * launch is decided alone, in an entry of the thread's (kernel id CLC_KERNEL_UNCACHED). NULL
+ * only without memory. */
 clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
                             const clc_launch_info *l,
                             void (*published)(const clc_entry *, const char *));
+/* Unloads and context teardowns: between begin and end no entry is published (see
+ * decision_cache.c); the epoch tells a first sight whether one began or ended meanwhile. */
+uint64_t clc_cache_epoch(void);
+void clc_cache_unload_begin(void);
+void clc_cache_unload_end(void);
+/* Whether the table filled with live kernels (said once). */
+int clc_cache_table_full(void);
 /* An entry's answers per launch shape (mode CLC_MODE_PER_SHAPE): the one for l's shape, or
  * NULL; the engine's answer `o` kept for it (NULL when the kernel has too many shapes). */
 const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch_info *l);
@@ -509,9 +533,15 @@ unsigned clc_cache_forget_owners(const uint64_t *owners, unsigned n, clc_forget_
 /* The modules that stand for library `lib` in each context holding entries (the driver's
  * cuLibraryGetModule, asked with each such context current): up to max, into out. */
 unsigned clc_cache_library_modules(uint64_t lib, uint64_t *out, unsigned max);
+/* Every entry forgotten (the process changed its user or groups). */
+unsigned clc_cache_forget_all(clc_forget_fn tell);
 void clc_cache_each(clc_entry_fn fn, void *arg);
-/* Each kernel's counts, forgotten entries included: live entries summed with their copies. */
-void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg);
+/* Each kernel's counts, forgotten entries included (live entries summed with their copies, the
+ * launches decided alone as one kernel, CLC_KERNEL_UNCACHED); `changed_only`: those whose
+ * counts changed since the last such walk. With try_ms > 0 the table's lock is waited for at
+ * most that long (a fatal signal's handler), then the live entries are read without it. */
+void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg, int changed_only,
+                      int try_ms);
 void clc_cache_after_fork_child(void);
 
 /* ---- the bridge to Python (stage 2) ------------------------------------------------------ */
@@ -527,6 +557,12 @@ int clc_decider_configured(void);
  * `out` then what to do without that engine (wraps as their on_unwrappable) when *substitute;
  * or CLC_DECIDE_FAILED (said once; the program's engine decides). */
 int clc_decider_decide(const char *name, int device, clc_decision *out, int *substitute);
+/* Whether the process's user or groups changed since the last call (the first call notes
+ * them): then the connection to clc-run is dropped, to be made again with the new
+ * credentials (decider.c). */
+int clc_identity_changed(void);
+/* After a change of user or groups, every decision is forgotten (decide.c). */
+void clc_identity_follow(void);
 /* Whether the process is confined program-wide on `device` (scope: program), and by which
  * CLC_ACTION_CONFINE word (less CLC_CONFINE_DENY): asked once per device (decide.c). */
 int clc_program_scope(int device, uint64_t *word);
@@ -543,7 +579,12 @@ void *clc_capture_begin(uint16_t type, size_t body_size); /* a record's body, fi
 void clc_capture_commit(void);                            /* publishes it */
 void clc_capture_message(int level, const char *text, size_t len); /* a MESSAGE record */
 void clc_capture_kernel(const clc_entry *e, const char *name);
-void clc_capture_finish(void);
+/* The counts (KERNEL_STATS, RULE_STATS) and an END record (CLC_END_* `how`, `status`), written
+ * to the file at once; again at each call (the last one holds). `in_signal`: from a fatal
+ * signal's handler (locks waited for a bounded time). */
+void clc_capture_finish(uint32_t how, int32_t status, int in_signal);
+/* A launch that no kernel entry could hold (the driver could not be placed): counted in END. */
+void clc_capture_undecided(void);
 void clc_capture_after_fork_child(void);
 
 /* ---- GPU timing with events ---------------------------------------------------------------- */
@@ -575,5 +616,28 @@ CUkernel clc_library_kernel_of(CUfunction f);
 
 /* ---- process lifetime (process.c) ---------------------------------------------------------- */
 void clc_ensure_exit_handler(void);
+/* After the shim's destructor (another library's destructor launches): the capture finished
+ * again after each launch that is recorded or refused. */
+void clc_late_launch(void);
+
+/* ---- leaving without exit() (leave.c) ------------------------------------------------------ */
+void clc_leave_start(void); /* libc's _exit, _Exit, syscall, sigaction: found at start */
+/* The process leaves without exit handlers or by a fatal signal: the capture finished. */
+void clc_leave(uint32_t how, int32_t status);
+/* Handlers for the signals whose default action ends the process, where the program keeps the
+ * default: the capture is finished, then the signal acts as it would have. */
+void clc_signals_start(void);
+
+/* ---- the files clc writes (files.c) ---------------------------------------------------------- */
+/* The directory holding `path`'s last component, walked without following a symbolic link
+ * another user controls (EPERM); the last component into `last`. An O_PATH descriptor, or -1. */
+int clc_open_parent(const char *path, char *last, size_t last_size);
+struct stat;
+/* A new regular file at `path`, mode 0600, never through such a link nor over an existing file
+ * (with `force`, an existing file of this user's is replaced, never truncated). *st its
+ * identity. -1 with errno (EEXIST, EPERM, EINVAL: not a regular file). */
+int clc_create_file(const char *path, int force, struct stat *st);
+/* The same file again, for appending: -1 (ESTALE) when `path` now names another file. */
+int clc_reopen_file(const char *path, const struct stat *was);
 
 #endif /* CLC_SHIM_H */

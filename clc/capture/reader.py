@@ -48,8 +48,6 @@ LAUNCH_WINDOW = 1 << 15
 # What the counts derived from LAUNCH records need: kernel_id, entry, action, rule, result.
 _LAUNCH_COUNTED = struct.Struct("<24xII32xIii")
 _SEQ = struct.Struct("<Q")
-# The END record of writers that had only t_ns and dropped.
-_END_V1 = struct.Struct("<QQ")
 
 
 class CaptureError(Exception):
@@ -160,11 +158,23 @@ class Capture:
     on_error_launches: int = 0
     launch_records: int = 0
     timing_records: int = 0
+    # An END record follows every other record: the process wrote its counts after its last
+    # launch (a crash or SIGKILL leaves the last snapshot of its counts, and no END after them).
     complete: bool = False
     dropped: int = 0
     write_lost_bytes: int = 0
     capped_bytes: int = 0
     write_errno: int = 0
+    # How the process left, from its last END record: abi.END_EXIT, END_QUICK (_exit,
+    # exit_group) or END_SIGNAL (exit_status is then the signal's number); None without END.
+    end_how: Optional[int] = None
+    exit_status: int = 0
+    # The decision table filled (later kernels were decided at each launch), and records the
+    # capture keeps were dropped at its size cap.
+    table_full: bool = False
+    truncated: bool = False
+    # Launches on_error decided with no kernel to count them under (the driver was not placed).
+    undecided_launches: int = 0
     # Bytes after the last whole record: a record cut short, or what is not records at all.
     trailing_bytes: int = 0
     header_size: int = abi.CAPTURE_HEADER.size
@@ -340,6 +350,10 @@ class _Records:
             base += pos
             pos, end = 0, rest
             if need > len(buf):
+                # A record the file cannot hold is cut short, or garbage: stop as at a cut,
+                # before making room for it.
+                if base + need > os.fstat(f.fileno()).st_size:
+                    break
                 buf += bytes(need - len(buf))
             with memoryview(buf) as whole, whole[end:] as free:
                 n = f.readinto(free)
@@ -376,6 +390,8 @@ def _scan(path, keep_launches):
     records = _Records(f, header_size, size)
     try:
         for rtype, buf, b, e in records:
+            if rtype != abi.REC_PAD:
+                cap.complete = False  # until an END record follows
             if rtype == abi.REC_LAUNCH:
                 if e - b >= launch_size:
                     key = counted(buf, b)
@@ -426,7 +442,7 @@ def _other_record(cap, rtype, body, rule_stats):
     elif rtype == abi.REC_POLICY:
         try:
             policy = json.loads(_text(body))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than json reads
             policy = None
         cap.policy = policy if isinstance(policy, dict) else None
     elif rtype == abi.REC_MODULE:
@@ -438,13 +454,14 @@ def _other_record(cap, rtype, body, rule_stats):
                 _name(abi.LOAD_NAMES, api, "api"), _name(abi.IMAGE_NAMES, image, "image"),
                 _text(body[s.size:]) or None))
     elif rtype == abi.REC_KERNEL_STATS:
+        # Counts so far: a kernel's last record holds.
         if len(body) >= abi.REC_KERNEL_STATS_BODY.size:
             st = KernelStatsRecord(*abi.REC_KERNEL_STATS_BODY.unpack_from(body))
             cap.stats[st.kernel_id] = st
     elif rtype == abi.REC_RULE_STATS:
         if len(body) >= abi.REC_RULE_STATS_BODY.size:
             rule, denied = abi.REC_RULE_STATS_BODY.unpack_from(body)
-            rule_stats[rule] = rule_stats.get(rule, 0) + denied
+            rule_stats[rule] = denied
     elif rtype == abi.REC_MESSAGE:
         s = abi.REC_MESSAGE_BODY
         if len(body) >= s.size:
@@ -452,13 +469,12 @@ def _other_record(cap, rtype, body, rule_stats):
             cap.messages.append(Message(level, t_ns, _text(body[s.size:]),
                                         _name(LEVEL_NAMES, level, "level")))
     elif rtype == abi.REC_END:
-        # Writers before write_lost_bytes, capped_bytes and write_errno wrote 16 bytes.
         if len(body) >= abi.REC_END_BODY.size:
-            (_, cap.dropped, cap.write_lost_bytes, cap.capped_bytes,
-             cap.write_errno) = abi.REC_END_BODY.unpack_from(body)
-            cap.complete = True
-        elif len(body) >= _END_V1.size:
-            _, cap.dropped = _END_V1.unpack_from(body)
+            (_, cap.dropped, cap.write_lost_bytes, cap.capped_bytes, cap.write_errno,
+             cap.end_how, cap.exit_status, flags,
+             cap.undecided_launches) = abi.REC_END_BODY.unpack_from(body)
+            cap.table_full = bool(flags & abi.END_TABLE_FULL)
+            cap.truncated = bool(flags & abi.END_TRUNCATED)
             cap.complete = True
     # Any other type comes from a newer writer; its size already moved us past it.
 
@@ -488,6 +504,7 @@ def _derive(cap, launch_counts, timing_sums, rule_stats):
     for kid in cap.kernels:
         get(kid)
     denied_by_rule = {}
+    cap.on_error_launches = cap.undecided_launches
     for (kid, entry, action, rule, result), n in launch_counts.items():
         cap.kernel_rules.setdefault(kid, set()).add(rule)
         if rule == abi.RULE_ON_ERROR:

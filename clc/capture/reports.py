@@ -11,6 +11,7 @@ The formats are described in docs/capture.md.
 import errno
 import json
 import os
+import signal
 import stat
 import sys
 import textwrap
@@ -102,9 +103,25 @@ def _size(n):
     return f"{n} byte{'' if n == 1 else 's'}"
 
 
+def ending(cap):
+    """How the process left, as its last END record says: "ended by SIGSEGV", "left with
+    _exit(3)" (or exit_group), or None (exit(), main's return, or no END record)."""
+    if cap.end_how == abi.END_SIGNAL:
+        try:
+            name = signal.Signals(cap.exit_status).name
+        except ValueError:
+            name = f"signal {cap.exit_status}"
+        return f"ended by {name}"
+    if cap.end_how == abi.END_QUICK:
+        return f"left with _exit({cap.exit_status})"
+    return None
+
+
 def _capture_lines(cap):
     parts = [f"pid {cap.pid}", f"command: {cap.command or '?'}",
              "complete" if cap.complete else "INCOMPLETE"]
+    if ending(cap):
+        parts.append(ending(cap))
     notes = []
     if cap.dropped:
         parts.append(f"{cap.dropped} records dropped (buffers full)")
@@ -116,9 +133,17 @@ def _capture_lines(cap):
                      "clc-run --capture-limit)")
     if cap.trailing_bytes:
         parts.append(f"last {_size(cap.trailing_bytes)} not whole records")
+    if cap.truncated:
+        parts.append("records it must keep dropped at the size cap (--capture-limit too small)")
+    if cap.table_full:
+        parts.append("decision table full")
+    if cap.undecided_launches:
+        parts.append(f"{cap.undecided_launches} launches decided by on_error without a kernel "
+                     f"(the driver could not be placed)")
     if not cap.complete:
-        notes.append("no END record: the program crashed or was killed, or its capture could "
-                     "not be written (full disk?); see what clc printed while it ran")
+        notes.append("no END record after its last records: the program was killed (SIGKILL), "
+                     "or its capture could not be written (full disk?); its counts are the last "
+                     "it wrote (every second); see what clc printed while it ran")
     elif cap.write_lost_bytes or cap.capped_bytes:
         notes.append("some records never reached the file: the JSON and the timeline lack "
                      "their launches")
@@ -277,7 +302,8 @@ def _json_captures(captures):
         "write_error": error_name(c.write_errno) if c.write_errno else None,
         "trailing_bytes": c.trailing_bytes, "launch_records": c.launch_records,
         "timing_records": c.timing_records, "on_error_launches": c.on_error_launches,
-        "stats_partial": c.stats_partial,
+        "stats_partial": c.stats_partial, "ending": ending(c), "table_full": c.table_full,
+        "truncated": c.truncated, "undecided_launches": c.undecided_launches,
     } for c in captures]
 
 

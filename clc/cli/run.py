@@ -22,7 +22,9 @@ import time
 import clc
 from clc.abi import CAPTURE_HEADER, CAPTURE_MAGIC
 from clc.capture.reader import CaptureError, scan_captures
+from clc.outputs import check_output
 from clc.runtime.decider import Decider, decides_alone
+from clc.runtime.status import StatusListener
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
 from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file
 from clc.policy import PolicyError, load_policy, parse_policy
@@ -30,7 +32,7 @@ from clc.capture.reports import summary
 from clc.runtime.shim import SETTINGS_VAR, preload_environment, settings_fd
 
 __all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
-           "load_policy_and_hooks", "check_output", "parse_size"]
+           "load_policy_and_hooks", "check_output", "parse_size", "smallest_capture_limit"]
 
 # Used when no --policy is given: let everything run and record every launch.
 DEFAULT_POLICY = """\
@@ -87,6 +89,16 @@ def default_output(program, pid):
 
 
 DEFAULT_CAPTURE_LIMIT = 2 << 30
+# What a capture holds besides launches, at the least: its header, the process's command line,
+# a few kernels, loads and messages, and the exit records (the shim sets room aside for them).
+_CAPTURE_FLOOR = 64 << 10
+_RULE_STATS_RECORD = 24  # a RULE_STATS record, header included (shim/clc_abi.h)
+
+
+def smallest_capture_limit(policy_json, deciders):
+    """The smallest --capture-limit a capture of this policy fits in: it holds the policy, and
+    keeps room for a RULE_STATS record per decider that may deny."""
+    return _CAPTURE_FLOOR + len(policy_json.encode()) + (deciders + 3) * _RULE_STATS_RECORD
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -97,31 +109,6 @@ def parse_size(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (a number of bytes, or with "
                                          f"K, M, G or T after it)")
     return int(m[1]) * _UNITS[m[2]]
-
-
-def check_output(path, force):
-    """Refuses, before the program starts, a capture path clc could not or must not write: a
-    missing folder, a link (never followed: another user may have planted it), something that
-    is not a regular file, an existing file without --force."""
-    parent = path.parent
-    if not parent.is_dir():
-        raise ClcError(f"cannot write the capture {path}: the folder {parent} does not exist",
-                       EXIT_USAGE)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ClcError(f"cannot write the capture {path}: {parent} is not writable", EXIT_USAGE)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise ClcError(f"{path} is a symbolic link: clc does not write through links (remove "
-                       f"it, or name another file with -o)", EXIT_USAGE)
-    if not stat.S_ISREG(st.st_mode):
-        raise ClcError(f"{path} is not a regular file: name a file for the capture with -o",
-                       EXIT_USAGE)
-    if not force:
-        raise ClcError(f"{path} exists (use --force to overwrite it, or -o to name another "
-                       f"file)", EXIT_USAGE)
 
 
 def _warn_unpreloadable(program):
@@ -167,24 +154,67 @@ def _has_interp(path):
                for i in range(len(table) // max(phentsize, 1)))
 
 
-def _read_status(fd):
-    """{pid: name} of each process in which the shim started (each wrote "pid name" into the
-    status pipe)."""
-    data = b""
-    while True:
+def _exit_code(text):
+    """argparse's type for --error-exitcode: a status a process can exit with."""
+    try:
+        code = int(text)
+    except ValueError:
+        code = -1
+    if not 1 <= code <= 255:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an exit status from 1 to 255")
+    return code
+
+
+def _clear_children(output, force):
+    """The captures an earlier run left under this capture's name (its child processes' and
+    re-executed images'): removed with --force, so that this run's report holds this run's
+    captures alone; refused without it. Only this user's regular files are removed; anything
+    else there is refused."""
+    stale = capture_files(output)
+    stale = [f for f in stale if f != output]
+    if not stale:
+        return
+    if not force:
+        raise ClcError(f"{stale[0]} and {len(stale) - 1} more captures of an earlier run exist "
+                       f"beside {output} (use --force to replace them, or -o to name another "
+                       f"file)" if len(stale) > 1 else
+                       f"{stale[0]}, a capture of an earlier run, exists beside {output} (use "
+                       f"--force to replace it, or -o to name another file)", EXIT_USAGE)
+    for f in stale:
         try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    out = {}
-    for line in data.decode(errors="replace").splitlines():
-        pid, _, name = line.partition(" ")
-        if pid.isdigit():
-            out[int(pid)] = name
-    return out
+            st = os.lstat(f)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise ClcError(f"{f} is in the way of this run's captures and is not this user's "
+                           f"regular file: remove it, or name another file with -o", EXIT_USAGE)
+        os.unlink(f)
+
+
+def _static_program(path):
+    """Whether `path` names a statically linked ELF executable (it cannot load the driver)."""
+    if os.sep not in path:
+        path = shutil.which(path) or ""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                return False
+    except OSError:
+        return False
+    return not _has_interp(path)
+
+
+def _unseen(run):
+    """The processes that ran without clc's shim and could have launched kernels."""
+    return [u for u in run.unseen if not _static_program(u.path)]
+
+
+def _say_unseen(run):
+    for u in _unseen(run)[:5]:
+        verb = "executed" if u.how == "exec" else "was spawned as"
+        print(f"clc: process {u.pid} {verb} {u.path} without clc's shim (a setuid or setgid "
+              f"program, or one that removed the preload): its launches were neither seen nor "
+              f"controlled", file=sys.stderr)
 
 
 def capture_files(output, since_ns=None):
@@ -251,8 +281,12 @@ class RunCommand:
         parser.add_argument("--tenant", help="tenant name for policies (default: $CLC_TENANT)")
         parser.add_argument("--strict", action="store_true",
                             help=f"exit with status {EXIT_STRICT} when the program exits 0 but "
-                                 "launches were denied, fell to the policy's on_error, or were "
-                                 "never seen (clc's shim did not start)")
+                                 "launches were denied, fell to the policy's on_error, a process "
+                                 "ran without clc's shim, a capture is missing or incomplete, or "
+                                 "the decision table filled")
+        parser.add_argument("--error-exitcode", metavar="N", type=_exit_code, default=EXIT_STRICT,
+                            help=f"the exit status of a run that --strict fails (default: "
+                                 f"{EXIT_STRICT}); implies --strict")
         parser.add_argument("--capture-limit", metavar="SIZE", type=parse_size,
                             default=DEFAULT_CAPTURE_LIMIT,
                             help="largest capture file per process, e.g. 500M or 4G; records "
@@ -264,10 +298,19 @@ class RunCommand:
         argv = split_program(args.program)
         if not argv:
             raise ClcError("no program given: clc-run [options] -- PROGRAM [ARGS...]", EXIT_USAGE)
-        if args.no_capture and (args.output or args.strict):
+        strict = args.strict or args.error_exitcode != EXIT_STRICT
+        if args.no_capture and (args.output or strict):
             raise ClcError(f"--no-capture writes no capture: {'-o' if args.output else '--strict'}"
                            f" needs one", EXIT_USAGE)
         policy, policy_json = load_policy_and_hooks(args.policy, args.hooks)
+        deciders = len(json.loads(policy_json).get("rules", [])) + \
+            len(json.loads(policy_json).get("hook_deciders", []))
+        floor = smallest_capture_limit(policy_json, deciders)
+        if args.capture_limit and args.capture_limit < floor:
+            raise ClcError(f"--capture-limit {args.capture_limit} is smaller than the smallest "
+                           f"capture of this policy ({floor} bytes: the policy itself, the "
+                           f"process and room for its exit counts); give at least "
+                           f"{-(-floor // 1024)}K, or 0 for no limit", EXIT_USAGE)
         environ = dict(os.environ)
         if args.tenant is not None:
             environ["CLC_TENANT"] = args.tenant
@@ -275,6 +318,7 @@ class RunCommand:
         output = pathlib.Path(os.path.abspath(args.output)) if args.output else None
         if output is not None:
             check_output(output, args.force)
+            _clear_children(output, args.force)
         _warn_unpreloadable(argv[0])
         try:
             env, settings = preload_environment(environ, policy_json=policy_json,
@@ -284,8 +328,12 @@ class RunCommand:
             raise ClcError(str(e)) from None
         settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
         settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
+        settings["CLC_POLICY_DECIDERS"] = str(deciders)
         decider = None
-        status_r, status_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            listener = StatusListener()
+        except OSError as e:
+            raise ClcError(f"cannot make clc-run's private socket: {e}") from None
         started_ns = time.monotonic_ns()
         try:
             if decides_alone(policy):
@@ -296,34 +344,30 @@ class RunCommand:
                 except OSError as e:
                     print(f"clc: clc-run cannot answer the program's first sights itself ({e}): "
                           f"its own engine decides them", file=sys.stderr)
-            settings["CLC_STATUS_FD"] = str(status_w)
-            settings["CLC_STATUS_INO"] = str(os.fstat(status_w).st_ino)
-            status, output = _spawn(argv, env, settings, output, args.force, status_w, decider,
+            settings.update(listener.settings())
+            status, output = _spawn(argv, env, settings, output, args.force, listener, decider,
                                     capture=not args.no_capture)
-            os.close(status_w)
-            status_w = -1
-            shimmed = _read_status(status_r)
+            run = listener.finish()
         finally:
-            os.close(status_r)
-            if status_w >= 0:
-                os.close(status_w)
+            listener.close()
             if decider is not None:
                 decider.close()
         if output is None:  # --no-capture
             return status
         files = capture_files(output, started_ns)
-        captures = _scan(files) if not (args.quiet or args.no_report) or args.strict else []
+        captures = _scan(files) if not (args.quiet or args.no_report) or strict else []
         if not args.no_report:
-            _report(files, captures, shimmed, argv[0], args.quiet)
-        if args.strict and status == 0:
-            why = _strict_violation(files, captures, shimmed)
+            _report(files, captures, run.started, argv[0], args.quiet)
+        _say_unseen(run)
+        if strict and status == 0:
+            why = _strict_violation(files, captures, run)
             if why:
-                print(f"clc: --strict: {why}; exit status {EXIT_STRICT}", file=sys.stderr)
-                return EXIT_STRICT
+                print(f"clc: --strict: {why}; exit status {args.error_exitcode}", file=sys.stderr)
+                return args.error_exitcode
         return status
 
 
-def _spawn(argv, env, settings, output, force, status_w, decider=None, capture=True):
+def _spawn(argv, env, settings, output, force, listener, decider=None, capture=True):
     """fork, check the capture's name (it holds the child's pid) before the program starts,
     then let the child exec. Both sides derive the default name from the same pid. The
     decider's thread starts after the fork (the child has no thread to lose) and with the
@@ -339,7 +383,6 @@ def _spawn(argv, env, settings, output, force, status_w, decider=None, capture=T
             os.close(err_r)
             if os.read(go_r, 1) != b"g":
                 os._exit(code)
-            os.set_inheritable(status_w, True)
             settings["CLC_ROOT_PID"] = str(os.getpid())
             settings["CLC_OUTPUT"] = str(output or default_output(argv[0], os.getpid())) \
                 if capture else ""
@@ -362,6 +405,7 @@ def _spawn(argv, env, settings, output, force, status_w, decider=None, capture=T
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             raise
+        listener.start()
         if decider is not None:
             decider.start()
         _go(pid, go_w, err_r, argv[0], output)
@@ -402,22 +446,41 @@ def _scan(files):
         return None
 
 
-def _strict_violation(files, captures, shimmed):
-    """Why a --strict run fails, or None: launches denied or left to on_error, a capture that
-    cannot be read or lost records, or a program clc never saw."""
+def _strict_violation(files, captures, run):
+    """Why a --strict run fails, or None: launches denied or left to on_error, a process that
+    ran without the shim, a capture that is missing, cannot be read, is incomplete or lost
+    records, or a decision table that filled."""
+    parts = []
+    unseen = _unseen(run)
+    if unseen:
+        parts.append(f"{len(unseen)} process{'es' if len(unseen) != 1 else ''} ran without "
+                     f"clc's shim ({unseen[0].path})")
     if not files:
-        return None if shimmed else "clc's shim never started in the program"
-    if captures is None:
-        return "the capture cannot be read"
-    denied = sum(s.denied for c in captures for s in c.stats.values())
+        if not run.started:
+            parts.append("clc's shim never started in the program")
+    elif captures is None:
+        parts.append("the capture cannot be read")
+    read = {os.path.abspath(c.path) for c in captures or ()}
+    missing = sorted(p for p in run.captures if os.path.abspath(p) not in read)
+    missing += sorted(run.failed_captures)
+    if captures is not None and missing:
+        parts.append(f"{len(missing)} capture{'s' if len(missing) != 1 else ''} of the run "
+                     f"missing or unwritable ({missing[0]})")
+    captures = captures or []
+    denied = sum(sum(c.rule_stats.values()) if c.rule_stats
+                 else sum(s.denied for s in c.stats.values()) for c in captures)
     on_error = sum(c.on_error_launches for c in captures)
     lost = [c for c in captures
-            if not c.complete or c.dropped or c.capped_bytes or c.write_lost_bytes]
-    parts = []
+            if not c.complete or c.dropped or c.capped_bytes or c.write_lost_bytes
+            or c.truncated]
+    full = [c for c in captures if c.table_full]
     if lost:
         parts.append(f"{len(lost)} capture{'s' if len(lost) != 1 else ''} incomplete or "
                      f"short of records ({lost[0].path}), so what they hold cannot vouch "
                      f"for the run")
+    if full:
+        parts.append(f"the decision table filled in {len(full)} process"
+                     f"{'es' if len(full) != 1 else ''} ({full[0].path})")
     if denied:
         parts.append(f"{denied} launch{'es' if denied != 1 else ''} or graph-node call"
                      f"{'s' if denied != 1 else ''} denied")

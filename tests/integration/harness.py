@@ -17,6 +17,7 @@ from clc.capture.reader import read_captures
 from clc.cli.run import capture_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
 sys.path.insert(0, str(ROOT / "tests" / "native"))
 
 

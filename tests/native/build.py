@@ -33,7 +33,8 @@ PYHOST = HERE / "pyhost.py"
 _CFLAGS = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 _PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
              "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
-             "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program")
+             "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program",
+             "prog_life", "prog_path")
 
 
 class BuildError(RuntimeError):
@@ -102,7 +103,8 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
 
     Keys: "libcuda", "prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
     "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
-    "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program".
+    "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program", "prog_life",
+    "liblife".
     """
     inc = cuda_include_dir()
     cc = _compiler()
@@ -122,15 +124,28 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
     _symlink(outdir / "libcuda.so", "libcuda.so.1")
 
     built = {"libcuda": lib}
+    # liblife.so: a library of prog_life's whose constructor and destructor launch.
+    life = outdir / "liblife.so"
+    life_src = HERE / "lib_life.c"
+    if not _up_to_date(life, [life_src, lib, *common]):
+        _run_into(
+            life,
+            lambda tmp: [cc, "-shared", "-fPIC", *_CFLAGS, f"-I{inc}", "-o", str(tmp),
+                         str(life_src), f"-L{outdir}", "-lcuda", "-ldl"],
+        )
+    built["liblife"] = life
     for name in _PROGRAMS:
         src = HERE / f"{name}.c"
         out = outdir / name
         if name in ("prog_linked", "prog_reload", "prog_stdin_thread", "prog_green",
-                    "prog_green_threads", "prog_green_program"):
+                    "prog_green_threads", "prog_green_program", "prog_life"):
             # Linked against the fake like a real program against the driver; the rpath keeps
             # it runnable without LD_LIBRARY_PATH too.
             link = [f"-L{outdir}", "-lcuda", f"-Wl,-rpath,{outdir}"]
             inputs = [src, lib, *common]
+            if name == "prog_life":
+                link = [f"-L{outdir}", "-llife", *link]
+                inputs.append(life)
         else:
             link = []
             inputs = [src, *common]

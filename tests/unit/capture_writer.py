@@ -108,15 +108,12 @@ class CaptureWriter:
     def rule_stats(self, rule, denied):
         return self.add(abi.REC_RULE_STATS, abi.REC_RULE_STATS_BODY.pack(rule, denied))
 
-    def end(self, dropped=0, t_ns=None, write_lost_bytes=0, capped_bytes=0, write_errno=0):
+    def end(self, dropped=0, t_ns=None, write_lost_bytes=0, capped_bytes=0, write_errno=0,
+            how=abi.END_EXIT, status=0, flags=0, undecided=0):
         t_ns = self.start_monotonic_ns + 10**9 if t_ns is None else t_ns
-        return self.add(abi.REC_END, abi.REC_END_BODY.pack(t_ns, dropped, write_lost_bytes,
-                                                           capped_bytes, write_errno))
-
-    def old_end(self, dropped=0, t_ns=None):
-        """The END record of writers that had only t_ns and dropped (16 bytes)."""
-        t_ns = self.start_monotonic_ns + 10**9 if t_ns is None else t_ns
-        return self.add(abi.REC_END, abi.REC_END_BODY.pack(t_ns, dropped, 0, 0, 0)[:16])
+        return self.add(abi.REC_END, abi.REC_END_BODY.pack(
+            t_ns, dropped, write_lost_bytes, capped_bytes, write_errno, how, status, flags,
+            undecided))
 
     def data(self):
         return self.header() + b"".join(self.records)

@@ -419,15 +419,39 @@ def test_end_record_with_write_errors(tmp_path):
         (3, 123456, 789, errno.ENOSPC)
 
 
-def test_old_sixteen_byte_end_record(tmp_path):
-    # GIVEN a capture from a writer whose END held only t_ns and dropped
+def test_the_last_counts_and_end_hold(tmp_path):
+    # GIVEN a process that wrote its counts every second, then an END record, then launched
+    # again (an exit handler) and wrote its counts and END again
     w = crashed_writer()
-    w.old_end(dropped=5)
-    assert len(w.records[-1]) == abi.RECORD_HEADER.size + 16
-    cap = read_capture(w.write(tmp_path / "o.clc"))
-    # THEN it is complete, with no write errors
-    assert cap.complete and cap.dropped == 5
-    assert (cap.write_lost_bytes, cap.capped_bytes, cap.write_errno) == (0, 0, 0)
+    w.kernel_stats(0, launches=2)
+    w.rule_stats(0, 1)
+    w.kernel_stats(0, launches=5)
+    w.rule_stats(0, 3)
+    w.end()
+    w.launch(99, 0)
+    w.kernel_stats(0, launches=6, recorded=1)
+    w.rule_stats(0, 4)
+    w.end(how=abi.END_SIGNAL, status=11, flags=abi.END_TABLE_FULL | abi.END_TRUNCATED,
+          undecided=2)
+    cap = read_capture(w.write(tmp_path / "e.clc"))
+    # THEN each kernel's and each rule's last counts are the process's, not their sum
+    assert cap.stats[0].launches == 6 and cap.rule_stats == {0: 4}
+    # AND the last END says how it left and what the table and the cap did
+    assert cap.complete and cap.end_how == abi.END_SIGNAL and cap.exit_status == 11
+    assert cap.table_full and cap.truncated and cap.undecided_launches == 2
+    assert cap.on_error_launches == 2
+
+
+def test_records_after_the_last_end_leave_it_incomplete(tmp_path):
+    # GIVEN a process killed after its END record and one more launch (a SIGKILL in a
+    # destructor)
+    w = crashed_writer()
+    w.kernel_stats(0, launches=1)
+    w.end()
+    w.launch(7, 0)
+    cap = read_capture(w.write(tmp_path / "k.clc"))
+    # THEN the capture is incomplete: what followed was not counted by an END
+    assert not cap.complete
 
 
 def test_rule_stats_records(tmp_path):

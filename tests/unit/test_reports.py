@@ -26,7 +26,8 @@ POLICY = {"rules": [{"name": "deny-scale"}, {"name": "time-vecadd"}]}
 
 CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_lost_bytes",
                 "capped_bytes", "write_errno", "write_error", "trailing_bytes",
-                "launch_records", "timing_records", "on_error_launches", "stats_partial"}
+                "launch_records", "timing_records", "on_error_launches", "stats_partial",
+                "ending", "table_full", "truncated", "undecided_launches"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
                "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial",
                "confined_sms"}
@@ -113,8 +114,9 @@ def test_summary_capture_lines_and_messages(caps):
     assert "dropped" not in second
     # An incomplete capture names every cause, not only a crash.
     said = " ".join(text.split())
-    assert ("no END record: the program crashed or was killed, or its capture could not be "
-            "written (full disk?); see what clc printed while it ran") in said
+    assert ("no END record after its last records: the program was killed (SIGKILL), or its "
+            "capture could not be written (full disk?); its counts are the last it wrote (every "
+            "second); see what clc printed while it ran") in said
     # Both processes warned the same; it shows once.
     assert text.count("kernel scale denied") == 1
     assert "error: bridge not found" in text
@@ -156,7 +158,8 @@ def test_json_schema(caps):
         "path": caps[0].path, "pid": 100, "ppid": 1, "command": "./app --size 4",
         "complete": True, "dropped": 4, "write_lost_bytes": 0, "capped_bytes": 0,
         "write_errno": 0, "write_error": None, "trailing_bytes": 0, "launch_records": 3,
-        "timing_records": 2, "on_error_launches": 0, "stats_partial": False}
+        "timing_records": 2, "on_error_launches": 0, "stats_partial": False, "ending": None,
+        "table_full": False, "truncated": False, "undecided_launches": 0}
     assert doc["captures"][1]["complete"] is False
     assert doc["captures"][1]["stats_partial"] is True
     assert doc["denied_by_rule"] == [{"rule": "deny-scale", "denied": 1, "partial": False}]
@@ -329,19 +332,7 @@ def test_summary_of_a_capture_cut_mid_record(tmp_path):
     text = capture_lines(summary([cap]), cap)
     # THEN the summary names the cut and every cause, not only a crash
     assert "INCOMPLETE" in text and "last 58 bytes not whole records" in text
-    assert "crashed or was killed, or its capture could not be written (full disk?)" in text
-
-
-def test_summary_of_an_old_capture(tmp_path):
-    # GIVEN a capture from a writer with the 16-byte END record and no RULE_STATS
-    w = CaptureWriter()
-    w.kernel(0, VECADD)
-    w.kernel_stats(0, launches=3)
-    w.old_end(dropped=1)
-    cap = scan_capture(w.write(tmp_path / "old.clc"))
-    text = capture_lines(summary([cap]), cap)
-    assert "complete, 1 records dropped (buffers full)" in text
-    assert "lost" not in text and "not written" not in text
+    assert "was killed (SIGKILL), or its capture could not be written (full disk?)" in text
 
 
 def deny_example_capture(tmp_path, name="deny.clc", pid=300, denied=20, by_hook=0):

@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A policy holds over a program's whole life: its libraries' constructors, its exit handlers and
+destructors, its signal handlers, a race of unload and load, a change of user, a driver loaded by
+a path of its own; and the capture keeps every record however the process leaves (_exit,
+exit_group, a fatal signal), or its counts of the last second when SIGKILL ends it."""
+
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from clc import abi
+
+from harness import AUDIT, CUDA_INCLUDE
+
+DEBUG = "_Z12debug_kernelPi"
+VECADD = "_Z6vecAddPKfS0_Pfi"
+
+# Denies debug kernels, records the rest; what clc cannot decide is refused.
+DENY = """\
+version: 1
+default: allow
+on_error: deny
+rules:
+  - name: no-debug
+    match: {kernel: "*debug*"}
+    action: deny
+  - name: record-rest
+    match: {kernel: "*"}
+    action: allow
+    record: true
+"""
+
+
+def results(run, via):
+    """The CUresults of the launches printed with `via <where>`."""
+    return [int(m[1]) for m in re.finditer(rf"^launch \S+ via {via} -> (-?\d+)$", run.stdout,
+                                           re.M)]
+
+
+def stats_of(cap, name):
+    (kid,) = [k for k, kernel in cap.kernels.items() if kernel.mangled == name]
+    return cap.stats[kid]
+
+
+@pytest.mark.parametrize("via, env, argv", [
+    ("ctor", {"LIFE_CTOR": "launch", "LIFE_CTOR_N": "100"}, ["plain", "1"]),
+    ("atexit", {}, ["atexit", "100"]),
+    ("dtor", {}, ["dtor", "100"]),
+    ("dtor", {"LIFE_DTOR": "launch", "LIFE_DTOR_N": "100"}, ["plain", "1"]),
+], ids=["library-constructor", "exit-handler", "program-destructor", "library-destructor"])
+def test_launches_at_the_edges_of_life_are_denied_and_recorded(native, clc_run, via, env, argv):
+    # GIVEN a program that launches a denied kernel 100 times from a library's constructor
+    # (before the preloaded shim's own constructor), an exit handler registered before its
+    # first CUDA call, its own destructor, or a library's destructor (after the shim's)
+    run = clc_run(DENY, [native["prog_life"], *argv], env=env, options=["--strict"])
+    # THEN every one of them is refused, and the driver never ran the kernel
+    assert results(run, via) == [800] * 100, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.fake_counts().get(DEBUG, 0) + run.fake_counts().get("debug_kernel", 0) == 0
+    # AND the capture is complete and counts them as denied by the rule
+    cap = run.capture()
+    assert cap.complete
+    debug = [s for k, s in cap.stats.items() if "debug" in cap.kernels[k].mangled]
+    assert sum(s.denied for s in debug) == sum(s.launches for s in debug) == 100
+    assert cap.rule_stats == {0: 100}
+    # AND --strict says so
+    assert run.proc.returncode == 3, run.stderr[-2000:]
+    assert "100 launches or graph-node calls denied" in run.stderr
+
+
+def test_a_constructor_that_only_loads_leaves_a_capture(native, clc_run):
+    # GIVEN a library whose constructor loads a module, before the shim's constructor ran
+    run = clc_run(AUDIT, [native["prog_life"], "plain", "2"], env={"LIFE_CTOR": "load"})
+    assert run.proc.returncode == 0, run.stderr
+    # THEN the run has its capture, with the load and the program's launches
+    cap = run.capture()
+    assert cap.complete and stats_of(cap, VECADD).launches == 2
+    assert any(m.api_name == "cuModuleLoadData" for m in cap.modules)
+
+
+@pytest.mark.parametrize("mode, status, how, code", [
+    ("quick", 0, abi.END_QUICK, 0),
+    ("exit_group", 0, abi.END_QUICK, 0),
+    ("segv", 128 + signal.SIGSEGV, abi.END_SIGNAL, signal.SIGSEGV),
+    ("abort", 128 + signal.SIGABRT, abi.END_SIGNAL, signal.SIGABRT),
+    ("term", 128 + signal.SIGTERM, abi.END_SIGNAL, signal.SIGTERM),
+    ("handler", 7, abi.END_QUICK, 7),
+])
+def test_every_record_is_kept_however_the_process_leaves(native, clc_run, mode, status, how,
+                                                        code):
+    # GIVEN a program that records 5000 launches, then leaves by _exit, exit_group, a fatal
+    # signal, or a handler of its own that leaves by _exit
+    run = clc_run(AUDIT, [native["prog_life"], mode, "5000"])
+    # THEN it leaves as it would have without clc
+    assert run.proc.returncode == status, run.stderr[-2000:]
+    # AND its capture is complete: every launch recorded and counted, and it says how it ended
+    cap = run.capture()
+    assert cap.complete and cap.end_how == how and cap.exit_status == code
+    assert stats_of(cap, VECADD).launches == 5000
+    assert len([ln for ln in cap.launches if ln.kernel_id == 0]) == 5000
+    if how == abi.END_SIGNAL:
+        assert f"ended by {signal.Signals(code).name}" in run.stderr
+
+
+def test_sigkill_loses_at_most_the_last_second(native, clc_run):
+    # GIVEN a program killed by SIGKILL 1.5 s after its last launch
+    run = clc_run(AUDIT, [native["prog_life"], "kill", "5000"])
+    assert run.proc.returncode == 128 + signal.SIGKILL
+    cap = run.capture()
+    # THEN its capture has no END, but its counts of a second before and every record
+    assert not cap.complete and cap.end_how is None
+    stats = stats_of(cap, VECADD)
+    assert stats.launches == 5000 and not stats.partial
+    assert len(cap.launches) == 5000
+    assert "INCOMPLETE" in run.stderr and "SIGKILL" in run.stderr
+
+
+def test_a_signal_handler_interrupting_clc_is_decided(native, clc_run):
+    # GIVEN a thread that signals the main thread every 20 us while it makes 2000 first
+    # sights, whose handler launches a denied kernel (often while clc is deciding or
+    # recording on that thread)
+    run = clc_run(DENY, [native["prog_life"], "signals", "2000"])
+    assert run.proc.returncode == 0, run.stderr[-2000:]
+    m = re.search(r"^signals: launches=(\d+) refused=(\d+) ran=(\d+)$", run.stdout, re.M)
+    # THEN every launch from the handler was refused: by its rule, or as on_error before the
+    # kernel was decided
+    assert m and int(m[1]) > 100 and int(m[1]) == int(m[2]) and m[3] == "0", run.stdout[-500:]
+    assert run.fake_counts().get(DEBUG, 0) == 0
+    cap = run.capture()
+    assert cap.complete and sum(cap.rule_stats.values()) == int(m[1])
+
+
+def test_an_unload_racing_a_load_never_lends_a_decision(native, clc_run):
+    # GIVEN two threads, one loading, launching and unloading an allowed kernel, the other a
+    # denied one: the driver gives each new module's kernel the handle just unloaded
+    run = clc_run(DENY, [native["prog_life"], "race", "50000"])
+    assert run.proc.returncode == 0, run.stderr[-2000:]
+    # THEN the denied kernel never ran, and the allowed one always did
+    assert "race: ok=50000 debug_ran=0 debug_refused=50000" in run.stdout, run.stdout[-500:]
+    assert run.fake_counts().get("debug_kernel", 0) == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing to another user needs root")
+def test_a_process_that_changes_its_user_is_decided_as_its_new_user(native, clc_run):
+    # GIVEN a policy that denies everything to user 12345, and a program that launches vecAdd
+    # as root, then becomes user 12345 and launches vecAdd and scale
+    policy = DENY.replace('match: {kernel: "*debug*"}', 'match: {kernel: "*", user: "12345"}')
+    run = clc_run(policy, [native["prog_life"], "setuid", "12345"])
+    assert run.proc.returncode == 0, run.stderr[-2000:]
+    # THEN what it launches as user 12345 is refused (clc-run's socket is root's alone: the
+    # new user's launches are decided in the program, or fall to on_error), vecAdd's decision
+    # for root included
+    assert results(run, "main") == [0, 800, 800], run.stdout[-1000:] + run.stderr[-2000:]
+    # AND the capture, opened by root, still holds everything (vecAdd twice: its decision as
+    # root was forgotten, and it was decided anew)
+    cap = run.capture()
+    vecadd = [s for k, s in cap.stats.items() if cap.kernels[k].mangled == VECADD]
+    assert cap.complete and [s.launches for s in vecadd] == [1, 1]
+    assert [s.denied for s in vecadd] == [0, 1]
+
+
+@pytest.fixture(scope="module")
+def own_drivers(native, tmp_path_factory):
+    """A copy of the driver without its SONAME, and a library with a cuLaunchKernel and
+    nothing else of a driver's, in a folder the loader does not search."""
+    out = tmp_path_factory.mktemp("drivers")
+    src = os.path.join(os.path.dirname(__file__), "..", "native", "fake_cuda.c")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-std=gnu11", "-O1", f"-I{CUDA_INCLUDE}", "-o",
+                    out / "libgpu.so", src, "-ldl", "-lpthread"], check=True)
+    (out / "stub.c").write_text("int cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c,"
+                                " unsigned d, unsigned e, unsigned g, unsigned s, void *st, "
+                                "void **p, void **x) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", out / "libstub.so", out / "stub.c"],
+                   check=True)
+    return out
+
+
+def test_a_driver_loaded_by_a_path_of_its_own_is_placed(native, clc_run, own_drivers):
+    # GIVEN a program that opens a copy of the driver by its path (no SONAME libcuda.so.1)
+    run = clc_run(DENY, [native["prog_path"], own_drivers / "libgpu.so"],
+                  env={"LD_LIBRARY_PATH": ""})
+    assert run.proc.returncode == 0, run.stderr[-2000:]
+    # THEN the policy holds there: the debug kernel refused, vecAdd launched and recorded
+    assert results(run, "cuLaunchKernel") == [800, 800, 800, 0, 0]
+    cap = run.capture()
+    assert stats_of(cap, DEBUG).denied == 3 and stats_of(cap, VECADD).recorded == 2
+
+
+def test_a_driver_that_cannot_be_placed_fails_closed(native, clc_run, own_drivers):
+    # GIVEN a program whose cuLaunchKernel comes from a library that is no whole driver
+    run = clc_run(DENY, [native["prog_path"], own_drivers / "libstub.so", "stub"],
+                  env={"LD_LIBRARY_PATH": ""}, options=["--strict"])
+    # THEN its launches get on_error (deny here), said once, counted, and --strict fails
+    assert results(run, "cuLaunchKernel") == [800, 800]
+    assert run.stderr.count("clc: the CUDA driver the program calls could not be placed") == 1
+    cap = run.capture()
+    assert cap.undecided_launches == 2 and cap.on_error_launches == 2
+    assert run.proc.returncode == 3 and "2 launches fell to on_error" in run.stderr

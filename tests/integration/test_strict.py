@@ -1,0 +1,152 @@
+# SPDX-License-Identifier: Apache-2.0
+"""clc-run --strict tells the truth: it fails a run in which any process ran unseen, any launch
+was refused (an on_unwrappable refusal included), a capture that a process opened or could not
+open is missing or incomplete, or a decision table filled; it passes a run whose workers leave
+cleanly with _exit. Its status is --error-exitcode's."""
+
+import os
+import shutil
+import stat
+import sys
+
+import pytest
+
+from clc import abi
+
+from harness import AUDIT, ROOT
+from test_lifetime import DENY
+
+VECADD = "_Z6vecAddPKfS0_Pfi"
+
+
+def test_a_child_started_without_the_preload_is_seen(native, clc_run):
+    # GIVEN a program that runs a CUDA program with LD_PRELOAD removed from its environment
+    run = clc_run(DENY, ["sh", "-c", f"env -u LD_PRELOAD {native['prog_life']} dtor 6"],
+                  options=["--strict"])
+    # THEN the child runs under clc all the same: its six denied launches were refused
+    assert run.stdout.count(" -> 800") == 6, run.stdout[-2000:] + run.stderr[-2000:]
+    caps = run.captures()
+    assert sum(s.denied for c in caps for s in c.stats.values()) == 6
+    # AND --strict fails the run for them
+    assert run.proc.returncode == 3
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a setgid program needs root")
+def test_a_process_the_loader_will_not_preload_into_fails_strict(native, clc_run, tmp_path):
+    # GIVEN a setgid copy of a CUDA program: the loader ignores LD_PRELOAD for it
+    prog = tmp_path / "setgid_prog"
+    shutil.copy(native["prog_life"], prog)
+    os.chown(prog, 0, 12345)
+    os.chmod(prog, 0o755 | stat.S_ISGID)
+    # WHEN a script runs it under clc
+    run = clc_run(AUDIT, ["sh", "-c", f"{prog} plain 2"], options=["--strict"])
+    # THEN it ran, unseen: clc-run names it, and --strict fails
+    assert "launch" in run.stdout
+    assert f"executed {prog} without clc's shim" in run.stderr, run.stderr
+    assert run.proc.returncode == 3
+    assert "1 process ran without clc's shim" in run.stderr
+
+
+def test_an_on_unwrappable_refusal_is_a_denial(native, clc_run):
+    # GIVEN a kernel confined by a green context on a device that cannot be partitioned, whose
+    # rule refuses what it cannot confine
+    policy = """\
+version: 1
+default: allow
+rules:
+  - name: half
+    match: {kernel: "*vecAdd*"}
+    action: wrap
+    wrapper: sm_share
+    params: {share: 0.5}
+    on_unwrappable: deny
+"""
+    run = clc_run(policy, [native["prog_green"]], env={"FAKE_CUDA_NO_GREEN": "1"},
+                  options=["--strict"])
+    cap = run.capture()
+    ids = {k for k, kernel in cap.kernels.items() if kernel.mangled == VECADD}
+    launches = sum(cap.stats[k].launches + cap.stats[k].graph_nodes for k in ids)
+    denied = sum(cap.stats[k].denied for k in ids)
+    # THEN each refused launch and graph node is counted as denied by the rule, none as failed,
+    # and recorded
+    assert launches > 0 and denied == launches
+    assert sum(cap.stats[k].failed for k in ids) == 0
+    refused = [ln for ln in cap.launches if ln.kernel_id in ids]
+    assert len(refused) == denied
+    assert all(ln.action == abi.ACTION_DENY and ln.result == 800 for ln in refused)
+    assert cap.rule_stats == {0: denied}
+    # AND --strict fails the run
+    assert run.proc.returncode == 3, run.stderr[-2000:]
+    assert "denied" in run.stderr
+
+
+def test_a_full_decision_table_fails_strict_and_keeps_its_counts(native, clc_run):
+    # GIVEN a program that fills the decision table (50,000 live kernels), then launches a
+    # denied kernel 100 times
+    run = clc_run(DENY, [native["prog_life"], "fill", "50000"], options=["--strict"],
+                  timeout=300)
+    # THEN the launches past the table are still decided, and counted
+    assert run.stdout.count("via fill -> 800") == 100
+    cap = run.capture()
+    assert cap.table_full and cap.rule_stats == {0: 100}
+    loose = cap.stats[abi.KERNEL_UNCACHED]
+    assert loose.denied == 100 and loose.launches == 50000 - 49152 + 100
+    assert sum(s.launches for s in cap.stats.values()) == 50100
+    # AND --strict fails the run
+    assert run.proc.returncode == 3
+    assert "the decision table filled in 1 process" in run.stderr
+
+
+def test_a_capture_that_could_not_be_written_fails_strict(native, clc_run, tmp_path):
+    # GIVEN a forked child whose capture cannot be written (a folder is in its place)
+    out = tmp_path / "cap.clc"
+    run = clc_run(AUDIT, [native["prog_life"], "badchild"], env={"LIFE_CAPTURE": str(out)},
+                  options=["--strict"])
+    # THEN the run's other capture is fine, but --strict fails: one capture is missing
+    assert run.proc.returncode == 3, run.stderr[-2000:]
+    assert "1 capture of the run missing or unwritable" in run.stderr
+
+
+PYWORKERS = """\
+import ctypes, multiprocessing, sys
+sys.path.insert(0, {native!r})
+import pyhost
+
+def work(n):
+    cuda = pyhost.load_driver()
+    dev, ctx, mod, fn = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    cuda.cuInit(0)
+    cuda.cuDeviceGet(ctypes.byref(dev), 0)
+    cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+    cuda.cuCtxSetCurrent(ctx)
+    cuda.cuModuleLoadData(ctypes.byref(mod), pyhost.APP_PTX)
+    cuda.cuModuleGetFunction(ctypes.byref(fn), mod, pyhost.K_SCALE)
+    return sum(cuda.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, None, None, None) == 0
+               for _ in range(n))
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("fork")
+    with multiprocessing.Pool(4) as pool:
+        print("workers", sum(pool.map(work, [5] * 8)), flush=True)
+"""
+
+
+def test_workers_that_leave_with_exit_pass_strict(native, clc_run, tmp_path):
+    # GIVEN a Python program whose multiprocessing workers launch, then leave with os._exit
+    script = tmp_path / "workers.py"
+    script.write_text(PYWORKERS.format(native=str(ROOT / "tests" / "native")))
+    run = clc_run(AUDIT, [sys.executable, script], options=["--strict"])
+    # THEN every worker's capture is complete and counts its launches, and --strict passes
+    assert "workers 40" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+    caps = run.captures()
+    assert len(caps) >= 2 and all(c.complete for c in caps), [c.path for c in caps]
+    assert sum(s.launches for c in caps for s in c.stats.values()) == 40
+    assert run.proc.returncode == 0, run.stderr[-2000:]
+
+
+def test_error_exitcode_sets_the_status(native, clc_run):
+    # GIVEN a run --strict fails (a denied launch)
+    run = clc_run(DENY, [native["prog_life"], "atexit", "1"], options=["--error-exitcode", "9"])
+    # THEN its status is the one asked for
+    assert run.proc.returncode == 9
+    assert "exit status 9" in run.stderr
