@@ -84,6 +84,27 @@ CLC_EXPORT void *dlopen(const char *file, int mode) {
     return real(file, mode);
 }
 
+/* dlmopen into a namespace of its own makes a world the shim is not in: the objects there bind to
+ * their own libc and driver, and their launches would never reach a hook. Under clc-run such a
+ * load is refused (said once; dlerror says why); the program's own namespace is libc's to load
+ * into as usual. */
+typedef void *(*dlmopen_fn)(Lmid_t, const char *, int);
+CLC_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) {
+    static dlmopen_fn real;
+    if (unlikely(!real)) real = (dlmopen_fn)clc_next_symbol("dlmopen");
+    if (lmid == LM_ID_BASE || !g_cfg.configured) return real ? real(lmid, file, mode) : NULL;
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "dlmopen of %s into a new link-map namespace was refused: clc's "
+                "hooks cannot reach a namespace of its own",
+                file ? file : "(null)");
+    /* dlerror() then names the refusal. */
+    clc_libc_dlopen("/clc: dlmopen into a new link-map namespace is refused (clc's hooks cannot "
+                    "reach it)",
+                    RTLD_LAZY | RTLD_NOLOAD);
+    return NULL;
+}
+
 #ifdef CLC_EM
 
 /* ---- the caller's file: what libc would open had the program called it ------------------ */
@@ -253,12 +274,19 @@ static void prepare(dlopen_fn real) {
  * Over dl_iterate_phdr rather than the link map's l_next: it holds the loader's list lock (no
  * dlclose unmaps an object under the walk) and gives each object's program headers. */
 
+/* A definition that deep binding may have given in place of the shim's, and the shim's own. */
+typedef struct {
+    ElfW(Addr) next, own;
+} swap;
+
 typedef struct {
     const exports *e;
     const void *cuda_dynamic;
     const struct link_map *first; /* the program's namespace, from its first object */
     uintptr_t page;
     unsigned written, failed;
+    swap *swaps; /* sorted by next */
+    size_t n_swaps;
 } walk;
 
 static int inside(const struct dl_phdr_info *info, ElfW(Addr) a) {
@@ -334,6 +362,48 @@ static void patch_relocs(const struct dl_phdr_info *info, const clc_dynamic *d,
     }
 }
 
+static int by_next(const void *a, const void *b) {
+    ElfW(Addr) x = ((const swap *)a)->next, y = ((const swap *)b)->next;
+    return x < y ? -1 : x > y;
+}
+
+/* Every next definition known, with the shim's own: the values a deep-bound library may hold. */
+static void collect_swaps(walk *w) {
+    const exports *e = w->e;
+    w->n_swaps = 0;
+    if (!(w->swaps = malloc((e->count - e->first) * sizeof *w->swaps))) return;
+    for (uint32_t i = e->first; i < e->count; i++) {
+        void *next = atomic_load_explicit(&e->next[i], memory_order_acquire);
+        if (next)
+            w->swaps[w->n_swaps++] = (swap){(ElfW(Addr))next, e->base + e->dyn.symtab[i].st_value};
+    }
+    qsort(w->swaps, w->n_swaps, sizeof *w->swaps, by_next);
+}
+
+/* A pointer that a deep-bound library saved before the walk (its constructor runs inside
+ * dlopen, while its references still lead past the shim) lies in its data: every word of its
+ * writable segments that holds a definition the shim stands in for is pointed at the shim's. A
+ * copy kept on the heap is not found. */
+static void scan_data(const struct dl_phdr_info *info, walk *w) {
+    for (int k = 0; k < info->dlpi_phnum && w->n_swaps; k++) {
+        const ElfW(Phdr) *p = &info->dlpi_phdr[k];
+        if (p->p_type != PT_LOAD || !(p->p_flags & PF_W)) continue;
+        ElfW(Addr) *word = (ElfW(Addr) *)((info->dlpi_addr + p->p_vaddr + 7) & ~(uintptr_t)7);
+        ElfW(Addr) *end = (ElfW(Addr) *)(info->dlpi_addr + p->p_vaddr + p->p_memsz);
+        for (; word + 1 <= end; word++) {
+            ElfW(Addr) v = __atomic_load_n(word, __ATOMIC_RELAXED);
+            if (v < w->swaps[0].next || v > w->swaps[w->n_swaps - 1].next) continue;
+            swap key = {v, 0};
+            const swap *hit = bsearch(&key, w->swaps, w->n_swaps, sizeof key, by_next);
+            if (!hit) continue;
+            if (write_got(info, word, hit->own, w->page))
+                w->written++;
+            else
+                w->failed++;
+        }
+    }
+}
+
 static int patch_object(struct dl_phdr_info *info, size_t size, void *arg) {
     walk *w = arg;
     clc_dynamic d;
@@ -341,8 +411,11 @@ static int patch_object(struct dl_phdr_info *info, size_t size, void *arg) {
     if (!clc_read_dynamic(info->dlpi_addr, clc_dynamic_section(info), &d) ||
         d.dynamic == w->e->dyn.dynamic || d.dynamic == w->cuda_dynamic)
         return 0;
+    unsigned before = w->written;
     patch_relocs(info, &d, d.jmprel, d.jmprel_size, w, &ours);
     patch_relocs(info, &d, d.rela, d.rela_size, w, &ours);
+    /* Deep binding bound this object past the shim: what it saved meanwhile is found too. */
+    if (w->written > before) scan_data(info, w);
     return 0;
 }
 
@@ -385,10 +458,13 @@ static void load_ends(int loaded) {
         g_walk_owed = 0;
         w.e = atomic_load_explicit(&g_exports, memory_order_acquire);
         w.cuda_dynamic = atomic_load(&g_cuda_dynamic);
-        if (w.e && w.first)
+        if (w.e && w.first) {
+            collect_swaps(&w);
             dl_iterate_phdr(patch_object, &w);
-        else
+            free(w.swaps);
+        } else {
             w.failed = 1; /* the shim's own symbol table could not be read */
+        }
     }
     pthread_mutex_unlock(&g_walk_lock);
     if (w.failed) {

@@ -81,41 +81,97 @@ static void *substitute(int sym, void *real) {
     return hook_addr[sym];
 }
 
-/* A hooked symbol asked for with RTLD_NEXT: whatever comes after the caller, its launches must
- * reach the hook (which calls the driver's own). NULL when the driver does not define it. */
-__attribute__((noinline)) static void *next_hooked(int sym) {
-    return clc_real(sym) ? hook_addr[sym] : NULL;
+/* ---- what the shim exports -------------------------------------------------------------------
+ * Every function the shim exports stands in for the program's: the driver's entry points, and
+ * libc's dlsym, dlvsym, dlopen, dlmopen, the exec family, _exit, sigaction... A lookup of one of
+ * them by any handle gets the shim's, so that a program that takes libc's own dlsym from
+ * dlopen("libc.so.6"), say, does not step past the shim with it. */
+
+typedef struct {
+    ElfW(Addr) base;
+    clc_dynamic dyn;
+} self_exports;
+
+static const self_exports *exports(void) {
+    static self_exports self;
+    static _Atomic int state; /* 0: not read, 1: read, 2: unreadable */
+    int s = atomic_load_explicit(&state, memory_order_acquire);
+    if (likely(s)) return s == 1 ? &self : NULL;
+    Dl_info where;
+    struct link_map *map = NULL;
+    self_exports e;
+    int ok = dladdr1((void *)&exports, &where, (void **)&map, RTLD_DL_LINKMAP) && map &&
+             clc_read_dynamic(map->l_addr, map->l_ld, &e.dyn) && e.dyn.gnu_hash;
+    if (ok) {
+        e.base = map->l_addr;
+        self = e;
+    }
+    atomic_store_explicit(&state, ok ? 1 : 2, memory_order_release);
+    return ok ? &self : NULL;
 }
 
-/* Whether the object that made the call at `ret` defines `name` itself: an interposer of that
- * symbol (another preload library, a profiler), whose RTLD_NEXT lookup wants what comes after
- * it, as without clc. The shim's own real pointer may be that interposer's definition, so
- * answering it with the hook would loop. */
-__attribute__((noinline)) static int caller_defines(const void *ret, const char *name) {
+/* The shim's own definition of `name`, or NULL when it exports none. */
+static void *shim_export(const char *name) {
+    const self_exports *e = exports();
+    uint32_t i = e ? clc_gnu_lookup(&e->dyn, name) : 0;
+    if (!i || e->dyn.symtab[i].st_shndx == SHN_UNDEF) return NULL;
+    return (void *)(e->base + e->dyn.symtab[i].st_value);
+}
+
+/* The definition of `name` in the object that made the call at `ret`, or NULL when it has none:
+ * an interposer of that symbol (another preload library, a profiler) asks dlsym(RTLD_NEXT) for
+ * what comes after it. */
+__attribute__((noinline)) static void *caller_definition(const void *ret, const char *name) {
     Dl_info where;
     struct link_map *map = NULL;
     clc_dynamic d;
     uint32_t i;
     if (!dladdr1(ret, &where, (void **)&map, RTLD_DL_LINKMAP) || !map ||
-        !clc_read_dynamic(map->l_addr, map->l_ld, &d) || !(i = clc_gnu_lookup(&d, name)))
-        return 0;
-    return d.symtab[i].st_shndx != SHN_UNDEF;
+        !clc_read_dynamic(map->l_addr, map->l_ld, &d) || !(i = clc_gnu_lookup(&d, name)) ||
+        d.symtab[i].st_shndx == SHN_UNDEF)
+        return NULL;
+    return (void *)(map->l_addr + d.symtab[i].st_value);
+}
+
+/* What the shim itself calls behind its own definition of `name`. */
+static void *shim_next(const char *name, int sym) {
+    return sym >= 0 ? clc_real(sym) : clc_next_symbol(name);
+}
+
+/* RTLD_NEXT for a name the shim exports: the shim's own, unless the caller is an interposer in
+ * the chain the shim calls down (its definition is what the shim calls next), which gets what
+ * comes after it, as without clc; answering it with the shim's would loop. A library that only
+ * defines the symbol, to ask past the shim, gets the shim's. NULL when the caller is such an
+ * interposer (the caller then leaves with libc's answer). */
+__attribute__((noinline)) static void *next_for(const void *ret, const char *name, void *own) {
+    int sym = clc_symbol_by_name(name);
+    void *theirs = caller_definition(ret, name);
+    if (theirs && theirs == shim_next(name, sym)) return NULL;
+    if (sym >= 0 && !clc_real(sym)) return NULL; /* the driver does not define it */
+    return own;
+}
+
+/* A lookup by a handle: a name the shim exports gets the shim's definition (a driver entry
+ * point keeps the real pointer it came with). */
+static void *substitute_export(const char *name, void *p) {
+    if (!p) return p;
+    int sym = name[0] == 'c' && name[1] == 'u' ? clc_symbol_by_name(name) : -1;
+    if (sym >= 0) return substitute(sym, p);
+    void *own = shim_export(name);
+    return own && own != p ? own : p;
 }
 
 /* RTLD_NEXT is resolved by glibc from the caller's return address, so a lookup that libc
  * answers must leave as a tail call (a jump) for "next" to mean next after the caller, not
- * after the shim. A hooked driver symbol gets the hook, by any handle, unless its caller is an
- * interposer of that symbol. */
+ * after the shim. */
 CLC_EXPORT void *dlsym(void *handle, const char *name) {
     if (unlikely(!clc_real_dlsym)) clc_resolve_dlsym();
     if (handle == RTLD_NEXT) {
-        int sym = name[0] == 'c' && name[1] == 'u' ? clc_symbol_by_name(name) : -1;
-        if (sym >= 0 && !caller_defines(__builtin_return_address(0), name)) return next_hooked(sym);
+        void *own = shim_export(name), *p;
+        if (own && (p = next_for(__builtin_return_address(0), name, own)) != NULL) return p;
         return clc_real_dlsym(handle, name);
     }
-    void *p = clc_real_dlsym(handle, name);
-    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_symbol_by_name(name), p);
-    return p;
+    return substitute_export(name, clc_real_dlsym(handle, name));
 }
 
 /* dlvsym: the same substitution, for programs that ask for a symbol version. */
@@ -127,13 +183,11 @@ CLC_EXPORT void *dlvsym(void *handle, const char *name, const char *version) {
         if (!real_dlvsym) return NULL;
     }
     if (handle == RTLD_NEXT) {
-        int sym = name[0] == 'c' && name[1] == 'u' ? clc_symbol_by_name(name) : -1;
-        if (sym >= 0 && !caller_defines(__builtin_return_address(0), name)) return next_hooked(sym);
+        void *own = shim_export(name), *p;
+        if (own && (p = next_for(__builtin_return_address(0), name, own)) != NULL) return p;
         return real_dlvsym(handle, name, version);
     }
-    void *p = real_dlvsym(handle, name, version);
-    if (p && name[0] == 'c' && name[1] == 'u') p = substitute(clc_symbol_by_name(name), p);
-    return p;
+    return substitute_export(name, real_dlvsym(handle, name, version));
 }
 
 CLC_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version,

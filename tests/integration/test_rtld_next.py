@@ -99,3 +99,40 @@ def test_an_interposer_loaded_after_clc_gets_its_own_next(native, clc_run, tmp_p
     assert {r for (k, _), rs in run.results().items() if "debug" in k for r in rs} == {800}
     assert run.fake_counts() == alone.fake_counts()
     assert run.fake_counts().get("_Z12debug_kernelPi", 0) == 0
+
+
+@pytest.fixture(scope="module")
+def prog_escape(native, tmp_path_factory):
+    if not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")):
+        pytest.skip(f"no cuda.h under {CUDA_INCLUDE}")
+    out = tmp_path_factory.mktemp("escape")
+    lib_dir = native["libcuda"].parent
+    src = ROOT / "tests" / "native"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o",
+                    out / "libescape.so", src / "lib_escape.c", f"-L{lib_dir}",
+                    "-Wl,--no-as-needed", "-lcuda", "-ldl"],
+                   check=True)
+    subprocess.run(["gcc", "-O2", f"-I{CUDA_INCLUDE}", "-o", out / "prog_escape",
+                    src / "prog_escape.c", f"-L{lib_dir}", "-lcuda", "-ldl"], check=True)
+    return out / "prog_escape", out / "libescape.so"
+
+
+def test_the_loaders_ordinary_ways_around_the_shim_are_closed(prog_escape, clc_run, run_native):
+    prog, lib = prog_escape
+    # GIVEN a library that defines a cuLaunchKernel it never uses, to ask dlsym(RTLD_NEXT) for
+    # the driver's past it, and opens the driver in a namespace of its own: without clc both
+    # reach the driver
+    alone = run_native([prog, lib])
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert "rtld-next-own debug_kernel via cuLaunchKernel -> 0" in alone.stdout
+    assert "dlmopen opened" in alone.stdout
+    # WHEN it runs under a policy that denies debug kernels
+    run = clc_run(DENY_DEBUG, [prog, lib])
+    assert run.proc.returncode == 0, run.stdout + run.stderr
+    # THEN its RTLD_NEXT lookup got the shim's hook: debug_kernel refused, ok_kernel launched
+    assert "rtld-next-own debug_kernel via cuLaunchKernel -> 800" in run.stdout
+    assert "rtld-next-own ok_kernel via cuLaunchKernel -> 0" in run.stdout
+    assert run.fake_counts().get("debug_kernel", 0) == 0
+    # AND the new namespace was refused, dlerror and clc saying why
+    assert "dlmopen refused: /clc: dlmopen into a new link-map namespace is refused" in run.stdout
+    assert "dlmopen of libcuda.so.1 into a new link-map namespace was refused" in run.stderr

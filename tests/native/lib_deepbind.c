@@ -9,6 +9,9 @@
  *   table    cuLaunchKernel from a constant table of pointers (R_X86_64_64, in RELRO)
  *   address  cuLaunchKernel_ptsz, its address taken in code (R_X86_64_GLOB_DAT)
  *   dlsym    cuLaunchKernel as the library's own dlsym finds it in libcuda (dlsym binds deep too)
+ *   saved    cuLaunchKernel as the library's constructor saved it, inside dlopen, while its
+ *            references still led to libcuda
+ *   libc     cuLaunchKernel as libc's own dlsym, taken from dlopen("libc.so.6"), finds it
  */
 #include "common.h"
 
@@ -22,6 +25,16 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
 
 /* Global, so that the compiler cannot fold the pointer into a direct call. */
 const launch_fn deepbind_table[1] = {cuLaunchKernel};
+
+/* Saved by the constructor, which runs inside dlopen. */
+launch_fn deepbind_saved;
+
+__attribute__((constructor)) static void save_driver(void)
+{
+    launch_fn fn = cuLaunchKernel;
+    __asm__ volatile("" : "+r"(fn));
+    deepbind_saved = fn;
+}
 
 static CUresult launch(launch_fn fn, CUfunction f)
 {
@@ -39,6 +52,10 @@ void deepbind_run(void)
     launch_fn looked_up = cuda ? (launch_fn)dlsym(cuda, "cuLaunchKernel") : NULL;
     launch_fn address = cuLaunchKernel_ptsz;
     __asm__ volatile("" : "+r"(address)); /* loaded from the GOT here, not called directly */
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    void *(*libc_dlsym)(void *, const char *) =
+        libc ? (void *(*)(void *, const char *))dlsym(libc, "dlsym") : NULL;
+    launch_fn via_libc = libc_dlsym && cuda ? (launch_fn)libc_dlsym(cuda, "cuLaunchKernel") : NULL;
 
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
@@ -52,6 +69,8 @@ void deepbind_run(void)
         report("table", names[k], "cuLaunchKernel", launch(deepbind_table[0], f));
         report("address", names[k], "cuLaunchKernel_ptsz", launch(address, f));
         report("dlsym", names[k], "cuLaunchKernel", launch(looked_up, f));
+        report("saved", names[k], "cuLaunchKernel", launch(deepbind_saved, f));
+        report("libc", names[k], "cuLaunchKernel", launch(via_libc, f));
     }
     CHECK(cuCtxSynchronize());
 }
