@@ -196,7 +196,8 @@ class Engine:
         self.policy = Policy.from_json(settings["CLC_POLICY"])
         self.tenant = settings.get("CLC_TENANT", "")
         self.process_names = process_names()
-        self.identity = process_identity()  # from the kernel, never from the environment
+        self._credentials = None
+        self.identity = self._identity()  # from the kernel, never from the environment
         self.modules = {}
         self.verbose = settings.get("CLC_VERBOSE", "0") not in ("", "0")
         self._announced = set()
@@ -239,6 +240,15 @@ class Engine:
             if fn not in self.exit_functions:
                 self.exit_functions.append(fn)
 
+    def _identity(self):
+        """This process's identity, read again once its user or groups changed (setuid and the
+        like; the shim then forgets its decisions, so that each kernel is decided anew)."""
+        credentials = (os.getresuid(), os.getresgid(), tuple(os.getgroups()))
+        if credentials != self._credentials:
+            self._credentials = credentials
+            self.identity = process_identity()
+        return self.identity
+
     # ---- the two questions --------------------------------------------------------------
 
     def kernel(self, handle, ctx, mangled, device, layout=(), kernel_id=None):
@@ -250,7 +260,7 @@ class Engine:
         if kernel is None or kernel.info.mangled != mangled:
             info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
                               process_names=self.process_names, tenant=self.tenant,
-                              identity=self.identity)
+                              identity=self._identity())
             kernel = self.kernels[key] = _Kernel(handle, info, self._plan(info), ctx, layout)
         if kernel_id is not None and kernel_id != abi.KERNEL_UNCACHED:
             self.names[kernel_id] = kernel.info.demangled
@@ -296,7 +306,7 @@ class Engine:
         """Whether this process is confined program-wide on `device` (program_decision)."""
         info = KernelInfo(mangled="", demangled="", device=device,
                           process_names=self.process_names, tenant=self.tenant,
-                          identity=self.identity)
+                          identity=self._identity())
         return program_decision(self.policy, info)
 
     def launch(self, kernel, blob):
