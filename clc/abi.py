@@ -23,7 +23,7 @@ __all__ = [
     "END_TABLE_FULL", "END_TRUNCATED", "REC_RULE_STATS", "DENIED_RECORDED",
     "REC_PROCESS_BODY", "REC_KERNEL_BODY", "REC_LAUNCH_BODY", "REC_TIMING_BODY",
     "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
-    "REC_RULE_STATS_BODY",
+    "REC_RULE_STATS_BODY", "LAUNCH_TIMED",
     "MSG_INFO", "MSG_WARNING", "MSG_ERROR",
     "CAP_NONE", "CAP_SHARE", "CAP_SMS", "REPLACE_LOOPED", "REPLACE_SLOT", "SLOT_BYTES",
     "GRAPH_SLOTS", "GRAPH_SEQ", "OCCUPANCY_WAYS", "STATS_STRIPES", "STATS_STRIPE_BYTES",
@@ -200,8 +200,9 @@ DENIED_RECORDED = 16
 REC_PROCESS_BODY = struct.Struct("<II")  # pid, ppid
 REC_KERNEL_BODY = struct.Struct("<IiQQQ")  # kernel_id, device, handle, ctx, t_ns
 # seq, t_ns, stream, kernel_id, entry, grid[3], block[3], shared_mem, tid, action, rule,
-# result, reserved
-REC_LAUNCH_BODY = struct.Struct("<QQQII3I3IIIIii4x")
+# result, flags
+REC_LAUNCH_BODY = struct.Struct("<QQQII3I3IIIIiiI")
+LAUNCH_TIMED = 1  # clc_rec_launch.flags
 REC_TIMING_BODY = struct.Struct("<QI4xQ")  # seq, kernel_id, gpu_ns
 # t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result
 REC_MODULE_BODY = struct.Struct("<QIIQQQIi")

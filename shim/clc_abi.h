@@ -346,8 +346,12 @@ typedef struct clc_rec_launch {
     uint32_t action; /* CLC_ACTION_* applied */
     int32_t rule;
     int32_t result; /* CUresult the program got back */
-    uint32_t reserved;
+    uint32_t flags; /* CLC_LAUNCH_TIMED */
 } clc_rec_launch; /* 80 bytes */
+
+/* clc_rec_launch.flags: its GPU time was measured, and a TIMING record of the same seq follows
+ * (written by the launching thread at one of its later timed launches, or at exit). */
+#define CLC_LAUNCH_TIMED 1
 
 typedef struct clc_rec_timing {
     uint64_t seq;

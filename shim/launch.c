@@ -180,6 +180,7 @@ CUresult clc_gate_exit(gate *g, CUresult result) {
             .action = denied ? CLC_ACTION_DENY : o->action,
             .rule = o->rule,
             .result = result,
+            .flags = g->timing && result == CUDA_SUCCESS ? CLC_LAUNCH_TIMED : 0,
         };
         clc_capture_commit();
         atomic_fetch_add_explicit(&e->recorded, 1, memory_order_relaxed);

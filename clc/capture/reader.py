@@ -48,6 +48,9 @@ LAUNCH_WINDOW = 1 << 15
 # What the counts derived from LAUNCH records need: kernel_id, entry, action, rule, result.
 _LAUNCH_COUNTED = struct.Struct("<24xII32xIii")
 _SEQ = struct.Struct("<Q")
+# clc_rec_launch.flags, the body's last word.
+_FLAGS = struct.Struct("<I")
+_FLAGS_AT = abi.REC_LAUNCH_BODY.size - _FLAGS.size
 
 
 class CaptureError(Exception):
@@ -481,7 +484,7 @@ def _other_record(cap, rtype, body, rule_stats):
 
 def _launch(raw, gpu_ns):
     (seq, t_ns, stream, kid, entry, gx, gy, gz, bx, by, bz, smem, tid, action, rule,
-     result) = raw
+     result, _) = raw
     return LaunchRecord(seq, t_ns, stream, kid, entry, (gx, gy, gz), (bx, by, bz), smem, tid,
                         action, rule, result, gpu_ns,
                         _name(abi.ENTRY_NAMES, entry & ~abi.ENTRY_PTSZ, "entry"),
@@ -573,10 +576,14 @@ class LaunchStream:
     """A capture's launches, each with its GPU time when its TIMING record was found.
 
     A capture from read_capture gives its list. Otherwise the file is read again and launches
-    come out in seq order as far as a window of `window` LAUNCH records can restore it;
-    timings are matched within the same window. Once iterated, `unmatched_timings` counts the
-    TIMING records that matched no launch: its record was lost, or (streaming) lay more than
-    the window away, and then shows no GPU time.
+    come out in seq order as far as a window of `window` LAUNCH records can restore it. A timed
+    launch (its LAUNCH record says a TIMING record follows) whose TIMING has not come by the time
+    it leaves the window waits for it, and comes out when it does: a thread writes its launches'
+    TIMING records at its later timed launches, so with many threads they can lie far apart in
+    the file. Such waiting launches are bounded by the timings a thread keeps pending (1024,
+    shim/timing.c) times the threads. Once iterated, `unmatched_timings` counts the TIMING
+    records that matched no launch: its LAUNCH record was lost (dropped, capped) or never
+    written.
     """
 
     def __init__(self, cap, window=LAUNCH_WINDOW):
@@ -611,17 +618,21 @@ class LaunchStream:
         launch_size = abi.REC_LAUNCH_BODY.size
         unpack_launch = abi.REC_LAUNCH_BODY.unpack
         unpack_seq = _SEQ.unpack_from
+        unpack_flags = _FLAGS.unpack_from
         timing = abi.REC_TIMING_BODY
         heap = []  # (seq, the LAUNCH body's bytes): a third of its unpacked size
         pending = {}  # seq -> gpu_ns of launches in the heap; None until timed
+        awaiting = {}  # seq -> body of timed launches past the window, their TIMING not come
         early = OrderedDict()  # seq -> gpu_ns of timings whose launch has not come yet
-        emitted = -1  # the highest seq given out
 
         def pop():
-            nonlocal emitted
+            """The launch leaving the window, or None when it waits for its GPU time."""
             seq, body = heapq.heappop(heap)
-            emitted = max(emitted, seq)
-            return _launch(unpack_launch(body), pending.pop(seq, None))
+            gpu_ns = pending.pop(seq, None)
+            if gpu_ns is None and unpack_flags(body, _FLAGS_AT)[0] & abi.LAUNCH_TIMED:
+                awaiting[seq] = body
+                return None
+            return _launch(unpack_launch(body), gpu_ns)
 
         for rtype, buf, b, e in records:
             if rtype == abi.REC_LAUNCH:
@@ -629,13 +640,15 @@ class LaunchStream:
                     continue
                 body = bytes(buf[b:b + launch_size])
                 seq = unpack_seq(body)[0]
-                if seq in pending:  # only a damaged or hand-made file repeats a seq
-                    yield _launch(unpack_launch(body), None)
+                if seq in pending or seq in awaiting:  # only a damaged or hand-made file
+                    yield _launch(unpack_launch(body), None)  # repeats a seq
                     continue
                 pending[seq] = early.pop(seq, None)
                 heapq.heappush(heap, (seq, body))
                 if len(heap) > window:
-                    yield pop()
+                    ln = pop()
+                    if ln is not None:
+                        yield ln
             elif rtype == abi.REC_TIMING:
                 if e - b < timing.size:
                     continue
@@ -643,12 +656,18 @@ class LaunchStream:
                 if seq in pending:
                     if pending[seq] is None:
                         pending[seq] = gpu_ns
-                elif seq > emitted:  # else its launch has gone, or was never recorded
+                elif seq in awaiting:
+                    yield _launch(unpack_launch(awaiting.pop(seq)), gpu_ns)
+                else:  # its launch has not come yet (another thread's chunk), or never will
                     early.setdefault(seq, gpu_ns)
                     if len(early) > window:
                         early.popitem(last=False)
         while heap:
-            yield pop()
+            ln = pop()
+            if ln is not None:
+                yield ln
+        for seq in sorted(awaiting):  # their TIMING never came: lost with the process
+            yield _launch(unpack_launch(awaiting[seq]), None)
 
 
 def launch_stream(cap, window=LAUNCH_WINDOW):

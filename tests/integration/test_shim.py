@@ -378,3 +378,17 @@ def test_decision_cache_costs_one_engine_call_per_kernel(native, clc_run, tmp_pa
     run = clc_run(policy, [native["prog_threads"], "16", "10000"])
     assert run.stderr.count("are denied by rule") == 1
     assert "threads: ok=80000 failed=80000 codes=0:80000,800:80000" in run.stdout
+
+
+def test_time_all_over_many_threads_gives_every_launch_its_time(native, clc_run):
+    # GIVEN 16 threads timing every launch on a GPU that finishes them late (each thread's
+    # timings are read back 1024 launches on, and the threads' records interleave in the file)
+    run = clc_run(TIME_ALL, [native["prog_threads"], "16", "10000"],
+                  env={"FAKE_CUDA_LAZY_EVENTS": "1"})
+    assert run.proc.returncode == 0, run.stderr[-2000:]
+    # THEN streaming the launches (as the JSON and the trace do) finds every launch's GPU time
+    from clc.capture.reader import launch_stream, scan_capture
+    cap = scan_capture(run.output)
+    stream = launch_stream(cap)
+    timed = sum(1 for ln in stream if ln.gpu_ns is not None)
+    assert timed == 160000 and stream.unmatched_timings == 0

@@ -78,12 +78,12 @@ class CaptureWriter:
 
     def launch(self, seq, kernel_id, t_ns=None, stream=0, entry=abi.ENTRY_LAUNCH,
                grid=(1, 1, 1), block=(128, 1, 1), shared_mem=0, tid=None,
-               action=abi.ACTION_ALLOW, rule=abi.RULE_DEFAULT, result=0):
+               action=abi.ACTION_ALLOW, rule=abi.RULE_DEFAULT, result=0, timed=False):
         t_ns = self.start_monotonic_ns + 1000 * (seq + 1) if t_ns is None else t_ns
         tid = self.pid if tid is None else tid
         return self.add(abi.REC_LAUNCH, abi.REC_LAUNCH_BODY.pack(
             seq, t_ns, stream, kernel_id, entry, *grid, *block, shared_mem, tid, action, rule,
-            result))
+            result, abi.LAUNCH_TIMED if timed else 0))
 
     def timing(self, seq, kernel_id, gpu_ns):
         return self.add(abi.REC_TIMING, abi.REC_TIMING_BODY.pack(seq, kernel_id, gpu_ns))

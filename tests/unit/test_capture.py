@@ -341,13 +341,14 @@ def test_trailing_bytes_of_a_cut_record(tmp_path):
     assert scan_capture(path).trailing_bytes == 0
 
 
-def window_writer(n, timing_lag):
+def window_writer(n, timing_lag, timed=False):
     """n launches of one kernel; the launch `timing_lag` launches back gets its TIMING after
-    each even launch; the records of launches 10 and 11 are swapped (two threads' chunks)."""
+    each even launch; the records of launches 10 and 11 are swapped (two threads' chunks).
+    `timed`: the LAUNCH records of the launches that get a TIMING say so, as the shim's do."""
     w = CaptureWriter()
     w.kernel(0, VECADD)
     for i in range(n):
-        w.launch(i, 0)
+        w.launch(i, 0, timed=timed and i % 2 == 0 and i + timing_lag < n)
         if i >= timing_lag and i % 2 == 0:
             w.timing(i - timing_lag, 0, 1000 + i)
     w.records[11], w.records[12] = w.records[12], w.records[11]
@@ -377,6 +378,22 @@ def test_launch_stream_counts_timings_beyond_its_window(tmp_path):
     assert sorted(ln.seq for ln in launches) == list(range(200))
     assert all(ln.gpu_ns is None for ln in launches)
     assert stream.unmatched_timings == cap.timing_records == 85
+
+
+def test_a_timed_launch_past_the_window_waits_for_its_time(tmp_path):
+    # GIVEN timed launches whose TIMING records lie further from them than the window (many
+    # threads' chunks between a thread's launch and its timing)
+    cap = scan_capture(window_writer(200, timing_lag=30, timed=True).write(tmp_path / "w.clc"))
+    stream = launch_stream(cap, window=10)
+    launches = list(stream)
+    # THEN every launch comes out once, each timed one with its GPU time
+    assert sorted(ln.seq for ln in launches) == list(range(200))
+    timed = sorted(ln.seq for ln in launches if ln.gpu_ns is not None)
+    assert timed == [i - 30 for i in range(30, 200) if i % 2 == 0]
+    assert stream.unmatched_timings == 0
+    # AND the others keep their order
+    assert [ln.seq for ln in launches if ln.gpu_ns is None] == \
+        sorted(ln.seq for ln in launches if ln.gpu_ns is None)
 
 
 def test_launch_stream_memory_is_bounded_by_its_window(tmp_path):
