@@ -79,6 +79,76 @@ def test_a_link_at_the_output_is_refused_even_with_force(native, tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
+OTHER_UID = 12345
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's files needs root")
+def test_another_users_link_in_the_middle_of_the_path_is_refused(native, tmp_path):
+    # GIVEN a world-writable sticky folder (as /tmp) where another user planted a link to the
+    # victim's folder, and the victim's file there
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    home = tmp_path / "home"
+    home.mkdir()
+    victim = home / "cap.clc"
+    victim.write_text("precious\n")
+    link = shared / "run"
+    link.symlink_to(home)
+    os.lchown(link, OTHER_UID, OTHER_UID)
+    marker = tmp_path / "ran"
+    # WHEN clc-run is asked to write its capture through that link, with --force
+    proc = run_clc(native, tmp_path, "-o", link / "cap.clc", "--force", "--", "sh", "-c",
+                   f"touch {marker}")
+    # THEN it refuses before the program starts, naming the link, and the file is untouched
+    assert proc.returncode == 2, proc.stderr
+    assert "owned by uid 12345" in proc.stderr and "links other users control" in proc.stderr
+    assert victim.read_text() == "precious\n" and not marker.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's files needs root")
+def test_another_users_file_at_the_output_is_never_written(native, tmp_path):
+    # GIVEN a mode-0666 file that another user made where the capture would go
+    planted = tmp_path / "cap.clc"
+    planted.write_text("theirs\n")
+    planted.chmod(0o666)
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    # WHEN clc-run is asked to overwrite it
+    proc = run_clc(native, tmp_path, "-o", planted, "--force", "--", "true")
+    # THEN it refuses, and the file receives nothing
+    assert proc.returncode == 2, proc.stderr
+    assert "another user" in proc.stderr
+    assert planted.read_text() == "theirs\n"
+
+
+def test_force_replaces_a_capture_rather_than_writing_into_it(native, clc_run, tmp_path):
+    # GIVEN an earlier capture that some process still holds open
+    out = tmp_path / "cap.clc"
+    out.write_bytes(b"old capture\n")
+    held = open(out, "rb")
+    # WHEN a run replaces it with --force
+    run = clc_run(AUDIT, [native["prog_life"], "plain", "3"], output=out)
+    # THEN the new capture is a new file: the holder still reads the old one
+    assert run.capture().complete
+    assert held.read() == b"old capture\n"
+    held.close()
+
+
+def test_an_earlier_runs_child_captures_are_not_this_runs(native, clc_run, tmp_path):
+    # GIVEN a child capture left by an earlier run under the same name
+    out = tmp_path / "cap.clc"
+    stale = tmp_path / "cap.child-99999.clc"
+    stale.write_bytes(b"CLCCAPT1 stale")
+    # WHEN a run is made without --force, then with it
+    refused = run_clc(native, tmp_path, "-o", out, "--", native["prog_life"], "plain", "1")
+    assert refused.returncode == 2 and "capture of an earlier run" in refused.stderr
+    run = clc_run(AUDIT, [native["prog_life"], "plain", "2"], output=out)
+    # THEN the stale capture is gone, and the run's report and hint are its own
+    assert not stale.exists()
+    assert len(run.captures()) == 1
+    assert "child-99999" not in run.stderr and "of child processes" not in run.stderr
+
+
 @pytest.mark.parametrize("target", ["/dev/full", "/dev/null"])
 def test_an_output_that_is_not_a_regular_file_is_refused(native, tmp_path, target):
     proc = run_clc(native, tmp_path, "-o", target, "--force", "--", "true")

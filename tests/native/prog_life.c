@@ -20,6 +20,8 @@
  *   signals N    a thread sends SIGUSR1 to the main thread every 20 us while it makes N first
  *                sights (modules of fresh kernels, each launched once and unloaded); the handler
  *                launches debug_kernel. Prints "signals: launches=<n> refused=<n> ran=<n>".
+ *   signals_launch N  the same, while the main thread launches vecAdd N times (recorded by an
+ *                audit policy: clc writes a record at each)
  *   race N       two threads, N rounds each: one loads a module of ok_kernel, launches it,
  *                unloads it; the other does the same with debug_kernel. The driver hands each
  *                new module the handle of the one just unloaded. Prints "race: ok=<n>
@@ -116,7 +118,7 @@ static void *pester(void *arg)
     return NULL;
 }
 
-static void signals(int n)
+static void signals(int n, int loads)
 {
     char ptx[256];
     pthread_t t;
@@ -127,7 +129,9 @@ static void signals(int n)
     sigaction(SIGUSR1, &sa, NULL);
     g_main = pthread_self();
     pthread_create(&t, NULL, pester, NULL);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !loads; i++)
+        launch(g_vecadd);
+    for (int i = 0; i < n && loads; i++) {
         CUmodule mod;
         CUfunction f;
         char name[32];
@@ -236,8 +240,8 @@ int main(int argc, char **argv)
         launch_n(g_vecadd, K_VECADD, "main", 1);
         return 0;
     }
-    if (strcmp(mode, "signals") == 0) {
-        signals(g_n);
+    if (strcmp(mode, "signals") == 0 || strcmp(mode, "signals_launch") == 0) {
+        signals(g_n, strcmp(mode, "signals") == 0);
         return 0;
     }
     if (strcmp(mode, "race") == 0) {
