@@ -754,16 +754,18 @@ static void sum_rule_stats(int32_t rule, uint64_t denied, void *arg) {
     *(uint64_t *)arg += denied + (uint64_t)(uint32_t)rule;
 }
 
-/* The counts that changed since the last snapshot (the flusher, with g_file_lock held). */
+/* What the per-rule counts summed to when they were last written. */
+static uint64_t g_rules_sum;
+
+/* The counts that changed since they were last written (the flusher, with g_file_lock held). */
 static void snapshot(void) {
-    static uint64_t rules_sum;
     uint64_t sum = 0;
     out_buf o = {.fd = g_file_ok ? open_for_append() : -1, .ordinary = 1};
     if (o.fd < 0) return;
     clc_cache_counts(out_stats, &o, 1, 0);
     clc_rule_stats(sum_rule_stats, &sum);
-    if (sum != rules_sum) {
-        rules_sum = sum;
+    if (sum != g_rules_sum) {
+        g_rules_sum = sum;
         clc_rule_stats(out_rule_stats, &o);
     }
     out_flush(&o);
@@ -780,6 +782,8 @@ void clc_capture_finish(uint32_t how, int32_t status, int in_signal) {
     out_buf o = {.fd = g_file_ok ? open_for_append() : -1};
     clc_cache_counts(out_stats, &o, 0, in_signal ? 200 : 0);
     clc_rule_stats(out_rule_stats, &o);
+    g_rules_sum = 0;
+    clc_rule_stats(sum_rule_stats, &g_rules_sum);
     out_flush(&o);
     /* The END record's own room is the last of the cap: a later END (launches after this one)
      * may find none left, and leave the capture incomplete rather than over its cap. */
@@ -821,6 +825,7 @@ void clc_capture_after_fork_child(void) {
     t_tid = 0;
     atomic_store(&g_dropped, 0);
     atomic_store(&g_undecided, 0);
+    g_rules_sum = 0;
     atomic_store(&g_state, 0);
     atomic_store(&g_cal, NULL); /* the flusher that calibrated it is the parent's */
     g_cal_first_tsc = 0;

@@ -521,9 +521,11 @@ void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg, 
                       int try_ms) {
     int locked = lock_table(try_ms);
     /* Without the lock the archive may be moving (realloc): only the live entries are read. */
+    /* Every walk under the lock notes what it gave: a snapshot after a full walk (the capture's
+     * END) gives only what changed since. */
     for (size_t i = locked && changed_only ? g_archive_snapped : 0; locked && i < g_archived; i++)
         fn(&g_archive[i], arg);
-    if (locked && changed_only) g_archive_snapped = g_archived;
+    if (locked) g_archive_snapped = g_archived;
     clc_entry *t = atomic_load_explicit(&g_hot.table, memory_order_acquire);
     for (uint32_t i = 0; t && i < CLC_CACHE_SIZE; i++) {
         clc_entry *e = &t[i];
@@ -533,7 +535,7 @@ void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg, 
         entry_counts(e, &c);
         uint64_t sum = counts_sum(&c);
         if (changed_only && sum == e->snapshot_sum) continue;
-        if (changed_only) e->snapshot_sum = sum;
+        if (locked) e->snapshot_sum = sum;
         fn(&c, arg);
     }
     loose_entry *x = atomic_load(&g_loose);
@@ -542,7 +544,7 @@ void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg, 
         for (; x; x = x->next) add_counts_of(&x->e, &c);
         uint64_t sum = counts_sum(&c);
         if (!changed_only || sum != g_loose_snapped) fn(&c, arg);
-        if (changed_only) g_loose_snapped = sum;
+        if (locked) g_loose_snapped = sum;
     }
     if (locked) pthread_mutex_unlock(&g_insert_lock);
 }
