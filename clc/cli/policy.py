@@ -9,7 +9,7 @@ import sys
 
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
-from clc.runtime.hooks import hook_rule_errors
+from clc.runtime.hooks import hook_ref_errors, hook_rule_errors
 from clc.policy import KernelInfo, PolicyError, identity_of, load_policy, process_identity
 
 __all__ = ["PolicyCommand", "parse_dim3", "explained_identity"]
@@ -92,18 +92,15 @@ class PolicyCommand:
     def check(files, strict=False):
         failed = False
         for path in files:
+            # Every error of the file at once: the hook rules' files are imported and their
+            # functions looked up even when the rest of the file has errors.
             try:
                 policy = load_policy(path)
+                errors = hook_rule_errors(policy)
             except PolicyError as e:
-                print(e, file=sys.stderr)
-                count = len(e.errors)
-                print(f"{path}: {count} error{'s' if count != 1 else ''}", file=sys.stderr)
-                failed = True
-                continue
-            errors = hook_rule_errors(policy)
+                errors = list(e.errors) + hook_ref_errors(e.path, e.hooks)
             if errors:
-                for error in errors:
-                    print(error, file=sys.stderr)
+                print(PolicyError.collect(errors), file=sys.stderr)
                 print(f"{path}: {len(errors)} error{'s' if len(errors) != 1 else ''}",
                       file=sys.stderr)
                 failed = True

@@ -7,6 +7,7 @@ PyYAML is imported inside the two loading functions.
 from __future__ import annotations
 
 import difflib
+import gc
 import keyword
 import math
 import os
@@ -18,6 +19,26 @@ from clc.policy.model import (_NOT_PERMITTED, _RANGE_OPS, _SHAPE_KEYS, _SUPPORTE
                               _U64_MAX, HookRef, Policy, PolicyError, PolicyWarning, Rule,
                               WrapRequest, _bounds, _hook_file_problem)
 from clc.policy.regex import regex_problem
+
+# What a policy file may make the loader do, whatever its bytes: each limit is far beyond what
+# any policy needs, and each keeps a hostile or broken file from costing minutes or gigabytes
+# (docs/policies.md, "Limits").
+# Twice a policy of 20,000 rules written out in block style; such a file loads in seconds.
+MAX_POLICY_BYTES = 4 << 20
+# PyYAML's own parser takes seconds a MiB: it describes the syntax errors of files up to this
+# size (a policy of some 2,500 rules), libyaml those of larger ones (_document).
+PYYAML_DESCRIBES_CHARS = 256 << 10
+# A policy nests 5 deep (the top mapping, rules, a rule, its match, a range); the loader walks
+# the document without recursion, and PyYAML's parser keeps a stack per level.
+MAX_DEPTH = 64
+# The nodes that aliases stand for, counted as if written out: a policy that shares a match
+# block among thousands of rules stays far below; nine levels of nine aliases ("billion
+# laughs", a few hundred bytes) stand for 387 million.
+MAX_ALIASED_NODES = 100_000
+# The longest number, in characters: 2**64-1 has 20 digits and 0b with 64 binary digits is
+# the longest form a bound can take. Python's conversion of decimal text is quadratic in its
+# length and refuses more than 4300 digits.
+MAX_NUMBER_CHARS = 100
 
 _INT32_MAX = 2**31 - 1
 _UINT32_MAX = 2**32 - 1
@@ -153,6 +174,100 @@ def _decides_first(earlier: Rule, later: Rule) -> bool:
     return True
 
 
+def _conditions(rule: Rule, earlier: bool) -> dict[str, frozenset]:
+    """A rule's static conditions as {key: the values it accepts}; as an earlier rule, without
+    the globs that every launch's value matches (_decides_first passes over those)."""
+    out = {}
+    for key in _STATIC_KEYS:
+        values = getattr(rule, key)
+        if values is None:
+            continue
+        if key == "kernel_regex":
+            values = (values,)
+        elif earlier and key in _EVERY_VALUE_KEYS and _matches_everything(values):
+            continue
+        out[key] = frozenset(values)
+    return out
+
+
+class _Deciders:
+    """The rules read so far, kept so that the first one that decides every launch of a new
+    rule (_decides_first) is found without comparing the new rule with each of them: the
+    policy's warnings then cost time about linear in its rules, not quadratic.
+
+    An earlier rule can decide a later one only when each key it conditions on is one the
+    later rule conditions on too, with values among the earlier rule's. So the earlier rules
+    are grouped by their conditions, and the groups by the keys they condition on (at most
+    2**8 sets of keys): the later rule looks up, under each set of its own keys, the group of
+    exactly its values, and the groups that accept several values for some key through an
+    index of those values. In a group, the first rule without shape conditions decides all
+    that any later member could, so only it and the shape rules before it are kept: shape
+    rules are few (abi.MAX_CLAUSES).
+    """
+
+    def __init__(self):
+        self.rules: list[Rule] = []
+        # keys -> {conditions: [index of the first rule without shape, [shape rules' indices]]}
+        self.groups: dict[tuple, dict] = {}
+        # keys -> {(key, value): [the conditions of groups accepting several values somewhere]}
+        self.wide: dict[tuple, dict] = {}
+
+    def first(self, later: Rule) -> Rule | None:
+        """The first rule read so far that decides every launch `later` matches, or None."""
+        wanted = _conditions(later, earlier=False)
+        best = None
+        for keys, groups in self.groups.items():
+            if not all(key in wanted for key in keys):
+                continue
+            candidates = []
+            exact = groups.get(tuple(wanted[key] for key in keys))
+            if exact is not None:
+                candidates.append(exact)
+            index = self.wide.get(keys)
+            if index:
+                lists = [index.get((key, value), ()) for key in keys for value in wanted[key]]
+                for conditions in min(lists, key=len) if lists else ():
+                    if all(wanted[key] <= values for key, values in zip(keys, conditions)):
+                        candidates.append(groups[conditions])
+            for plain, shaped in candidates:
+                # The group's first rule without shape conditions (if any) decides `later`:
+                # its conditions hold wherever later's do. A shape rule before it may too.
+                found = plain
+                for i in shaped:
+                    if best is not None and i > best:
+                        break
+                    if _decides_first(self.rules[i], later):
+                        found = i
+                        break
+                if found is not None and (best is None or found < best):
+                    best = found
+        return None if best is None else self.rules[best]
+
+    def add(self, rule: Rule) -> None:
+        index = len(self.rules)
+        self.rules.append(rule)
+        if rule.action == "hook":  # its hook may return None and leave the launch to later
+            return
+        conditions = _conditions(rule, earlier=True)
+        keys = tuple(conditions)
+        values = tuple(conditions.values())
+        groups = self.groups.setdefault(keys, {})
+        group = groups.get(values)
+        if group is None:
+            group = groups[values] = [None, []]
+            if any(len(accepted) > 1 for accepted in values):
+                index_of = self.wide.setdefault(keys, {})
+                for key, accepted in conditions.items():
+                    for value in accepted:
+                        index_of.setdefault((key, value), []).append(values)
+        if group[0] is not None:
+            return
+        if rule.has_shape:
+            group[1].append(index)
+        else:
+            group[0] = index
+
+
 _INVALID = object()  # what _Loader.attempt gives for a part whose mistakes it has noted
 
 
@@ -173,6 +288,7 @@ class _Loader:
         self.directory = os.path.dirname(os.path.abspath(path))
         self.errors: list[PolicyError] = []
         self.warnings: list[PolicyWarning] = []
+        self.hooks: list[HookRef] = []  # the hook rules' references that were read
 
     def error(self, node, message: str) -> PolicyError:
         return PolicyError(self.path, node.start_mark.line + 1, node.start_mark.column + 1,
@@ -220,6 +336,10 @@ class _Loader:
             return "bool", _BOOLEANS[text]
         if kind == "int":
             digits = text.replace("_", "")
+            if len(digits) > MAX_NUMBER_CHARS:
+                raise self.error(node, f"the number {digits[:20]}... is {len(digits)} characters "
+                                       f"long: a number here has at most {MAX_NUMBER_CHARS} "
+                                       f"(quote it to mean the text)")
             # Leading zeros read as decimal: YAML 1.1 octal would turn 010 into 8.
             if _DECIMAL_RE.fullmatch(digits):
                 return "int", int(digits, 10)
@@ -232,11 +352,20 @@ class _Loader:
         return "str", text
 
     def describe(self, node) -> str:
+        # Only the branch taken may format node.value: a collection's value is its nodes, which
+        # aliases can make a graph of millions of paths.
         kind, value = self.kind(node)
-        return {"null": "nothing (null)", "bool": f"the boolean {node.value}",
-                "int": f"the integer {value}", "float": f"the number {node.value}",
-                "str": f"the string '{value}'", "list": "a list",
-                "mapping": "a mapping"}[kind]
+        if kind in ("list", "mapping"):
+            return f"a {kind}"
+        if kind == "null":
+            return "nothing (null)"
+        if kind == "bool":
+            return f"the boolean {node.value}"
+        if kind == "int":
+            return f"the integer {value}"
+        if kind == "float":
+            return f"the number {node.value}"
+        return f"the string '{value}'"
 
     def type_error(self, node, what: str, expected: str) -> PolicyError:
         message = f"{what} must be {expected}, got {self.describe(node)}"
@@ -449,7 +578,9 @@ class _Loader:
             if "on_error" in pairs else "allow"
         rules = self.attempt(self.rules, pairs["rules"][1]) if "rules" in pairs else []
         if self.errors:
-            raise PolicyError.collect(self.errors)
+            error = PolicyError.collect(self.errors)
+            error.hooks = tuple(self.hooks)
+            raise error
         if on_error == "allow" and (default == "deny" or any(r.action == "deny" for r in rules)):
             self.warn_on_error(root, pairs.get("on_error"))
         return Policy(self.path, _SUPPORTED_VERSION, default, on_error, rules,
@@ -461,6 +592,7 @@ class _Loader:
         rules = []
         first_use = {}
         shape_rules = 0
+        deciders = _Deciders()
         for index, rule_node in enumerate(node.value):
             rule = self.attempt(self.rule, rule_node, index, first_use)
             if rule is _INVALID:
@@ -471,13 +603,13 @@ class _Loader:
                     self.report(rule_node, "too many rules with launch-shape conditions "
                                            "(grid_blocks, block_threads, shared_mem): at most "
                                            f"{abi.MAX_CLAUSES} are supported")
-            for earlier in rules:
-                if _decides_first(earlier, rule):
-                    self.warn(rule_node, f"rule '{rule.name}' is never reached: rule "
-                                         f"'{earlier.name}' (line {earlier.line}) comes before "
-                                         f"it and decides every launch that '{rule.name}' "
-                                         "matches")
-                    break
+            # Warnings are given only for a policy without errors.
+            earlier = None if self.errors else deciders.first(rule)
+            if earlier is not None:
+                self.warn(rule_node, f"rule '{rule.name}' is never reached: rule "
+                                     f"'{earlier.name}' (line {earlier.line}) comes before "
+                                     f"it and decides every launch that '{rule.name}' matches")
+            deciders.add(rule)
             rules.append(rule)
         return rules
 
@@ -726,8 +858,135 @@ class _Loader:
         problem = _hook_file_problem(written, resolved)
         if problem:
             raise self.error(node, problem)
-        return HookRef(resolved, function, text, node.start_mark.line + 1,
-                       node.start_mark.column + 1)
+        ref = HookRef(resolved, function, text, node.start_mark.line + 1,
+                      node.start_mark.column + 1)
+        self.hooks.append(ref)
+        return ref
+
+
+def _at(path: str, mark, message: str) -> PolicyError:
+    return PolicyError(path, mark.line + 1, mark.column + 1, message)
+
+
+def _anchor(anchors: dict, event, node) -> None:
+    if event.anchor in anchors:
+        from yaml.composer import ComposerError
+        raise ComposerError(f"found duplicate anchor {event.anchor!r}; first occurrence",
+                            anchors[event.anchor].start_mark, "second occurrence",
+                            event.start_mark)
+    anchors[event.anchor] = node
+
+
+def _compose(yaml, events, path: str):
+    """The one document of a YAML event stream as the node graph yaml.compose makes of it, or
+    None for an empty stream. Built without recursion, it refuses a document nested deeper
+    than MAX_DEPTH and aliases that stand for more than MAX_ALIASED_NODES nodes (a YAML alias
+    bomb), each at the event that passes the limit; PyYAML's own mistakes (an undefined or
+    repeated anchor, a second document) raise its ComposerError, worded as yaml.compose's."""
+    from yaml import events as ev
+    from yaml.composer import ComposerError
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+    resolve = yaml.resolver.Resolver().resolve
+    next(events)                         # the stream's start
+    if type(next(events)) is ev.StreamEndEvent:
+        return None
+    anchors = {}
+    # The nodes each node stands for, written out, by identity: an alias counts what its
+    # anchor's node holds without walking it again.
+    sizes = {}
+    aliased = 0
+    # The collections being read, innermost last: [node, its anchor, a mapping's pending key
+    # node or None, the nodes it stands for so far].
+    stack = []
+    open_anchors = set()
+    ends = (ev.SequenceEndEvent, ev.MappingEndEvent)
+    for event in events:
+        kind = type(event)
+        if kind is ev.ScalarEvent:
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = resolve(ScalarNode, event.value, event.implicit)
+            # libyaml calls a plain scalar's style '', PyYAML None.
+            node = ScalarNode(tag, event.value, event.start_mark, event.end_mark,
+                              style=event.style or None)
+            size = 1
+            if event.anchor is not None:
+                _anchor(anchors, event, node)
+                sizes[id(node)] = 1
+        elif kind in ends:
+            node, anchor, _, size = stack.pop()
+            node.end_mark = event.end_mark
+            if anchor is not None:
+                open_anchors.discard(anchor)
+                sizes[id(node)] = size
+        elif kind is ev.AliasEvent:
+            anchor = event.anchor
+            if anchor not in anchors:
+                raise ComposerError(None, None, f"found undefined alias {anchor!r}",
+                                    event.start_mark)
+            if anchor in open_anchors:
+                raise _at(path, event.start_mark, f"alias *{anchor} is inside the node it "
+                                                  "names: the document would be infinite")
+            node = anchors[anchor]
+            size = sizes[id(node)]
+            aliased += size
+            if aliased > MAX_ALIASED_NODES:
+                raise _at(path, event.start_mark,
+                          f"too much aliasing: with alias *{anchor} ({size} nodes) the "
+                          f"document's aliases stand for {aliased} nodes, more than the "
+                          f"{MAX_ALIASED_NODES} a policy may expand to")
+        elif kind is ev.DocumentEndEvent:
+            break
+        else:                           # a sequence or a mapping starts
+            if len(stack) == MAX_DEPTH:
+                raise _at(path, event.start_mark, f"the document nests deeper than "
+                                                  f"{MAX_DEPTH} levels here (a policy needs 5)")
+            collection = SequenceNode if kind is ev.SequenceStartEvent else MappingNode
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = resolve(collection, None, event.implicit)
+            node = collection(tag, [], event.start_mark, None, flow_style=event.flow_style)
+            if event.anchor is not None:
+                _anchor(anchors, event, node)
+                open_anchors.add(event.anchor)
+            stack.append([node, event.anchor, None, 1])
+            continue
+        if not stack:
+            root = node
+            continue
+        top = stack[-1]
+        top[3] += size
+        if type(top[0]) is SequenceNode:
+            top[0].value.append(node)
+        elif top[2] is None:
+            top[2] = node
+        else:
+            top[0].value.append((top[2], node))
+            top[2] = None
+    event = next(events)
+    if type(event) is not ev.StreamEndEvent:
+        raise ComposerError("expected a single document in the stream", root.start_mark,
+                            "but found another document", event.start_mark)
+    return root
+
+
+def _document(yaml, text: str, path: str):
+    """The policy's YAML document (see _compose).
+
+    libyaml's parser, which PyYAML's wheels carry, reads a policy twenty times faster than
+    PyYAML's own. A file it refuses is read again by PyYAML's parser, whose descriptions of
+    mistakes are the documented ones, unless it is larger than PYYAML_DESCRIBES_CHARS: then
+    libyaml's description stands. PyYAML's parser also reads a file with characters it does
+    not accept (its error says which), and every file where libyaml is missing.
+    """
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None and not yaml.reader.Reader.NON_PRINTABLE.search(text):
+        try:
+            return _compose(yaml, yaml.parse(text, Loader=fast), path)
+        except yaml.YAMLError:
+            if len(text) > PYYAML_DESCRIBES_CHARS:
+                raise
+    return _compose(yaml, yaml.parse(text, Loader=yaml.SafeLoader), path)
 
 
 def parse_policy(text: str, path: str = "<string>") -> Policy:
@@ -738,8 +997,20 @@ def parse_policy(text: str, path: str = "<string>") -> Policy:
     except ImportError:
         raise PolicyError(path, 1, 1, "reading a YAML policy needs PyYAML "
                                       "(pip install pyyaml)") from None
+    # A large policy is hundreds of thousands of small objects, none in a cycle: the cyclic
+    # collector would walk them again and again as they are made, for nearly half the time.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        return _parsed(yaml, text, path)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _parsed(yaml, text: str, path: str) -> Policy:
+    try:
+        root = _document(yaml, text, path)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         what = f"{e.context}, {e.problem}" if e.context and e.problem else e.problem or e.context
@@ -753,8 +1024,6 @@ def parse_policy(text: str, path: str = "<string>") -> Policy:
                                               f"#x{code:04x}: {e.reason}") from None
     except yaml.YAMLError as e:
         raise PolicyError(path, 1, 1, f"invalid YAML: {e}") from None
-    except RecursionError:
-        raise PolicyError(path, 1, 1, "invalid YAML: nested too deeply") from None
     if root is None:
         raise PolicyError(path, 1, 1, "the policy is empty (it needs at least 'version: "
                                       f"{_SUPPORTED_VERSION}')")
@@ -766,9 +1035,14 @@ def load_policy(path) -> Policy:
     name = os.fsdecode(path)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            # One byte more than the limit tells a file at the limit from a larger one; a
+            # FIFO or a device is read as far as that too, and no further.
+            data = f.read(MAX_POLICY_BYTES + 1)
     except OSError as e:
         raise PolicyError(name, 1, 1, f"cannot read the policy: {e.strerror or e}") from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyError(name, 1, 1, f"the policy is larger than {MAX_POLICY_BYTES >> 20} MiB "
+                                      "(a policy of 20,000 rules takes 2 MiB)")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

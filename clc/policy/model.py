@@ -31,8 +31,12 @@ class PolicyError(Exception):
     """A policy that cannot be used: one line `path:line:column: message` (1-based) per mistake.
 
     errors lists every mistake found in the file, each a PolicyError, in the order of their
-    positions; path, line, column and message are the first one's.
+    positions; path, line, column and message are the first one's. hooks holds the references
+    of the file's hook rules that were read without a mistake, so that a check can go on to
+    import their files (clc policy check reports every error of a file at once).
     """
+
+    hooks: tuple[HookRef, ...] = ()
 
     def __init__(self, path: str, line: int, column: int, message: str,
                  more: Sequence[PolicyError] = ()):
@@ -250,6 +254,16 @@ def _hook_file_problem(written: str, resolved: str) -> str | None:
     if not os.path.isfile(resolved):
         return f"hook file '{written}' is not a file ({resolved})"
     return None
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """The file at path as (device, inode), which every spelling of it shares; None when it
+    cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
 
 
 @dataclass(frozen=True)
@@ -499,7 +513,18 @@ class Policy:
     def with_cli_hooks(self, paths: Iterable[str | os.PathLike]) -> Policy:
         """A copy with the hook files `paths` (relative to the current directory) appended to
         hooks; a file that cannot be used raises HookFileError (`FILE: hook file not found`).
+
+        A file is one file however it is spelled (a symbolic or hard link, `./`): one given
+        again, or already among hooks, is left out, so that its hooks are asked once; one that
+        a hook rule names is given that rule's path, so that it is imported once, as one
+        module, whose hooks and on_exit functions the engine then knows as the same.
         """
+        known = {}  # (st_dev, st_ino) -> the path the policy already uses for that file
+        for ref in [rule.hook for rule in self.rules if rule.hook is not None] + self.hooks:
+            identity = _file_identity(ref.path)
+            if identity is not None:
+                known.setdefault(identity, ref.path)
+        given = {_file_identity(ref.path) for ref in self.hooks} - {None}
         added = []
         for path in paths:
             written = os.fsdecode(path)
@@ -510,6 +535,12 @@ class Policy:
                 raise HookFileError(written, "hook file not found")
             if not os.path.isfile(resolved):
                 raise HookFileError(written, "hook file is not a file")
+            identity = _file_identity(resolved)
+            if identity in given:
+                continue
+            if identity is not None:
+                given.add(identity)
+                resolved = known.setdefault(identity, resolved)
             added.append(HookRef(resolved, None, written))
         return dataclasses.replace(self, rules=list(self.rules), hooks=self.hooks + added)
 

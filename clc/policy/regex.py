@@ -18,6 +18,14 @@ import warnings
 # answer is re.search's; the time is the name's length times the NFA's size, at most.
 
 _MAX_REGEX_STATES = 2000
+# A longer pattern is refused before it is parsed (re's parser takes seconds over a MiB): the
+# 2000 states leave room for 2000 characters, sets or anchors, and sets may be long.
+_MAX_REGEX_LENGTH = 10_000
+# Groups nested deeper are refused before re.compile sees them: re's parser recurses per level
+# and would fail with RecursionError; no kernel name needs more than a few levels.
+_MAX_REGEX_NESTING = 100
+_GLOBAL_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)|\(\?#[^)]*\)")
+_COUNTS = re.compile(r"\{([0-9]*)(?:(,)([0-9]*))?\}")
 _RE_IGNORECASE, _RE_MULTILINE, _RE_DOTALL, _RE_ASCII = 1, 2, 4, 8
 _RE_FLAG_BITS = {"i": _RE_IGNORECASE, "m": _RE_MULTILINE, "s": _RE_DOTALL, "a": _RE_ASCII,
                  "u": 0}
@@ -127,12 +135,12 @@ class _RegexParser:
         flags = 0
         while True:
             # Global flags, (?aimsu), stand only at the start; comments may come between them.
-            match = re.match(r"\(\?([aiLmsux]+)\)|\(\?#[^)]*\)", self.p[self.i:])
+            match = _GLOBAL_FLAGS.match(self.p, self.i)
             if not match:
                 break
             for letter in match.group(1) or "":
                 flags |= self.flag_bit(letter, self.i)
-            self.i += match.end()
+            self.i = match.end()
         node = self.alternation(flags)
         if self.i != len(self.p):
             self.unsupported("an unmatched ')'", self.i)
@@ -162,13 +170,13 @@ class _RegexParser:
 
     def counts(self):
         """The {m}, {m,}, {,n} or {m,n} at self.i as (min, max, end), or None (a literal '{')."""
-        match = re.match(r"\{([0-9]*)(?:(,)([0-9]*))?\}", self.p[self.i:])
+        match = _COUNTS.match(self.p, self.i)
         if not match or match.group(0) == "{}":
             return None
         low, comma, high = match.groups()
         lo = int(low) if low else 0
         hi = (int(high) if high else None) if comma else lo
-        return lo, hi, self.i + match.end()
+        return lo, hi, match.end()
 
     def repeated(self, atom):
         start = self.i
@@ -481,6 +489,13 @@ class _Regex:
 def regex_problem(pattern: str) -> str | None:
     """Why clc cannot run `pattern` as a kernel_regex (`invalid regex ...`, `unsupported regex
     ...`, naming it), or None."""
+    if len(pattern) > _MAX_REGEX_LENGTH:
+        return (f"unsupported regex '{pattern[:40]}...' in kernel_regex: {len(pattern)} "
+                f"characters long (at most {_MAX_REGEX_LENGTH})")
+    depth = _nesting(pattern)
+    if depth > _MAX_REGEX_NESTING:
+        return (f"unsupported regex '{pattern}' in kernel_regex: groups nested {depth} deep "
+                f"(at most {_MAX_REGEX_NESTING})")
     with warnings.catch_warnings():
         # re's FutureWarnings are about its own later versions; clc's matcher is _Regex.
         warnings.simplefilter("ignore")
@@ -488,11 +503,46 @@ def regex_problem(pattern: str) -> str | None:
             re.compile(pattern)
         except re.error as e:
             return f"invalid regex '{pattern}' in kernel_regex: {e}"
+        except OverflowError as e:  # a repeat count past re's limit
+            return f"invalid regex '{pattern}' in kernel_regex: {e}"
+        except ValueError:  # a number of more digits than int() converts
+            return (f"invalid regex '{pattern}' in kernel_regex: a number in it has too many "
+                    "digits")
     try:
         _regex(pattern)
     except _RegexUnsupported as e:
         return f"unsupported regex '{pattern}' in kernel_regex: {e}"
     return None
+
+
+def _nesting(pattern: str) -> int:
+    """How deep the groups of pattern nest, as re reads it: escapes, sets and comments open
+    none."""
+    depth = deepest = 0
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i += 1
+            if i < n and pattern[i] == "^":
+                i += 1
+            if i < n and pattern[i] == "]":  # a ']' first in a set is itself
+                i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif pattern.startswith("(?#", i):
+            end = pattern.find(")", i)
+            i = n if end < 0 else end
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth = max(depth - 1, 0)
+        i += 1
+    return deepest
 
 
 _regex_cache: dict[str, _Regex] = {}

@@ -837,16 +837,31 @@ def hook_rule_errors(policy) -> list:
     """What clc-run would find wrong with the policy's hook rules, each as a PolicyError at its
     `hook:` value: a hook file that does not import, a function it lacks or that cannot be a
     hook. The files are imported (their module code runs), as clc-run does."""
+    return hook_ref_errors(policy.path, [rule.hook for rule in policy.rules
+                                         if rule.hook is not None])
+
+
+def hook_ref_errors(path, refs) -> list:
+    """hook_rule_errors for the hook references `refs` of the policy file `path`, which may
+    have other errors (PolicyError.hooks): every reference is checked, a file that does not
+    import reported at each reference to it, imported once."""
     errors = []
-    for rule in policy.rules:
-        if rule.hook is None:
-            continue
-        try:
-            resolve_hook_ref(f"{rule.hook.path}:{rule.hook.function}", os.sep)
-        except HookError as e:
-            message = e.message if isinstance(e, HookLoadError) else str(e)
-            errors.append(PolicyError(policy.path, rule.hook.line, rule.hook.column,
-                                      f"hook '{rule.hook.text}': {message}"))
+    failed = {}  # a file that did not import -> why
+    for ref in refs:
+        message = failed.get(ref.path)
+        if message is None:
+            try:
+                import_hook_file(ref.path)
+            except HookLoadError as e:
+                message = failed[ref.path] = e.message
+        if message is None:
+            try:
+                resolve_hook_ref(f"{ref.path}:{ref.function}", os.sep)
+            except HookError as e:
+                message = e.message if isinstance(e, HookLoadError) else str(e)
+        if message is not None:
+            errors.append(PolicyError(path, ref.line, ref.column,
+                                      f"hook '{ref.text}': {message}"))
     return errors
 
 
