@@ -10,17 +10,33 @@ loop, block_count and deadline run it once per block). A kernel with PTX is also
 not (clc.wrapping.ptx.loop_verdict: may its body run in a persistent loop).
 """
 
+import errno
 import json
-import pathlib
+import os
+import re
+import stat
 import sys
 
+from clc.capture.reader import file_kind
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
 from clc.wrapping.fatbin import FatbinError, parse_image
 from clc.wrapping.ptx import PtxError, loop_verdict, parse
 from clc.wrapping.splice import Unwrappable
 
-__all__ = ["InspectCommand", "inspect_image", "format_text"]
+__all__ = ["InspectCommand", "inspect_image", "format_text", "read_file", "MAX_INSPECT_BYTES",
+           "MAX_PTX_DIGITS", "MAX_PTX_NESTING"]
+
+# The largest file read (it is held in memory whole): room for the largest CUDA libraries, and
+# a refusal for what cannot be one (a sparse file of terabytes, a disk image).
+MAX_INSPECT_BYTES = 4 << 30
+# PTX that clc's PTX reader is not given, said as the kernel's verdict: no PTX number has more
+# than 20 digits (a longer run costs the reader time quadratic in its length, and Python's
+# int() refuses 4300), and nvcc nests { } blocks a few deep (the reader recurses per level).
+MAX_PTX_DIGITS = 100
+MAX_PTX_NESTING = 64
+_LONG_DIGITS = re.compile(r"[0-9]{%d}" % (MAX_PTX_DIGITS + 1))
+_BRACES = re.compile(r"[{}]")
 
 
 class InspectCommand:
@@ -38,10 +54,7 @@ class InspectCommand:
                             help="print the entries and kernels as JSON")
 
     def run(self, args):
-        try:
-            data = pathlib.Path(args.path).read_bytes()
-        except OSError as e:
-            raise ClcError(f"{args.path}: cannot read it: {e.strerror or e}", EXIT_USAGE) from None
+        data = read_file(args.path)
         try:
             report = inspect_image(parse_image(data), args.path)
         except FatbinError as e:
@@ -51,6 +64,40 @@ class InspectCommand:
         else:
             sys.stdout.write(format_text(report))
         return 0
+
+
+def read_file(path):
+    """The bytes of the file at path, or ClcError: only a regular file is read (a FIFO or a
+    device could block or never end), and one of at most MAX_INSPECT_BYTES."""
+    try:
+        # O_NONBLOCK: opening a FIFO does not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # a socket, or a device with nothing behind it
+            raise ClcError(f"{path}: is not a regular file", EXIT_USAGE) from None
+        raise ClcError(f"{path}: cannot read it: {e.strerror or e}", EXIT_USAGE) from None
+    except ValueError as e:  # a NUL in the path
+        raise ClcError(f"{path!r}: cannot read it: {e}", EXIT_USAGE) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ClcError(f"{path}: is {file_kind(st.st_mode)}, not a file clc can inspect",
+                           EXIT_USAGE)
+        if st.st_size > MAX_INSPECT_BYTES:
+            raise ClcError(f"{path}: is {st.st_size} bytes; clc inspects files of at most "
+                           f"{MAX_INSPECT_BYTES >> 30} GiB", EXIT_USAGE)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        try:
+            # Read to its end: read(n) would first set n bytes aside, whatever the file holds.
+            return f.read()
+        except OSError as e:
+            raise ClcError(f"{path}: cannot read it: {e.strerror or e}", EXIT_USAGE) from None
+        except MemoryError:
+            raise ClcError(f"{path}: not enough memory to read its {st.st_size} bytes",
+                           EXIT_USAGE) from None
 
 
 def inspect_image(image, path):
@@ -139,11 +186,29 @@ def _best_module(ptx_entries, modules):
     # Generic PTX before arch-specific at the same arch: it is what most GPUs would JIT.
     best = max(ptx_entries, key=lambda e: (e.arch, not e.variant))
     if id(best) not in modules:
+        text = best.text()
         try:
-            modules[id(best)] = parse(best.text())
+            modules[id(best)] = _ptx_problem(text) or parse(text)
         except PtxError as e:
             modules[id(best)] = e
     return best, modules[id(best)]
+
+
+def _ptx_problem(text):
+    """A PtxError for PTX that the PTX reader is not given (see MAX_PTX_DIGITS), or None."""
+    digits = _LONG_DIGITS.search(text)
+    if digits:
+        line = text.count("\n", 0, digits.start()) + 1
+        return PtxError(f"a number of more than {MAX_PTX_DIGITS} digits (PTX numbers have at "
+                        "most 20)", line, digits.start() - text.rfind("\n", 0, digits.start()))
+    depth = 0
+    for brace in _BRACES.finditer(text):
+        depth += 1 if brace.group() == "{" else -1
+        if depth > MAX_PTX_NESTING:
+            at = brace.start()
+            return PtxError(f"{{ }} blocks nested more than {MAX_PTX_NESTING} deep",
+                            text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at))
+    return None
 
 
 def _wrapper_verdicts(name, ptx_entries, modules, no_ptx):
@@ -165,6 +230,9 @@ def _wrapper_verdicts(name, ptx_entries, modules, no_ptx):
             checked = check_wrap(module, name, wrapper)
         except Unwrappable as e:
             out[wrapper.name] = {"wrappable": False, "looped": None, "reason": str(e)}
+        except PtxError as e:  # parsed, but a statement the checks need does not read
+            out[wrapper.name] = {"wrappable": False, "looped": None,
+                                 "reason": f"its {best.arch_name} PTX does not read: {e}"}
         else:
             out[wrapper.name] = {"wrappable": True, "looped": checked.looped, "reason": None}
     return out
@@ -183,7 +251,10 @@ def _loopability(name, ptx_entries, modules):
     entry = module.entries.get(name)
     if entry is None:
         return False, f"no .entry {name} in its {best.arch_name} PTX"
-    verdict = loop_verdict(entry)
+    try:
+        verdict = loop_verdict(entry)
+    except PtxError as e:  # parsed, but a statement the verdict needs does not read
+        return False, f"its {best.arch_name} PTX does not read: {e}"
     return verdict.loopable, verdict.reason
 
 

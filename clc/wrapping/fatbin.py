@@ -78,7 +78,8 @@ import struct
 from dataclasses import dataclass, field
 
 __all__ = ["FatbinError", "Entry", "Image", "parse_image", "ptx_kernels", "cubin_kernels",
-           "WRAPPER_MAGIC", "CONTAINER_MAGIC", "EM_CUDA", "STO_CUDA_ENTRY", "FATBIN_SECTIONS"]
+           "WRAPPER_MAGIC", "CONTAINER_MAGIC", "EM_CUDA", "STO_CUDA_ENTRY", "FATBIN_SECTIONS",
+           "MAX_COMPRESSION_RATIO", "MIN_DECOMPRESSED_CAP", "MAX_DECOMPRESSED_BYTES"]
 
 WRAPPER_MAGIC = 0x466243B1
 CONTAINER_MAGIC = 0xBA55ED50
@@ -93,6 +94,17 @@ _CONTAINER = struct.Struct("<IHHQ")
 # arch, identifier offset, identifier length, flags, unknown, uncompressed size
 _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")
 assert _ENTRY.size == 64
+
+# What a compressed entry may claim to decompress to, checked against its compressed size
+# before any of it is decompressed, so that a few bytes cannot ask for gigabytes (and
+# decompressing stops at the claim). Code compresses a few times over; zstd can pack a run of
+# zeros some 30000 times.
+MAX_COMPRESSION_RATIO = 1024
+# Whatever the ratio, a small entry may claim this much: a tiny PTX text compresses oddly.
+MIN_DECOMPRESSED_CAP = 1 << 20
+# Whatever the ratio, no entry is read larger: far above the code of any kernel, and within
+# what a machine that runs CUDA programs can hold.
+MAX_DECOMPRESSED_BYTES = 512 << 20
 
 _KINDS = {1: "ptx", 2: "cubin", 8: "ltoir"}
 _FLAG_LZ4 = 0x2000
@@ -245,7 +257,7 @@ def parse_image(data):
         raise FatbinError("this is a fatbin wrapper, whose fields are pointers into a process: "
                           "parse the fatbin container it points to", 0)
     if magic == CONTAINER_MAGIC:
-        entries, count = _parse_containers(buf, 0, len(buf), None)
+        entries, count = _parse_containers(buf, 0, len(buf), None, [])
         return Image("fatbin", entries, f"fatbin, {_plural(count, 'container')}")
     if bytes(buf[:4]) == b"\x7fELF":
         elf = _Elf(buf)
@@ -254,34 +266,35 @@ def parse_image(data):
             entry = Entry("cubin", arch, "none", 0, len(buf), len(buf), _buffer=buf)
             return Image("cubin", [entry], f"cubin for sm_{arch}")
         return _parse_host_elf(buf, elf)
-    text = _as_ptx(buf)
-    if text is None:
+    ptx = _as_ptx(buf)
+    if ptx is None:
         raise FatbinError("not a fatbin, cubin, PTX text or ELF file (starts with "
                           f"{bytes(buf[:8]).hex(' ')})", 0)
-    version = _ptx_directive(text, "version")
+    text, major, minor = ptx
     target = _ptx_directive(text, "target")
-    m = re.fullmatch(r"sm_(\d+)([af]?)", target or "")
+    m = _PTX_SM_TARGET.fullmatch(target or "")
     if not m:
-        raise FatbinError(f"PTX .target {target!r} names no sm_XX architecture",
+        raise FatbinError(f"PTX .target {_shown(target)} names no sm_XX architecture",
                           _directive_offset(text, "target"))
     entry = Entry("ptx", int(m.group(1)), "none", 0, len(buf), len(buf), variant=m.group(2),
-                  code_version=tuple(int(x) for x in version.split(".")), _buffer=buf)
-    return Image("ptx", [entry], f"PTX {version} for {target}")
+                  code_version=(major, minor), _buffer=buf)
+    return Image("ptx", [entry], f"PTX {major}.{minor} for {target}")
 
 
 # -- fatbin containers -----------------------------------------------------------------------
 
-def _parse_containers(buf, start, end, section):
-    """The entries of the containers in buf[start:end], and how many containers there were."""
-    entries = []
+def _parse_containers(buf, start, end, section, entries):
+    """The entries of the containers in buf[start:end] appended to `entries` (those of the
+    image so far), and how many containers there were."""
+    entries = list(entries)
     count = 0
     off = start
     while off < end:
         if buf[off] == 0:
             # Separately compiled objects' containers are aligned in a section: skip the zeros
             # between them and after the last one (a container starts with a nonzero byte).
-            rest = bytes(buf[off:end])
-            off += len(rest) - len(rest.lstrip(b"\0"))
+            found = _NONZERO.search(buf, off, end)
+            off = found.start() if found else end
             continue
         if end - off < _CONTAINER.size:
             raise FatbinError(f"truncated fatbin container header: {end - off} bytes left, "
@@ -298,7 +311,7 @@ def _parse_containers(buf, start, end, section):
         if body + payload > end:
             raise FatbinError(f"fatbin container payload of {payload} bytes runs past the end "
                               f"of the data ({max(0, end - body)} bytes left)", off + 8)
-        entries += _parse_entries(buf, body, body + payload, section)
+        entries += _parse_entries(buf, body, body + payload, section, len(entries))
         count += 1
         off = body + payload
     if count == 0:
@@ -306,7 +319,9 @@ def _parse_containers(buf, start, end, section):
     return entries, count
 
 
-def _parse_entries(buf, start, end, section):
+def _parse_entries(buf, start, end, section, first_index):
+    """The entries of one container's payload buf[start:end]; first_index is the number of
+    the first in the image, for errors."""
     entries = []
     off = start
     while off < end:
@@ -329,6 +344,18 @@ def _parse_entries(buf, start, end, section):
             if csize == 0 or csize > payload:
                 raise FatbinError(f"compressed size {csize} of a fatbin entry does not fit its "
                                   f"payload of {payload} bytes", off + 0x10)
+            cap = _decompressed_cap(csize)
+            # (An entry that needs NVIDIA's zstd dictionary is never decompressed: data()
+            # refuses it.)
+            if usize > cap and not flags & _FLAG_ZSTD_DICT:
+                kind = _KINDS.get(kind_code, "unknown")
+                raise FatbinError(
+                    f"fatbin entry {first_index + len(entries)} ({kind} for arch {arch}, "
+                    f"{compression}) claims {usize} bytes uncompressed from "
+                    f"{csize} compressed: clc reads at most {cap} (the larger of "
+                    f"{MAX_COMPRESSION_RATIO} times the compressed size and "
+                    f"{MIN_DECOMPRESSED_CAP >> 20} MiB, and {MAX_DECOMPRESSED_BYTES >> 20} MiB "
+                    "at most)", off + 0x38)
             size, usize_out = csize, usize
         variant = ("a" if flags & _FLAG_ARCH_SPECIFIC else
                    "f" if flags & _FLAG_FAMILY_SPECIFIC else "")
@@ -359,21 +386,47 @@ def _header_string(buf, entry_off, hsize, text_off, text_len, field_off):
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+def _decompressed_cap(compressed):
+    """The most bytes clc decompresses `compressed` bytes of an entry to."""
+    return min(MAX_DECOMPRESSED_BYTES, max(MIN_DECOMPRESSED_CAP,
+                                           MAX_COMPRESSION_RATIO * compressed))
+
+
+def _zstd_frame(zstandard, raw, size):
+    """The first zstd frame of raw, decompressed, but no more than size + 1 bytes of it: a
+    frame's header may claim any content size, and decompress() would allocate all of it."""
+    parts = []
+    left = size + 1
+    with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+        while left > 0:
+            part = reader.read(min(left, 1 << 20))
+            if not part:
+                break
+            parts.append(part)
+            left -= len(part)
+    return b"".join(parts)
+
+
 def _decompress(method, raw, size, where):
-    """Decompress one entry's payload; imports the codec only now (see the module docstring)."""
+    """Decompress one entry's payload to at most size bytes (which _parse_entries checked);
+    imports the codec only now (see the module docstring)."""
     package = {"zstd": "zstandard", "lz4": "lz4"}[method]
     try:
         if method == "zstd":
             import zstandard
-            out = zstandard.ZstdDecompressor().decompress(raw, max_output_size=size)
+            out = _zstd_frame(zstandard, raw, size)
         else:
             import lz4.block
+            # Never more than uncompressed_size is written, nor allocated.
             out = lz4.block.decompress(raw, uncompressed_size=size)
     except ImportError:
         raise FatbinError(f"this entry is {method}-compressed and the Python package "
                           f"'{package}' is not installed (pip install {package})", where) from None
     except Exception as e:      # each codec raises its own error type for damaged data
         raise FatbinError(f"{method} data of the entry does not decompress: {e}", where) from None
+    if len(out) > size:
+        raise FatbinError(f"{method} data decompresses to more than the {size} bytes the entry "
+                          "header says (decompressing stopped there)", where)
     if len(out) != size:
         raise FatbinError(f"{method} data decompressed to {len(out)} bytes, the entry header "
                           f"says {size}", where)
@@ -474,9 +527,8 @@ def _parse_host_elf(buf, elf):
             if section.name != name or section.type == 8:      # SHT_NOBITS holds no bytes
                 continue
             elf.check_range(section.offset, section.size, section.header)
-            more, count = _parse_containers(buf, section.offset,
-                                            section.offset + section.size, name)
-            entries += more
+            entries, count = _parse_containers(buf, section.offset,
+                                               section.offset + section.size, name, entries)
             found.append(f"{name}: {_plural(count, 'container')}")
     if not found:
         raise FatbinError(f"{what} (e_machine {elf.machine}) without CUDA device code: no "
@@ -509,20 +561,55 @@ def cubin_kernels(data):
 
 # -- PTX -------------------------------------------------------------------------------------
 
-_PTX_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_PTX_COMMENT_START = re.compile(r"/[/*]")
 # `.entry NAME` with any of .visible/.weak/.extern before it; an `.extern .entry` only declares.
-_PTX_ENTRY = re.compile(r"^[ \t]*((?:\.(?:visible|weak|extern)\s+)*)\.entry\s+"
+_PTX_ENTRY = re.compile(r"^[^\S\n]*((?:\.(?:visible|weak|extern)\s+)*)\.entry\s+"
                         r"([A-Za-z_$%][\w$]*)", re.M)
+# What PTX text starts with, after blanks and comments. The digits are bounded: PTX ISA
+# versions have one or two, and Python's int() of a long run of digits is slow or refused.
+_PTX_VERSION = re.compile(r"\s*\.version[ \t]+(\d{1,4})\.(\d{1,4})(?![\w.])")
+_PTX_SM_TARGET = re.compile(r"sm_(\d{1,4})([af]?)")
+_NONZERO = re.compile(rb"[^\0]")
+
+
+def _strip_ptx_comments(text):
+    r"""text without its // and /* */ comments, as re.sub(r"//[^\n]*|/\*.*?\*/", "", text,
+    flags=re.S) gives it (a `/*` never closed is left as text), in time linear in the text: that
+    regex looks for a `*/` after each unclosed `/*`."""
+    out = []
+    at = 0
+    closes = True           # whether a `*/` may still come: once none does, none ever will
+    while True:
+        found = _PTX_COMMENT_START.search(text, at)
+        if found is None:
+            break
+        start = found.start()
+        if text[start + 1] == "/":
+            out.append(text[at:start])
+            end = text.find("\n", start)
+            at = len(text) if end < 0 else end
+            continue
+        end = text.find("*/", start + 2) if closes else -1
+        if end < 0:
+            closes = False
+            out.append(text[at:start + 1])
+            at = start + 1
+            continue
+        out.append(text[at:start])
+        at = end + 2
+    out.append(text[at:])
+    return "".join(out)
 
 
 def ptx_kernels(text):
     """The names of the kernels (`.entry`) a PTX text defines, in order."""
-    text = _PTX_COMMENTS.sub("", text)
+    text = _strip_ptx_comments(text)
     return [m.group(2) for m in _PTX_ENTRY.finditer(text) if ".extern" not in m.group(1)]
 
 
 def _ptx_directive(text, name):
-    m = re.search(rf"^[ \t]*\.{name}[ \t]+([^\n]*)", _PTX_COMMENTS.sub("", text or ""), re.M)
+    # Any blank but a line break may start the line: \v and \f are blanks to ptxas too.
+    m = re.search(rf"^[^\S\n]*\.{name}[ \t]+([^\n]*)", _strip_ptx_comments(text or ""), re.M)
     if not m:
         return None
     return m.group(1).split(",")[0].strip()
@@ -533,8 +620,15 @@ def _directive_offset(text, name):
     return len(text[:m.start()].encode()) if m else 0
 
 
+def _shown(text, limit=80):
+    """text for a message: quoted, and cut short when long."""
+    if text is None or len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
 def _as_ptx(buf):
-    """The text of `buf` if it is PTX (a `.version` and a `.target` directive), else None."""
+    """(text, major, minor) if `buf` is PTX (a `.version` first, and a `.target`), else None."""
     raw = bytes(buf).rstrip(b"\0")
     if b"\0" in raw:
         return None
@@ -542,10 +636,11 @@ def _as_ptx(buf):
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    code = _PTX_COMMENTS.sub("", text)
-    if not re.match(r"\s*\.version\s+\d+\.\d+", code) or _ptx_directive(code, "target") is None:
+    code = _strip_ptx_comments(text)
+    version = _PTX_VERSION.match(code)
+    if not version or _ptx_directive(code, "target") is None:
         return None
-    return text
+    return text, int(version.group(1)), int(version.group(2))
 
 
 # -- helpers ---------------------------------------------------------------------------------
