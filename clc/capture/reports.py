@@ -8,20 +8,18 @@ time (clc.capture.reader.launch_stream), so that no report holds a capture's lau
 The formats are described in docs/capture.md.
 """
 
-import errno
 import json
 import os
 import signal
-import stat
 import sys
 import textwrap
 from dataclasses import dataclass, field
 
 from clc import abi
-from clc.capture.reader import LAUNCH_WINDOW, error_name, file_kind, launch_stream
+from clc.capture.reader import LAUNCH_WINDOW, error_name, launch_stream
 
 __all__ = ["FORMATS", "summary", "to_json", "to_chrome", "write_json", "write_chrome",
-           "write_report", "open_output", "unlink_quietly", "OutputError"]
+           "write_report", "WRITE_BUFFER"]
 
 FORMATS = ("summary", "json", "chrome")
 
@@ -31,7 +29,7 @@ NOTE_WIDTH = 96
 LAUNCH_DUR_US = 1.0  # nominal width of a CPU-side launch in the trace, so it can be clicked
 # Real tids stay below pid_max (at most 2**22); trace viewers read tids as 32-bit numbers.
 GPU_TID_BASE = 0x40000000
-_WRITE_BUFFER = 1 << 20
+WRITE_BUFFER = 1 << 20
 
 
 @dataclass
@@ -519,91 +517,17 @@ def write_chrome(captures, out):
 
 # ---- output -----------------------------------------------------------------------------------
 
-class OutputError(Exception):
-    """An output path clc refuses or cannot open; `usage` when the path is the user's to
-    change (exists, a link, no such folder) rather than a failure of the system."""
-
-    def __init__(self, message, usage=True):
-        super().__init__(message)
-        self.usage = usage
-
-
-def _link_refusal(path):
-    return OutputError(f"{path} is a symbolic link: clc does not write through links "
-                       "(name the file itself, or remove the link)")
-
-
-def open_output(path, force=False, binary=False):
-    """Open the output file `path` for writing: (text file, or binary with `binary`, whether
-    it was created).
-
-    A new file is created (mode 0644, less the umask) and never through a link, even a
-    dangling one. An existing one is written only with `force`, when it is a regular file and
-    not a link; it is emptied then. A FIFO or a device is never opened for writing: that
-    could block, or send the report somewhere else.
-    """
-    path = str(path)
-    flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
-    created = True
-    try:
-        try:
-            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            created = False
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                raise _link_refusal(path) from None
-            if not force:
-                raise OutputError(f"{path} exists (use --force to overwrite it)") from None
-            if not stat.S_ISREG(st.st_mode):
-                raise OutputError(f"{path} is {file_kind(st.st_mode)}: --force overwrites only "
-                                  "regular files") from None
-            fd = os.open(path, flags)
-    except OSError as e:
-        folder = os.path.dirname(path) or "."
-        if e.errno == errno.ENOENT:
-            raise OutputError(f"cannot write {path}: the folder {folder} does not exist") \
-                from None
-        if e.errno == errno.ENOTDIR:
-            raise OutputError(f"cannot write {path}: {folder} is not a folder") from None
-        if e.errno == errno.ELOOP:
-            raise _link_refusal(path) from None
-        raise OutputError(f"cannot write {path}: {e.strerror or e}", usage=False) from None
-    try:
-        # Checked again on what was opened: the path may have changed since the lstat.
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OutputError(f"{path} is {file_kind(st.st_mode)}: --force overwrites only regular "
-                              "files")
-        if not created:
-            os.ftruncate(fd, 0)
-        if binary:
-            return os.fdopen(fd, "wb"), created
-        return os.fdopen(fd, "w", encoding="utf-8", buffering=_WRITE_BUFFER), created
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def unlink_quietly(path):
-    """Remove an output that open_output created, when what was to fill it failed."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def write_report(captures, fmt, out=None):
     """Write the `fmt` report (one of FORMATS) of `captures` to `out`: a text file, a new
-    file's path (see open_output), or None for stdout. Returns notes for the user (GPU times
-    that matched no launch record)."""
+    file's path (see clc.outputs.open_output), or None for stdout. Returns notes for the user
+    (GPU times that matched no launch record)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
     if out is None:
         return _write(captures, fmt, sys.stdout)
     if isinstance(out, (str, os.PathLike)):
-        f, _ = open_output(out)
-        with f:
+        from clc.outputs import open_output
+        with open_output(out, mode=0o644, text=True, buffering=WRITE_BUFFER) as f:
             return _write(captures, fmt, f)
     return _write(captures, fmt, out)
 

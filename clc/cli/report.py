@@ -6,7 +6,8 @@ import sys
 
 from clc.capture.reader import CaptureError, scan_captures
 from clc.errors import EXIT_USAGE, ClcError
-from clc.capture.reports import FORMATS, OutputError, open_output, unlink_quietly, write_report
+from clc.capture.reports import FORMATS, WRITE_BUFFER, write_report
+from clc.outputs import open_output, remove_output
 
 __all__ = ["ReportCommand"]
 
@@ -21,21 +22,19 @@ class ReportCommand:
         parser.add_argument("--format", choices=FORMATS, default="summary")
         parser.add_argument("-o", "--output",
                             help="write here instead of standard output (a new file; never "
-                                 "through a symbolic link)")
+                                 "through a symbolic link another user controls)")
         parser.add_argument("--force", action="store_true",
                             help="overwrite OUTPUT if it exists (a regular file)")
 
     def run(self, args):
-        out, created = None, False
+        out = None
         if args.output:
             _refuse_an_input(args.output, args.captures)
-            try:
-                out, created = open_output(args.output, args.force)
-            except OutputError as e:
-                raise ClcError(str(e), EXIT_USAGE if e.usage else 1) from None
+            out = open_output(args.output, args.force, mode=0o644, text=True,
+                              buffering=WRITE_BUFFER)
         try:
             try:
-                captures = scan_captures(args.captures)
+                captures = scan_captures(_distinct(args.captures))
             except CaptureError as e:
                 raise ClcError(str(e), EXIT_USAGE) from None
             try:
@@ -46,22 +45,40 @@ class ReportCommand:
             except CaptureError as e:  # a capture changed or vanished since it was scanned
                 raise ClcError(str(e)) from None
             except BrokenPipeError:
-                # The reader of stdout (`| head`) has gone: no more to say, and nothing left
-                # for the interpreter to flush there at exit.
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return 1
+                raise               # the reader of stdout has gone: clc.cli.main ends quietly
             except OSError as e:
                 raise ClcError(f"cannot write {args.output or 'the report'}: "
                                f"{e.strerror or e}") from None
         except BaseException:
             if out is not None:
+                if not out.closed:
+                    remove_output(args.output, out)
                 _close_quietly(out)
-                if created:
-                    unlink_quietly(args.output)
             raise
         for note in notes:
             print(f"clc: {note}", file=sys.stderr)
         return 0
+
+
+def _distinct(paths):
+    """paths without those naming a file already named (the same device and inode, however
+    spelled), each said once: a capture given twice would count its launches twice. A path
+    that cannot be looked at is kept, for the reader to say why."""
+    seen = {}
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            out.append(path)
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            print(f"clc: {path} is the same file as {seen[key]}: read once", file=sys.stderr)
+            continue
+        seen[key] = path
+        out.append(path)
+    return out
 
 
 def _refuse_an_input(output, inputs):

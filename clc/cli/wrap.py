@@ -12,7 +12,7 @@ from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
 from clc.wrapping.fatbin import FatbinError, parse_image
 from clc.policy import base_name
-from clc.capture.reports import OutputError, open_output, unlink_quietly
+from clc.outputs import open_output, remove_output
 from clc.wrapping.splice import Unwrappable
 
 __all__ = ["WrapCommand"]
@@ -77,21 +77,18 @@ class WrapCommand:
                             help="a wrapper parameter (repeatable): share=0.25, sms=8, ms=5")
         parser.add_argument("--arch", default="sm_90", help="target GPU (default sm_90)")
         parser.add_argument("-o", "--output", required=True, metavar="OUT.cubin",
-                            help="where the wrapped kernel's cubin goes (never through a link)")
+                            help="where the wrapped kernel's cubin goes (never through a link "
+                                 "another user controls)")
         parser.add_argument("--force", action="store_true", help="overwrite OUT.cubin")
 
     def run(self, args):
-        try:
-            cubin, created = open_output(args.output, args.force, binary=True)
-        except OutputError as e:
-            raise ClcError(str(e), EXIT_USAGE if e.usage else 1) from None
-        try:
-            with cubin:
+        cubin = open_output(args.output, args.force, mode=0o644)
+        with cubin:
+            try:
                 self._build(args, cubin)
-        except BaseException:
-            if created:
-                unlink_quietly(args.output)
-            raise
+            except BaseException:
+                remove_output(args.output, cubin)
+                raise
         return 0
 
     @staticmethod

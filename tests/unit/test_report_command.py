@@ -132,8 +132,9 @@ def test_fifo_output_is_refused_without_blocking(cap, tmp_path, alarm, capsys):
     out = tmp_path / "pipe"
     os.mkfifo(out)
     assert report(cap, "-o", out, "--force") == 2
-    assert capsys.readouterr().err == (f"clc: {out} is a FIFO (named pipe): --force overwrites "
-                                       "only regular files\n")
+    assert capsys.readouterr().err == (f"clc: {out} is a FIFO (named pipe), not a regular file: "
+                                       "clc writes only regular files (name another file with "
+                                       "-o)\n")
 
 
 def test_output_in_a_missing_folder(cap, tmp_path, capsys):
