@@ -38,14 +38,22 @@
 #define RULE_RECORD (sizeof(clc_record_header) + sizeof(clc_rec_rule_stats))
 #define END_RECORD (sizeof(clc_record_header) + sizeof(clc_rec_end))
 
+/* Records a signal handler made while its thread was filling a record of its own: kept aside,
+ * then moved into the thread's buffer when that record is committed. */
+#define NESTED_SIZE 4096
+typedef struct {
+    _Atomic uint32_t used;
+    char data[NESTED_SIZE] __attribute__((aligned(8)));
+} nested_records;
+
 typedef struct tbuf {
     char *data;
     _Atomic size_t head; /* bytes published by the owner */
     _Atomic size_t tail; /* bytes written to the file */
-    /* The owner's, and a signal handler's that interrupts it (hence atomic): */
-    _Atomic size_t reserved;   /* the end of the records begun (head when depth is 0) */
-    _Atomic unsigned depth;    /* records begun and not yet committed */
-    _Atomic uint64_t budget;   /* bytes of the size cap claimed and not yet used */
+    /* The owning thread's alone (a signal handler on it writes only to `nested`): */
+    size_t reserved; /* the end of the record being filled; head when none is */
+    uint64_t budget; /* bytes of the size cap claimed and not yet used */
+    nested_records *_Atomic nested;
     struct tbuf *next;
     _Atomic int owned; /* 0: free for the next new thread to take */
 } tbuf;
@@ -81,6 +89,9 @@ static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t g_dropped;
 static _Atomic uint64_t g_undecided;
 static CLC_TLS tbuf *t_buf;
+/* Records begun and not yet committed on this thread: more than one only when a signal handler
+ * interrupted the thread's own record (its records then go aside, see nested_records). */
+static CLC_TLS unsigned t_depth;
 static CLC_TLS uint32_t t_tid;
 static pthread_key_t g_thread_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
@@ -346,16 +357,17 @@ static int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve) {
         capped(n, 1);
         return 0;
     }
-    uint64_t have = atomic_load_explicit(&b->budget, memory_order_relaxed);
-    while (have >= n)
-        if (atomic_compare_exchange_weak(&b->budget, &have, have - n)) return 1;
+    if (b->budget >= n) {
+        b->budget -= n;
+        return 1;
+    }
     if (!atomic_load_explicit(&g_over_cap, memory_order_relaxed)) {
         uint64_t left = g_max_bytes - atomic_load(&g_claimed), keep = atomic_load(&g_reserve);
         uint64_t chunk = left > keep ? (left - keep) / 16 : 0;
         if (chunk > CLAIM_CHUNK) chunk = CLAIM_CHUNK;
         if (chunk < n) chunk = n;
         if (claim(chunk, keep)) {
-            atomic_fetch_add(&b->budget, chunk - n);
+            b->budget += chunk - n;
             return 1;
         }
     }
@@ -518,54 +530,96 @@ int clc_capture_enabled(void) {
     if (s == 2) return 0;
     /* A record made inside a record (a signal handler's) never waits for the open: the thread
      * it interrupted may be opening the file. */
-    if (t_buf && atomic_load(&t_buf->depth)) return 0;
+    if (t_depth) return 0;
     pthread_mutex_lock(&g_open_lock);
     if (atomic_load(&g_state) == 0) open_capture();
     pthread_mutex_unlock(&g_open_lock);
     return atomic_load(&g_state) == 1;
 }
 
-/* Room for n more bytes in b, flushing it here if the flusher has fallen a buffer behind. A
- * record begun inside another (a signal handler's) never waits for the file lock. */
+/* Room for n more bytes in b, flushing it here if the flusher has fallen a buffer behind. */
 static int make_room(tbuf *b, size_t start, size_t n) {
     if (likely(start + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE))
         return 1;
-    if (atomic_load_explicit(&b->depth, memory_order_relaxed) > 1
-            ? pthread_mutex_trylock(&g_file_lock) != 0
-            : pthread_mutex_lock(&g_file_lock) != 0)
-        return 0;
+    pthread_mutex_lock(&g_file_lock);
     flush_locked(b);
     pthread_mutex_unlock(&g_file_lock);
     return start + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE;
 }
 
-/* Gives back what fits() took, for a reservation that a signal handler's record overtook. */
-static void unfit(tbuf *b, uint64_t n, int essential, uint64_t also_reserve) {
-    if (!g_max_bytes) return;
-    if (essential) {
-        atomic_fetch_sub(&g_claimed, n);
-        atomic_fetch_sub(&g_reserve, also_reserve);
-    } else {
-        atomic_fetch_add(&b->budget, n);
+/* Reserves one whole record of `size` bytes in the thread's buffer (the owner's path: nothing
+ * else writes there), a PAD record before it when it would wrap; its body, or NULL (counted). */
+static char *reserve(tbuf *b, uint16_t type, size_t size, int essential, uint64_t also_reserve) {
+    size_t start = b->reserved;
+    size_t off = start % BUF_SIZE;
+    size_t pad = BUF_SIZE - off < size ? BUF_SIZE - off : 0;
+    if (unlikely(!make_room(b, start, pad + size))) {
+        atomic_fetch_add(&g_dropped, 1);
+        return NULL;
     }
+    if (unlikely(g_max_bytes) && !fits(b, pad + size, essential, also_reserve)) return NULL;
+    if (unlikely(pad)) {
+        clc_record_header p = {.type = CLC_REC_PAD, .size = (uint32_t)pad};
+        memcpy(b->data + off, &p, sizeof p);
+        off = 0;
+    }
+    b->reserved = start + pad + size;
+    char *rec = b->data + off;
+    clc_record_header h = {.type = type, .size = (uint32_t)size};
+    memcpy(rec, &h, sizeof h);
+    memset(rec + size - 8, 0, 8); /* the padding after the body */
+    return rec + sizeof h;
 }
 
-/* Publishes what is reserved, when no record is being filled (head only grows: a signal
- * handler may have published further meanwhile). */
-static void publish(tbuf *b) {
-    size_t end = atomic_load_explicit(&b->reserved, memory_order_relaxed);
-    size_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
-    while (head < end && !atomic_compare_exchange_weak_explicit(
-                             &b->head, &head, end, memory_order_release, memory_order_relaxed)) {
+/* A signal handler's record while its thread fills one: set aside (its header's `reserved`
+ * says whether the capture must keep it), moved into the buffer at the thread's commit. */
+#define NESTED_ESSENTIAL 1
+__attribute__((noinline, cold)) static void *reserve_nested(tbuf *b, uint16_t type, size_t size,
+                                                            int essential) {
+    nested_records *x = atomic_load_explicit(&b->nested, memory_order_acquire);
+    if (!x) {
+        nested_records *made = calloc(1, sizeof *made), *none = NULL;
+        if (!made || !atomic_compare_exchange_strong(&b->nested, &none, made)) free(made);
+        x = atomic_load(&b->nested);
     }
+    uint32_t at = x ? atomic_fetch_add(&x->used, (uint32_t)size) : NESTED_SIZE;
+    if (!x || at + size > NESTED_SIZE) {
+        if (x) atomic_fetch_sub(&x->used, (uint32_t)size);
+        atomic_fetch_add(&g_dropped, 1);
+        return NULL;
+    }
+    char *rec = x->data + at;
+    clc_record_header h = {
+        .type = type, .reserved = essential ? NESTED_ESSENTIAL : 0, .size = (uint32_t)size};
+    memcpy(rec, &h, sizeof h);
+    memset(rec + size - 8, 0, 8);
+    return rec + sizeof h;
+}
+
+/* Moves the records signal handlers set aside into the buffer (the owner, t_depth 1: handlers
+ * that come meanwhile still set theirs aside, and the loop takes them too). */
+__attribute__((noinline, cold)) static void take_nested(tbuf *b, nested_records *x) {
+    uint32_t done = 0, used;
+    while ((used = atomic_load_explicit(&x->used, memory_order_acquire)) > done) {
+        while (done < used) {
+            clc_record_header h;
+            memcpy(&h, x->data + done, sizeof h);
+            char *body = reserve(b, h.type, h.size, h.reserved & NESTED_ESSENTIAL, 0);
+            if (body) memcpy(body, x->data + done + sizeof h, h.size - sizeof h);
+            done += h.size;
+        }
+    }
+    /* No handler can be between its reservation and its record's end here: each runs to its
+     * end before the thread goes on. */
+    atomic_store_explicit(&x->used, 0, memory_order_release);
 }
 
 /* Reserves one whole record in the calling thread's buffer and returns its body, to be filled
  * in place and published by clc_capture_commit(); NULL when it cannot be had (counted as
  * dropped, or as capped). A record never wraps around the buffer's end: a PAD record fills the
  * rest. A signal handler may begin and commit records of its own while the thread it
- * interrupted is filling one: records nest (the reservation is one compare-and-swap), and what
- * they hold is published when the outermost is committed. */
+ * interrupted is filling one: those are set aside and published with the thread's. Nothing
+ * here is an atomic read-modify-write on the thread's own path. */
 static void *begin_record(uint16_t type, size_t body_size, int essential, uint64_t also_reserve) {
     tbuf *b = thread_buf();
     size_t size = (sizeof(clc_record_header) + body_size + 7) & ~(size_t)7;
@@ -577,36 +631,13 @@ static void *begin_record(uint16_t type, size_t body_size, int essential, uint64
         atomic_fetch_add(&g_dropped, 1);
         return NULL;
     }
-    atomic_fetch_add_explicit(&b->depth, 1, memory_order_relaxed);
+    unsigned depth = t_depth;
+    t_depth = depth + 1;
     atomic_signal_fence(memory_order_seq_cst);
-    for (;;) {
-        size_t start = atomic_load_explicit(&b->reserved, memory_order_relaxed);
-        size_t off = start % BUF_SIZE;
-        size_t pad = BUF_SIZE - off < size ? BUF_SIZE - off : 0;
-        if (unlikely(!make_room(b, start, pad + size))) {
-            atomic_fetch_add(&g_dropped, 1);
-            break;
-        }
-        if (!fits(b, pad + size, essential, also_reserve)) break;
-        if (unlikely(!atomic_compare_exchange_strong_explicit(
-                &b->reserved, &start, start + pad + size, memory_order_relaxed,
-                memory_order_relaxed))) {
-            unfit(b, pad + size, essential, also_reserve);
-            continue;
-        }
-        if (unlikely(pad)) {
-            clc_record_header p = {.type = CLC_REC_PAD, .size = (uint32_t)pad};
-            memcpy(b->data + off, &p, sizeof p);
-            off = 0;
-        }
-        char *rec = b->data + off;
-        clc_record_header h = {.type = type, .size = (uint32_t)size};
-        memcpy(rec, &h, sizeof h);
-        memset(rec + size - 8, 0, 8); /* the padding after the body */
-        return rec + sizeof h;
-    }
-    clc_capture_commit(); /* nothing reserved: only the depth to give back */
-    return NULL;
+    void *body = depth ? reserve_nested(b, type, size, essential)
+                       : reserve(b, type, size, essential, also_reserve);
+    if (!body) clc_capture_commit(); /* nothing reserved: only the depth to give back */
+    return body;
 }
 
 void *clc_capture_begin(uint16_t type, size_t body_size) {
@@ -616,7 +647,23 @@ void *clc_capture_begin(uint16_t type, size_t body_size) {
 void clc_capture_commit(void) {
     tbuf *b = t_buf;
     atomic_signal_fence(memory_order_seq_cst);
-    if (atomic_fetch_sub_explicit(&b->depth, 1, memory_order_release) == 1) publish(b);
+    if (t_depth > 1) { /* a signal handler's record, set aside */
+        t_depth--;
+        return;
+    }
+    for (;;) {
+        nested_records *x = atomic_load_explicit(&b->nested, memory_order_relaxed);
+        if (unlikely(x && atomic_load_explicit(&x->used, memory_order_acquire))) take_nested(b, x);
+        atomic_store_explicit(&b->head, b->reserved, memory_order_release);
+        atomic_signal_fence(memory_order_seq_cst);
+        t_depth = 0;
+        atomic_signal_fence(memory_order_seq_cst);
+        /* A handler that came after the last look set its records aside: take them now. */
+        x = atomic_load_explicit(&b->nested, memory_order_relaxed);
+        if (likely(!x || !atomic_load_explicit(&x->used, memory_order_acquire))) return;
+        t_depth = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+    }
 }
 
 static void write_record(uint16_t type, int essential, uint64_t also_reserve, const void *body,

@@ -255,7 +255,14 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
                                      /* "" is the program question's (clc_program_scope) */
                                      name && *name ? name : "<unnamed>", layout, n_params, end);
-    int asked = ask_decision(q, &d);
+    /* A kernel the driver cannot name (its module unloaded under it, the driver shutting down at
+     * exit) cannot be matched by any rule: clc could not decide it. */
+    int asked = name ? ask_decision(q, &d) : CLC_DECIDE_FAILED;
+    if (!name && CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "the driver could not name a launched kernel (its module unloaded, or the driver "
+                "shutting down): its launches get on_error=%s",
+                g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
     if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES || d.mode > CLC_MODE_EVERY_LAUNCH) {
         memset(&d, 0, sizeof d);
         d.fallback = g_cfg.on_error;

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, _build, assert_capture_ok, describe, probe_driver, write_policy
+from conftest import REPO, _build, assert_capture_ok, describe, probe_driver
 
 NATIVE = REPO / "tests" / "native"
 
@@ -36,12 +36,27 @@ def life(nvcc, build_dir):
     return exe
 
 
+DENY_DEBUG = """\
+version: 1
+default: allow
+on_error: deny
+rules:
+  - name: no-debug
+    match: {kernel: "*debug*"}
+    action: deny
+  - name: record-rest
+    match: {kernel: "*"}
+    action: allow
+    record: true
+"""
+
+
 @pytest.fixture
 def deny_debug(tmp_path):
-    return write_policy(tmp_path / "deny.yaml", [
-        ("no-debug", "*debug*", "deny", None),
-        ("record-rest", "*", "allow", {"record": True}),
-    ]), tmp_path
+    """Denies debug kernels, records the rest; what clc cannot decide is refused."""
+    path = tmp_path / "deny.yaml"
+    path.write_text(DENY_DEBUG)
+    return path, tmp_path
 
 
 def results(stdout, via):
@@ -52,19 +67,36 @@ def kernels_named(report, part):
     return [k for k in report["kernels"] if part in k["mangled"]]
 
 
-@pytest.mark.parametrize("via, env, argv", [
-    ("ctor", {"LIFE_CTOR": "launch", "LIFE_CTOR_N": "100"}, ["plain", "1"]),
-    ("atexit", {}, ["atexit", "100"]),
-    ("dtor", {"LIFE_DTOR": "launch", "LIFE_DTOR_N": "100"}, ["plain", "1"]),
-], ids=["library-constructor", "exit-handler", "library-destructor"])
-def test_launches_at_the_edges_of_life_are_denied(life, run_clc, deny_debug, via, env, argv):
+def test_a_library_constructors_launches_are_denied(life, run_clc, deny_debug):
     policy, tmp_path = deny_debug
-    proc, report = run_clc(policy, [life, *argv], tmp_path, env=env, options=["--strict"])
-    # THEN every launch of the denied kernel was refused by the driver-facing shim
-    assert results(proc.stdout, via) == [800] * 100, describe(proc)
+    # GIVEN a library whose constructor (run before the preloaded shim's) launches a denied
+    # kernel 100 times
+    proc, report = run_clc(policy, [life, "plain", "1"], tmp_path, options=["--strict"],
+                           env={"LIFE_CTOR": "launch", "LIFE_CTOR_N": "100"})
+    # THEN every one of them was refused by clc
+    assert results(proc.stdout, "ctor") == [800] * 100, describe(proc)
     # AND the capture is complete and counts them, and --strict fails the run
     assert_capture_ok(report, proc)
     assert sum(k["denied"] for k in kernels_named(report, "debug")) == 100
+    assert proc.returncode == 3, describe(proc)
+
+
+@pytest.mark.parametrize("via, env, argv", [
+    ("atexit", {}, ["atexit", "100"]),
+    ("dtor", {"LIFE_DTOR": "launch", "LIFE_DTOR_N": "100"}, ["plain", "1"]),
+], ids=["exit-handler", "library-destructor"])
+def test_launches_after_the_driver_shut_down_are_decided(life, run_clc, deny_debug, via, env,
+                                                         argv):
+    policy, tmp_path = deny_debug
+    # GIVEN launches from an exit handler registered before the first CUDA call, or from a
+    # library's destructor: they come after the driver's own exit work, when it can no longer
+    # name a kernel
+    proc, report = run_clc(policy, [life, *argv], tmp_path, env=env, options=["--strict"])
+    # THEN clc decided each one as a launch it cannot decide (on_error: deny here): none ran
+    assert results(proc.stdout, via) == [800] * 100, describe(proc)
+    assert "could not name a launched kernel" in proc.stderr
+    # AND the capture is complete, and --strict fails the run
+    assert_capture_ok(report, proc)
     assert proc.returncode == 3, describe(proc)
 
 

@@ -198,3 +198,24 @@ def test_a_driver_that_cannot_be_placed_fails_closed(native, clc_run, own_driver
     cap = run.capture()
     assert cap.undecided_launches == 2 and cap.on_error_launches == 2
     assert run.proc.returncode == 3 and "2 launches fell to on_error" in run.stderr
+
+
+def test_a_signal_handlers_records_inside_the_threads_own_are_kept(native, clc_run):
+    # GIVEN a thread recording 100,000 launches while a signal handler, every 20 us, makes a
+    # launch that is refused and recorded (often while the thread is filling its own record);
+    # refused, it never reaches the driver, which a signal handler could deadlock
+    policy = DENY.replace("    action: deny\n", "    action: deny\n    record: true\n", 1)
+    run = clc_run(policy, [native["prog_life"], "signals_launch", "100000"])
+    assert run.proc.returncode == 0, run.stderr[-2000:]
+    m = re.search(r"^signals: launches=(\d+) refused=(\d+) ran=(\d+)$", run.stdout, re.M)
+    assert m and int(m[2]) == int(m[1]) > 100, run.stdout[-500:]
+    # THEN every launch of both has its record, whole, and nothing was dropped
+    cap = run.capture()
+    assert cap.complete and cap.dropped == 0 and cap.trailing_bytes == 0
+    recorded = {}
+    for ln in cap.launches:
+        name = cap.kernels[ln.kernel_id].mangled if ln.kernel_id in cap.kernels else "?"
+        recorded[name] = recorded.get(name, 0) + 1
+    handler = int(m[1]) - cap.rule_stats.get(abi.RULE_ON_ERROR, 0)
+    assert recorded[VECADD] == 100000
+    assert recorded[DEBUG] == stats_of(cap, DEBUG).recorded == handler
