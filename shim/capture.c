@@ -345,8 +345,8 @@ static void capped(uint64_t n, int essential) {
 /* Room under the cap for a record of n bytes (its padding included). A record the capture keeps
  * may use all but the room set aside for the exit records (a kernel's also sets aside its own
  * KERNEL_STATS); the others come from the thread's claimed budget, refilled a chunk at a time. */
-static int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve) {
-    if (!g_max_bytes) return 1;
+__attribute__((noinline)) static int fits_slow(tbuf *b, uint64_t n, int essential,
+                                               uint64_t also_reserve) {
     if (essential) {
         if (claim(n + also_reserve, atomic_load(&g_reserve))) {
             /* The claimed room of the kernel's future KERNEL_STATS goes back to the reserve. */
@@ -356,10 +356,6 @@ static int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve) {
         }
         capped(n, 1);
         return 0;
-    }
-    if (b->budget >= n) {
-        b->budget -= n;
-        return 1;
     }
     if (!atomic_load_explicit(&g_over_cap, memory_order_relaxed)) {
         uint64_t left = g_max_bytes - atomic_load(&g_claimed), keep = atomic_load(&g_reserve);
@@ -373,6 +369,16 @@ static int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve) {
     }
     capped(n, 0);
     return 0;
+}
+
+/* The common case inline: a launch or timing record from what the thread claimed already. */
+static inline int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve) {
+    if (!g_max_bytes) return 1;
+    if (likely(!essential && b->budget >= n)) {
+        b->budget -= n;
+        return 1;
+    }
+    return fits_slow(b, n, essential, also_reserve);
 }
 
 /* ---- the flusher ------------------------------------------------------------------------------
@@ -405,8 +411,7 @@ static void make_key(void) { pthread_key_create(&g_thread_key, release_buf); }
 
 /* A new thread takes a free buffer (its owner exited) before making one, so programs that
  * start many short-lived threads do not grow without bound. */
-static tbuf *thread_buf(void) {
-    if (likely(t_buf != NULL)) return t_buf;
+__attribute__((noinline)) static tbuf *new_thread_buf(void) {
     pthread_once(&g_key_once, make_key);
     tbuf *b;
     for (b = atomic_load(&g_bufs); b; b = b->next) {
@@ -430,6 +435,8 @@ static tbuf *thread_buf(void) {
     t_buf = b;
     return b;
 }
+
+static inline tbuf *thread_buf(void) { return likely(t_buf != NULL) ? t_buf : new_thread_buf(); }
 
 static char *capture_path(char *out, size_t n) {
     if (!g_cfg.output) return NULL;
@@ -538,18 +545,23 @@ int clc_capture_enabled(void) {
 }
 
 /* Room for n more bytes in b, flushing it here if the flusher has fallen a buffer behind. */
-static int make_room(tbuf *b, size_t start, size_t n) {
-    if (likely(start + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE))
-        return 1;
+__attribute__((noinline)) static int flush_for_room(tbuf *b, size_t start, size_t n) {
     pthread_mutex_lock(&g_file_lock);
     flush_locked(b);
     pthread_mutex_unlock(&g_file_lock);
     return start + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE;
 }
 
+static inline int make_room(tbuf *b, size_t start, size_t n) {
+    if (likely(start + n - atomic_load_explicit(&b->tail, memory_order_acquire) <= BUF_SIZE))
+        return 1;
+    return flush_for_room(b, start, n);
+}
+
 /* Reserves one whole record of `size` bytes in the thread's buffer (the owner's path: nothing
  * else writes there), a PAD record before it when it would wrap; its body, or NULL (counted). */
-static char *reserve(tbuf *b, uint16_t type, size_t size, int essential, uint64_t also_reserve) {
+static inline __attribute__((always_inline)) char *reserve(tbuf *b, uint16_t type, size_t size,
+                                                           int essential, uint64_t also_reserve) {
     size_t start = b->reserved;
     size_t off = start % BUF_SIZE;
     size_t pad = BUF_SIZE - off < size ? BUF_SIZE - off : 0;
@@ -557,7 +569,7 @@ static char *reserve(tbuf *b, uint16_t type, size_t size, int essential, uint64_
         atomic_fetch_add(&g_dropped, 1);
         return NULL;
     }
-    if (unlikely(g_max_bytes) && !fits(b, pad + size, essential, also_reserve)) return NULL;
+    if (!fits(b, pad + size, essential, also_reserve)) return NULL;
     if (unlikely(pad)) {
         clc_record_header p = {.type = CLC_REC_PAD, .size = (uint32_t)pad};
         memcpy(b->data + off, &p, sizeof p);
@@ -620,7 +632,9 @@ __attribute__((noinline, cold)) static void take_nested(tbuf *b, nested_records 
  * rest. A signal handler may begin and commit records of its own while the thread it
  * interrupted is filling one: those are set aside and published with the thread's. Nothing
  * here is an atomic read-modify-write on the thread's own path. */
-static void *begin_record(uint16_t type, size_t body_size, int essential, uint64_t also_reserve) {
+static inline __attribute__((always_inline)) void *begin_record(uint16_t type, size_t body_size,
+                                                                int essential,
+                                                                uint64_t also_reserve) {
     tbuf *b = thread_buf();
     size_t size = (sizeof(clc_record_header) + body_size + 7) & ~(size_t)7;
     if (!essential && unlikely(atomic_load_explicit(&g_over_cap, memory_order_relaxed))) {
@@ -644,26 +658,37 @@ void *clc_capture_begin(uint16_t type, size_t body_size) {
     return begin_record(type, body_size, type != CLC_REC_LAUNCH && type != CLC_REC_TIMING, 0);
 }
 
-void clc_capture_commit(void) {
-    tbuf *b = t_buf;
-    atomic_signal_fence(memory_order_seq_cst);
-    if (t_depth > 1) { /* a signal handler's record, set aside */
-        t_depth--;
-        return;
-    }
-    for (;;) {
-        nested_records *x = atomic_load_explicit(&b->nested, memory_order_relaxed);
-        if (unlikely(x && atomic_load_explicit(&x->used, memory_order_acquire))) take_nested(b, x);
+/* Publishes the thread's record with the records signal handlers set aside meanwhile (t_depth
+ * is 1 while they are taken: handlers that come meanwhile set theirs aside too). */
+__attribute__((noinline, cold)) static void commit_nested(tbuf *b) {
+    nested_records *x;
+    while ((x = atomic_load_explicit(&b->nested, memory_order_relaxed)) != NULL &&
+           atomic_load_explicit(&x->used, memory_order_acquire)) {
+        t_depth = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+        take_nested(b, x);
         atomic_store_explicit(&b->head, b->reserved, memory_order_release);
         atomic_signal_fence(memory_order_seq_cst);
         t_depth = 0;
         atomic_signal_fence(memory_order_seq_cst);
-        /* A handler that came after the last look set its records aside: take them now. */
-        x = atomic_load_explicit(&b->nested, memory_order_relaxed);
-        if (likely(!x || !atomic_load_explicit(&x->used, memory_order_acquire))) return;
-        t_depth = 1;
-        atomic_signal_fence(memory_order_seq_cst);
     }
+}
+
+void clc_capture_commit(void) {
+    tbuf *b = t_buf;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (unlikely(t_depth > 1)) { /* a signal handler's record, set aside */
+        t_depth--;
+        return;
+    }
+    atomic_store_explicit(&b->head, b->reserved, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+    t_depth = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    /* Records a handler set aside while this one was being filled go out right after it. */
+    nested_records *x = atomic_load_explicit(&b->nested, memory_order_relaxed);
+    if (unlikely(x != NULL) && atomic_load_explicit(&x->used, memory_order_acquire))
+        commit_nested(b);
 }
 
 static void write_record(uint16_t type, int essential, uint64_t also_reserve, const void *body,

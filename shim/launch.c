@@ -186,7 +186,7 @@ CUresult clc_gate_exit(gate *g, CUresult result) {
         atomic_fetch_add_explicit(&e->recorded, 1, memory_order_relaxed);
     }
     t_in_clc = was;
-    clc_late_launch();
+    if (unlikely(atomic_load_explicit(&clc_late, memory_order_relaxed))) clc_late_launch();
     return result;
 }
 

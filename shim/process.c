@@ -106,7 +106,7 @@ __attribute__((constructor)) static void clc_init(void) { clc_start(); }
  * launches are still decided, and each one that is recorded or refused writes the counts and
  * the END record again (clc_late_launch). */
 
-static _Atomic int g_late; /* the shim's destructor has run */
+_Atomic int clc_late; /* the shim's destructor has run */
 
 static void at_exit(void) {
     int was = t_in_clc;
@@ -134,12 +134,11 @@ __attribute__((destructor)) static void clc_fini(void) {
     int was = t_in_clc;
     t_in_clc = 1;
     clc_capture_finish(CLC_END_EXIT, 0, 0);
-    atomic_store(&g_late, 1);
+    atomic_store(&clc_late, 1);
     t_in_clc = was;
 }
 
 void clc_late_launch(void) {
-    if (likely(!atomic_load_explicit(&g_late, memory_order_relaxed))) return;
     int was = t_in_clc;
     t_in_clc = 1;
     clc_capture_finish(CLC_END_EXIT, 0, 0);

@@ -617,7 +617,8 @@ CUkernel clc_library_kernel_of(CUfunction f);
 /* ---- process lifetime (process.c) ---------------------------------------------------------- */
 void clc_ensure_exit_handler(void);
 /* After the shim's destructor (another library's destructor launches): the capture finished
- * again after each launch that is recorded or refused. */
+ * again after each launch that is recorded or refused (clc_late is set then). */
+extern CLC_HIDDEN _Atomic int clc_late;
 void clc_late_launch(void);
 
 /* ---- leaving without exit() (leave.c) ------------------------------------------------------ */
