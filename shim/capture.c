@@ -73,7 +73,6 @@ static int g_fd = -1;
 static int g_file_ok; /* 0 once the file is gone or replaced: said once, nothing more written */
 static uint64_t g_written, g_lost_bytes;
 static int g_write_errno;
-static pid_t g_owner; /* the process whose capture this is (a vfork child's is its parent's) */
 /* The size cap (--capture-limit) holds for the whole file: every record is claimed against it
  * before it is written. The exit records (KERNEL_STATS per kernel, RULE_STATS, END) have room
  * set aside (g_reserve) as kernels appear; records a capture must keep (kernels, loads,
@@ -303,18 +302,6 @@ static void flush_locked(tbuf *b) {
         for (tbuf *x = atomic_load(&g_bufs); x; x = x->next) flush_buf(x, fd);
 }
 
-/* The file lock. A fatal signal's handler waits at most about 200 ms: the thread it
- * interrupted may be the holder, which will never let go. 1 when it is held. */
-static int lock_file(int in_signal) {
-    if (!in_signal) return pthread_mutex_lock(&g_file_lock) == 0;
-    for (int i = 0; i < 2000; i++) {
-        if (pthread_mutex_trylock(&g_file_lock) == 0) return 1;
-        struct timespec ts = {0, 100000};
-        nanosleep(&ts, NULL);
-    }
-    return 0;
-}
-
 /* ---- the size cap -----------------------------------------------------------------------------
  */
 
@@ -499,7 +486,6 @@ static void open_capture(void) {
     memcpy(g_path, path, sizeof path);
     g_file = st;
     g_file_ok = 1;
-    g_owner = getpid();
     const char *cap = clc_setting("CLC_CAPTURE_MAX_BYTES");
     g_max_bytes = cap ? strtoull(cap, NULL, 10) : 0;
     clc_capture_header h;
@@ -654,8 +640,11 @@ static inline __attribute__((always_inline)) void *begin_record(uint16_t type, s
     return body;
 }
 
+/* The records a program makes without bound (launches, timings) stop first at the cap. */
+static inline int kept(uint16_t type) { return type != CLC_REC_LAUNCH && type != CLC_REC_TIMING; }
+
 void *clc_capture_begin(uint16_t type, size_t body_size) {
-    return begin_record(type, body_size, type != CLC_REC_LAUNCH && type != CLC_REC_TIMING, 0);
+    return begin_record(type, body_size, kept(type), 0);
 }
 
 /* Publishes the thread's record with the records signal handlers set aside meanwhile (t_depth
@@ -706,8 +695,7 @@ static void write_record(uint16_t type, int essential, uint64_t also_reserve, co
 
 void clc_capture_write(uint16_t type, const void *body, size_t body_size, const char *text,
                        size_t text_len) {
-    write_record(type, type != CLC_REC_LAUNCH && type != CLC_REC_TIMING, 0, body, body_size, text,
-                 text_len);
+    write_record(type, kept(type), 0, body, body_size, text, text_len);
 }
 
 /* A kernel's record, with room set aside for its exit counts. */
@@ -848,8 +836,8 @@ void clc_capture_undecided(void) {
 }
 
 void clc_capture_finish(uint32_t how, int32_t status, int in_signal) {
-    if (atomic_load(&g_state) != 1 || g_owner != getpid()) return;
-    int locked = lock_file(in_signal);
+    if (atomic_load(&g_state) != 1 || g_cfg.pid != getpid()) return;
+    int locked = clc_lock_within(&g_file_lock, in_signal ? 200 : 0);
     if (locked) flush_locked(NULL);
     out_buf o = {.fd = g_file_ok ? open_for_append() : -1};
     clc_cache_counts(out_stats, &o, 0, in_signal ? 200 : 0);

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * core.c: what every part of the shim uses: the process-wide settings (g_cfg, filled by
- * process.c), the recursion guard, and the log. The bottom layer: it calls no other file.
+ * process.c), the recursion guard, the log, and a lock waited for a bounded time. The bottom
+ * layer: it calls no other file.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -19,6 +22,16 @@ CLC_TLS int t_in_clc;
 static clc_log_sink g_log_sink;
 
 void clc_log_set_sink(clc_log_sink sink) { g_log_sink = sink; }
+
+int clc_lock_within(pthread_mutex_t *m, int ms) {
+    if (ms <= 0) return pthread_mutex_lock(m) == 0;
+    for (int waited = 0; waited < ms * 10; waited++) {
+        if (pthread_mutex_trylock(m) == 0) return 1;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
 
 void clc_log(int level, const char *fmt, ...) {
     char buf[1024];

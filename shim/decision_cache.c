@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #include "shim.h"
 
@@ -506,20 +505,9 @@ void clc_cache_each(clc_entry_fn fn, void *arg) {
             fn(&t[i], arg);
 }
 
-/* Waits for g_insert_lock, at most try_ms when try_ms > 0; 1 when it is held. */
-static int lock_table(int try_ms) {
-    if (try_ms <= 0) return pthread_mutex_lock(&g_insert_lock) == 0;
-    for (int waited = 0; waited < try_ms * 10; waited++) {
-        if (pthread_mutex_trylock(&g_insert_lock) == 0) return 1;
-        struct timespec ts = {0, 100000};
-        nanosleep(&ts, NULL);
-    }
-    return 0;
-}
-
 void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg, int changed_only,
                       int try_ms) {
-    int locked = lock_table(try_ms);
+    int locked = clc_lock_within(&g_insert_lock, try_ms);
     /* Without the lock the archive may be moving (realloc): only the live entries are read. */
     /* Every walk under the lock notes what it gave: a snapshot after a full walk (the capture's
      * END) gives only what changed since. */

@@ -59,6 +59,14 @@ int clc_gate_unplaced(gate *g, uint32_t entry_point, unsigned gx, unsigned gy, u
  * graphs and kernel nodes alike. */
 void clc_graph_slots_used_up(void);
 
+/* A launch, or a graph node made or changed, counted to its kernel's entry. */
+static inline void count_launch(clc_entry *e, uint32_t entry_point) {
+    if (unlikely((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE))
+        atomic_fetch_add_explicit(&e->graph_nodes, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
+}
+
 /* The fast path, inlined into each hook: find the (kernel, context) entry, count the launch,
  * pick its outcome. Returns 0 when the launch is a plain allow with nothing to record, the
  * common case; it then touches one cache line of the table and one of g_hot. */
@@ -90,10 +98,7 @@ static inline __attribute__((always_inline)) int gate_enter(gate *g, CUfunction 
         else
             o = clc_shaped_outcome(g, e, entry_point, gx, gy, gz, bx, by, bz, shmem, stream, params,
                                    extra);
-        if (unlikely((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE))
-            atomic_fetch_add_explicit(&e->graph_nodes, 1, memory_order_relaxed);
-        else
-            atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
+        count_launch(e, entry_point);
     } else {
         o = &g_cfg.on_error;
     }

@@ -59,10 +59,7 @@ __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontex
             o = clc_outcome_for(e, &l, &g->scratch);
         else if (e->mode == CLC_MODE_PER_SHAPE)
             o = clc_find_shape(e, &l);
-        if ((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE)
-            atomic_fetch_add_explicit(&e->graph_nodes, 1, memory_order_relaxed);
-        else
-            atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
+        count_launch(e, entry_point);
     }
     if (!o) {
         o = &g_cfg.on_error;

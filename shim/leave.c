@@ -16,7 +16,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
@@ -33,25 +32,20 @@ typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 static exit_fn g_real_exit, g_real_Exit;
 static syscall_fn g_real_syscall;
 static sigaction_fn g_real_sigaction;
-static pid_t g_pid; /* the process whose state this is: a vfork child shares its parent's */
-
-static void after_fork_child(void) { g_pid = getpid(); }
 
 /* Resolved at start: a vfork child that fails its exec calls _exit, and must not look symbols
  * up in its parent's memory. */
 void clc_leave_start(void) {
-    g_pid = getpid();
     g_real_exit = (exit_fn)clc_next_symbol("_exit");
     g_real_Exit = (exit_fn)clc_next_symbol("_Exit");
     g_real_syscall = (syscall_fn)clc_next_symbol("syscall");
     g_real_sigaction = (sigaction_fn)clc_next_symbol("sigaction");
-    pthread_atfork(NULL, NULL, after_fork_child);
 }
 
 /* Pending GPU times are read back (not from a signal's handler: the thread it interrupted may
  * hold the timing state), then the counts and the END record written. */
 void clc_leave(uint32_t how, int32_t status) {
-    if (!g_pid || getpid() != g_pid) return;
+    if (!g_cfg.pid || getpid() != g_cfg.pid) return;
     int was = t_in_clc;
     t_in_clc = 1;
     if (how != CLC_END_SIGNAL) clc_timing_drain_all();

@@ -30,10 +30,8 @@ static clc_outcome outcome_from_env(const char *v) {
     return o;
 }
 
-static pid_t g_pid; /* the process this state is (a vfork child shares its parent's memory) */
-
 static void after_fork_child(void) {
-    g_pid = getpid();
+    g_cfg.pid = getpid();
     clc_reset_rule_counts();
     clc_bridge_after_fork_child();
     clc_decider_after_fork_child();
@@ -46,7 +44,7 @@ static void after_fork_child(void) {
  * that inherit LD_PRELOAD never touch CUDA). */
 static void start(void) {
     clc_resolve_dlsym();
-    g_pid = getpid();
+    g_cfg.pid = getpid();
     clc_log_set_sink(clc_capture_message);
     g_cfg.configured = clc_settings_load();
     const char *v = clc_setting("CLC_VERBOSE");
@@ -130,7 +128,7 @@ void clc_ensure_exit_handler(void) {
 }
 
 __attribute__((destructor)) static void clc_fini(void) {
-    if (getpid() != g_pid) return;
+    if (getpid() != g_cfg.pid) return;
     int was = t_in_clc;
     t_in_clc = 1;
     clc_capture_finish(CLC_END_EXIT, 0, 0);

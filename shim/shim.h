@@ -19,8 +19,10 @@
 #ifndef CLC_SHIM_H
 #define CLC_SHIM_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -342,6 +344,8 @@ typedef struct {
     clc_outcome on_error; /* what launches get when clc cannot decide */
     const char *output;   /* capture path (CLC_OUTPUT); NULL: no capture */
     int root_pid;         /* the pid clc-run started; other processes are children */
+    pid_t pid;            /* this process (set at start and in a forked child): a vfork child,
+                             which shares its parent's memory, is not it */
     int force;
 } clc_settings;
 extern CLC_HIDDEN clc_settings g_cfg;
@@ -378,6 +382,10 @@ static inline int clc_parse_extra(void **extra, void **buffer, size_t *size) {
         static _Atomic int said_;                                                             \
         !atomic_exchange(&said_, 1);                                                          \
     })
+
+/* ---- a lock waited for at most `ms` milliseconds (ms <= 0: for as long as it takes); 1 when it
+ * is held. A fatal signal's handler uses it: the thread it interrupted may hold the lock. ---- */
+int clc_lock_within(pthread_mutex_t *m, int ms);
 
 /* ---- logging: every clc problem is reported once, to stderr and into the capture ---------- */
 void clc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -303,8 +303,8 @@ class RunCommand:
             raise ClcError(f"--no-capture writes no capture: {'-o' if args.output else '--strict'}"
                            f" needs one", EXIT_USAGE)
         policy, policy_json = load_policy_and_hooks(args.policy, args.hooks)
-        deciders = len(json.loads(policy_json).get("rules", [])) + \
-            len(json.loads(policy_json).get("hook_deciders", []))
+        compiled = json.loads(policy_json)
+        deciders = len(compiled.get("rules", [])) + len(compiled.get("hook_deciders", []))
         floor = smallest_capture_limit(policy_json, deciders)
         if args.capture_limit and args.capture_limit < floor:
             raise ClcError(f"--capture-limit {args.capture_limit} is smaller than the smallest "
