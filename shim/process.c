@@ -79,10 +79,17 @@ void clc_start(void) {
         sched_yield();
 }
 
-/* A driver that cannot be placed is said once: its launches get on_error. */
+/* A driver that cannot be placed is said once: its launches get on_error. The thread is inside
+ * clc's own work meanwhile: a launch from a signal handler that interrupts it (inside the
+ * loader's dlopen, or holding the driver's lock) takes the re-entrant gate instead of waiting
+ * for itself. */
 int clc_start_driver(void) {
+    int was = t_in_clc;
+    t_in_clc = 1;
     clc_start();
-    if (clc_driver_load()) return 1;
+    int ready = clc_driver_load();
+    t_in_clc = was;
+    if (ready) return 1;
     if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_ERROR,
                 "the CUDA driver the program calls could not be placed (no cuCtxGetCurrent or "

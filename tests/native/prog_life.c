@@ -18,10 +18,12 @@
  *   handler N    vecAdd N times, then SIGSEGV, which a handler of the program's takes: it
  *                prints "handled" and leaves with _exit(7)
  *   signals N    a thread sends SIGUSR1 to the main thread every 20 us while it makes N first
- *                sights (modules of fresh kernels, each launched once and unloaded); the handler
- *                launches debug_kernel. Prints "signals: launches=<n> refused=<n> ran=<n>".
- *   signals_launch N  the same, while the main thread launches vecAdd N times (recorded by an
- *                audit policy: clc writes a record at each)
+ *                sights (modules of fresh kernels, each launched once and unloaded), and more
+ *                until the handler has run 200 times; the handler launches debug_kernel. Prints
+ *                "signals: launches=<n> refused=<n> ran=<n>" (the handler's), then
+ *                "signals-main: launches=<n>" (the main thread's).
+ *   signals_launch N  the same, while the main thread launches vecAdd (recorded by an audit
+ *                policy: clc writes a record at each)
  *   race N       two threads, N rounds each: one loads a module of ok_kernel, launches it,
  *                unloads it; the other does the same with debug_kernel. The driver hands each
  *                new module the handle of the one just unloaded. Prints "race: ok=<n>
@@ -129,9 +131,12 @@ static void signals(int n, int loads)
     sigaction(SIGUSR1, &sa, NULL);
     g_main = pthread_self();
     pthread_create(&t, NULL, pester, NULL);
-    for (int i = 0; i < n && !loads; i++)
+    /* at least N of its own, and on until the handler has launched 200 times: a fast main loop
+     * would otherwise finish before the pester thread has been heard often enough */
+    int i = 0;
+    for (; (i < n || g_sig_launches < 200) && !loads; i++)
         launch(g_vecadd);
-    for (int i = 0; i < n && loads; i++) {
+    for (; (i < n || g_sig_launches < 200) && loads; i++) {
         CUmodule mod;
         CUfunction f;
         char name[32];
@@ -146,6 +151,7 @@ static void signals(int n, int loads)
     pthread_join(t, NULL);
     printf("signals: launches=%d refused=%d ran=%d\n", (int)g_sig_launches, (int)g_sig_refused,
            (int)g_sig_ran);
+    printf("signals-main: launches=%d\n", i);
 }
 
 /* ---- race: an unload and another thread's load ---------------------------------------------- */
