@@ -70,19 +70,97 @@ static void teardown_end(int begun) {
     if (begun) clc_cache_unload_end();
 }
 
-/* Each teardown entry point in both ABIs (the same parameters). */
+/* Each teardown entry point in both ABIs (the same parameters). A context clc made for the
+ * program (created_context) is a green context's: destroyed as one. */
 #define CLC_CTX_DESTROY_HOOK(name)                                                               \
     CLC_EXPORT CUresult name(CUcontext ctx) {                                                    \
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
         int begun = teardown_begin(ctx);                                                         \
-        CUresult r = real(ctx);                                                                  \
+        CUresult r;                                                                              \
+        if (t_in_clc || clc_green_destroy_created(ctx, &r) < 0) r = real(ctx);                   \
         if (r == CUDA_SUCCESS) after_teardown(ctx);                                              \
         teardown_end(begun);                                                                     \
         return r;                                                                                \
     }
 CLC_CTX_DESTROY_HOOK(cuCtxDestroy)
 CLC_CTX_DESTROY_HOOK(cuCtxDestroy_v2)
+
+/* ---- contexts the program makes --------------------------------------------------------------
+ * Under a policy that confines (a rule with a green-context sm_share), a context the program
+ * makes with cuCtxCreate (every version) is a green context of its own (clc_green_create_context):
+ * the driver launches no function of a plain created context on a partition's stream. One with
+ * execution-affinity or CIG parameters is made as asked: its confined kernels get their rule's
+ * on_unwrappable when the driver refuses them on the partition. */
+static int created_context(CUcontext *pctx, unsigned flags, CUdevice dev, int plain,
+                           CUresult *result) {
+    clc_start();
+    static int confines = -1, program_wide = -1;
+    if (confines < 0) {
+        const char *v = clc_setting("CLC_POLICY_CONFINES");
+        confines = v && strcmp(v, "1") == 0;
+        v = clc_setting("CLC_POLICY_PROGRAM");
+        program_wide = v && strcmp(v, "1") == 0;
+    }
+    if (!pctx || (!confines && !program_wide) || t_in_clc || !clc_hook_ready()) return 0;
+    if (!plain) {
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "sm_share: a context the program made with execution-affinity or CIG "
+                    "parameters is made as asked, not as a green context: its confined kernels "
+                    "get their rule's on_unwrappable where the driver refuses them on a partition");
+        return 0;
+    }
+    uint64_t word = 0;
+    t_in_clc = 1;
+    if (program_wide && !clc_program_scope(dev, &word)) word = 0;
+    CUresult why = word || confines ? clc_green_create_context(dev, word, flags, pctx)
+                                    : CUDA_ERROR_NOT_SUPPORTED;
+    t_in_clc = 0;
+    if (why == CUDA_SUCCESS) {
+        *result = CUDA_SUCCESS;
+        return 1;
+    }
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "sm_share: a context the program made could not be made a green context "
+                "(CUresult %d%s): it is made as asked, and its confined kernels get their rule's "
+                "on_unwrappable where the driver refuses them on a partition",
+                (int)why,
+                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                : "");
+    return 0;
+}
+
+CLC_EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuCtxCreate)
+    CUresult r;
+    return created_context(pctx, flags, dev, 1, &r) ? r : real(pctx, flags, dev);
+}
+
+CLC_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuCtxCreate_v2)
+    CUresult r;
+    return created_context(pctx, flags, dev, 1, &r) ? r : real(pctx, flags, dev);
+}
+
+CLC_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, void *affinity, int n_affinity,
+                                   unsigned int flags, CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuCtxCreate_v3)
+    CUresult r;
+    return created_context(pctx, flags, dev, !affinity || n_affinity <= 0, &r)
+               ? r
+               : real(pctx, affinity, n_affinity, flags, dev);
+}
+
+CLC_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, clc_ctx_create_params *params,
+                                   unsigned int flags, CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuCtxCreate_v4)
+    CUresult r;
+    int plain = !params || ((!params->execAffinityParams || params->numExecAffinityParams <= 0) &&
+                            !params->cigParams);
+    return created_context(pctx, flags, dev, plain, &r) ? r : real(pctx, params, flags, dev);
+}
 
 /* The primary context dies at its last release (then it is no longer active). */
 #define CLC_PRIMARY_RELEASE_HOOK(name)                                                           \

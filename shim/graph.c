@@ -3,7 +3,9 @@
  * graph.c: graph kernel nodes, decided as launches are (gate.h) when a node is made or its
  * parameters changed: cuGraphAddKernelNode and its setters (whose nodes of a wrapped kernel get
  * the wrapped kernel), and the generic node API (cuGraphAddNode, cuGraphNodeSetParams), whose
- * kernel nodes are gated but keep the original kernel.
+ * kernel nodes are gated and confined but keep the original kernel when it is wrapped. A
+ * confined kernel's node in a conditional node's body keeps the program's context (the driver
+ * requires it there). A rewrite the driver refuses falls back to the program's own node.
  */
 #include "gate.h"
 
@@ -21,12 +23,12 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
                               p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL,
                               p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return clc_gate_exit(g, g->outcome->error);
-    /* A graph kernel node of a confined kernel made without the v2 parameters (no `ctx` to put
-     * it in the green context) is not confined: it gets what a launch that cannot be confined
+    /* A graph kernel node of a confined kernel made with the v1 parameters (no `ctx` to put it
+     * in the green context) is not confined: it gets what a launch that cannot be confined
      * gets, said once. */
     if (*gated && g->outcome->action == CLC_ACTION_CONFINE)
         clc_debug("graph node of a confined kernel (entry point %u, %s parameters)", entry_point,
-                  confines ? "v2 kernel-node" : "v1 or generic");
+                  confines ? "v2 or generic" : "v1");
     if (*gated && g->outcome->action == CLC_ACTION_CONFINE && !confines &&
         clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
                              CLC_UNCONFINED_GRAPH_NODE))
@@ -68,19 +70,6 @@ static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_P
 #define CLC_V2_KERNEL(p) ((p) && (p)->func ? (p)->func : (p) ? (CUfunction)(p)->kern : NULL)
 #define CLC_V2_CTX(p) ((p) && !(p)->func ? (p)->ctx : NULL)
 
-#define CLC_GRAPH_HOOK(name, entry_point, params, fn_of, ctx_of, kernel_params, call)            \
-    CLC_EXPORT CUresult name params {                                                            \
-        pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
-        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
-        gate g;                                                                                  \
-        int gated;                                                                               \
-        CUresult r = graph_gate(&g, &gated, fn_of, ctx_of, entry_point,                          \
-                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)(kernel_params), 0, 0);      \
-        if (r != CUDA_SUCCESS) return r;                                                         \
-        r = real call;                                                                           \
-        return gated ? clc_gate_exit(&g, r) : r;                                                 \
-    }
-
 /* A kernel node of a confined kernel (v2 parameters): its kernel, as a CUkernel, put in the
  * green context's context (`kern` and `ctx`, `func` NULL). CUDA_SUCCESS with *copy filled, or
  * why not (a module's CUfunction has no CUkernel to name). */
@@ -108,10 +97,52 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
     return CUDA_SUCCESS;
 }
 
+/* Why a confined kernel's node in `graph` (NULL: not known, a setter's) is not confined, with
+ * its CLC_UNCONFINED_ reason, or CUDA_SUCCESS with *copy the confined parameters. */
+static CUresult node_confined(const gate *g, CUfunction f, CUgraph graph,
+                              const CUDA_KERNEL_NODE_PARAMS_v2 *p, CUDA_KERNEL_NODE_PARAMS_v2 *copy,
+                              int *reason) {
+    *reason = CLC_UNCONFINED_GRAPH_NODE;
+    if (graph && clc_green_is_body(graph)) {
+        *reason = CLC_UNCONFINED_CONDITIONAL;
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return node_confine(g, f, p, copy);
+}
+
+/* The driver refused a node's rewrite for a wrapped kernel: the node is made again with the
+ * program's own parameters (said once). */
+__attribute__((noinline)) static void node_rewrite_refused(CUresult e) {
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "the driver refused a wrapped kernel's graph node (CUresult %d): the node runs "
+                "the original kernel",
+                (int)e);
+}
+
+/* In a node hook whose confined parameters are `copy` (when `why` is CUDA_SUCCESS): the node
+ * made with them; one the driver refuses, or that could not be confined (`why`, `reason`),
+ * gets the rule's on_unwrappable (a refusal returns here; allow goes on to the program's own
+ * parameters, `given`). */
+#define CLC_CONFINED_NODE_CALL(made)                                                              \
+    if (why == CUDA_SUCCESS) {                                                                   \
+        p = &copy;                                                                               \
+        r = made;                                                                                \
+        p = given;                                                                               \
+        if (r == CUDA_SUCCESS) return clc_gate_exit(&g, r);                                      \
+        why = r;                                                                                 \
+        reason = CLC_UNCONFINED_REFUSED;                                                         \
+    }                                                                                            \
+    if (clc_green_unconfined(g.outcome->replacement, why, reason))                               \
+        return clc_gate_exit(&g, clc_gate_refuse(&g));
+
 /* The kernel-node entry points: `p` (of `type`) is given to the driver as is, or rewritten for
- * a wrapped kernel (node_replace) or a confined one (`confine`, v2 only); `clear` names the
- * kernel by its function alone (v2). */
-#define CLC_KERNEL_NODE_HOOK(name, entry_point, plist, type, fn_of, ctx_of, clear, confine, call) \
+ * a wrapped kernel (node_replace) or a confined one (`confine`, v2 only; `graph_of` is the graph
+ * an added node goes into). A rewrite the driver refuses is made again as the program gave it:
+ * the node then runs as without clc (or is refused, where on_unwrappable says deny). `clear`
+ * names the kernel by its function alone (v2). */
+#define CLC_KERNEL_NODE_HOOK(name, entry_point, plist, type, fn_of, ctx_of, graph_of, clear,       \
+                             confine, call)                                                      \
     CLC_EXPORT CUresult name plist {                                                            \
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
@@ -122,19 +153,13 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
         if (r != CUDA_SUCCESS) return r;                                                         \
         clc_replaced rr;                                                                         \
         type copy;                                                                               \
+        const type *given = p;                                                                   \
         if (confine && gated && g.outcome->action == CLC_ACTION_CONFINE) {                       \
-            CUresult why = node_confine(&g, fn_of, (const CUDA_KERNEL_NODE_PARAMS_v2 *)p,       \
-                                        (CUDA_KERNEL_NODE_PARAMS_v2 *)&copy);                   \
-            if (why == CUDA_SUCCESS) {                                                           \
-                const type *given = p;                                                           \
-                p = &copy;                                                                       \
-                r = real call;                                                                   \
-                p = given;                                                                       \
-                if (r == CUDA_SUCCESS) return clc_gate_exit(&g, r);                              \
-                why = r;                                                                         \
-            }                                                                                    \
-            if (clc_green_unconfined(g.outcome->replacement, why, CLC_UNCONFINED_GRAPH_NODE))     \
-                return clc_gate_exit(&g, clc_gate_refuse(&g));                                   \
+            int reason;                                                                          \
+            CUresult why = node_confined(&g, fn_of, graph_of,                                    \
+                                         (const CUDA_KERNEL_NODE_PARAMS_v2 *)p,                  \
+                                         (CUDA_KERNEL_NODE_PARAMS_v2 *)&copy, &reason);          \
+            CLC_CONFINED_NODE_CALL(real call)                                                    \
         }                                                                                        \
         int swapped = gated && g.outcome->action == CLC_ACTION_REPLACE &&                        \
                       node_replace(&g, &rr, (const CUDA_KERNEL_NODE_PARAMS_v1 *)p);              \
@@ -148,7 +173,14 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
             p = &copy;                                                                           \
         }                                                                                        \
         r = real call;                                                                           \
-        if (swapped) clc_replace_end(&rr);                                                       \
+        if (swapped) {                                                                           \
+            clc_replace_end(&rr);                                                                \
+            p = given;                                                                           \
+            if (r != CUDA_SUCCESS) {                                                             \
+                node_rewrite_refused(r);                                                         \
+                r = real call;                                                                   \
+            }                                                                                    \
+        }                                                                                        \
         return gated ? clc_gate_exit(&g, r) : r;                                                 \
     }
 #define CLC_V1_CLEAR ((void)0)
@@ -156,46 +188,159 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
 CLC_KERNEL_NODE_HOOK(cuGraphAddKernelNode, CLC_ENTRY_GRAPH_ADD_NODE,
                      (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
                       const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR, 0,
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, graph, CLC_V1_CLEAR, 0,
                      (node, graph, deps, n_deps, p))
 CLC_KERNEL_NODE_HOOK(cuGraphAddKernelNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
                      (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
                       const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR, 1,
-                     (node, graph, deps, n_deps, p))
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), graph,
+                     CLC_V2_CLEAR, 1, (node, graph, deps, n_deps, p))
 CLC_KERNEL_NODE_HOOK(cuGraphKernelNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
                      (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR, 0,
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, NULL, CLC_V1_CLEAR, 0,
                      (node, p))
 CLC_KERNEL_NODE_HOOK(cuGraphKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_NODE_SET,
                      (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR, 1,
-                     (node, p))
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), NULL,
+                     CLC_V2_CLEAR, 1, (node, p))
 CLC_KERNEL_NODE_HOOK(cuGraphExecKernelNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
                      (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, CLC_V1_CLEAR, 0,
+                     CUDA_KERNEL_NODE_PARAMS_v1, p ? p->func : NULL, NULL, NULL, CLC_V1_CLEAR, 0,
                      (exec, node, p))
 CLC_KERNEL_NODE_HOOK(cuGraphExecKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
                      (CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2 *p),
-                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), CLC_V2_CLEAR, 1,
-                     (exec, node, p))
+                     CUDA_KERNEL_NODE_PARAMS_v2, CLC_V2_KERNEL(p), CLC_V2_CTX(p), NULL,
+                     CLC_V2_CLEAR, 1, (exec, node, p))
 
-/* The generic node API: only kernel nodes are gated, any other type passes untouched. */
+/* ---- child graphs put in a conditional node's body ---------------------------------------------
+ * A child graph node embeds a copy of the program's graph, whose confined kernels' nodes are in
+ * a partition's context: in a body the driver would refuse them at instantiation. So when a
+ * child graph node goes into a body, the copy's kernel nodes in a partition's context are put
+ * back in the program's current context (the one a body's kernels must share), nested child
+ * graphs too; the copy counts as a body from then on. Said once, as a body's own nodes are; a
+ * kernel named by a module's function alone cannot be moved, and its graph is left as it is. */
+static struct {
+    CUresult (*embedded)(CUgraphNode, CUgraph *);
+    CUresult (*nodes)(CUgraph, CUgraphNode *, size_t *);
+    CUresult (*type)(CUgraphNode, int *);
+    CUresult (*get)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *);
+    int loaded; /* 1: found; -1: not all there */
+} gdrv;
+
+#define CU_GRAPH_NODE_TYPE_GRAPH 4
+
+static int graph_driver(void) {
+    if (!gdrv.loaded) {
+        void *h = clc_libcuda_handle();
+        if (h) {
+            gdrv.embedded = clc_libc_dlsym(h, "cuGraphChildGraphNodeGetGraph");
+            gdrv.nodes = clc_libc_dlsym(h, "cuGraphGetNodes");
+            gdrv.type = clc_libc_dlsym(h, "cuGraphNodeGetType");
+            gdrv.get = clc_libc_dlsym(h, "cuGraphKernelNodeGetParams_v2");
+        }
+        gdrv.loaded = gdrv.embedded && gdrv.nodes && gdrv.type && gdrv.get ? 1 : -1;
+    }
+    return gdrv.loaded > 0;
+}
+
+static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, unsigned *moved) {
+    size_t n = 0;
+    if (depth > 16 || gdrv.nodes(graph, NULL, &n) != CUDA_SUCCESS || n == 0) return;
+    CUgraphNode *nodes = malloc(n * sizeof *nodes);
+    if (!nodes) return;
+    pfn_cuGraphKernelNodeSetParams_v2 set =
+        (pfn_cuGraphKernelNodeSetParams_v2)clc_real(CLC_SYM_cuGraphKernelNodeSetParams_v2);
+    if (gdrv.nodes(graph, nodes, &n) == CUDA_SUCCESS) {
+        for (size_t i = 0; i < n; i++) {
+            int type = -1;
+            CUgraph child;
+            CUDA_KERNEL_NODE_PARAMS_v2 p;
+            if (gdrv.type(nodes[i], &type) != CUDA_SUCCESS) continue;
+            if (type == CU_GRAPH_NODE_TYPE_GRAPH &&
+                gdrv.embedded(nodes[i], &child) == CUDA_SUCCESS) {
+                clc_green_note_bodies(&child, 1);
+                unconfine_graph(child, ctx, depth + 1, moved);
+            }
+            if (type != CU_GRAPH_NODE_TYPE_KERNEL || !set ||
+                gdrv.get(nodes[i], &p) != CUDA_SUCCESS || !clc_green_is_node_context(p.ctx) ||
+                !p.kern)
+                continue;
+            p.func = NULL;
+            p.ctx = ctx;
+            if (set(nodes[i], &p) == CUDA_SUCCESS) (*moved)++;
+        }
+    }
+    free(nodes);
+}
+
+static void child_in_body(CUgraphNode node, CUgraph graph) {
+    CUgraph child;
+    if (!node) return;
+    CUcontext ctx = NULL;
+    if (t_in_clc || !clc_green_is_body(graph) || !graph_driver() ||
+        gdrv.embedded(node, &child) != CUDA_SUCCESS || !g_hot.ctx_get_current ||
+        g_hot.ctx_get_current(&ctx) != CUDA_SUCCESS)
+        return;
+    unsigned moved = 0;
+    t_in_clc = 1;
+    clc_green_note_bodies(&child, 1);
+    unconfine_graph(child, ctx, 0, &moved);
+    t_in_clc = 0;
+    if (moved && CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "sm_share: a child graph put in a conditional node's body had %u confined "
+                "kernel nodes: they run in the program's context, not confined (the driver "
+                "requires every kernel of a body to be in the conditional node's context)",
+                moved);
+}
+
+/* The generic node API: only kernel nodes are gated, any other type passes untouched. A
+ * confined kernel's node is confined as the v2 kernel nodes are (its kernel parameters are the
+ * _v2 layout); a wrapped kernel's keeps the original (said once). A conditional node's bodies
+ * are noted (clc_green_note_bodies) once the driver has made them. */
 #define CLC_NODE_KERNEL(p) ((p) && (p)->type == CU_GRAPH_NODE_TYPE_KERNEL ? &(p)->kernel : NULL)
-CLC_GRAPH_HOOK(cuGraphAddNode, CLC_ENTRY_GRAPH_ADD_NODE,
-               (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
-                clc_graph_node_params *p),
-               CLC_V2_KERNEL(CLC_NODE_KERNEL(p)), CLC_V2_CTX(CLC_NODE_KERNEL(p)),
-               CLC_NODE_KERNEL(p), (node, graph, deps, n_deps, p))
-CLC_GRAPH_HOOK(cuGraphAddNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
-               (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, const void *edges,
-                size_t n_deps, clc_graph_node_params *p),
-               CLC_V2_KERNEL(CLC_NODE_KERNEL(p)), CLC_V2_CTX(CLC_NODE_KERNEL(p)),
-               CLC_NODE_KERNEL(p), (node, graph, deps, edges, n_deps, p))
-CLC_GRAPH_HOOK(cuGraphNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
-               (CUgraphNode node, clc_graph_node_params *p), CLC_V2_KERNEL(CLC_NODE_KERNEL(p)),
-               CLC_V2_CTX(CLC_NODE_KERNEL(p)), CLC_NODE_KERNEL(p), (node, p))
-CLC_GRAPH_HOOK(cuGraphExecNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
-               (CUgraphExec exec, CUgraphNode node, clc_graph_node_params *p),
-               CLC_V2_KERNEL(CLC_NODE_KERNEL(p)), CLC_V2_CTX(CLC_NODE_KERNEL(p)),
-               CLC_NODE_KERNEL(p), (exec, node, p))
+#define CLC_GENERIC_HOOK(name, entry_point, plist, graph_of, added, call)                        \
+    CLC_EXPORT CUresult name plist {                                                            \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        gate g;                                                                                  \
+        int gated;                                                                               \
+        const CUDA_KERNEL_NODE_PARAMS_v2 *k = CLC_NODE_KERNEL(p);                                \
+        CUresult r = graph_gate(&g, &gated, CLC_V2_KERNEL(k), CLC_V2_CTX(k), entry_point,         \
+                                (const CUDA_KERNEL_NODE_PARAMS_v1 *)k, 0, 1);                    \
+        if (r != CUDA_SUCCESS) return r;                                                         \
+        if (gated && g.outcome->action == CLC_ACTION_CONFINE) {                                  \
+            clc_graph_node_params copy = *p, *given = p;                                         \
+            int reason;                                                                          \
+            CUresult why =                                                                       \
+                node_confined(&g, CLC_V2_KERNEL(k), graph_of, k, &copy.kernel, &reason);         \
+            CLC_CONFINED_NODE_CALL(real call)                                                    \
+        }                                                                                        \
+        r = real call;                                                                           \
+        if (r == CUDA_SUCCESS && p && p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)                 \
+            clc_green_note_bodies(p->conditional.phGraph_out, p->conditional.size);              \
+        if (r == CUDA_SUCCESS && p && p->type == CU_GRAPH_NODE_TYPE_GRAPH && graph_of)           \
+            child_in_body(added, graph_of);                                                      \
+        return gated ? clc_gate_exit(&g, r) : r;                                                 \
+    }
+CLC_GENERIC_HOOK(cuGraphAddNode, CLC_ENTRY_GRAPH_ADD_NODE,
+                 (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, size_t n_deps,
+                  clc_graph_node_params *p),
+                 graph, node ? *node : NULL, (node, graph, deps, n_deps, p))
+CLC_GENERIC_HOOK(cuGraphAddNode_v2, CLC_ENTRY_GRAPH_ADD_NODE,
+                 (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps, const void *edges,
+                  size_t n_deps, clc_graph_node_params *p),
+                 graph, node ? *node : NULL, (node, graph, deps, edges, n_deps, p))
+CLC_GENERIC_HOOK(cuGraphNodeSetParams, CLC_ENTRY_GRAPH_NODE_SET,
+                 (CUgraphNode node, clc_graph_node_params *p), NULL, NULL, (node, p))
+CLC_GENERIC_HOOK(cuGraphExecNodeSetParams, CLC_ENTRY_GRAPH_EXEC_NODE_SET,
+                 (CUgraphExec exec, CUgraphNode node, clc_graph_node_params *p), NULL, NULL,
+                 (exec, node, p))
+
+CLC_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph graph,
+                                             const CUgraphNode *deps, size_t n_deps,
+                                             CUgraph child) {
+    CLC_REAL_OR_FAIL(cuGraphAddChildGraphNode)
+    CUresult r = real(node, graph, deps, n_deps, child);
+    if (r == CUDA_SUCCESS && node) child_in_body(*node, graph);
+    return r;
+}

@@ -68,6 +68,13 @@ static struct {
     CUresult (*wait_event_ptsz)(CUstream, CUevent, unsigned);
     CUresult (*exchange_mode)(int *);
     CUresult (*ctx_from_green)(CUcontext *, CUgreenCtx);
+    CUresult (*ctx_push)(CUcontext);
+    CUresult (*ctx_pop)(CUcontext *);
+    CUresult (*ctx_set_flags)(unsigned);
+    CUresult (*capture_info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                             size_t *);
+    CUresult (*capture_info_ptsz)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                                  size_t *);
     int loaded; /* 1: all found; -1: this driver has no green contexts */
 } drv;
 
@@ -82,6 +89,7 @@ typedef struct {
     unsigned sms;      /* the SMs it has */
     CUresult failed;   /* why it cannot be made (CUDA_SUCCESS: it can) */
     CUcontext program; /* its context as the program's primary context (scope: program) */
+    cu_dev_resource group; /* its SMs, for the contexts the program makes (scope: program) */
 } partition;
 
 /* A device whose process is confined program-wide: its partition (index + 1; 0: none) and the
@@ -138,6 +146,12 @@ static int load_driver(void) {
         drv.wait_event_ptsz = sym(h, "cuStreamWaitEvent_ptsz");
         drv.exchange_mode = sym(h, "cuThreadExchangeStreamCaptureMode");
         drv.ctx_from_green = sym(h, "cuCtxFromGreenCtx");
+        drv.ctx_push = sym(h, "cuCtxPushCurrent_v2");
+        drv.ctx_pop = sym(h, "cuCtxPopCurrent_v2");
+        drv.ctx_set_flags = sym(h, "cuCtxSetFlags");
+        drv.capture_info = sym(h, "cuStreamGetCaptureInfo_v2");
+        drv.capture_info_ptsz = sym(h, "cuStreamGetCaptureInfo_v2_ptsz");
+        if (!drv.capture_info_ptsz) drv.capture_info_ptsz = drv.capture_info;
         if (!drv.stream_priority_ptsz) drv.stream_priority_ptsz = drv.stream_priority;
         if (!drv.wait_event_ptsz) drv.wait_event_ptsz = drv.wait_event;
     }
@@ -160,6 +174,30 @@ static unsigned share_sms(uint64_t share, unsigned total, unsigned step) {
     if (sms < step) sms = step;
     if (sms > total / step * step) sms = total / step * step;
     return sms;
+}
+
+/* The contexts graph nodes were put in, for clc_green_is_node_context (a few: one per
+ * partition made, kept past the partition's destruction: an address is never reused for them
+ * while a graph may still name it). */
+#define MAX_NODE_CONTEXTS 64
+static CUcontext g_node_ctx[MAX_NODE_CONTEXTS];
+static _Atomic unsigned g_n_node_ctx;
+
+int clc_green_is_node_context(CUcontext ctx) {
+    unsigned n = atomic_load_explicit(&g_n_node_ctx, memory_order_acquire);
+    for (unsigned i = 0; ctx && i < n; i++)
+        if (g_node_ctx[i] == ctx) return 1;
+    return 0;
+}
+
+static void note_node_context(CUcontext ctx) { /* under g_lock */
+    unsigned n = atomic_load_explicit(&g_n_node_ctx, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++)
+        if (g_node_ctx[i] == ctx) return;
+    if (n < MAX_NODE_CONTEXTS) {
+        g_node_ctx[n] = ctx;
+        atomic_store_explicit(&g_n_node_ctx, n + 1, memory_order_release);
+    }
 }
 
 /* Makes partition p (under g_lock, with the capture mode relaxed: a global stream capture in
@@ -190,6 +228,10 @@ static CUresult make_partition(partition *p) {
         return r;
     }
     p->sms = group.sm.sm_count;
+    p->group = group;
+    CUcontext as_ctx;
+    if (drv.ctx_from_green && drv.ctx_from_green(&as_ctx, p->green) == CUDA_SUCCESS)
+        note_node_context(as_ctx); /* what a launch captured on its streams names */
     char what[64];
     if (((p->share >> CLC_CONFINE_KIND_SHIFT) & 0xff) == CLC_CAP_SHARE)
         snprintf(what, sizeof what, "a share of %.3g", (double)(p->share & 0xffffffffu) / 1e6);
@@ -236,10 +278,11 @@ static CUresult partition_ready(int device, uint64_t share, int *part) {
 
 /* The partition whose program context (scope: program) ctx is, or -1 (under g_lock; a
  * destroyed partition has none). */
+static int created_part(CUcontext ctx);
 static int program_part(CUcontext ctx) {
     for (unsigned i = 0; ctx && i < g_nparts; i++)
         if (g_parts[i].program == ctx) return (int)i;
-    return -1;
+    return created_part(ctx);
 }
 
 static uint32_t stream_slot(CUcontext ctx, CUstream s, int part) {
@@ -365,6 +408,7 @@ CUresult clc_green_context(uint64_t word, CUcontext *out, unsigned *sms) {
         r = drv.ctx_from_green(out, g_parts[part].green);
         *sms = g_parts[part].sms;
     }
+    if (r == CUDA_SUCCESS) note_node_context(*out);
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -383,11 +427,17 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched) {
 }
 
 int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
-    static const char *const what[4] = {
+    static const char *const what[7] = {
         "a kernel could not be confined by a green context",
-        "a graph kernel node (made with the graph API) of a confined kernel is not confined",
+        "a confined kernel's graph node (made with the graph API) could not be put in its green "
+        "context",
         "a confined kernel launched with cuLaunchCooperativeKernelMultiDevice is not confined",
         "the driver refused a confined kernel's launch on its green context",
+        "a confined kernel's graph node or captured launch in a conditional node's body is not "
+        "confined (the driver requires every kernel of a body to be in the conditional node's "
+        "context)",
+        "a confined kernel's cooperative grid is larger than its partition can hold",
+        "a confined kernel of a context the program made could not be confined",
     };
     int deny = (word & CLC_CONFINE_DENY) != 0, first = 0;
     switch (reason) { /* said once per reason: one CLC_FIRST_TIME each */
@@ -395,6 +445,9 @@ int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
     case CLC_UNCONFINED_GRAPH_NODE: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_MULTI_DEVICE: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_REFUSED: first = CLC_FIRST_TIME(); break;
+    case CLC_UNCONFINED_CONDITIONAL: first = CLC_FIRST_TIME(); break;
+    case CLC_UNCONFINED_COOPERATIVE: first = CLC_FIRST_TIME(); break;
+    case CLC_UNCONFINED_CONTEXT: first = CLC_FIRST_TIME(); break;
     }
     if (first)
         clc_log(CLC_MSG_WARNING,
@@ -406,6 +459,186 @@ int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
                     : "",
                 deny ? "denied" : "run on the whole GPU");
     return deny;
+}
+
+/* ---- conditional nodes' bodies --------------------------------------------------------------
+ * The driver requires every kernel of a conditional node's body (nested bodies and child graphs
+ * too) to be in the conditional node's context: a body holding a green context's kernel node
+ * fails to instantiate (cudaErrorInvalidValue, measured). So a confined kernel's node made in a
+ * body, or its launch captured into one, keeps the program's context: it is not confined, and
+ * gets its rule's on_unwrappable. The bodies are noted as their conditional nodes are made;
+ * none is ever dropped (a graph destroyed and a new one at its address is taken for a body:
+ * its confined kernels are then not confined, said once). */
+
+#define BODY_BITS 12
+#define BODY_SLOTS (1u << BODY_BITS)
+static pthread_mutex_t g_body_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUgraph g_bodies[BODY_SLOTS];
+static _Atomic unsigned g_nbodies; /* BODY_SLOTS: the table filled, every graph may be one */
+
+static uint32_t body_slot(CUgraph g) {
+    return (uint32_t)(((uint64_t)(uintptr_t)g * 0x9e3779b97f4a7c15ull) >> (64 - BODY_BITS));
+}
+
+void clc_green_note_bodies(CUgraph *bodies, unsigned n) {
+    pthread_mutex_lock(&g_body_lock);
+    for (unsigned b = 0; bodies && b < n; b++) {
+        if (!bodies[b]) continue;
+        unsigned used = atomic_load_explicit(&g_nbodies, memory_order_relaxed);
+        if (used >= BODY_SLOTS * 3 / 4) {
+            if (used != BODY_SLOTS) {
+                clc_log(CLC_MSG_WARNING,
+                        "sm_share: more than %u conditional bodies: every graph is taken for "
+                        "one from now on, and confined kernels' nodes and captured launches are "
+                        "not confined",
+                        BODY_SLOTS * 3 / 4);
+                atomic_store(&g_nbodies, BODY_SLOTS);
+            }
+            break;
+        }
+        uint32_t i = body_slot(bodies[b]);
+        while (g_bodies[i] && g_bodies[i] != bodies[b]) i = (i + 1) & (BODY_SLOTS - 1);
+        if (!g_bodies[i]) {
+            g_bodies[i] = bodies[b];
+            atomic_store(&g_nbodies, used + 1);
+        }
+    }
+    pthread_mutex_unlock(&g_body_lock);
+}
+
+int clc_green_is_body(CUgraph graph) {
+    unsigned used = atomic_load_explicit(&g_nbodies, memory_order_acquire);
+    if (!used || !graph) return 0;
+    if (used == BODY_SLOTS) return 1;
+    pthread_mutex_lock(&g_body_lock);
+    uint32_t i = body_slot(graph);
+    while (g_bodies[i] && g_bodies[i] != graph) i = (i + 1) & (BODY_SLOTS - 1);
+    int found = g_bodies[i] == graph;
+    pthread_mutex_unlock(&g_body_lock);
+    return found;
+}
+
+int clc_green_capturing_into_body(CUstream stream, int ptsz) {
+    if (!atomic_load_explicit(&g_nbodies, memory_order_relaxed)) return 0;
+    CUresult (*info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **, size_t *) =
+        ptsz ? drv.capture_info_ptsz : drv.capture_info;
+    if (!info) return 0;
+    int status = 0;
+    CUgraph graph = NULL;
+    if (info(stream, &status, NULL, &graph, NULL, NULL) != CUDA_SUCCESS ||
+        status == CU_STREAM_CAPTURE_STATUS_NONE)
+        return 0;
+    return clc_green_is_body(graph);
+}
+
+/* ---- cooperative grids ------------------------------------------------------------------------
+ */
+
+void clc_green_cooperative_too_large(unsigned blocks, unsigned sms, unsigned per_sm) {
+    if (!CLC_FIRST_TIME()) return;
+    char text[320];
+    int n = snprintf(text, sizeof text,
+                     "sm_share: a cooperative grid of %u blocks cannot be resident on a partition "
+                     "of %u SMs (%u blocks per SM at most for its block shape: %u in all)",
+                     blocks, sms, per_sm, sms * per_sm);
+    if (n > 0) clc_log(CLC_MSG_WARNING, "%s", text);
+}
+
+/* ---- contexts the program makes (cuCtxCreate) -------------------------------------------------
+ * The driver launches no function of a context the program made on a green context's stream
+ * (CUresult 400), but it does launch a green context's function on another green context's
+ * stream (measured on driver 580). So under a policy that confines, a context the program makes
+ * is a green context of its own, converted (cuCtxFromGreenCtx) and pushed as cuCtxCreate's
+ * would be: over the partition's SMs where the process is confined program-wide (everything in
+ * it then runs there, as in a program context), over all the device's SMs otherwise (its
+ * confined kernels then go to their partitions one launch at a time). Its destruction destroys
+ * the green context. */
+
+static void drop_stream(green_stream *s, int sync, int events);
+static int live(const green_stream *s);
+
+#define MAX_CREATED 256
+static struct {
+    CUcontext ctx; /* NULL: free */
+    CUgreenCtx green;
+    int part; /* its partition (scope: program), -1 for all SMs */
+} g_created[MAX_CREATED];
+
+/* Under g_lock. */
+static int created_part(CUcontext ctx) {
+    for (unsigned i = 0; ctx && i < MAX_CREATED; i++)
+        if (g_created[i].ctx == ctx) return g_created[i].part;
+    return -1;
+}
+
+/* cuCtxCreate's flags that cuCtxSetFlags takes: the scheduling policy, host mapping (always on),
+ * local memory resize and the sync-memops bit. */
+#define CTX_SETTABLE_FLAGS 0x1fu
+
+CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, CUcontext *out) {
+    if (!load_driver() || !drv.ctx_from_green || !drv.ctx_push) return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&g_lock);
+    unsigned slot = MAX_CREATED;
+    for (unsigned i = 0; i < MAX_CREATED && slot == MAX_CREATED; i++)
+        if (!g_created[i].ctx) slot = i;
+    CUresult r = slot == MAX_CREATED ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    int part = -1;
+    cu_dev_resource all;
+    cu_dev_resource *group = &all;
+    if (r == CUDA_SUCCESS && word) {
+        r = partition_ready(dev, word & ~(uint64_t)CLC_CONFINE_DENY, &part);
+        if (r == CUDA_SUCCESS) group = &g_parts[part].group;
+    } else if (r == CUDA_SUCCESS) {
+        r = drv.get_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM);
+    }
+    CUdevResourceDesc desc;
+    CUgreenCtx green = NULL;
+    CUcontext ctx = NULL;
+    if (r == CUDA_SUCCESS) r = drv.generate_desc(&desc, group, 1);
+    if (r == CUDA_SUCCESS) r = drv.create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (r == CUDA_SUCCESS) r = drv.ctx_from_green(&ctx, green);
+    if (r == CUDA_SUCCESS) r = drv.ctx_push(ctx);
+    if (r == CUDA_SUCCESS) {
+        g_created[slot].ctx = ctx;
+        g_created[slot].green = green;
+        g_created[slot].part = part;
+        /* What the driver cannot apply (a flag of a later driver) is left as it is. */
+        if (drv.ctx_set_flags && (flags & CTX_SETTABLE_FLAGS))
+            drv.ctx_set_flags(flags & CTX_SETTABLE_FLAGS);
+        *out = ctx;
+    } else if (green) {
+        drv.destroy(green);
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (r == CUDA_SUCCESS)
+        clc_debug("cuCtxCreate: context %p is green context %p (%s)", ctx, green,
+                  part >= 0 ? "the partition's SMs" : "all SMs");
+    return r;
+}
+
+int clc_green_destroy_created(CUcontext ctx, CUresult *result) {
+    if (drv.loaded <= 0 || !ctx) return -1;
+    pthread_mutex_lock(&g_lock);
+    unsigned slot = MAX_CREATED;
+    for (unsigned i = 0; i < MAX_CREATED && slot == MAX_CREATED; i++)
+        if (g_created[i].ctx == ctx) slot = i;
+    if (slot == MAX_CREATED) {
+        pthread_mutex_unlock(&g_lock);
+        return -1;
+    }
+    /* Its green streams first (their events are its own), then off the thread's stack as
+     * cuCtxDestroy takes a current context off, then the green context. */
+    for (unsigned i = 0; i < STREAM_SLOTS; i++)
+        if (live(&g_streams[i]) && g_streams[i].ctx == ctx) drop_stream(&g_streams[i], 1, 1);
+    CUcontext current = NULL;
+    if (g_hot.ctx_get_current && g_hot.ctx_get_current(&current) == CUDA_SUCCESS &&
+        current == ctx && drv.ctx_pop)
+        drv.ctx_pop(&current);
+    *result = drv.destroy(g_created[slot].green);
+    g_created[slot].ctx = NULL;
+    g_created[slot].green = NULL;
+    pthread_mutex_unlock(&g_lock);
+    return 0;
 }
 
 /* ---- program-wide confinement (scope: program) ------------------------------------------------
@@ -543,5 +776,7 @@ void clc_green_after_fork_child(void) {
     atomic_store(&g_live, 0);
     for (unsigned i = 0; i < g_nparts; i++) g_parts[i].green = NULL, g_parts[i].program = NULL;
     memset(g_program, 0, sizeof g_program);
+    memset(g_created, 0, sizeof g_created);
     pthread_mutex_init(&g_lock, NULL);
+    pthread_mutex_init(&g_body_lock, NULL);
 }

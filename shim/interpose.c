@@ -63,6 +63,11 @@ static int symbol_for_request(const char *name, int version, cuuint64_t flags) {
      * at version 7000 (the first ABI; measured on driver 580). */
     if (strcmp(name, "cuCtxDestroy") == 0)
         return version >= 4000 ? CLC_SYM_cuCtxDestroy_v2 : CLC_SYM_cuCtxDestroy;
+    if (strcmp(name, "cuCtxCreate") == 0)
+        return version >= 12050   ? CLC_SYM_cuCtxCreate_v4
+               : version >= 11040 ? CLC_SYM_cuCtxCreate_v3
+               : version >= 3020  ? CLC_SYM_cuCtxCreate_v2
+                                  : CLC_SYM_cuCtxCreate;
     if (strcmp(name, "cuDevicePrimaryCtxRelease") == 0)
         return version >= 11000 ? CLC_SYM_cuDevicePrimaryCtxRelease_v2
                                 : CLC_SYM_cuDevicePrimaryCtxRelease;

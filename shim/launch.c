@@ -257,18 +257,28 @@ static inline void confined_on(const gate *g, unsigned sms) {
 /* A confined launch: on the green stream, in the program's stream order. One that cannot be
  * confined, or that the driver refuses there, gets its rule's on_unwrappable: launched as the
  * program made it, or refused (counted and recorded as denied by the rule; a launch the driver
- * refused keeps the driver's error). `launch_on` makes the program's launch on a given stream.
- * The partition's stream is held under a lock from begin to end: inside clc's own work for
- * this thread, so that a signal handler's launch there does not wait for it. */
+ * refused keeps the driver's error). A launch captured into a conditional node's body is not
+ * confined: the driver requires the body's kernels to be in the conditional node's context.
+ * `launch_on` makes the program's launch of `f` (`cooperative`: a grid that must be resident at
+ * once) on a given stream. The partition's stream is
+ * held under a lock from begin to end: inside clc's own work for this thread, so that a signal
+ * handler's launch there does not wait for it. */
 typedef CUresult (*launch_on_fn)(const void *launch, CUstream stream);
-__attribute__((noinline)) static CUresult confined_launch(gate *g, CUstream stream,
-                                                          launch_on_fn launch_on,
+__attribute__((noinline)) static CUresult confined_launch(gate *g, CUfunction f, CUstream stream,
+                                                          int cooperative, launch_on_fn launch_on,
                                                           const void *launch) {
     clc_green_launch gl;
     int was = t_in_clc;
+    int ptsz = (g->entry_point & CLC_ENTRY_PTSZ) != 0;
     t_in_clc = 1;
-    CUresult why = clc_green_begin(&gl, g->outcome->replacement, stream,
-                                   (g->entry_point & CLC_ENTRY_PTSZ) != 0);
+    if (clc_green_capturing_into_body(stream, ptsz)) {
+        t_in_clc = was;
+        if (clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
+                                 CLC_UNCONFINED_CONDITIONAL))
+            return clc_gate_refuse(g);
+        return launch_on(launch, stream);
+    }
+    CUresult why = clc_green_begin(&gl, g->outcome->replacement, stream, ptsz);
     if (why != CUDA_SUCCESS) {
         t_in_clc = was;
         if (clc_green_unconfined(g->outcome->replacement, why, CLC_UNCONFINED_NO_PARTITION))
@@ -281,12 +291,42 @@ __attribute__((noinline)) static CUresult confined_launch(gate *g, CUstream stre
     if (res == CUDA_SUCCESS) {
         confined_on(g, gl.sms);
     } else if (gl.entry) { /* not when it ran as it was made (a program context) */
-        if (clc_green_unconfined(g->outcome->replacement, res, CLC_UNCONFINED_REFUSED))
+        int reason = CLC_UNCONFINED_REFUSED;
+        if (cooperative && res == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) {
+            int per_sm = 0;
+            if (g_drv.occupancy)
+                g_drv.occupancy(&per_sm, f, (int)(g->block[0] * g->block[1] * g->block[2]),
+                                g->shmem);
+            clc_green_cooperative_too_large(g->grid[0] * g->grid[1] * g->grid[2], gl.sms,
+                                            per_sm > 0 ? (unsigned)per_sm : 0);
+            reason = CLC_UNCONFINED_COOPERATIVE;
+        }
+        if (clc_green_unconfined(g->outcome->replacement, res, reason))
             clc_gate_refuse(g);
         else
             res = launch_on(launch, stream);
     }
     return res;
+}
+
+/* CUlaunchAttribute: an id, then a 64-byte value whose first int is `cooperative` for
+ * CU_LAUNCH_ATTRIBUTE_COOPERATIVE (cuda.h 13.0). */
+typedef struct {
+    int id;
+    int pad;
+    union {
+        int cooperative;
+        unsigned char bytes[64];
+    } value;
+} launch_attribute;
+_Static_assert(sizeof(launch_attribute) == 72, "CUlaunchAttribute is 72 bytes (cuda.h 13.0)");
+#define CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2
+
+static int launch_is_cooperative(const CUlaunchConfig *c) {
+    const launch_attribute *a = c->attrs;
+    for (unsigned i = 0; a && i < c->numAttrs; i++)
+        if (a[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a[i].value.cooperative) return 1;
+    return 0;
 }
 
 /* The replace path of each launch entry point has a function of its own, out of line: its
@@ -324,7 +364,7 @@ __attribute__((noinline)) static CUresult confined_launch(gate *g, CUstream stre
         unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,   \
         void **extra) {                                                                          \
         name##_launch l = {real, f, {gx, gy, gz}, {bx, by, bz}, shmem, params, extra};           \
-        return confined_launch(g, stream, name##_on, &l);                                        \
+        return confined_launch(g, f, stream, 0, name##_on, &l);                                  \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
@@ -379,7 +419,7 @@ CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
         gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
         unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params) { \
         name##_launch l = {real, f, {gx, gy, gz}, {bx, by, bz}, shmem, params};                  \
-        return confined_launch(g, stream, name##_on, &l);                                        \
+        return confined_launch(g, f, stream, 1, name##_on, &l);                                  \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_COOP_PARAMS {                                                   \
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
@@ -491,7 +531,8 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         gate *g, pfn_##name real, const CUlaunchConfig *config, CUfunction f, void **params,     \
         void **extra) {                                                                          \
         name##_launch l = {real, config, f, params, extra};                                      \
-        return confined_launch(g, config->hStream, name##_on, &l);                               \
+        return confined_launch(g, f, config->hStream, launch_is_cooperative(config), name##_on,  \
+                               &l);                                                              \
     }                                                                                            \
     CLC_EXPORT CUresult name CLC_LAUNCH_EX_PARAMS {                                              \
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \

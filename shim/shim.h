@@ -63,6 +63,7 @@ typedef uint64_t CUdeviceptr;
 #define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_NOT_SUPPORTED 801
 #define CUDA_ERROR_NOT_PERMITTED 800
+#define CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE 720
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
@@ -102,6 +103,13 @@ typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2: func, or kern in ctx when func i
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;
 
+/* CUctxCreateParams (cuCtxCreate_v4): execution affinity and CIG parameters, both optional. */
+typedef struct {
+    void *execAffinityParams;
+    int numExecAffinityParams;
+    void *cigParams;
+} clc_ctx_create_params;
+
 /* CUDA_LAUNCH_PARAMS: one device's launch of cuLaunchCooperativeKernelMultiDevice. */
 typedef struct {
     CUfunction function;
@@ -112,14 +120,30 @@ typedef struct {
     void **kernelParams;
 } clc_launch_params;
 
-/* The generic graph-node parameters (CUgraphNodeParams): a type, then per type a union whose
- * kernel member (CUDA_KERNEL_NODE_PARAMS_v3) has the layout of the _v2 struct. */
+/* The generic graph-node parameters (CUgraphNodeParams, 256 bytes): a type, then per type a
+ * union whose kernel member (CUDA_KERNEL_NODE_PARAMS_v3) has the layout of the _v2 struct and
+ * whose conditional member (CUDA_CONDITIONAL_NODE_PARAMS) gives the body graphs the driver
+ * made for the node. */
 #define CU_GRAPH_NODE_TYPE_KERNEL 0
+#define CU_GRAPH_NODE_TYPE_CONDITIONAL 13
+typedef struct {
+    uint64_t handle;
+    int type;
+    unsigned int size;      /* how many bodies */
+    CUgraph *phGraph_out;   /* the bodies, filled by the driver */
+    CUcontext ctx;
+} clc_conditional_params;
 typedef struct {
     int type;
     int reserved0[3];
-    CUDA_KERNEL_NODE_PARAMS_v2 kernel;
+    union {
+        CUDA_KERNEL_NODE_PARAMS_v2 kernel;
+        clc_conditional_params conditional;
+        long long reserved1[29];
+    };
+    long long reserved2;
 } clc_graph_node_params;
+_Static_assert(sizeof(clc_graph_node_params) == 256, "CUgraphNodeParams is 256 bytes (13.0)");
 
 /* ---- the hooked symbols ------------------------------------------------------------------
  * One table: X(name, parameter list). Every symbol here is
@@ -164,6 +188,8 @@ typedef struct {
     X(cuGraphAddNode_v2, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,            \
                           const void *edges, size_t n_deps, clc_graph_node_params *p))           \
     X(cuGraphNodeSetParams, (CUgraphNode node, clc_graph_node_params * p))                       \
+    X(cuGraphAddChildGraphNode, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,     \
+                                 size_t n_deps, CUgraph child))                                  \
     X(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, clc_graph_node_params * p)) \
     X(cuModuleLoad, (CUmodule * mod, const char *path))                                          \
     X(cuModuleLoadData, (CUmodule * mod, const void *image))                                     \
@@ -176,6 +202,12 @@ typedef struct {
     X(cuKernelSetAttribute, (int attrib, int value, CUkernel kernel, CUdevice dev))              \
     X(cuModuleUnload, (CUmodule mod))                                                            \
     X(cuLibraryUnload, (CUlibrary lib))                                                          \
+    X(cuCtxCreate, (CUcontext * ctx, unsigned int flags, CUdevice dev))                          \
+    X(cuCtxCreate_v2, (CUcontext * ctx, unsigned int flags, CUdevice dev))                       \
+    X(cuCtxCreate_v3, (CUcontext * ctx, void *affinity, int n_affinity, unsigned int flags,      \
+                       CUdevice dev))                                                            \
+    X(cuCtxCreate_v4, (CUcontext * ctx, clc_ctx_create_params * params, unsigned int flags,      \
+                       CUdevice dev))                                                            \
     X(cuCtxDestroy, (CUcontext ctx))                                                             \
     X(cuCtxDestroy_v2, (CUcontext ctx))                                                          \
     X(cuDevicePrimaryCtxRelease, (CUdevice dev))                                                 \
@@ -320,7 +352,28 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
 #define CLC_UNCONFINED_GRAPH_NODE 1   /* a graph kernel node made with the graph API */
 #define CLC_UNCONFINED_MULTI_DEVICE 2 /* cuLaunchCooperativeKernelMultiDevice */
 #define CLC_UNCONFINED_REFUSED 3      /* the driver refused the launch on the green stream */
+#define CLC_UNCONFINED_CONDITIONAL 4  /* a node or captured launch in a conditional node's body */
+#define CLC_UNCONFINED_COOPERATIVE 5  /* a cooperative grid larger than the partition holds */
+#define CLC_UNCONFINED_CONTEXT 6      /* in a context the program made that is not a green one */
 int clc_green_unconfined(uint64_t word, CUresult why, int reason);
+/* Cooperative grids: the numbers of one the partition cannot hold, said once with them. */
+void clc_green_cooperative_too_large(unsigned blocks, unsigned sms, unsigned per_sm);
+/* Conditional nodes' bodies: every kernel in one must be in the conditional node's context, so
+ * a green context's cannot be there. The bodies the driver made for a new conditional node
+ * (graph.c) are noted; whether `graph` is one (1 too when the table filled and it cannot be
+ * told); whether a launch on `stream` is being captured into one. */
+void clc_green_note_bodies(CUgraph *bodies, unsigned n);
+int clc_green_is_body(CUgraph graph);
+/* Whether `ctx` is a partition's context that clc put graph nodes in (clc_green_context). */
+int clc_green_is_node_context(CUcontext ctx);
+int clc_green_capturing_into_body(CUstream stream, int ptsz);
+/* Contexts the program makes (cuCtxCreate) under a policy that confines: a green context of
+ * their own, over the partition (`word`, scope: program) or all the device's SMs (word 0),
+ * made current as cuCtxCreate's is. CUDA_SUCCESS with *out, or why not. */
+CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, CUcontext *out);
+/* The program destroys a context: -1 when clc did not make it, else the green context's
+ * destruction's result. */
+int clc_green_destroy_created(CUcontext ctx, CUresult *result);
 void clc_green_forget_context(CUcontext ctx);
 void clc_green_forget_stream(CUstream stream);
 /* scope: program. The partition's context (cuCtxFromGreenCtx) handed to the program as the

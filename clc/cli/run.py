@@ -328,6 +328,7 @@ class RunCommand:
             raise ClcError(str(e)) from None
         settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
         settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
+        settings["CLC_POLICY_CONFINES"] = "1" if policy.confines else "0"
         settings["CLC_POLICY_DECIDERS"] = str(deciders)
         decider = None
         try:

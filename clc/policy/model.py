@@ -110,6 +110,9 @@ class WrapRequest:
     params: tuple = ()
     on_unwrappable: str = "allow"
     mechanism: str = "splice"  # sm_share: "green" (an SM partition) or "splice"
+    # A .cu policy's text, read once when the policy was loaded: the program's wraps build from
+    # it, never from the file again (which may have changed since).
+    source: str | None = None
 
     @property
     def label(self) -> str:
@@ -485,7 +488,8 @@ def _rule_from_dict(fields: dict) -> Rule:
     if fields.get("wrap") is not None:
         wrap = fields["wrap"]
         fields["wrap"] = WrapRequest(wrap["wrapper"], tuple(tuple(p) for p in wrap["params"]),
-                                     wrap["on_unwrappable"], wrap.get("mechanism", "splice"))
+                                     wrap["on_unwrappable"], wrap.get("mechanism", "splice"),
+                                     wrap.get("source"))
     return Rule(**fields)
 
 
@@ -677,6 +681,12 @@ class Policy:
             if rule.wrap is not None and rule.wrap.program_wide and rule.check_static(info)[0]:
                 return rule.outcome(index)
         return None
+
+    @property
+    def confines(self) -> bool:
+        """Whether a rule confines kernels by a green context (sm_share): the shim then makes
+        the contexts the program creates (cuCtxCreate) green contexts of their own."""
+        return any(rule.action == "wrap" and rule.wrap.confines for rule in self.rules)
 
     @property
     def splices(self) -> bool:

@@ -221,3 +221,28 @@ def test_a_signal_handlers_records_inside_the_threads_own_are_kept(native, clc_r
     assert main and int(main[1]) >= 100000
     assert recorded[VECADD] == int(main[1])
     assert recorded[DEBUG] == stats_of(cap, DEBUG).recorded == handler
+
+
+SHORT_PROGRAMS = [("prog_teardown", ["1"]), ("prog_threads", ["4", "1"]), ("prog_cudart", []),
+                  ("prog_triton", [])]
+
+
+@pytest.mark.parametrize("wrapper", ["block_count", "deadline", "sm_share"])
+@pytest.mark.parametrize("prog,args", SHORT_PROGRAMS)
+def test_short_programs_end_cleanly_when_nothing_can_be_wrapped(native, clc_run, prog, args,
+                                                                wrapper):
+    # GIVEN a driver that cannot load clc's wrapped kernels (every wrap fails) and programs that
+    # end right after their launches, from one thread or several
+    params = "{ms: 1000}" if wrapper == "deadline" else "{share: 0.5}" \
+        if wrapper == "sm_share" else "{}"
+    policy = ("version: 1\ndefault: allow\non_error: allow\nrules:\n  - name: every\n"
+              "    match: {kernel: '*'}\n    action: wrap\n"
+              f"    wrapper: {wrapper}\n    params: {params}\n    on_unwrappable: allow\n"
+              "    record: true\n")
+    for _ in range(3):
+        run = clc_run(policy, [native[prog], *args], env={"FAKE_CUDA_REFUSE_CUBIN": "1"})
+        # THEN each run ends as the program does, with a complete capture of its launches
+        assert run.proc.returncode == 0, run.stderr
+        cap = run.capture()
+        assert cap.complete, run.stderr
+        assert sum(st.launches for st in cap.stats.values()) > 0

@@ -143,6 +143,7 @@ struct CUfunc_st {
 
 struct CUmod_st {
     uint32_t tag;
+    struct CUctx_st *ctx; /* the context current when it was loaded (a library's: NULL) */
     unsigned n, cap;
     struct CUfunc_st *funcs;
     struct CUmod_st *next_free; /* unloaded: kept for the next load, as the real driver does */
@@ -178,6 +179,7 @@ struct CUlib_st {
 struct CUstream_st {
     uint32_t tag;
     CUcontext ctx;
+    struct CUgraph_st *capture_graph; /* cuStreamBeginCaptureToGraph's graph */
     atomic_ullong synced; /* lazy events: the last record number this stream has run up to */
     int capture;          /* CUstreamCaptureStatus (stream capture, below) */
     int capture_mode;     /* CUstreamCaptureMode it was begun with */
@@ -210,11 +212,17 @@ struct CUevent_st {
 
 /* A node is a kernel node (k: its kernel) or, made through cuGraphAddNode, a memset node (k
  * NULL: it does nothing when the graph runs). Its type never changes. */
+#define MAX_BODIES 4
 struct CUgraphNode_st {
     uint32_t tag;
     CUgraphNodeType type;
     struct CUgraph_st *graph;
     struct kname *k;
+    const struct CUctx_st *ctx; /* a kernel node's context; a conditional node's */
+    CUDA_KERNEL_NODE_PARAMS kp;  /* a kernel node's parameters (cuGraphKernelNodeGetParams) */
+    struct CUgraph_st *child;    /* a child graph node's copy of its graph */
+    struct CUgraph_st *bodies[MAX_BODIES]; /* a conditional node's bodies */
+    unsigned n_bodies;
     unsigned where; /* a kernel node's SMs (first << 16 | count): a green context's, or all */
     struct CUgraphNode_st *next;
 };
@@ -814,6 +822,7 @@ static CUresult module_from_entries(CUmodule *out, struct entry_decl *ks, unsign
     }
     free(ks);
     m->n = n;
+    m->ctx = tls_ctx;
     m->tag = TAG_MODULE;
     *out = m;
     return CUDA_SUCCESS;
@@ -1145,6 +1154,41 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
     return CUDA_SUCCESS;
 }
 
+/* The thread's context stack: what a push hides, a pop makes current again. */
+#define CTX_STACK 16
+static __thread CUcontext tls_ctx_stack[CTX_STACK];
+static __thread unsigned tls_ctx_depth;
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    TRY(need_init());
+    if (tag_of(ctx) != TAG_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_ctx_depth == CTX_STACK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    tls_ctx_stack[tls_ctx_depth++] = tls_ctx;
+    tls_ctx = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    TRY(need_init());
+    if (!tls_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx)
+        *pctx = tls_ctx;
+    tls_ctx = tls_ctx_depth ? tls_ctx_stack[--tls_ctx_depth] : NULL;
+    return CUDA_SUCCESS;
+}
+
+/* Scheduling flags change nothing in the fake; any flag it does not know is refused. */
+CUresult CUDAAPI cuCtxSetFlags(unsigned int flags)
+{
+    TRY(need_ctx());
+    return flags & ~0x1fu ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 {
     TRY(need_ctx());
@@ -1267,6 +1311,57 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
     return CUDA_SUCCESS;
 }
 
+/* Capture into a graph the program made (a conditional node's body, say): each launch on the
+ * stream becomes a kernel node of that graph, in the stream's context, instead of running. */
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                             const CUgraphNode *dependencies,
+                                             const CUgraphEdgeData *dependencyData,
+                                             size_t numDependencies, CUstreamCaptureMode mode)
+{
+    (void)dependencies;
+    (void)dependencyData;
+    if (numDependencies)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (tag_of(hGraph) != TAG_GRAPH)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(cuStreamBeginCapture_v2(hStream, mode));
+    hStream->capture_graph = hGraph;
+    return CUDA_SUCCESS;
+}
+
+static CUresult capture_info(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                             CUgraph *graph, const CUgraphNode **deps, size_t *n)
+{
+    TRY(need_ctx());
+    if (!status || !stream_ok(hStream))
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = tag_of(hStream) == TAG_STREAM ? (CUstreamCaptureStatus)hStream->capture
+                                            : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id)
+        *id = (cuuint64_t)(uintptr_t)hStream;
+    if (graph)
+        *graph = *status && tag_of(hStream) == TAG_STREAM ? hStream->capture_graph : NULL;
+    if (deps)
+        *deps = NULL;
+    if (n)
+        *n = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *status,
+                                           cuuint64_t *id, CUgraph *graph,
+                                           const CUgraphNode **deps, size_t *n)
+{
+    return capture_info(hStream, status, id, graph, deps, n);
+}
+
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
+                                                cuuint64_t *id, CUgraph *graph,
+                                                const CUgraphNode **deps, size_t *n)
+{
+    return capture_info(hStream, status, id, graph, deps, n);
+}
+
 CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     unsigned i;
@@ -1287,6 +1382,11 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
         atomic_fetch_sub(&g_global_captures, 1);
     if (status == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (hStream->capture_graph) {
+        *phGraph = hStream->capture_graph;
+        hStream->capture_graph = NULL;
+        return CUDA_SUCCESS;
+    }
     return cuGraphCreate(phGraph, 0);
 }
 
@@ -1581,8 +1681,11 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_o
         return CUDA_ERROR_INVALID_VALUE;
     TRY(library_options_ok(numJitOptions, jitOptions, jitOptionsValues, libraryOptions,
                            libraryOptionValues, numLibraryOptions));
-    if (is_cubin(code))
+    if (is_cubin(code)) {
+        if (getenv("FAKE_CUDA_REFUSE_CUBIN")) /* a driver that cannot load clc's wrapped kernels */
+            return CUDA_ERROR_NOT_SUPPORTED;
         return library_from_cubin(library, code);
+    }
     TRY(image_text(code, &text, &len));
     return library_from_text(library, text, len);
 }
@@ -2014,7 +2117,28 @@ static void observe(enum entry e, const void *handle, const struct CUfunc_st *f,
     unlock();
 }
 
+/* Where the kernel of the node last checked by this thread runs: a v2 node naming its kernel
+ * by `kern` in a context converted from a green context runs on that partition's SMs. */
+static __thread unsigned tls_node_where = FAKE_SMS_ALL;
+/* And the context it runs in (the conditional node's for a conditional node), and its
+ * parameters as the v2 struct holds them. */
+static __thread const struct CUctx_st *tls_node_ctx;
+static __thread CUDA_KERNEL_NODE_PARAMS tls_node_params;
+static CUresult add_node(enum entry e, CUgraphNode *phGraphNode, CUgraph g,
+                         const CUgraphNode *deps, size_t ndeps, CUgraphNodeType type,
+                         struct kname *k);
+
 static unsigned queue_launch(CUstream hs, int *ordered);
+
+/* A cooperative grid must be resident at once: on its partition's SMs for a green stream. */
+static int coop_fits(CUstream s, unsigned long long blocks, unsigned threads)
+{
+    unsigned per_sm = SM_THREADS / threads;
+    unsigned sms = tag_of(s) == TAG_STREAM && s->green ? s->green->sms : FAKE_SMS;
+    if (per_sm > SM_BLOCKS)
+        per_sm = SM_BLOCKS;
+    return blocks <= (unsigned long long)sms * per_sm;
+}
 
 static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, unsigned gz,
                        unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s,
@@ -2028,6 +2152,21 @@ static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, un
     TRY(check_shape(f, gx, gy, gz, bx, by, bz, smem));
     if (!stream_ok(s))
         return CUDA_ERROR_INVALID_HANDLE;
+    /* As the real driver: no function of a context the program made (not a primary context,
+     * not one converted from a green context) launches on a green context's stream. */
+    if (tag_of(s) == TAG_STREAM && s->green && f->module && f->module->ctx &&
+        !f->module->ctx->primary && !f->module->ctx->green)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if ((e == E_COOP || e == E_COOP_PTSZ) && !coop_fits(s, gx * gy * gz, bx * by * bz))
+        return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    /* Captured into a graph the program made: a node of it, in the stream's context. */
+    if (tag_of(s) == TAG_STREAM && s->capture_graph &&
+        s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        CUgraphNode n;
+        tls_node_ctx = s->ctx;
+        tls_node_where = s->green ? s->green->first << 16 | s->green->sms : FAKE_SMS_ALL;
+        return add_node(e, &n, s->capture_graph, NULL, 0, CU_GRAPH_NODE_TYPE_KERNEL, f->k);
+    }
     /* FAKE_CUDA_GREEN_REFUSE: a partition too small for every launch (a cooperative grid that
      * does not fit, say). */
     if (tag_of(s) == TAG_STREAM && s->green && getenv("FAKE_CUDA_GREEN_REFUSE"))
@@ -2074,8 +2213,15 @@ CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsign
 static CUresult launch_ex(enum entry e, const CUlaunchConfig *c, CUfunction f, void **params,
                           void **extra)
 {
+    unsigned i;
     if (!c || (c->numAttrs && !c->attrs))
         return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && c->attrs[i].value.cooperative &&
+            c->blockDimX && c->blockDimY && c->blockDimZ &&
+            !coop_fits(c->hStream, (unsigned long long)c->gridDimX * c->gridDimY * c->gridDimZ,
+                       c->blockDimX * c->blockDimY * c->blockDimZ))
+            return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
     return launch(e, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
                   c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra);
 }
@@ -2160,9 +2306,6 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
     return CUDA_SUCCESS;
 }
 
-/* Where the kernel of the node last checked by this thread runs: a v2 node naming its kernel
- * by `kern` in a context converted from a green context runs on that partition's SMs. */
-static __thread unsigned tls_node_where = FAKE_SMS_ALL;
 
 /* The kernel a node's parameters name. The v1 struct has only `func`; the v2 struct adds
  * `kern`, used when func is NULL, and `ctx` (NULL: the current context). Both structs start
@@ -2197,6 +2340,11 @@ static CUresult node_kernel(enum entry e, CUfunction func, CUkernel kern, CUcont
         /* A node runs in the context its v2 parameters name with `kern`, else the current one. */
         const struct CUctx_st *in = !func && v2 && ctx ? ctx : tls_ctx;
         tls_node_where = in && in->green ? in->green->first << 16 | in->green->sms : FAKE_SMS_ALL;
+        tls_node_ctx = in;
+        tls_node_params = (CUDA_KERNEL_NODE_PARAMS){
+            .func = func, .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = bx,
+            .blockDimY = by, .blockDimZ = bz, .sharedMemBytes = smem, .kernelParams = params,
+            .extra = extra, .kern = func ? NULL : kern, .ctx = func ? NULL : ctx};
     }
     return CUDA_SUCCESS;
 }
@@ -2238,6 +2386,9 @@ static CUresult add_node(enum entry e, CUgraphNode *phGraphNode, CUgraph g,
     n->graph = g;
     n->k = k;
     n->where = k ? tls_node_where : FAKE_SMS_ALL;
+    n->ctx = k || type == CU_GRAPH_NODE_TYPE_CONDITIONAL ? tls_node_ctx : NULL;
+    if (k)
+        n->kp = tls_node_params;
     *g->tailp = n;
     g->tailp = &n->next;
     unlock();
@@ -2283,6 +2434,9 @@ static CUresult node_set(enum entry e, CUgraphNode n, CUgraphNodeType type, stru
     }
     n->k = k;
     n->where = k ? tls_node_where : FAKE_SMS_ALL;
+    n->ctx = k ? tls_node_ctx : NULL;
+    if (k)
+        n->kp = tls_node_params;
     unlock();
     atomic_fetch_add(&g_entry[e], 1);
     return CUDA_SUCCESS;
@@ -2310,6 +2464,28 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
     return node_set(E_NODE_SET_V2, hNode, CU_GRAPH_NODE_TYPE_KERNEL, k);
 }
 
+/* Every kernel of a conditional node's body (nested bodies too) must be in the conditional
+ * node's context, as the real driver requires (else cudaErrorInvalidValue at instantiation). */
+static int body_ok(const struct CUgraph_st *g, const struct CUctx_st *ctx)
+{
+    const struct CUgraphNode_st *n;
+    unsigned i;
+    for (n = g->head; n; n = n->next) {
+        if (n->type == CU_GRAPH_NODE_TYPE_KERNEL && n->k && n->ctx != ctx)
+            return 0;
+        if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && n->child && !body_ok(n->child, ctx))
+            return 0;
+        if (n->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+            if (n->ctx != ctx)
+                return 0;
+            for (i = 0; i < n->n_bodies; i++)
+                if (!body_ok(n->bodies[i], ctx))
+                    return 0;
+        }
+    }
+    return 1;
+}
+
 /* What `cuGraphInstantiate` means in the CUDA 12+ header. */
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                              unsigned long long flags)
@@ -2326,8 +2502,16 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
         unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }
-    for (n = hGraph->head; n; n = n->next)
+    for (n = hGraph->head; n; n = n->next) {
+        unsigned i;
         count++;
+        for (i = 0; n->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && i < n->n_bodies; i++) {
+            if (!body_ok(n->bodies[i], n->ctx)) {
+                unlock();
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+        }
+    }
     if (!(x = calloc(1, sizeof *x)) || !(x->nodes = calloc(count ? count : 1, sizeof *x->nodes))) {
         unlock();
         free(x);
@@ -2420,9 +2604,130 @@ static CUresult generic_params(const CUgraphNodeParams *p, struct kname **k)
             return CUDA_ERROR_INVALID_CONTEXT;
         *k = NULL;
         return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+        const CUDA_CONDITIONAL_NODE_PARAMS *c = &p->conditional;
+        unsigned most = c->type == CU_GRAPH_COND_TYPE_IF       ? 2
+                        : c->type == CU_GRAPH_COND_TYPE_SWITCH ? MAX_BODIES
+                                                               : 1;
+        if (!c->handle || c->size == 0 || c->size > most)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (c->ctx == NULL)
+            TRY(need_ctx());
+        else if (tag_of(c->ctx) != TAG_CTX)
+            return CUDA_ERROR_INVALID_CONTEXT;
+        tls_node_ctx = c->ctx ? c->ctx : tls_ctx;
+        *k = NULL;
+        return CUDA_SUCCESS;
+    }
     default:
         return CUDA_ERROR_NOT_SUPPORTED;
     }
+}
+
+/* Child graph nodes: a copy of the graph's nodes (not of their dependencies, which the fake
+ * does not keep); cuGraphChildGraphNodeGetGraph gives the copy, which may be changed. */
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode *dependencies, size_t numDependencies,
+                                          CUgraph childGraph)
+{
+    struct CUgraph_st *copy;
+    struct CUgraphNode_st *n;
+    TRY(need_init());
+    if (tag_of(childGraph) != TAG_GRAPH)
+        return CUDA_ERROR_INVALID_VALUE;
+    TRY(cuGraphCreate(&copy, 0));
+    lock();
+    for (n = childGraph->head; n; n = n->next) {
+        struct CUgraphNode_st *c = malloc(sizeof *c);
+        if (!c) {
+            unlock();
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        *c = *n;
+        c->graph = copy;
+        c->next = NULL;
+        *copy->tailp = c;
+        copy->tailp = &c->next;
+    }
+    unlock();
+    TRY(add_node(E_GRAPH_ADD, phGraphNode, hGraph, dependencies, numDependencies,
+                 CU_GRAPH_NODE_TYPE_GRAPH, NULL));
+    (*phGraphNode)->child = copy;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    TRY(need_init());
+    if (!phGraph || tag_of(hNode) != TAG_NODE || hNode->type != CU_GRAPH_NODE_TYPE_GRAPH)
+        return CUDA_ERROR_INVALID_VALUE;
+    *phGraph = hNode->child;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    struct CUgraphNode_st *n;
+    size_t i = 0;
+    TRY(need_init());
+    if (!numNodes || tag_of(hGraph) != TAG_GRAPH)
+        return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    for (n = hGraph->head; n; n = n->next, i++)
+        if (nodes && i < *numNodes)
+            nodes[i] = n;
+    unlock();
+    if (!nodes || i < *numNodes)
+        *numNodes = i;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    TRY(need_init());
+    if (!type || tag_of(hNode) != TAG_NODE)
+        return CUDA_ERROR_INVALID_VALUE;
+    *type = hNode->type;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
+                                               CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    TRY(need_init());
+    if (!nodeParams || tag_of(hNode) != TAG_NODE || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *nodeParams = hNode->kp;
+    return CUDA_SUCCESS;
+}
+
+/* Conditional handles: distinct non-zero values; the fake keeps no condition. */
+CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out,
+                                                CUgraph hGraph, CUcontext ctx,
+                                                unsigned int defaultLaunchValue,
+                                                unsigned int flags)
+{
+    static atomic_ullong next = 1;
+    (void)defaultLaunchValue;
+    (void)flags;
+    TRY(need_init());
+    if (!pHandle_out || tag_of(hGraph) != TAG_GRAPH || (ctx && tag_of(ctx) != TAG_CTX))
+        return CUDA_ERROR_INVALID_VALUE;
+    *pHandle_out = atomic_fetch_add(&next, 1);
+    return CUDA_SUCCESS;
+}
+
+/* A new conditional node's bodies: empty graphs, handed back in the caller's parameters. */
+static CUresult make_bodies(CUgraphNode n, CUgraphNodeParams *p)
+{
+    unsigned i;
+    if (p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_SUCCESS;
+    for (i = 0; i < p->conditional.size; i++)
+        TRY(cuGraphCreate(&n->bodies[i], 0));
+    n->n_bodies = p->conditional.size;
+    p->conditional.phGraph_out = n->bodies;
+    return CUDA_SUCCESS;
 }
 
 /* Edge data: the fake has no ports or programmatic edges, only full-completion edges (all
@@ -2444,8 +2749,9 @@ CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     struct kname *k;
     TRY(need_init());
     TRY(generic_params(nodeParams, &k));
-    return add_node(E_ADD_NODE, phGraphNode, hGraph, dependencies, numDependencies,
-                    nodeParams->type, k);
+    TRY(add_node(E_ADD_NODE, phGraphNode, hGraph, dependencies, numDependencies,
+                 nodeParams->type, k));
+    return make_bodies(*phGraphNode, nodeParams);
 }
 
 /* The 12.3 ABI: per-dependency edge data (may be NULL) before the count. */
@@ -2458,8 +2764,9 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
     TRY(need_init());
     TRY(generic_params(nodeParams, &k));
     TRY(default_edges(dependencyData, numDependencies));
-    return add_node(E_ADD_NODE_V2, phGraphNode, hGraph, dependencies, numDependencies,
-                    nodeParams->type, k);
+    TRY(add_node(E_ADD_NODE_V2, phGraphNode, hGraph, dependencies, numDependencies,
+                 nodeParams->type, k));
+    return make_bodies(*phGraphNode, nodeParams);
 }
 
 /* The node keeps its type: parameters of another type are CUDA_ERROR_INVALID_VALUE. */
@@ -3104,6 +3411,18 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuCtxDestroy)                                                                                \
     X(cuCtxDestroy_v2)                                                                             \
     X(cuCtxSetCurrent)                                                                             \
+    X(cuCtxPushCurrent_v2)                                                                         \
+    X(cuCtxPopCurrent_v2)                                                                          \
+    X(cuCtxSetFlags)                                                                               \
+    X(cuStreamBeginCaptureToGraph)                                                                 \
+    X(cuGraphConditionalHandleCreate)                                                              \
+    X(cuGraphAddChildGraphNode)                                                                    \
+    X(cuGraphChildGraphNodeGetGraph)                                                               \
+    X(cuGraphGetNodes)                                                                             \
+    X(cuGraphNodeGetType)                                                                          \
+    X(cuGraphKernelNodeGetParams_v2)                                                               \
+    X(cuStreamGetCaptureInfo_v2)                                                                   \
+    X(cuStreamGetCaptureInfo_v2_ptsz)                                                              \
     X(cuCtxGetCurrent)                                                                             \
     X(cuCtxGetDevice)                                                                              \
     X(cuCtxSynchronize)                                                                            \
@@ -3252,6 +3571,14 @@ static const struct {
     {"cuStreamGetPriority", 7000, 1, "cuStreamGetPriority_ptsz"},
     {"cuStreamSynchronize", 7000, 1, "cuStreamSynchronize_ptsz"},
     {"cuStreamBeginCapture", 10010, 0, "cuStreamBeginCapture_v2"},
+    {"cuStreamBeginCaptureToGraph", 12030, 0, "cuStreamBeginCaptureToGraph"},
+    {"cuGraphConditionalHandleCreate", 12030, 0, "cuGraphConditionalHandleCreate"},
+    {"cuGraphKernelNodeGetParams", 12000, 0, "cuGraphKernelNodeGetParams_v2"},
+    {"cuStreamGetCaptureInfo", 11030, 0, "cuStreamGetCaptureInfo_v2"},
+    {"cuStreamGetCaptureInfo", 11030, 1, "cuStreamGetCaptureInfo_v2_ptsz"},
+    {"cuCtxPushCurrent", 4000, 0, "cuCtxPushCurrent_v2"},
+    {"cuCtxPopCurrent", 4000, 0, "cuCtxPopCurrent_v2"},
+    {"cuCtxSetFlags", 12010, 0, "cuCtxSetFlags"},
     {"cuStreamIsCapturing", 10000, 1, "cuStreamIsCapturing_ptsz"},
     {"cuGraphLaunch", 10000, 0, "cuGraphLaunch"},
     {"cuGraphLaunch", 10000, 1, "cuGraphLaunch_ptsz"},
