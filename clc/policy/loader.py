@@ -818,7 +818,7 @@ class _Loader:
                 self.report(pairs["mechanism"][1], str(e))
         if len(self.errors) > before:
             raise _Reported
-        return WrapRequest(spec.name, spec.params, on_unwrappable, resolved)
+        return WrapRequest(spec.name, spec.params, on_unwrappable, resolved, spec.source)
 
     def wrapper_limit(self, wrapper: str, custom: bool, key: str, value, node) -> None:
         """A parameter within what the shim and the device code can hold."""

@@ -607,7 +607,7 @@ class Engine:
                 self._wrapping.forget(handle)
             return
         if self.may_wrap:
-            self.wrapping().note_load(handle, image_kind, image_ptr, image_size, preserved)
+            self.wrapping().note_load(handle, image_kind, image_ptr, image_size, preserved, path)
         self.modules[handle] = {"api": api, "image": image_kind, "ptr": image_ptr,
                                 "size": image_size, "preserved": bool(preserved), "path": path}
 

@@ -182,7 +182,7 @@ def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, mechanism
     except ValueError as e:
         raise HookError(f"clc.wrap(): {e}") from None
     flags = (abi.FLAG_RECORD | abi.FLAG_TIME) if time else abi.FLAG_RECORD if record else 0
-    request = WrapRequest(spec.name, spec.params, on_unwrappable, mechanism)
+    request = WrapRequest(spec.name, spec.params, on_unwrappable, mechanism, spec.source)
     return HookDecision(request.outcome(0, 0).action, flags, 0, "", request)
 
 

@@ -4,7 +4,8 @@ launches.
 
 At the first sight of a kernel in a context whose decision wraps it, `WrapEngine.replacement`:
 1. finds the kernel's PTX in the image of the load it came from (the driver says which:
-   cuKernelGetLibrary, cuFuncGetModule; else the newest load defining its name) among the
+   cuKernelGetLibrary, cuFuncGetModule; a kernel whose load it cannot name is not wrapped:
+   another load's kernel of the same name may be other code) among the
    images the shim reported loading (fatbin wrapper, fatbin, cubin, PTX; images the program
    may free are copied at load time when the policy wraps), the best PTX entry for the
    device's arch (highest arch <= the device's);
@@ -82,8 +83,10 @@ class _Driver:
         "cuKernelGetLibrary": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],
         "cuFuncGetModule": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],
         "cuThreadExchangeStreamCaptureMode": [ctypes.POINTER(ctypes.c_int)],
+        "cuLibraryGetModule": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p],
     }
-    _OPTIONAL = ("cuKernelGetLibrary", "cuFuncGetModule", "cuThreadExchangeStreamCaptureMode")
+    _OPTIONAL = ("cuKernelGetLibrary", "cuFuncGetModule", "cuThreadExchangeStreamCaptureMode",
+                 "cuLibraryGetModule")
 
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")
@@ -139,9 +142,23 @@ class WrapEngine:
 
     # ---- loads ------------------------------------------------------------------------------
 
-    def note_load(self, handle, image_kind, image_ptr, image_size, preserved):
+    def note_load(self, handle, image_kind, image_ptr, image_size, preserved, path=None):
         """Keep what is needed to read a loaded image's code later: the bytes themselves when
-        the program may free them (a copy), else nothing (they are read when needed)."""
+        the program may free them (a copy), else nothing (they are read when needed). A load
+        from a file (cuModuleLoad, cuLibraryLoadFromFile) is read now, as the driver just read
+        it: the file may change or go before a kernel of it is wrapped."""
+        if image_kind == 5 and path:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                self._say(abi.MSG_WARNING, f"cannot read {path}, which the program loaded "
+                          f"kernels from: its kernels cannot be wrapped ({e.strerror})")
+                return
+            with self._lock:
+                self.images[handle] = ("file", 0, len(data), data)
+                self._parsed.pop(handle, None)
+            return
         if not image_ptr or not image_size:
             return
         if image_kind == 1:      # fatbin wrapper: {magic, version, data, filename}
@@ -178,27 +195,42 @@ class WrapEngine:
         return hit
 
     def owner(self, original):
-        """The recorded load (module or library handle) that the launched handle `original`
-        came from, as the driver says (cuKernelGetLibrary for a CUkernel, cuFuncGetModule for a
-        module's CUfunction); None when it cannot say or clc did not see that load."""
+        """The load (module or library handle) that the launched handle `original` came from,
+        as the driver says (cuKernelGetLibrary for a CUkernel, cuFuncGetModule for a module's
+        CUfunction); None when it cannot say."""
         if not original:
             return None
         d = self.driver()
         out = ctypes.c_void_p()
         for fn in (d.cuKernelGetLibrary, d.cuFuncGetModule):
-            if fn is not None and fn(ctypes.byref(out), original) == 0:
-                with self._lock:
-                    if out.value in self.images:
-                        return out.value
+            if fn is not None and fn(ctypes.byref(out), original) == 0 and out.value:
+                return self._library_of_module(out.value)
         return None
 
-    def find_ptx(self, mangled, arch, original=0):
-        """(PTX text, where) of `mangled` for sm_`arch`: from the load the launched handle
-        `original` came from when the driver says which, else from the most recent load
-        defining that name; Unwrappable says why there is none."""
-        owner = self.owner(original)
+    def _library_of_module(self, handle):
+        """`handle`, or the recorded library whose module it is (a library kernel's function in
+        a context names the library's module, cuLibraryGetModule)."""
+        d = self.driver()
         with self._lock:
-            handles = [owner] if owner is not None else list(self.images)[::-1]
+            if handle in self.images or d.cuLibraryGetModule is None:
+                return handle
+            loads = list(self.images)
+        module = ctypes.c_void_p()
+        for lib in loads:
+            if d.cuLibraryGetModule(ctypes.byref(module), lib) == 0 and module.value == handle:
+                return lib
+        return handle
+
+    def find_ptx(self, mangled, arch, original=0):
+        """(PTX text, where) of `mangled` for sm_`arch`, from the image of the load the launched
+        handle `original` came from, and from no other (another image's kernel of the same
+        name may be other code); Unwrappable says why there is none."""
+        owner = self.owner(original)
+        if owner is None:
+            raise Unwrappable("the driver cannot say which load its code came from, and the PTX "
+                              "of another load's kernel of the same name may be other code")
+        with self._lock:
+            handles = [owner] if owner in self.images else []
         sass_only = None
         for handle in handles:
             image = self._image(handle)
@@ -215,7 +247,8 @@ class WrapEngine:
         if sass_only:
             raise Unwrappable(f"no PTX for sm_{arch}: its image has only {sass_only}, and "
                               "wrapping rebuilds a kernel from its PTX")
-        raise Unwrappable("its code is not in any image clc saw loaded (loads made before "
+        raise Unwrappable("its code is not in the image of the load it came from, or clc did not "
+                          "see that load (loads made before "
                           "clc started, or from a file it could not read)")
 
     # ---- building ---------------------------------------------------------------------------
@@ -462,8 +495,10 @@ class WrapEngine:
 
 
 def spec_for(request, base_dir=None):
-    """The checked Wrapper for a policy's WrapRequest."""
-    return wrapper_spec(request.wrapper, dict(request.params), base_dir)
+    """The checked Wrapper for a policy's WrapRequest: a .cu policy's from the text read when
+    the policy was loaded (request.source), not from its file again."""
+    return wrapper_spec(request.wrapper, dict(request.params), base_dir,
+                        source=getattr(request, "source", None))
 
 
 __all__ += ["spec_for", "WrapBuildError"]

@@ -25,6 +25,9 @@ SCOPES = ("kernel", "program")
 WORD_PARAMS = ("place", "scope")
 
 BUILTIN_WRAPPERS = ("sm_share", "block_count", "deadline")
+# The longest deadline: the wrapped kernel keeps its launch's start in microseconds modulo
+# 2^32 (71 minutes), beside the launch's lap (clc/wrapping/device/runtime.cu, clc_late).
+DEADLINE_MAX_MS = 1_800_000
 
 _PARAM_NAME = re.compile(r"[A-Za-z_]\w*")
 
@@ -60,9 +63,10 @@ def _number(wrapper, name, value, lo, hi, integer=False, lo_open=False):
     return value
 
 
-def wrapper_spec(name, params=None, base_dir=None):
+def wrapper_spec(name, params=None, base_dir=None, source=None):
     """A checked Wrapper for `wrapper:` `name` with `params:` (ValueError says what is wrong).
-    A name that is not built in is a .cu path, relative to `base_dir`."""
+    A name that is not built in is a .cu path, relative to `base_dir`, read unless its text is
+    given as `source`."""
     params = dict(params or {})
     if name == "sm_share":
         place = params.get("place", "first")
@@ -94,6 +98,10 @@ def wrapper_spec(name, params=None, base_dir=None):
             raise ValueError(f"wrapper deadline: params must be {{ms: N}} (milliseconds after the "
                              f"launch's first block), got {sorted(params) or 'none'}")
         ms = _number(name, "ms", params["ms"], 0, None, lo_open=True)
+        if ms > DEADLINE_MAX_MS:
+            raise ValueError(f"wrapper deadline: ms must be at most {DEADLINE_MAX_MS} (30 "
+                             f"minutes: the wrapped kernel keeps a launch's start in "
+                             f"microseconds modulo 2^32), got {params['ms']!r}")
         return Wrapper(name, (("ms", ms),), "never",
                        (f"-DCLC_DEADLINE_NS={int(ms * 1_000_000)}ull",), enter=True)
     if not str(name).endswith(".cu"):
@@ -103,7 +111,8 @@ def wrapper_spec(name, params=None, base_dir=None):
     if base_dir is not None and not path.is_absolute():
         path = pathlib.Path(base_dir) / path
     try:
-        source = path.read_text()
+        if source is None:
+            source = path.read_text()
     except OSError as e:
         raise ValueError(f"wrapper {name}: cannot read {path}: {e.strerror}") from None
     for key, value in params.items():

@@ -279,6 +279,19 @@ def test_the_wrapped_code_is_the_launched_kernels_own_not_a_namesakes(run_wrap, 
     assert not [m for m in messages(run) if "scale" in m and "refused" in m]
 
 
+def test_kernels_loaded_from_a_file_are_wrapped_from_what_the_driver_loaded(run_wrap):
+    # GIVEN a program that loads its PTX from a file (cuModuleLoad) and overwrites the file
+    # right after
+    run = run_wrap(wrap_policy("block_count", on_unwrappable="deny"), mode="file")
+    ok(run)
+    # THEN every launch of the wrappable kernels ran the wrapped copy, built from the image the
+    # driver loaded (clc read the file right after the load), none refused
+    launched = [l for l in launches(run.stdout) if l["kernel"] in WRAPPABLE]
+    assert launched and all(l["rc"] == 0 and l["seen"]["original"] == 0 for l in launched), \
+        run.stdout + run.stderr
+    assert not [m for m in messages(run) if "cannot be wrapped" in m]
+
+
 def test_two_wrapped_kernels_in_one_context_never_share_a_slot(run_wrap):
     # GIVEN vec_add and scale both wrapped in one context
     # WHEN their launches interleave (in flight together on a GPU, e.g. on two streams)

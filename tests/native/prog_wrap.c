@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * prog_wrap [library|module|ptx [late|twin|capture|reset]]: launches kernels that clc can wrap, and prints what the
+ * prog_wrap [library|module|file|ptx [late|twin|capture|reset]]: launches kernels that clc can
+ * wrap, and prints what the
  * driver really received, so that a test can check what clc's `wrap` action changed on the way.
  * `prog_wrap ptx` only prints the PTX it loads (WRAP_PTX), for tests that build from it.
  *
  * It loads WRAP_PTX, real PTX that nvJitLink can build (plain text, the way a JIT-compiling
  * program hands code over), with cuLibraryLoadData and launches the CUkernels cast to
  * CUfunctions as cudart does (`library`, the default), or with cuModuleLoadData and launches
- * CUfunctions (`module`). Everything is reached through cuGetProcAddress, as cudart does. Kernels:
+ * CUfunctions (`module`), or from a temporary file with cuModuleLoad, overwritten and removed
+ * right after the load (`file`). Everything is reached through cuGetProcAddress, as cudart does. Kernels:
  *   vec_add(float *a, float *b, float *c, unsigned n)    wrappable
  *   scale(float *x, float s, unsigned n)                 wrappable
  *   bump_counter(unsigned d)                             not wrappable: it adds to a __device__
@@ -59,6 +61,8 @@
  * bump_counter launches=2.
  */
 #include "common.h"
+
+#include <unistd.h>
 
 #define K_VEC_ADD "vec_add"
 #define K_WRAP_SCALE "scale"
@@ -428,12 +432,14 @@ int main(int argc, char **argv)
     int twin = argc > 2 && strcmp(argv[2], "twin") == 0;
     int capture = argc > 2 && strcmp(argv[2], "capture") == 0;
     int reset = argc > 2 && strcmp(argv[2], "reset") == 0;
-    if ((strcmp(mode, "library") != 0 && strcmp(mode, "module") != 0) ||
+    if ((strcmp(mode, "library") != 0 && strcmp(mode, "module") != 0 &&
+         strcmp(mode, "file") != 0) ||
         (argc > 2 && !late && !twin && !capture && !reset)) {
-        fprintf(stderr, "usage: %s [library|module|ptx [late|twin|capture|reset]]\n", argv[0]);
+        fprintf(stderr, "usage: %s [library|module|file|ptx [late|twin|capture|reset]]\n",
+                argv[0]);
         return 2;
     }
-    use_module = strcmp(mode, "module") == 0;
+    use_module = strcmp(mode, "module") == 0 || strcmp(mode, "file") == 0;
     start_program();
     cudart_open();
     RESOLVE(init, cuInit, RT_VERSION, 0);
@@ -453,7 +459,29 @@ int main(int argc, char **argv)
     CHECK(set_current(ctx));
     load_fake_observer();
 
-    if (use_module) {
+    if (strcmp(mode, "file") == 0) {
+        /* The PTX from a file, which is then overwritten: its kernels must still be wrapped
+         * from what the driver loaded. */
+        RESOLVE(module_load_file, cuModuleLoad, RT_VERSION, 0);
+        RESOLVE(module_function, cuModuleGetFunction, RT_VERSION, 0);
+        char path[] = "/tmp/prog_wrap_XXXXXX";
+        int fd = mkstemp(path);
+        if (fd < 0 || write(fd, WRAP_PTX, strlen(WRAP_PTX)) != (ssize_t)strlen(WRAP_PTX)) {
+            perror("prog_wrap: temporary PTX file");
+            return 2;
+        }
+        close(fd);
+        CUmodule mod;
+        CHECK(module_load_file(&mod, path));
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs("// not the PTX that was loaded\n", f);
+            fclose(f);
+        }
+        unlink(path);
+        for (i = 0; i < 3; i++)
+            CHECK(module_function(&fn[i], mod, KERNELS[i].name));
+    } else if (use_module) {
         RESOLVE(module_load, cuModuleLoadData, RT_VERSION, 0);
         RESOLVE(module_function, cuModuleGetFunction, RT_VERSION, 0);
         CUmodule mod;

@@ -684,14 +684,22 @@ ERRORS = [
             params: {share: 1.0e-9}
         """, "p.yaml:5:21: wrapper sm_share: share must be at least 0.000001 (the shim keeps a "
              "share in millionths of the GPU), got 1.0e-9"),
-    ("param-ms-beyond-64-bits", """\
+    ("param-ms-beyond-30-minutes", """\
         version: 1
         rules:
           - action: wrap
             wrapper: deadline
             params: {ms: 1e30}
-        """, "p.yaml:5:18: wrapper deadline: ms must be at most 18446744073709 (the device "
-             "code counts it in nanoseconds, in 64 bits), got 1e30"),
+        """, "p.yaml:5:18: wrapper deadline: ms must be at most 1800000 (30 minutes: the "
+             "wrapped kernel keeps a launch's start in microseconds modulo 2^32), got 1e+30"),
+    ("param-ms-just-beyond-30-minutes", """\
+        version: 1
+        rules:
+          - action: wrap
+            wrapper: deadline
+            params: {ms: 1800001}
+        """, "p.yaml:5:18: wrapper deadline: ms must be at most 1800000 (30 minutes: the "
+             "wrapped kernel keeps a launch's start in microseconds modulo 2^32), got 1800001"),
     ("param-ms-below-a-nanosecond", """\
         version: 1
         rules:
@@ -1064,6 +1072,25 @@ def test_exponent_without_a_dot_is_a_number():
     # AND quoted they stay strings
     with pytest.raises(PolicyError, match="params.ms must be a number, got the string '1e3'"):
         policy('version: 1\nrules:\n  - {action: wrap, wrapper: deadline, params: {ms: "1e3"}}')
+
+
+def test_a_device_policy_file_is_read_once_when_the_policy_is_loaded(tmp_path):
+    # GIVEN a wrap rule with a device policy file, loaded, and then the file changed
+    from clc.wrapping.engine import spec_for
+    (tmp_path / "policy.cu").write_text('extern "C" __device__ void clc_policy_init(void *s) {}\n')
+    path = tmp_path / "p.yaml"
+    path.write_text("version: 1\nrules:\n  - action: wrap\n    wrapper: policy.cu\n")
+    loaded = load_policy(path)
+    (tmp_path / "policy.cu").write_text("// something else entirely\n")
+    # WHEN the program's engine gets the policy (as clc-run hands it over, in JSON) and builds
+    # the wrapper for a kernel
+    request = Policy.from_json(loaded.to_json()).rules[0].wrap
+    spec = spec_for(request)
+    # THEN it builds from the text read at load, not from the file as it is now
+    assert "clc_policy_init" in spec.source
+    # AND a file removed since does not matter either
+    (tmp_path / "policy.cu").unlink()
+    assert spec_for(request).source == spec.source
 
 
 def test_wrap_rule_with_a_missing_policy_file_names_it(tmp_path):

@@ -61,7 +61,7 @@
 
 struct clc_slot {
     unsigned long long claim;   // lap << 32 | the next virtual block to claim
-    unsigned long long start;   // (lap & 0xffff) << 48 | %globaltimer / 1000 of the 1st block
+    unsigned long long start;   // lap << 32 | (%globaltimer / 1000 of the 1st block) mod 2^32
     unsigned int active;        // hardware blocks working now (looped)
     unsigned int on_share;      // of them, on the SMs an SM share allows (CLC_SM_SHARE)
     unsigned int exited;        // a graph slot's hardware blocks done (CLC_GRAPH_SEQ)
@@ -129,18 +129,23 @@ static __device__ __forceinline__ unsigned int clc_linear_block() {
     return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 }
 
-// Whether a virtual block starting now is past the launch's deadline (thread 0 only).
+// Whether a virtual block starting now is past the launch's deadline (thread 0 only). The
+// slot's start word is the launch's whole lap (32 bits: a slot's lap comes round again only
+// after 2^32 laps of its ring, about 7 x 10^13 wrapped launches in one context) and the first
+// block's %globaltimer in microseconds modulo 2^32 (71 minutes): the time since is taken modulo
+// 2^32 too, and a start another block set a moment after this block read the clock reads as 0.
+// Deadlines are at most 30 minutes (clc.wrapping.spec), well inside that.
 static __device__ bool clc_late(clc_slot *slot, unsigned int seq) {
 #if defined(CLC_DEADLINE_NS)
-    unsigned long long tag = (unsigned long long)(seq & 0xffff) << 48;
-    unsigned long long now = (clc_now_ns() / 1000) & 0xffffffffffffull;   // us, 48 bits
+    unsigned long long tag = (unsigned long long)seq << 32;
+    unsigned int now = (unsigned int)(clc_now_ns() / 1000);   // us, modulo 2^32
     unsigned long long seen = *(volatile unsigned long long *)&slot->start;
-    if ((seen & 0xffff000000000000ull) != tag) {
+    if ((seen & 0xffffffff00000000ull) != tag) {
         unsigned long long was = atomicCAS(&slot->start, seen, tag | now);
         seen = was == seen ? (tag | now) : was;
     }
-    unsigned long long start = seen & 0xffffffffffffull;
-    if (now > start && (now - start) * 1000 > (unsigned long long)(CLC_DEADLINE_NS)) {
+    unsigned int since = now - (unsigned int)seen;
+    if (since < 0x80000000u && (unsigned long long)since * 1000 > (unsigned long long)(CLC_DEADLINE_NS)) {
         atomicAdd(&clc_stats.skipped, 1ull);
         return true;
     }
