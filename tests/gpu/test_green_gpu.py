@@ -250,24 +250,3 @@ def test_program_scope_confines_a_driver_api_program(driver_api_bin, run_clc, tm
     sms = int(re.search(r"is (\d+) of its (\d+) SMs", messages)[1])
     assert {k["name"]: k["confined_sms"] for k in report["kernels"]} == \
         {"saxpy": [sms], "fill": [sms]}, report["kernels"]
-
-
-def test_program_scope_cannot_confine_contexts_the_program_creates(nvcc, build_dir,
-                                                                   driver_api_bin, run_clc,
-                                                                   tmp_path, tools):
-    # GIVEN a program whose kernels run in contexts it makes itself (cuCtxCreate): a green
-    # context is made from the primary context, and the driver launches no other context's
-    # function on it
-    exe = build_dir / "contexts"
-    _build("contexts", [[nvcc, "-O2", "-o", exe, EXAMPLES / "contexts.c", "-lcuda"]])
-    _, ptx = driver_api_bin
-    policy = program_policy(tmp_path / "p.yaml", {"share": 0.5}, on_unwrappable="allow")
-    proc, report = run_clc(policy, [exe, "run", ptx, 3], tmp_path)
-    # THEN the program runs as it would, its kernels on the whole GPU, as on_unwrappable: allow
-    # says, and the user is told once why
-    assert proc.returncode == 0, tools.describe(proc)
-    assert proc.stdout.count(" ok") == 3, tools.describe(proc)
-    assert [k["confined_sms"] for k in report["kernels"]] == [[]], report["kernels"]
-    messages = [m["text"] for m in report["messages"]]
-    assert sum("the driver refused a confined kernel's launch on its green context (CUresult "
-               "400)" in m for m in messages) == 1, messages
