@@ -214,12 +214,18 @@ CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
         const char *v = clc_setting("CLC_POLICY_PROGRAM");
         program_wide = v && strcmp(v, "1") == 0;
     }
+    clc_debug("cuDevicePrimaryCtxRetain(device %d) -> %d: program-wide %d, inside clc %d", dev,
+              (int)r, program_wide, (int)t_in_clc);
     if (r != CUDA_SUCCESS || !pctx || !program_wide || t_in_clc || !clc_hook_ready()) return r;
     uint64_t word;
     t_in_clc = 1;
-    if (clc_program_scope(dev, &word)) {
+    int scoped = clc_program_scope(dev, &word);
+    clc_debug("scope: program on device %d: %s", dev, scoped ? "confined" : "not confined");
+    if (scoped) {
         CUcontext green;
         CUresult why = clc_green_program_retain(dev, word, &green);
+        clc_debug("the program's context %p for primary %p (CUresult %d)",
+                  why == CUDA_SUCCESS ? green : NULL, *pctx, (int)why);
         if (why == CUDA_SUCCESS)
             *pctx = green;
         else if (CLC_FIRST_TIME())

@@ -23,6 +23,19 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
                               p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL,
                               p->kernelParams, p->extra);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return clc_gate_exit(g, g->outcome->error);
+    /* In a program context of scope: program (a partition's) the node runs on the partition as
+     * it is made, as a launch there does: nothing to rewrite. */
+    uint64_t word;
+    unsigned sms;
+    if (*gated && g->outcome->action == CLC_ACTION_CONFINE)
+        clc_debug("graph node of a confined kernel in context %p (current %p)", ctx, current_ctx());
+    if (*gated && g->outcome->action == CLC_ACTION_CONFINE &&
+        (sms = clc_green_program_sms(ctx ? ctx : current_ctx(), &word)) != 0) {
+        g->scratch = *g->outcome;
+        g->scratch.action = CLC_ACTION_ALLOW;
+        g->outcome = &g->scratch;
+        if (g->entry) atomic_store_explicit(&g->entry->confined_sms, sms, memory_order_relaxed);
+    }
     /* A graph kernel node of a confined kernel made with the v1 parameters (no `ctx` to put it
      * in the green context) is not confined: it gets what a launch that cannot be confined
      * gets, said once. */
@@ -261,10 +274,14 @@ static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, unsigned *m
                 clc_green_note_bodies(&child, 1);
                 unconfine_graph(child, ctx, depth + 1, moved);
             }
+            /* A node already in the program's context (a program context of scope: program is
+             * a partition's) needs no move. */
             if (type != CU_GRAPH_NODE_TYPE_KERNEL || !set ||
                 gdrv.get(nodes[i], &p) != CUDA_SUCCESS || !clc_green_is_node_context(p.ctx) ||
-                !p.kern)
+                p.ctx == ctx || !p.kern)
                 continue;
+            clc_debug("child graph in a body: node %p moved from context %p to %p", nodes[i], p.ctx,
+                      ctx);
             p.func = NULL;
             p.ctx = ctx;
             if (set(nodes[i], &p) == CUDA_SUCCESS) (*moved)++;
@@ -286,7 +303,10 @@ static void child_in_body(CUgraphNode node, CUgraph graph) {
     clc_green_note_bodies(&child, 1);
     unconfine_graph(child, ctx, 0, &moved);
     t_in_clc = 0;
-    if (moved && CLC_FIRST_TIME())
+    /* In a program context of scope: program the nodes moved into it still run on the
+     * partition: nothing to say. */
+    uint64_t word;
+    if (moved && !clc_green_program_sms(ctx, &word) && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "sm_share: a child graph put in a conditional node's body had %u confined "
                 "kernel nodes: they run in the program's context, not confined (the driver "

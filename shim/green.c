@@ -71,6 +71,11 @@ static struct {
     CUresult (*ctx_push)(CUcontext);
     CUresult (*ctx_pop)(CUcontext *);
     CUresult (*ctx_set_flags)(unsigned);
+    /* cuStreamGetCaptureInfo_v3 (CUDA 12.3+: edge data before the count), else _v2. */
+    CUresult (*capture_info_v3)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                                const void **, size_t *);
+    CUresult (*capture_info_v3_ptsz)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                                     const void **, size_t *);
     CUresult (*capture_info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
                              size_t *);
     CUresult (*capture_info_ptsz)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
@@ -149,6 +154,9 @@ static int load_driver(void) {
         drv.ctx_push = sym(h, "cuCtxPushCurrent_v2");
         drv.ctx_pop = sym(h, "cuCtxPopCurrent_v2");
         drv.ctx_set_flags = sym(h, "cuCtxSetFlags");
+        drv.capture_info_v3 = sym(h, "cuStreamGetCaptureInfo_v3");
+        drv.capture_info_v3_ptsz = sym(h, "cuStreamGetCaptureInfo_v3_ptsz");
+        if (!drv.capture_info_v3_ptsz) drv.capture_info_v3_ptsz = drv.capture_info_v3;
         drv.capture_info = sym(h, "cuStreamGetCaptureInfo_v2");
         drv.capture_info_ptsz = sym(h, "cuStreamGetCaptureInfo_v2_ptsz");
         if (!drv.capture_info_ptsz) drv.capture_info_ptsz = drv.capture_info;
@@ -427,7 +435,7 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched) {
 }
 
 int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
-    static const char *const what[7] = {
+    static const char *const what[6] = {
         "a kernel could not be confined by a green context",
         "a confined kernel's graph node (made with the graph API) could not be put in its green "
         "context",
@@ -437,7 +445,6 @@ int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
         "confined (the driver requires every kernel of a body to be in the conditional node's "
         "context)",
         "a confined kernel's cooperative grid is larger than its partition can hold",
-        "a confined kernel of a context the program made could not be confined",
     };
     int deny = (word & CLC_CONFINE_DENY) != 0, first = 0;
     switch (reason) { /* said once per reason: one CLC_FIRST_TIME each */
@@ -447,7 +454,6 @@ int clc_green_unconfined(uint64_t word, CUresult why, int reason) {
     case CLC_UNCONFINED_REFUSED: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_CONDITIONAL: first = CLC_FIRST_TIME(); break;
     case CLC_UNCONFINED_COOPERATIVE: first = CLC_FIRST_TIME(); break;
-    case CLC_UNCONFINED_CONTEXT: first = CLC_FIRST_TIME(); break;
     }
     if (first)
         clc_log(CLC_MSG_WARNING,
@@ -520,15 +526,26 @@ int clc_green_is_body(CUgraph graph) {
 
 int clc_green_capturing_into_body(CUstream stream, int ptsz) {
     if (!atomic_load_explicit(&g_nbodies, memory_order_relaxed)) return 0;
-    CUresult (*info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **, size_t *) =
-        ptsz ? drv.capture_info_ptsz : drv.capture_info;
-    if (!info) return 0;
     int status = 0;
     CUgraph graph = NULL;
-    if (info(stream, &status, NULL, &graph, NULL, NULL) != CUDA_SUCCESS ||
-        status == CU_STREAM_CAPTURE_STATUS_NONE)
-        return 0;
-    return clc_green_is_body(graph);
+    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+    if (ptsz ? drv.capture_info_v3_ptsz : drv.capture_info_v3)
+        r = (ptsz ? drv.capture_info_v3_ptsz : drv.capture_info_v3)(stream, &status, NULL, &graph,
+                                                                    NULL, NULL, NULL);
+    else if (ptsz ? drv.capture_info_ptsz : drv.capture_info)
+        r = (ptsz ? drv.capture_info_ptsz : drv.capture_info)(stream, &status, NULL, &graph, NULL,
+                                                              NULL);
+    /* A capture that cannot be asked about is taken for one into a body: unconfined, never a
+     * graph that fails to instantiate. */
+    if (r != CUDA_SUCCESS) {
+        clc_debug("cuStreamGetCaptureInfo: CUresult %d", (int)r);
+        return 1;
+    }
+    if (status == CU_STREAM_CAPTURE_STATUS_NONE) return 0;
+    int body = clc_green_is_body(graph);
+    clc_debug("a confined launch captured into graph %p (%s)", graph,
+              body ? "a conditional node's body" : "not a body");
+    return body;
 }
 
 /* ---- cooperative grids ------------------------------------------------------------------------

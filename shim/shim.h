@@ -354,7 +354,6 @@ CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
 #define CLC_UNCONFINED_REFUSED 3      /* the driver refused the launch on the green stream */
 #define CLC_UNCONFINED_CONDITIONAL 4  /* a node or captured launch in a conditional node's body */
 #define CLC_UNCONFINED_COOPERATIVE 5  /* a cooperative grid larger than the partition holds */
-#define CLC_UNCONFINED_CONTEXT 6      /* in a context the program made that is not a green one */
 int clc_green_unconfined(uint64_t word, CUresult why, int reason);
 /* Cooperative grids: the numbers of one the partition cannot hold, said once with them. */
 void clc_green_cooperative_too_large(unsigned blocks, unsigned sms, unsigned per_sm);

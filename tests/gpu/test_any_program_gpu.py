@@ -36,7 +36,8 @@ def program_policy(path, on_unwrappable="allow"):
 
 
 def wrap_policy(path, wrapper):
-    params = {"ms": 1000} if wrapper == "deadline" else {}
+    params = {"ms": 1000} if wrapper == "deadline" else {"share": 0.5} \
+        if wrapper == "sm_share" else {}
     return write_policy(path, [("every", "*", "wrap",
                                 {"wrapper": wrapper, "params": params,
                                  "on_unwrappable": "allow", "record": True})])
