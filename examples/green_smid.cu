@@ -7,9 +7,12 @@
 // each block's %smid into it (every block spins ~20 us so that the work takes a while), and
 // the program copies it back on the same stream and synchronizes that stream only. It prints
 //
+//   context sms=N
 //   result MODE distinct=N unwritten=U max_smid=M smids=A,B,...
 //
-// distinct: how many SMs ran stamp's blocks; unwritten: entries the copy found still 0xff,
+// context sms: the SMs the driver provisions to the context the program runs in (after its
+// first cudaMalloc): a green context's partition, else the whole device. distinct: how many SMs
+// ran stamp's blocks; unwritten: entries the copy found still 0xff,
 // which only a stream order that did not hold can leave (the copy ran before stamp ended).
 // Built twice by the GPU tests: as is, and with --default-stream per-thread (the _ptsz entry
 // points).
@@ -84,10 +87,39 @@ static void round_on(const char *mode, cudaStream_t s, unsigned *where, unsigned
     report(mode, host);
 }
 
+// The SMs of the context the program runs in, as the driver provisions it (a green context's
+// partition, else the whole device): -1 when the driver cannot say.
+static int context_sms() {
+    typedef int (*get_current_t)(void **);
+    typedef int (*get_resource_t)(void *, void *, int);
+    void *get_current = nullptr, *get_resource = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get_current, 12040,
+                                         cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        cudaGetDriverEntryPointByVersion("cuCtxGetDevResource", &get_resource, 12040,
+                                         cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        !get_current || !get_resource)
+        return -1;
+    void *ctx = nullptr;
+    // CUdevResource (cuda.h 13.0): a type, 92 bytes of padding, then the SM count first.
+    struct {
+        int type;
+        unsigned char pad[92];
+        unsigned sm_count, rest[35];
+    } res = {};
+    if (((get_current_t)get_current)(&ctx) != 0 || !ctx ||
+        ((get_resource_t)get_resource)(ctx, &res, 1 /* CU_DEV_RESOURCE_TYPE_SM */) != 0)
+        return -1;
+    return (int)res.sm_count;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "legacy";
     unsigned *where, *host;
     CHECK(cudaMalloc(&where, kBlocks * sizeof(unsigned)));
+    printf("context sms=%d\n", context_sms());
     CHECK(cudaMallocHost(&host, kBlocks * sizeof(unsigned)));
     if (!strcmp(mode, "legacy")) {
         for (int r = 0; r < 3; r++) round_on(mode, 0, where, host, 0);

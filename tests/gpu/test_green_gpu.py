@@ -30,6 +30,12 @@ def confine_policy(path, glob, params, extra=None):
                                  "on_unwrappable": "deny", **(extra or {})})])
 
 
+def context_sms(stdout):
+    """The SMs the driver provisions to the program's context (green_smid's first line)."""
+    m = re.search(r"^context sms=(-?\d+)$", stdout, re.M)
+    return int(m[1]) if m else None
+
+
 def results(stdout):
     return [dict(kv.split("=") for kv in m[2].split()) | {"mode": m[1]}
             for m in re.finditer(r"^result (\S+) (.*)$", stdout, re.M)]
@@ -54,12 +60,16 @@ def test_stamps_land_on_the_partition_in_stream_order(smid_bins, run_native, run
     native = run_native([exe, mode])
     assert native.returncode == 0, tools.describe(native)
     assert all(int(r["distinct"]) > 64 and r["unwritten"] == "0" for r in results(native.stdout))
+    whole = context_sms(native.stdout)
+    assert whole > 64, tools.describe(native)
     # WHEN its stamping kernel is confined to 16 SMs by a green context
     policy = confine_policy(tmp_path / "p.yaml", "stamp*", {"sms": SMS})
     proc, report = run_clc(policy, [exe, mode], tmp_path)
     assert proc.returncode == 0, tools.describe(proc)
     rows = results(proc.stdout)
     assert len(rows) == len(results(native.stdout)), tools.describe(proc)
+    # (the program's own context is the device's, whole: only the kernel is redirected)
+    assert context_sms(proc.stdout) == whole, tools.describe(proc)
     for r in rows:
         # THEN every block of every round ran on at most 16 SMs
         assert 0 < int(r["distinct"]) <= SMS, (r, tools.describe(proc))
@@ -142,6 +152,9 @@ def test_program_scope_keeps_every_launch_on_the_partition(smid_bins, run_clc, t
     assert proc.returncode == 0, tools.describe(proc)
     rows = results(proc.stdout)
     assert rows, tools.describe(proc)
+    # THEN the context cudart runs in is the partition's: the driver provisions it 16 SMs (a
+    # launch redirected one at a time would also land on 16 SMs, but in a context of them all)
+    assert context_sms(proc.stdout) == SMS, tools.describe(proc)
     for r in rows:
         # THEN every block of every round ran on at most 16 SMs (legacy and per-thread
         # streams, Ex, a graph replayed after its stream went, a graph-API node, around
