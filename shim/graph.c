@@ -103,6 +103,7 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
     CUresult r = clc_green_context(g->outcome->replacement, &ctx, &sms);
     if (r != CUDA_SUCCESS) return r;
     if (g->entry) atomic_store_explicit(&g->entry->confined_sms, sms, memory_order_relaxed);
+    clc_green_note_node_kernel(kernel, g->outcome->replacement);
     *copy = *p;
     copy->func = NULL;
     copy->kern = kernel;
@@ -256,7 +257,12 @@ static int graph_driver(void) {
     return gdrv.loaded > 0;
 }
 
-static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, unsigned *moved) {
+/* Puts the kernel nodes of `graph` (its child graphs and its conditional nodes' bodies too) that
+ * clc put in a partition's context back in the program's context `ctx`: each one whose kernel's
+ * rule lets it run unconfined (on_unwrappable: allow); the others are counted in *kept. Child
+ * graphs are noted as bodies when `bodies` (they are in one). */
+static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, int bodies, unsigned *moved,
+                            unsigned *kept) {
     size_t n = 0;
     if (depth > 16 || gdrv.nodes(graph, NULL, &n) != CUDA_SUCCESS || n == 0) return;
     CUgraphNode *nodes = malloc(n * sizeof *nodes);
@@ -266,13 +272,18 @@ static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, unsigned *m
     if (gdrv.nodes(graph, nodes, &n) == CUDA_SUCCESS) {
         for (size_t i = 0; i < n; i++) {
             int type = -1;
-            CUgraph child;
+            CUgraph inner[8];
             CUDA_KERNEL_NODE_PARAMS_v2 p;
             if (gdrv.type(nodes[i], &type) != CUDA_SUCCESS) continue;
             if (type == CU_GRAPH_NODE_TYPE_GRAPH &&
-                gdrv.embedded(nodes[i], &child) == CUDA_SUCCESS) {
-                clc_green_note_bodies(&child, 1);
-                unconfine_graph(child, ctx, depth + 1, moved);
+                gdrv.embedded(nodes[i], &inner[0]) == CUDA_SUCCESS) {
+                if (bodies) clc_green_note_bodies(nodes[i], graph, inner, 1);
+                unconfine_graph(inner[0], ctx, depth + 1, bodies, moved, kept);
+            }
+            if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+                unsigned nb = clc_green_bodies_of(nodes[i], inner, 8);
+                for (unsigned b = 0; b < nb; b++)
+                    unconfine_graph(inner[b], ctx, depth + 1, bodies, moved, kept);
             }
             /* A node already in the program's context (a program context of scope: program is
              * a partition's) needs no move. */
@@ -280,8 +291,11 @@ static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, unsigned *m
                 gdrv.get(nodes[i], &p) != CUDA_SUCCESS || !clc_green_is_node_context(p.ctx) ||
                 p.ctx == ctx || !p.kern)
                 continue;
-            clc_debug("child graph in a body: node %p moved from context %p to %p", nodes[i], p.ctx,
-                      ctx);
+            if (!clc_green_node_kernel_movable(p.kern)) {
+                (*kept)++;
+                continue;
+            }
+            clc_debug("graph node %p moved from context %p to %p", nodes[i], p.ctx, ctx);
             p.func = NULL;
             p.ctx = ctx;
             if (set(nodes[i], &p) == CUDA_SUCCESS) (*moved)++;
@@ -290,18 +304,21 @@ static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, unsigned *m
     free(nodes);
 }
 
+static int current_context(CUcontext *ctx) {
+    *ctx = NULL;
+    return g_hot.ctx_get_current && g_hot.ctx_get_current(ctx) == CUDA_SUCCESS;
+}
+
 static void child_in_body(CUgraphNode node, CUgraph graph) {
     CUgraph child;
-    if (!node) return;
-    CUcontext ctx = NULL;
-    if (t_in_clc || !clc_green_is_body(graph) || !graph_driver() ||
-        gdrv.embedded(node, &child) != CUDA_SUCCESS || !g_hot.ctx_get_current ||
-        g_hot.ctx_get_current(&ctx) != CUDA_SUCCESS)
+    CUcontext ctx;
+    if (!node || t_in_clc || !clc_green_is_body(graph) || !graph_driver() ||
+        gdrv.embedded(node, &child) != CUDA_SUCCESS || !current_context(&ctx))
         return;
-    unsigned moved = 0;
+    unsigned moved = 0, kept = 0;
     t_in_clc = 1;
-    clc_green_note_bodies(&child, 1);
-    unconfine_graph(child, ctx, 0, &moved);
+    clc_green_note_bodies(node, graph, &child, 1);
+    unconfine_graph(child, ctx, 0, 1, &moved, &kept);
     t_in_clc = 0;
     /* In a program context of scope: program the nodes moved into it still run on the
      * partition: nothing to say. */
@@ -313,6 +330,55 @@ static void child_in_body(CUgraphNode node, CUgraph graph) {
                 "requires every kernel of a body to be in the conditional node's context)",
                 moved);
 }
+
+/* ---- a graph the driver will not instantiate with confined nodes ----------------------------
+ * Whatever the reason (a restriction of conditional bodies clc did not see, a driver's new
+ * rule), a graph that fails to instantiate while it holds kernel nodes clc put in a partition's
+ * context has those nodes put back in the program's context, where their rule's on_unwrappable
+ * is allow, and is instantiated again: the program gets its own graph. Said once. A node whose
+ * rule says deny stays confined, and the program gets the driver's error. */
+static int unconfined_for_instantiation(CUgraph graph, CUresult why) {
+    CUcontext ctx;
+    if (t_in_clc || !clc_green_any_node_context() || !graph_driver() || !current_context(&ctx))
+        return 0;
+    unsigned moved = 0, kept = 0;
+    t_in_clc = 1;
+    unconfine_graph(graph, ctx, 0, 0, &moved, &kept);
+    t_in_clc = 0;
+    if ((moved || kept) && CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "sm_share: the driver refused to instantiate a graph holding confined kernel "
+                "nodes (CUresult %d): %u of them run in the program's context, not confined, "
+                "and the graph is instantiated again%s",
+                (int)why, moved,
+                kept ? "; those whose rule's on_unwrappable is deny stay confined, and the "
+                       "program gets the driver's error"
+                     : "");
+    return moved > 0 && kept == 0;
+}
+
+/* A destroyed graph's conditional bodies are forgotten (before: the driver may give its address
+ * to a new graph at once). */
+CLC_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
+    CLC_REAL_OR_FAIL(cuGraphDestroy)
+    clc_green_forget_graph(graph);
+    return real(graph);
+}
+
+#define CLC_INSTANTIATE_HOOK(name, plist, call)                                                  \
+    CLC_EXPORT CUresult name plist {                                                            \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        CUresult r = real call;                                                                  \
+        if (likely(r == CUDA_SUCCESS) || !unconfined_for_instantiation(graph, r)) return r;      \
+        return real call;                                                                        \
+    }
+CLC_INSTANTIATE_HOOK(cuGraphInstantiateWithFlags,
+                     (CUgraphExec * exec, CUgraph graph, unsigned long long flags),
+                     (exec, graph, flags))
+CLC_INSTANTIATE_HOOK(cuGraphInstantiateWithParams,
+                     (CUgraphExec * exec, CUgraph graph, void *params), (exec, graph, params))
+CLC_INSTANTIATE_HOOK(cuGraphInstantiateWithParams_ptsz,
+                     (CUgraphExec * exec, CUgraph graph, void *params), (exec, graph, params))
 
 /* The generic node API: only kernel nodes are gated, any other type passes untouched. A
  * confined kernel's node is confined as the v2 kernel nodes are (its kernel parameters are the
@@ -336,10 +402,11 @@ static void child_in_body(CUgraphNode node, CUgraph graph) {
             CLC_CONFINED_NODE_CALL(real call)                                                    \
         }                                                                                        \
         r = real call;                                                                           \
-        if (r == CUDA_SUCCESS && p && p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)                 \
-            clc_green_note_bodies(p->conditional.phGraph_out, p->conditional.size);              \
+        if (r == CUDA_SUCCESS && p && (added) && p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)      \
+            clc_green_note_bodies((added), graph_of, p->conditional.phGraph_out,                 \
+                                  p->conditional.size);                                          \
         if (r == CUDA_SUCCESS && p && p->type == CU_GRAPH_NODE_TYPE_GRAPH && graph_of)           \
-            child_in_body(added, graph_of);                                                      \
+            child_in_body((added), graph_of);                                                    \
         return gated ? clc_gate_exit(&g, r) : r;                                                 \
     }
 CLC_GENERIC_HOOK(cuGraphAddNode, CLC_ENTRY_GRAPH_ADD_NODE,

@@ -57,6 +57,9 @@ static int symbol_for_request(const char *name, int version, cuuint64_t flags) {
     if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
         return v2 ? CLC_SYM_cuGraphExecKernelNodeSetParams_v2
                   : CLC_SYM_cuGraphExecKernelNodeSetParams;
+    if (strcmp(name, "cuGraphInstantiateWithParams") == 0)
+        return ptsz ? CLC_SYM_cuGraphInstantiateWithParams_ptsz
+                    : CLC_SYM_cuGraphInstantiateWithParams;
     if (strcmp(name, "cuGraphAddNode") == 0)
         return version >= 12030 ? CLC_SYM_cuGraphAddNode_v2 : CLC_SYM_cuGraphAddNode;
     /* Context teardown, both ABIs: cudart 13 asks for the primary context's release and reset

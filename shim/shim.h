@@ -190,6 +190,10 @@ _Static_assert(sizeof(clc_graph_node_params) == 256, "CUgraphNodeParams is 256 b
     X(cuGraphNodeSetParams, (CUgraphNode node, clc_graph_node_params * p))                       \
     X(cuGraphAddChildGraphNode, (CUgraphNode * node, CUgraph graph, const CUgraphNode *deps,     \
                                  size_t n_deps, CUgraph child))                                  \
+    X(cuGraphDestroy, (CUgraph graph))                                                           \
+    X(cuGraphInstantiateWithFlags, (CUgraphExec * exec, CUgraph graph, unsigned long long flags))\
+    X(cuGraphInstantiateWithParams, (CUgraphExec * exec, CUgraph graph, void *params))           \
+    X(cuGraphInstantiateWithParams_ptsz, (CUgraphExec * exec, CUgraph graph, void *params))      \
     X(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, clc_graph_node_params * p)) \
     X(cuModuleLoad, (CUmodule * mod, const char *path))                                          \
     X(cuModuleLoadData, (CUmodule * mod, const void *image))                                     \
@@ -361,10 +365,20 @@ void clc_green_cooperative_too_large(unsigned blocks, unsigned sms, unsigned per
  * a green context's cannot be there. The bodies the driver made for a new conditional node
  * (graph.c) are noted; whether `graph` is one (1 too when the table filled and it cannot be
  * told); whether a launch on `stream` is being captured into one. */
-void clc_green_note_bodies(CUgraph *bodies, unsigned n);
+void clc_green_note_bodies(CUgraphNode parent, CUgraph owner, CUgraph *bodies, unsigned n);
+/* A graph the program destroys: the bodies it holds (and theirs) are dropped. */
+void clc_green_forget_graph(CUgraph graph);
 int clc_green_is_body(CUgraph graph);
+/* The bodies noted for a conditional or child graph node (at most `max`). */
+unsigned clc_green_bodies_of(CUgraphNode parent, CUgraph *out, unsigned max);
+/* A confined graph node's kernel and its outcome word (clc_green_note_node_kernel), and whether
+ * its nodes may be put back in the program's context when the driver will not have them
+ * confined: not where its rule's on_unwrappable is deny, nor for a kernel never noted. */
+void clc_green_note_node_kernel(CUkernel kern, uint64_t word);
+int clc_green_node_kernel_movable(CUkernel kern);
 /* Whether `ctx` is a partition's context that clc put graph nodes in (clc_green_context). */
 int clc_green_is_node_context(CUcontext ctx);
+int clc_green_any_node_context(void);
 int clc_green_capturing_into_body(CUstream stream, int ptsz);
 /* Contexts the program makes (cuCtxCreate) under a policy that confines: a green context of
  * their own, over the partition (`word`, scope: program) or all the device's SMs (word 0),

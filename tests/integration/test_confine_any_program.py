@@ -39,7 +39,8 @@ def greens(stdout):
         r"^green (\S+) rc=(-?\d+) first=\d+ sms=(\d+) ordered=(\d)$", stdout, re.M)}
 
 
-CASES = ("while-api", "if-generic", "switch-capture", "nested-api", "child-in-body")
+CASES = ("plain-generic", "while-api", "if-generic", "switch-capture", "nested-api",
+         "child-in-body")
 
 
 def test_conditional_bodies_keep_the_program_context(clc_run, run_native, native):
@@ -74,8 +75,10 @@ def test_conditional_bodies_refuse_what_deny_refuses(clc_run, native):
     # without them, still instantiate; the plain graph's node is confined
     assert got["while-api"] == (800, 0) and got["if-generic"] == (800, 0)
     assert got["nested-api"] == (800, 0) and got["switch-capture"] == (800, 0)
-    # AND a child graph made apart holds no node of the kernel (refused there too)
-    assert got["child-in-body"] == (0, 0)
+    # AND a child graph made apart, whose node was confined there, cannot go in a body with it
+    # and cannot have it moved off its share: the graph does not instantiate, said once
+    assert got["child-in-body"] == (0, 1)
+    assert "those whose rule's on_unwrappable is deny stay confined" in run.stderr
     assert greens(run.stdout)["plain-generic"] == (0, 32, 0)
     assert run.stderr.count(BODY_NOT_CONFINED) == 1
 
@@ -137,3 +140,49 @@ def test_a_context_the_program_makes_is_confined(clc_run, native, params, sms, o
     # program-wide as the context's own work
     assert greens(run.stdout)["other-context"] == (0, sms, ordered)
     assert "could not be made a green context" not in run.stderr
+
+
+REFUSED = ("clc: sm_share: the driver refused to instantiate a graph holding confined kernel "
+           "nodes (CUresult 1): ")
+
+
+def test_a_graph_the_driver_will_not_instantiate_confined_is_made_as_the_program_gave_it(
+        clc_run, native):
+    # GIVEN a driver that will not instantiate a graph holding a kernel node in a green context
+    # (whatever its reason: the fake refuses every one)
+    env = {"FAKE_CUDA_REFUSE_GREEN_NODES": "1"}
+    # WHEN the plain graph's node is confined (on_unwrappable: allow)
+    run = clc_run(share_policy(), [native["prog_conditional"]], env=env)
+    assert run.proc.returncode == 0, run.stderr
+    # THEN the node is put back in the program's context and the graph instantiated again: it
+    # runs on the whole device, and that is said once
+    assert conds(run.stdout)["plain-generic"] == (0, 0)
+    assert greens(run.stdout)["plain-generic"] == (0, 132, 0)
+    assert run.stderr.count(REFUSED + "1 of them run in the program's context, not confined, "
+                            "and the graph is instantiated again\n") == 1, run.stderr
+
+
+def test_a_node_whose_rule_denies_stays_confined_and_the_program_gets_the_error(clc_run,
+                                                                                native):
+    # GIVEN the same driver, the kernel's rule with on_unwrappable: deny
+    env = {"FAKE_CUDA_REFUSE_GREEN_NODES": "1"}
+    run = clc_run(share_policy("deny"), [native["prog_conditional"]], env=env)
+    assert run.proc.returncode == 0, run.stderr
+    # THEN the node is not moved off its share: the program gets the driver's error
+    assert conds(run.stdout)["plain-generic"] == (0, 1)
+    assert run.stderr.count(REFUSED + "0 of them run in the program's context, not confined, "
+                            "and the graph is instantiated again; those whose rule's "
+                            "on_unwrappable is deny stay confined, and the program gets the "
+                            "driver's error") == 1, run.stderr
+
+
+def test_bodies_of_destroyed_graphs_are_forgotten(clc_run, native):
+    # GIVEN a program that makes and destroys 5000 graphs with a while node each (more bodies
+    # than clc keeps at once) before its own cases
+    run = clc_run(share_policy(), [native["prog_conditional"], "churn", "5000"], timeout=300)
+    assert run.proc.returncode == 0, run.stderr
+    # THEN the bodies went with their graphs: the plain graph's node is still confined, and
+    # the table never filled
+    assert greens(run.stdout)["plain-generic"] == (0, 32, 0)
+    assert "conditional bodies alive" not in run.stderr
+    assert conds(run.stdout) == {c: (0, 0) for c in CASES}

@@ -2486,6 +2486,23 @@ static int body_ok(const struct CUgraph_st *g, const struct CUctx_st *ctx)
     return 1;
 }
 
+/* No kernel node of g, its child graphs or bodies, in a green context. */
+static int body_ok_green(const struct CUgraph_st *g)
+{
+    const struct CUgraphNode_st *n;
+    unsigned i;
+    for (n = g->head; n; n = n->next) {
+        if (n->type == CU_GRAPH_NODE_TYPE_KERNEL && n->k && n->ctx && n->ctx->green)
+            return 0;
+        if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && n->child && !body_ok_green(n->child))
+            return 0;
+        for (i = 0; i < n->n_bodies; i++)
+            if (!body_ok_green(n->bodies[i]))
+                return 0;
+    }
+    return 1;
+}
+
 /* What `cuGraphInstantiate` means in the CUDA 12+ header. */
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                              unsigned long long flags)
@@ -2499,6 +2516,12 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
         return CUDA_ERROR_INVALID_VALUE;
     lock();
     if (tag_of(hGraph) != TAG_GRAPH) {
+        unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    /* FAKE_CUDA_REFUSE_GREEN_NODES: a driver that will not instantiate a graph holding a kernel
+     * node in a green context (as it refuses one in a conditional body of another context). */
+    if (getenv("FAKE_CUDA_REFUSE_GREEN_NODES") && !body_ok_green(hGraph)) {
         unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }

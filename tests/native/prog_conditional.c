@@ -4,7 +4,8 @@
  * the ways a program fills a conditional node's body (the kernel node API, the generic node
  * API, capture into the body, a nested body, a child graph made apart), and once in a plain
  * graph by the generic node API. The driver requires every kernel of a body to be in the conditional node's context.
- * Prints, per case:
+ * With `churn N`, N graphs each holding a while node are made and destroyed first. Prints, per
+ * case:
  *
  *   cond LABEL add=RC instantiate=RC
  *
@@ -53,7 +54,7 @@ static void instantiated(const char *label, CUresult add, CUgraph graph)
     printf("cond %s add=%d instantiate=%d\n", label, (int)add, (int)inst);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     CUdevice dev;
     CUcontext primary;
@@ -73,6 +74,15 @@ int main(void)
     CHECK(cuLibraryGetKernel(&g_vecadd, lib, K_VECADD));
     CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
+    /* `churn N`: first N graphs each with a while node, made and destroyed (a program that
+     * builds its graphs again and again). */
+    for (int i = 0, n = argc > 2 && strcmp(argv[1], "churn") == 0 ? atoi(argv[2]) : 0; i < n;
+         i++) {
+        CHECK(cuGraphCreate(&graph, 0));
+        conditional(graph, CU_GRAPH_COND_TYPE_WHILE, 1);
+        CHECK(cuGraphDestroy(graph));
+    }
+
     /* A kernel node by the generic node API in a plain graph: confined as any node. */
     {
         CUgraphNodeParams p;
@@ -83,10 +93,10 @@ int main(void)
         memcpy(&p.kernel, &k, sizeof k); /* the _v3 struct has the _v2 layout */
         CHECK(cuGraphCreate(&graph, 0));
         CUresult rc = cuGraphAddNode(&node, graph, NULL, NULL, 0, &p);
-        if (rc == CUDA_SUCCESS) {
-            CHECK(cuGraphInstantiate(&exec, graph, 0));
+        CUresult inst = CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS && (inst = cuGraphInstantiate(&exec, graph, 0)) == CUDA_SUCCESS)
             CHECK(cuGraphLaunch(exec, NULL));
-        }
+        printf("cond plain-generic add=%d instantiate=%d\n", (int)rc, (int)inst);
         unsigned first = 0, sms = 0;
         unsigned long n = 0;
         int ordered = 0;
