@@ -345,15 +345,18 @@ static int unconfined_for_instantiation(CUgraph graph, CUresult why) {
     t_in_clc = 1;
     unconfine_graph(graph, ctx, 0, 0, &moved, &kept);
     t_in_clc = 0;
-    if ((moved || kept) && CLC_FIRST_TIME())
+    if (moved && !kept && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "sm_share: the driver refused to instantiate a graph holding confined kernel "
                 "nodes (CUresult %d): %u of them run in the program's context, not confined, "
-                "and the graph is instantiated again%s",
-                (int)why, moved,
-                kept ? "; those whose rule's on_unwrappable is deny stay confined, and the "
-                       "program gets the driver's error"
-                     : "");
+                "and the graph is instantiated again",
+                (int)why, moved);
+    if (kept && CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "sm_share: the driver refused to instantiate a graph holding confined kernel "
+                "nodes (CUresult %d): %u of them stay confined, as their rule's on_unwrappable "
+                "(deny) says, and the program gets the driver's error",
+                (int)why, kept);
     return moved > 0 && kept == 0;
 }
 

@@ -78,7 +78,7 @@ def test_conditional_bodies_refuse_what_deny_refuses(clc_run, native):
     # AND a child graph made apart, whose node was confined there, cannot go in a body with it
     # and cannot have it moved off its share: the graph does not instantiate, said once
     assert got["child-in-body"] == (0, 1)
-    assert "those whose rule's on_unwrappable is deny stay confined" in run.stderr
+    assert "stay confined, as their rule's on_unwrappable (deny) says" in run.stderr
     assert greens(run.stdout)["plain-generic"] == (0, 32, 0)
     assert run.stderr.count(BODY_NOT_CONFINED) == 1
 
@@ -170,10 +170,9 @@ def test_a_node_whose_rule_denies_stays_confined_and_the_program_gets_the_error(
     assert run.proc.returncode == 0, run.stderr
     # THEN the node is not moved off its share: the program gets the driver's error
     assert conds(run.stdout)["plain-generic"] == (0, 1)
-    assert run.stderr.count(REFUSED + "0 of them run in the program's context, not confined, "
-                            "and the graph is instantiated again; those whose rule's "
-                            "on_unwrappable is deny stay confined, and the program gets the "
-                            "driver's error") == 1, run.stderr
+    assert run.stderr.count(REFUSED + "1 of them stay confined, as their rule's on_unwrappable "
+                            "(deny) says, and the program gets the driver's error") == 1, \
+        run.stderr
 
 
 def test_bodies_of_destroyed_graphs_are_forgotten(clc_run, native):
