@@ -78,7 +78,13 @@ static void teardown_end(int begun) {
         before_teardown();                                                                       \
         int begun = teardown_begin(ctx);                                                         \
         CUresult r;                                                                              \
-        if (t_in_clc || clc_green_destroy_created(ctx, &r) < 0) r = real(ctx);                   \
+        int made = -1; /* clc made it: destroyed as a green context (inside clc's own work) */   \
+        if (!t_in_clc) {                                                                         \
+            t_in_clc = 1;                                                                        \
+            made = clc_green_destroy_created(ctx, &r);                                           \
+            t_in_clc = 0;                                                                        \
+        }                                                                                        \
+        if (made < 0) r = real(ctx);                                                             \
         if (r == CUDA_SUCCESS) after_teardown(ctx);                                              \
         teardown_end(begun);                                                                     \
         return r;                                                                                \

@@ -112,16 +112,30 @@ static CUresult node_confine(const gate *g, CUfunction f, const CUDA_KERNEL_NODE
 }
 
 /* Why a confined kernel's node in `graph` (NULL: not known, a setter's) is not confined, with
- * its CLC_UNCONFINED_ reason, or CUDA_SUCCESS with *copy the confined parameters. */
+ * its CLC_UNCONFINED_ reason, or CUDA_SUCCESS with *copy the confined parameters. Inside clc's
+ * own work for this thread: the locks taken here are never waited for by a signal handler's
+ * launch on this thread (it takes the re-entrant gate). */
 static CUresult node_confined(const gate *g, CUfunction f, CUgraph graph,
                               const CUDA_KERNEL_NODE_PARAMS_v2 *p, CUDA_KERNEL_NODE_PARAMS_v2 *copy,
                               int *reason) {
+    int was = t_in_clc;
+    t_in_clc = 1;
     *reason = CLC_UNCONFINED_GRAPH_NODE;
-    if (graph && clc_green_is_body(graph)) {
+    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+    if (graph && clc_green_is_body(graph))
         *reason = CLC_UNCONFINED_CONDITIONAL;
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    return node_confine(g, f, p, copy);
+    else
+        r = node_confine(g, f, p, copy);
+    t_in_clc = was;
+    return r;
+}
+
+/* A new conditional node's bodies noted, inside clc's own work (as node_confined). */
+static void note_bodies(CUgraphNode node, CUgraph graph, const clc_graph_node_params *p) {
+    int was = t_in_clc;
+    t_in_clc = 1;
+    clc_green_note_bodies(node, graph, p->conditional.phGraph_out, p->conditional.size);
+    t_in_clc = was;
 }
 
 /* The driver refused a node's rewrite for a wrapped kernel: the node is made again with the
@@ -364,7 +378,11 @@ static int unconfined_for_instantiation(CUgraph graph, CUresult why) {
  * to a new graph at once). */
 CLC_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
     CLC_REAL_OR_FAIL(cuGraphDestroy)
-    clc_green_forget_graph(graph);
+    if (!t_in_clc) {
+        t_in_clc = 1; /* as node_confined */
+        clc_green_forget_graph(graph);
+        t_in_clc = 0;
+    }
     return real(graph);
 }
 
@@ -406,8 +424,7 @@ CLC_INSTANTIATE_HOOK(cuGraphInstantiateWithParams_ptsz,
         }                                                                                        \
         r = real call;                                                                           \
         if (r == CUDA_SUCCESS && p && (added) && p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)      \
-            clc_green_note_bodies((added), graph_of, p->conditional.phGraph_out,                 \
-                                  p->conditional.size);                                          \
+            note_bodies((added), graph_of, p);                                                   \
         if (r == CUDA_SUCCESS && p && p->type == CU_GRAPH_NODE_TYPE_GRAPH && graph_of)           \
             child_in_body((added), graph_of);                                                    \
         return gated ? clc_gate_exit(&g, r) : r;                                                 \
