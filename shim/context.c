@@ -168,13 +168,33 @@ CLC_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, clc_ctx_create_params *param
     return created_context(pctx, flags, dev, plain, &r) ? r : real(pctx, params, flags, dev);
 }
 
+/* The device's green contexts torn down before the program's release or reset, inside clc's
+ * own work for this thread: a signal handler's launch meanwhile takes the re-entrant gate
+ * instead of waiting on the lock held here. */
+static int green_release(CUdevice dev, CUcontext *program) {
+    *program = NULL;
+    if (t_in_clc) return 0;
+    t_in_clc = 1;
+    int torn = clc_green_release(dev, program);
+    t_in_clc = 0;
+    return torn;
+}
+
+static void green_reset(CUdevice dev, CUcontext *program) {
+    *program = NULL;
+    if (t_in_clc) return;
+    t_in_clc = 1;
+    clc_green_reset(dev, program);
+    t_in_clc = 0;
+}
+
 /* The primary context dies at its last release (then it is no longer active). */
 #define CLC_PRIMARY_RELEASE_HOOK(name)                                                           \
     CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
         CUcontext program = NULL;                                                                \
-        int torn = !t_in_clc && clc_green_release(dev, &program);                                \
+        int torn = green_release(dev, &program);                                                 \
         CUcontext ctx = torn ? active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real) : NULL; \
         int begun = teardown_begin(NULL);                                                        \
         CUresult r = real(dev);                                                                  \
@@ -192,7 +212,7 @@ CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
         CLC_REAL_OR_FAIL(name)                                                                   \
         before_teardown();                                                                       \
         CUcontext program = NULL;                                                                \
-        if (!t_in_clc) clc_green_reset(dev, &program);                                           \
+        green_reset(dev, &program);                                                              \
         pfn_cuDevicePrimaryCtxRelease_v2 release =                                               \
             (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SYM_cuDevicePrimaryCtxRelease_v2);   \
         CUcontext ctx = active_primary(dev, release);                                            \
