@@ -27,10 +27,10 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
      * it is made, as a launch there does: nothing to rewrite. */
     uint64_t word;
     unsigned sms;
-    if (*gated && g->outcome->action == CLC_ACTION_CONFINE)
-        clc_debug("graph node of a confined kernel in context %p (current %p)", ctx, current_ctx());
-    if (*gated && g->outcome->action == CLC_ACTION_CONFINE &&
-        (sms = clc_green_program_sms(ctx ? ctx : current_ctx(), &word)) != 0) {
+    CUcontext in =
+        *gated && g->outcome->action == CLC_ACTION_CONFINE ? ctx ? ctx : current_ctx() : NULL;
+    if (in) clc_debug("graph node of a confined kernel in context %p", in);
+    if (in && (sms = clc_green_program_sms(in, &word)) != 0) {
         g->scratch = *g->outcome;
         g->scratch.action = CLC_ACTION_ALLOW;
         g->outcome = &g->scratch;
@@ -318,16 +318,11 @@ static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, int bodies,
     free(nodes);
 }
 
-static int current_context(CUcontext *ctx) {
-    *ctx = NULL;
-    return g_hot.ctx_get_current && g_hot.ctx_get_current(ctx) == CUDA_SUCCESS;
-}
-
 static void child_in_body(CUgraphNode node, CUgraph graph) {
     CUgraph child;
     CUcontext ctx;
     if (!node || t_in_clc || !clc_green_is_body(graph) || !graph_driver() ||
-        gdrv.embedded(node, &child) != CUDA_SUCCESS || !current_context(&ctx))
+        gdrv.embedded(node, &child) != CUDA_SUCCESS || !(ctx = current_ctx()))
         return;
     unsigned moved = 0, kept = 0;
     t_in_clc = 1;
@@ -353,7 +348,7 @@ static void child_in_body(CUgraphNode node, CUgraph graph) {
  * rule says deny stays confined, and the program gets the driver's error. */
 static int unconfined_for_instantiation(CUgraph graph, CUresult why) {
     CUcontext ctx;
-    if (t_in_clc || !clc_green_any_node_context() || !graph_driver() || !current_context(&ctx))
+    if (t_in_clc || !clc_green_any_node_context() || !graph_driver() || !(ctx = current_ctx()))
         return 0;
     unsigned moved = 0, kept = 0;
     t_in_clc = 1;

@@ -71,15 +71,12 @@ static struct {
     CUresult (*ctx_push)(CUcontext);
     CUresult (*ctx_pop)(CUcontext *);
     CUresult (*ctx_set_flags)(unsigned);
-    /* cuStreamGetCaptureInfo_v3 (CUDA 12.3+: edge data before the count), else _v2. */
-    CUresult (*capture_info_v3)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                                const void **, size_t *);
-    CUresult (*capture_info_v3_ptsz)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                                     const void **, size_t *);
+    /* cuStreamGetCaptureInfo_v3 (CUDA 12.3+, as conditional nodes are: edge data before the
+     * count). */
     CUresult (*capture_info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                             size_t *);
+                             const void **, size_t *);
     CUresult (*capture_info_ptsz)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                                  size_t *);
+                                  const void **, size_t *);
     int loaded; /* 1: all found; -1: this driver has no green contexts */
 } drv;
 
@@ -154,11 +151,8 @@ static int load_driver(void) {
         drv.ctx_push = sym(h, "cuCtxPushCurrent_v2");
         drv.ctx_pop = sym(h, "cuCtxPopCurrent_v2");
         drv.ctx_set_flags = sym(h, "cuCtxSetFlags");
-        drv.capture_info_v3 = sym(h, "cuStreamGetCaptureInfo_v3");
-        drv.capture_info_v3_ptsz = sym(h, "cuStreamGetCaptureInfo_v3_ptsz");
-        if (!drv.capture_info_v3_ptsz) drv.capture_info_v3_ptsz = drv.capture_info_v3;
-        drv.capture_info = sym(h, "cuStreamGetCaptureInfo_v2");
-        drv.capture_info_ptsz = sym(h, "cuStreamGetCaptureInfo_v2_ptsz");
+        drv.capture_info = sym(h, "cuStreamGetCaptureInfo_v3");
+        drv.capture_info_ptsz = sym(h, "cuStreamGetCaptureInfo_v3_ptsz");
         if (!drv.capture_info_ptsz) drv.capture_info_ptsz = drv.capture_info;
         if (!drv.stream_priority_ptsz) drv.stream_priority_ptsz = drv.stream_priority;
         if (!drv.wait_event_ptsz) drv.wait_event_ptsz = drv.wait_event;
@@ -420,7 +414,6 @@ CUresult clc_green_context(uint64_t word, CUcontext *out, unsigned *sms) {
         r = drv.ctx_from_green(out, g_parts[part].green);
         *sms = g_parts[part].sms;
     }
-    if (r == CUDA_SUCCESS) note_node_context(*out);
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -641,13 +634,10 @@ int clc_green_capturing_into_body(CUstream stream, int ptsz) {
         return 0;
     int status = 0;
     CUgraph graph = NULL;
-    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
-    if (ptsz ? drv.capture_info_v3_ptsz : drv.capture_info_v3)
-        r = (ptsz ? drv.capture_info_v3_ptsz : drv.capture_info_v3)(stream, &status, NULL, &graph,
-                                                                    NULL, NULL, NULL);
-    else if (ptsz ? drv.capture_info_ptsz : drv.capture_info)
-        r = (ptsz ? drv.capture_info_ptsz : drv.capture_info)(stream, &status, NULL, &graph, NULL,
-                                                              NULL);
+    CUresult (*info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **, const void **,
+                     size_t *) = ptsz ? drv.capture_info_ptsz : drv.capture_info;
+    CUresult r =
+        info ? info(stream, &status, NULL, &graph, NULL, NULL, NULL) : CUDA_ERROR_NOT_SUPPORTED;
     /* A capture that cannot be asked about is taken for one into a body: unconfined, never a
      * graph that fails to instantiate. */
     if (r != CUDA_SUCCESS) {

@@ -1348,17 +1348,24 @@ static CUresult capture_info(CUstream hStream, CUstreamCaptureStatus *status, cu
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *status,
+/* The 12.3 ABI: the dependencies' edge data (always none here) before their count. */
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *status,
                                            cuuint64_t *id, CUgraph *graph,
-                                           const CUgraphNode **deps, size_t *n)
+                                           const CUgraphNode **deps,
+                                           const CUgraphEdgeData **edges, size_t *n)
 {
+    if (edges)
+        *edges = NULL;
     return capture_info(hStream, status, id, graph, deps, n);
 }
 
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *status,
                                                 cuuint64_t *id, CUgraph *graph,
-                                                const CUgraphNode **deps, size_t *n)
+                                                const CUgraphNode **deps,
+                                                const CUgraphEdgeData **edges, size_t *n)
 {
+    if (edges)
+        *edges = NULL;
     return capture_info(hStream, status, id, graph, deps, n);
 }
 
@@ -3444,8 +3451,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuGraphGetNodes)                                                                             \
     X(cuGraphNodeGetType)                                                                          \
     X(cuGraphKernelNodeGetParams_v2)                                                               \
-    X(cuStreamGetCaptureInfo_v2)                                                                   \
-    X(cuStreamGetCaptureInfo_v2_ptsz)                                                              \
+    X(cuStreamGetCaptureInfo_v3)                                                                   \
+    X(cuStreamGetCaptureInfo_v3_ptsz)                                                              \
     X(cuCtxGetCurrent)                                                                             \
     X(cuCtxGetDevice)                                                                              \
     X(cuCtxSynchronize)                                                                            \
@@ -3597,8 +3604,8 @@ static const struct {
     {"cuStreamBeginCaptureToGraph", 12030, 0, "cuStreamBeginCaptureToGraph"},
     {"cuGraphConditionalHandleCreate", 12030, 0, "cuGraphConditionalHandleCreate"},
     {"cuGraphKernelNodeGetParams", 12000, 0, "cuGraphKernelNodeGetParams_v2"},
-    {"cuStreamGetCaptureInfo", 11030, 0, "cuStreamGetCaptureInfo_v2"},
-    {"cuStreamGetCaptureInfo", 11030, 1, "cuStreamGetCaptureInfo_v2_ptsz"},
+    {"cuStreamGetCaptureInfo", 12030, 0, "cuStreamGetCaptureInfo_v3"},
+    {"cuStreamGetCaptureInfo", 12030, 1, "cuStreamGetCaptureInfo_v3_ptsz"},
     {"cuCtxPushCurrent", 4000, 0, "cuCtxPushCurrent_v2"},
     {"cuCtxPopCurrent", 4000, 0, "cuCtxPopCurrent_v2"},
     {"cuCtxSetFlags", 12010, 0, "cuCtxSetFlags"},
