@@ -101,6 +101,8 @@ def test_a_cooperative_grid_too_large_for_the_partition(clc_run, native, on_unwr
     # GIVEN cooperative launches of a confined kernel: one small, two sized for the whole
     # device (cuLaunchCooperativeKernel, cuLaunchKernelEx with the cooperative attribute)
     run = clc_run(share_policy(on_unwrappable), [native["prog_coop"]])
+    # (the context with execution affinity is refused without MPS, as the driver refuses it)
+    assert "check cuCtxCreate(affinity) -> 224" in run.stdout
     assert run.proc.returncode == 0, run.stderr
     seen = greens(run.stdout)
     # THEN the small grid runs on the partition, in the program's stream order
@@ -119,7 +121,7 @@ def test_a_cooperative_grid_too_large_for_the_partition(clc_run, native, on_unwr
 def test_a_context_made_with_affinity_parameters_is_made_as_asked(clc_run, native):
     # GIVEN a program that makes a context with execution-affinity parameters (which a green
     # context cannot carry) and launches the confined kernel of a module loaded there
-    run = clc_run(share_policy(), [native["prog_coop"]])
+    run = clc_run(share_policy(), [native["prog_coop"]], env={"FAKE_CUDA_MPS": "1"})
     # THEN the context is made as asked, the launch the driver refuses on the partition runs on
     # the whole device (on_unwrappable: allow), and both are said
     assert greens(run.stdout)["affinity"] == (0, 132, 0)

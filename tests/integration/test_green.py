@@ -255,14 +255,19 @@ def test_scope_program_confines_the_primary_context_with_nothing_per_launch(clc_
     assert not any("could not" in m.text for m in cap.messages)
 
 
-def test_scope_program_lives_through_the_programs_retains_and_threads(clc_run, native):
-    # GIVEN a whole process confined to 16 SMs, retaining the primary context twice, releasing
-    # once, then four threads launching on it, then its last release and a new retain
-    run = clc_run(program_policy("{sms: 16, scope: program}"), [native["prog_green_program"]])
+@pytest.mark.parametrize("retain", ["driver-api", "cudart"])
+def test_scope_program_lives_through_the_programs_retains_and_threads(clc_run, native, retain):
+    # GIVEN a whole process confined to 16 SMs, retaining the primary context (twice, releasing
+    # once, through cuDevicePrimaryCtxRetain; or once as libcudart does, through the driver's
+    # private path, then making it current), four threads making it current and launching on
+    # it, then its last release and a new retain
+    args = [native["prog_green_program"]] + ([] if retain == "driver-api" else [retain])
+    run = clc_run(program_policy("{sms: 16, scope: program}"), args)
     assert run.proc.returncode == 0, run.stderr
     seen = launches(run.stdout)
-    # THEN both retains got the partition's context, which outlived the first release
-    assert "same-handle 1" in run.stdout
+    # THEN every retain got the partition's context, which outlived a first release
+    if retain == "driver-api":
+        assert "same-handle 1" in run.stdout
     assert "after-one-release destroyed=0" in run.stdout
     for label in ("legacy", "stream", "other-kernel", "after-one-release", "threads",
                   "after-release"):
@@ -274,6 +279,15 @@ def test_scope_program_lives_through_the_programs_retains_and_threads(clc_run, n
     # AND the last release destroyed the green context before the driver's (which then tears
     # the primary context down), and the next retain made another
     assert (created, destroyed) == (2, 1)
+
+
+def test_scope_program_is_not_asked_of_other_policies(clc_run, native):
+    # GIVEN a policy confining one kernel per launch, not the whole program
+    run = clc_run(program_policy("{sms: 16}"), [native["prog_green_program"], "cudart"])
+    # THEN the context cudart made current is its own, and the kernel is confined per launch
+    assert run.proc.returncode == 0, run.stderr
+    assert launches(run.stdout)["legacy"] == (0, 0, 16, 1), run.stdout
+    assert tail(run.stdout)[1][2] > 0  # on green streams clc made, in stream order
 
 
 def test_scope_program_follows_the_rules_process_conditions(clc_run, native):

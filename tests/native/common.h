@@ -55,12 +55,34 @@
 #define TRITON_PTX                                                                                 \
     PTX_HEADER PTX_ENTRY(K_TRITON_ADD) PTX_ENTRY(K_TRITON_MATMUL) PTX_ENTRY(K_TRITON_DEBUG)
 
-/* A fatbin container: this header, then the payload (here PTX text, NUL-padded to 8 bytes). */
+/* A fatbin container: this header, then its entries. */
 struct fake_fatbin_header {
     uint32_t magic; /* 0xBA55ED50 */
     uint16_t version;
     uint16_t header_size;
     uint64_t payload_size;
+};
+
+/* An entry's header, as nvcc's fatbinary writes it for an uncompressed PTX entry
+ * (clc/wrapping/fatbin.py has every field): 64 bytes, then an options block (the offset of an
+ * empty options string, and its length) and that string, padded to 8; the entry's code follows,
+ * NUL-padded to 8 bytes. */
+struct fake_fatbin_entry {
+    uint16_t kind;   /* 1: PTX */
+    uint16_t format; /* 0x0101 */
+    uint32_t header_size;
+    uint64_t payload_size;
+    uint32_t compressed_size;
+    uint32_t options_offset; /* 64 */
+    uint16_t minor, major;   /* PTX ISA version */
+    uint32_t arch;
+    uint32_t ident_offset, ident_length;
+    uint64_t flags; /* 0x11: 64-bit Linux code */
+    uint64_t unknown;
+    uint64_t uncompressed_size;
+    uint32_t options_text_offset; /* 72 */
+    uint32_t options_text_length; /* 0 */
+    uint64_t options_text;        /* "" */
 };
 
 /* What nvcc emits for each translation unit and cudart hands to cuLibraryLoadData. */
@@ -71,19 +93,23 @@ struct fake_fatbin_wrapper {
     void *filename_or_fatbins;
 };
 
-/* Returns a malloc'd container holding ptx (never freed: cudart's images live as long as the
- * program, which is what CU_LIBRARY_BINARY_IS_PRESERVED promises the driver). */
+/* Returns a malloc'd container holding ptx as one uncompressed compute_90 PTX entry, as the
+ * real driver reads it (never freed: cudart's images live as long as the program, which is
+ * what CU_LIBRARY_BINARY_IS_PRESERVED promises the driver). */
 static inline const void *make_fatbin(const char *ptx)
 {
     size_t len = strlen(ptx) + 1, padded = (len + 7) & ~(size_t)7;
-    struct fake_fatbin_header h = {0xBA55ED50u, 1, sizeof h, padded};
-    unsigned char *buf = calloc(1, sizeof h + padded);
+    struct fake_fatbin_entry e = {1,    0x0101, sizeof e, padded, 0, 64, 0, 8, 90, 0, 0,
+                                  0x11, 0,      0,        72,     0, 0};
+    struct fake_fatbin_header h = {0xBA55ED50u, 1, sizeof h, sizeof e + padded};
+    unsigned char *buf = calloc(1, sizeof h + sizeof e + padded);
     if (!buf) {
         fprintf(stderr, "FAILED out of memory\n");
         exit(1);
     }
     memcpy(buf, &h, sizeof h);
-    memcpy(buf + sizeof h, ptx, len);
+    memcpy(buf + sizeof h, &e, sizeof e);
+    memcpy(buf + sizeof h + sizeof e, ptx, len);
     return buf;
 }
 
@@ -128,7 +154,8 @@ static inline void report_check(const char *what, CUresult rc)
 
 /* ---- the fake driver's counters -----------------------------------------------------------------
  * Looked up with dlsym in the already loaded libcuda.so.1, so every program reads them the same
- * way however it reached the driver; a program run over a real driver stops here. */
+ * way however it reached the driver. Over a real driver the `fake:` lines are not printed, and
+ * the programs that print what the fake saw print only what the program saw. */
 
 struct fake_api {
     unsigned long (*launch_count)(const char *name);
@@ -140,6 +167,16 @@ struct fake_api {
     unsigned (*kernel_count)(void);
     const char *(*kernel_name)(unsigned i);
 };
+
+/* One of the fake driver's test hooks in the loaded libcuda.so.1, or NULL over a real driver
+ * (the programs also run there: tests/gpu/test_fake_fidelity.py compares what they observe). */
+static inline void *fake_hook(const char *name)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return h ? dlsym(h, name) : NULL;
+}
+
+static inline int over_fake_driver(void) { return fake_hook("fake_cuda_launch_count") != NULL; }
 
 static inline void *fake_sym(void *h, const char *name)
 {
@@ -176,6 +213,8 @@ static inline struct fake_api load_fake_api(void)
 /* The `fake:` and `fake-entry:` lines every program ends with. */
 static inline void print_fake_counts(void)
 {
+    if (!over_fake_driver())
+        return; /* a real driver's counts are not known to the program */
     struct fake_api api = load_fake_api();
     unsigned i, n = api.kernel_count();
     const char *name;

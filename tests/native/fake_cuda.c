@@ -433,13 +433,33 @@ static CUresult image_text(const void *image, const char **text, size_t *len)
             return CUDA_ERROR_INVALID_IMAGE;
     }
     if (magic == FATBIN_MAGIC) {
+        /* The container's entries, back to back: the first uncompressed PTX entry is read
+         * (kind 1, no compressed size); a container with none has no code this fake runs. */
         struct fatbin_header h;
+        const char *p, *end;
         memcpy(&h, image, sizeof h);
         if (h.header_size < sizeof h)
             return CUDA_ERROR_INVALID_IMAGE;
-        *text = (const char *)image + h.header_size;
-        *len = strnlen(*text, h.payload_size);
-        return CUDA_SUCCESS;
+        p = (const char *)image + h.header_size;
+        end = p + h.payload_size;
+        while (p + 64 <= end) {
+            uint16_t kind;
+            uint32_t header_size, compressed;
+            uint64_t size;
+            memcpy(&kind, p, sizeof kind);
+            memcpy(&header_size, p + 4, sizeof header_size);
+            memcpy(&size, p + 8, sizeof size);
+            memcpy(&compressed, p + 16, sizeof compressed);
+            if (header_size < 64 || size > (uint64_t)(end - p) - header_size)
+                return CUDA_ERROR_INVALID_IMAGE;
+            if (kind == 1 && compressed == 0) {
+                *text = p + header_size;
+                *len = strnlen(*text, size);
+                return CUDA_SUCCESS;
+            }
+            p += header_size + size;
+        }
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
     }
     *text = image;
     *len = strlen(image);
@@ -1022,7 +1042,7 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
 {
     TRY(need_init());
     if (!pctx)
@@ -1033,6 +1053,11 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     atomic_store(&g_primary_active, 1);
     *pctx = &g_primary;
     return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    return primary_retain(pctx, dev);
 }
 
 /* The primary context's handle stays usable after its last release or a reset: the real driver
@@ -1113,11 +1138,17 @@ CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
 }
 
 /* What `cuCtxCreate` means in the CUDA 13 header. */
+/* Execution affinity (an SM count) is for clients of an MPS server: without one the real
+ * driver refuses it (CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, driver 580). FAKE_CUDA_MPS=1 plays
+ * an MPS client, whose context is made (its SM count is not modelled). */
 CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
                                 unsigned int flags, CUdevice dev)
 {
-    (void)ctxCreateParams;
+    const char *mps = getenv("FAKE_CUDA_MPS");
     (void)flags;
+    if (ctxCreateParams && ctxCreateParams->execAffinityParams &&
+        ctxCreateParams->numExecAffinityParams > 0 && !(mps && strcmp(mps, "1") == 0))
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
     return ctx_create(pctx, dev);
 }
 
@@ -1195,6 +1226,20 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
     *device = tls_ctx->dev;
+    return CUDA_SUCCESS;
+}
+
+/* The device of `ctx`, or of the current context when ctx is NULL (CUDA 13). */
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    if (ctx == NULL)
+        return cuCtxGetDevice(device);
+    TRY(need_init());
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (tag_of(ctx) != TAG_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *device = ctx->dev;
     return CUDA_SUCCESS;
 }
 
@@ -2324,7 +2369,9 @@ static CUresult node_kernel(enum entry e, CUfunction func, CUkernel kern, CUcont
 {
     struct CUfunc_st *f;
     if (func || !v2) {
-        f = launchable(func);
+        /* A CUkernel goes in `kern`: in `func`, where a launch takes one, a node refuses it
+         * (CUDA_ERROR_INVALID_HANDLE on the real driver, 580). */
+        f = tag_of(func) == TAG_KERNEL ? NULL : launchable(func);
     } else {
         if (ctx == NULL)
             TRY(need_ctx());
@@ -2731,7 +2778,8 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
     return CUDA_SUCCESS;
 }
 
-/* Conditional handles: distinct non-zero values; the fake keeps no condition. */
+/* Conditional handles: distinct non-zero values; the fake keeps no condition. The context is
+ * required (NULL is CUDA_ERROR_INVALID_CONTEXT on the real driver, 580). */
 CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out,
                                                 CUgraph hGraph, CUcontext ctx,
                                                 unsigned int defaultLaunchValue,
@@ -2741,8 +2789,10 @@ CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandl
     (void)defaultLaunchValue;
     (void)flags;
     TRY(need_init());
-    if (!pHandle_out || tag_of(hGraph) != TAG_GRAPH || (ctx && tag_of(ctx) != TAG_CTX))
+    if (!pHandle_out || tag_of(hGraph) != TAG_GRAPH)
         return CUDA_ERROR_INVALID_VALUE;
+    if (tag_of(ctx) != TAG_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
     *pHandle_out = atomic_fetch_add(&next, 1);
     return CUDA_SUCCESS;
 }
@@ -3391,6 +3441,14 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
  * dlopens libcuda.so.1 when it can and asks for tables by UUID, and crashes when the symbol is
  * missing altogether. The fake has none: every table is "not supported", which they take as
  * "no driver features to use". */
+/* cudart's way to the primary context (test programs only): the real driver retains it for
+ * libcudart through a private table, without passing through the exported
+ * cuDevicePrimaryCtxRetain; cudart then makes it current with cuCtxSetCurrent. */
+CUresult fake_cuda_private_primary_retain(CUcontext *pctx, CUdevice dev)
+{
+    return primary_retain(pctx, dev);
+}
+
 CUresult CUDAAPI cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
     if (!ppExportTable || !pExportTableId)
@@ -3455,6 +3513,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuStreamGetCaptureInfo_v3_ptsz)                                                              \
     X(cuCtxGetCurrent)                                                                             \
     X(cuCtxGetDevice)                                                                              \
+    X(cuCtxGetDevice_v2)                                                                           \
     X(cuCtxSynchronize)                                                                            \
     X(cuStreamCreate)                                                                              \
     X(cuStreamDestroy)                                                                             \

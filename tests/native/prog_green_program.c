@@ -3,7 +3,11 @@
  * prog_green_program: the primary context's life as a program leads it, for a policy that
  * confines the whole process (scope: program): retained twice, released once and launched on,
  * released for good, retained again; four threads launching at once on the legacy stream and
- * streams of their own. Prints, as the fake driver saw it:
+ * streams of their own. With `cudart` it takes the context as libcudart does: retained through
+ * the driver's private path (the fake's fake_cuda_private_primary_retain), never through
+ * cuDevicePrimaryCtxRetain, made current with cuCtxSetCurrent, released with
+ * cuDevicePrimaryCtxRelease; it skips the second retain and release (cudart retains a device's
+ * context once). Prints, as the fake driver saw it:
  *
  *   green LABEL rc=N first=F sms=S ordered=0|1
  *   same-handle 0|1                 (both retains handed out the same context)
@@ -26,6 +30,8 @@ typedef void (*green_counts_t)(unsigned long *, unsigned long *, unsigned long *
 static last_green_t g_last_green;
 static green_counts_t g_counts;
 static CUcontext g_ctx;
+typedef CUresult (*retain_t)(CUcontext *, CUdevice);
+static retain_t retain = cuDevicePrimaryCtxRetain;
 static CUfunction g_vecadd, g_fill;
 static _Atomic int g_failures, g_launches;
 
@@ -34,8 +40,13 @@ static void where(const char *label, const char *kernel, CUresult rc)
     unsigned first = 0, sms = 0;
     unsigned long n = 0;
     int ordered = 0;
-    g_last_green(kernel, &first, &sms, &ordered, &n);
-    printf("green %s rc=%d first=%u sms=%u ordered=%d\n", label, (int)rc, first, sms, ordered);
+    if (g_last_green) { /* where the fake ran it */
+        g_last_green(kernel, &first, &sms, &ordered, &n);
+        printf("green %s rc=%d first=%u sms=%u ordered=%d\n", label, (int)rc, first, sms,
+               ordered);
+    } else {
+        printf("green %s rc=%d\n", label, (int)rc);
+    }
 }
 
 static void *worker(void *arg)
@@ -71,7 +82,7 @@ static void load(void)
     CHECK(cuModuleGetFunction(&g_fill, fill_mod, K_FILL));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     CUdevice dev;
     CUcontext again;
@@ -84,11 +95,16 @@ int main(void)
 
     start_program();
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
-    g_last_green = (last_green_t)fake_sym(h, "fake_cuda_last_green");
-    g_counts = (green_counts_t)fake_sym(h, "fake_cuda_green_counts");
+    g_last_green = (last_green_t)fake_hook("fake_cuda_last_green");
+    g_counts = (green_counts_t)fake_hook("fake_cuda_green_counts");
     CHECK(cuInit(0));
+    int cudart = argc > 1 && strcmp(argv[1], "cudart") == 0;
+    if (cudart && !(retain = (retain_t)fake_hook("fake_cuda_private_primary_retain"))) {
+        fprintf(stderr, "FAILED cudart: runs over the fake driver only\n");
+        return 1;
+    }
     CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&g_ctx, dev));
+    CHECK(retain(&g_ctx, dev));
     CHECK(cuCtxSetCurrent(g_ctx));
     load();
     CHECK(cuStreamCreate(&s, CU_STREAM_DEFAULT));
@@ -97,11 +113,15 @@ int main(void)
     where("other-kernel", K_FILL, cuLaunchKernel(g_fill, 4, 1, 1, 32, 1, 1, 0, s, args, NULL));
 
     /* A second retain (a library of the program's, say), and its release. */
-    CHECK(cuDevicePrimaryCtxRetain(&again, dev));
-    printf("same-handle %d\n", again == g_ctx);
-    CHECK(cuDevicePrimaryCtxRelease(dev));
-    g_counts(&created, &destroyed, &streams, &streams_destroyed);
-    printf("after-one-release destroyed=%lu\n", destroyed);
+    if (!cudart) {
+        CHECK(retain(&again, dev));
+        printf("same-handle %d\n", again == g_ctx);
+        CHECK(cuDevicePrimaryCtxRelease(dev));
+    }
+    if (g_counts) {
+        g_counts(&created, &destroyed, &streams, &streams_destroyed);
+        printf("after-one-release destroyed=%lu\n", destroyed);
+    }
     where("after-one-release", K_VECADD,
           cuLaunchKernel(g_vecadd, 4, 1, 1, 32, 1, 1, 0, s, args, NULL));
 
@@ -116,12 +136,14 @@ int main(void)
     /* The last release, then the context retained and used again. */
     CHECK(cuStreamDestroy(s));
     CHECK(cuDevicePrimaryCtxRelease(dev));
-    CHECK(cuDevicePrimaryCtxRetain(&g_ctx, dev));
+    CHECK(retain(&g_ctx, dev));
     CHECK(cuCtxSetCurrent(g_ctx));
     load();
     where("after-release", K_VECADD,
           cuLaunchKernel(g_vecadd, 4, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
 
+    if (!g_counts)
+        return 0; /* over a real driver */
     unsigned long (*violations)(void) = fake_sym(h, "fake_cuda_order_violations");
     g_counts(&created, &destroyed, &streams, &streams_destroyed);
     printf("order-violations %lu\n", violations());

@@ -35,10 +35,16 @@ APP_PTX = PTX_HEADER + ptx_entry(K_VECADD) + ptx_entry(K_SCALE) + ptx_entry(K_DE
 
 
 def fatbin(ptx: bytes) -> bytes:
-    """A fatbin container (magic, version, header size, payload size) around ptx."""
-    payload = ptx + b"\0"
-    payload += b"\0" * (-len(payload) % 8)
-    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(payload)) + payload
+    """A fatbin container (magic, version, header size, payload size) holding one uncompressed
+    PTX entry for compute_90, laid out as nvcc's fatbinary writes it (clc/wrapping/fatbin.py)."""
+    text = ptx + b"\0"
+    text += b"\0" * (-len(text) % 8)
+    # kind 1 (PTX), format 0x0101, header 80 bytes, payload, uncompressed, options block at 64,
+    # PTX ISA 8.0, arch 90, no identifier, flags 64-bit Linux code; the options block names an
+    # empty string at 72
+    entry = struct.pack("<HHIQIIHHIIIQQQIIQ", 1, 0x0101, 80, len(text), 0, 64, 0, 8, 90, 0, 0,
+                        0x11, 0, 0, 72, 0, 0) + text
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(entry)) + entry
 
 
 CUresult = ctypes.c_int
