@@ -53,8 +53,9 @@ def main():
     try:
         total = torch.arange(1, 1001, device=device, dtype=torch.float32).cumsum(0)
         print(f"rank {rank} cumsum={total[-1].item():.0f}", flush=True)
-    except RuntimeError as exc:
-        print(f"rank {rank} cumsum refused: {str(exc).splitlines()[0]}", flush=True)
+    except Exception as exc:  # torch raises RuntimeError or a subclass (AcceleratorError)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"rank {rank} cumsum refused: {first}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank} done", flush=True)

@@ -181,15 +181,12 @@ CLC_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, clc_ctx_create_params *param
 /* The device's green contexts torn down before the program's release or reset, inside clc's
  * own work for this thread: a signal handler's launch meanwhile takes the re-entrant gate
  * instead of waiting on the lock held here. */
-static void forget_current(CUdevice dev);
-
 static int green_release(CUdevice dev, CUcontext *program) {
     *program = NULL;
     if (t_in_clc) return 0;
     t_in_clc = 1;
     int torn = clc_green_release(dev, program);
     t_in_clc = 0;
-    if (torn) forget_current(dev);
     return torn;
 }
 
@@ -199,7 +196,6 @@ static void green_reset(CUdevice dev, CUcontext *program) {
     t_in_clc = 1;
     clc_green_reset(dev, program);
     t_in_clc = 0;
-    forget_current(dev);
 }
 
 /* The primary context dies at its last release (then it is no longer active). */
@@ -244,26 +240,15 @@ CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset_v2)
  * with scope: program, asked once per device), the program gets the partition's context in
  * place of the primary context, which it retained all the same: what it runs there is on the
  * partition. Without a partition the primary context is handed back, and the rule's kernels are
- * confined one launch at a time (or get its on_unwrappable). `r` is the driver's answer to the
- * retain, returned as it is. */
-/* Said once, whichever way the program came to its context. */
-static void program_context_failed(CUresult why) {
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "sm_share: the program's context could not be made a green context (scope: "
-                "program) (CUresult %d%s): the rule's kernels are confined one launch at a time "
-                "instead, where they can be",
-                (int)why,
-                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
-                                                : "");
-}
-
-static CUresult program_context(CUcontext *pctx, CUdevice dev, CUresult r, const char *how) {
+ * confined one launch at a time (or get its on_unwrappable). */
+CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    CLC_REAL_OR_FAIL(cuDevicePrimaryCtxRetain)
+    CUresult r = real(pctx, dev);
     clc_start();
     read_policy();
     int program_wide = g_policy.program_wide;
-    clc_debug("%s(device %d) -> %d: program-wide %d, inside clc %d", how, dev, (int)r, program_wide,
-              (int)t_in_clc);
+    clc_debug("cuDevicePrimaryCtxRetain(device %d) -> %d: program-wide %d, inside clc %d", dev,
+              (int)r, program_wide, (int)t_in_clc);
     if (r != CUDA_SUCCESS || !pctx || !program_wide || t_in_clc || !clc_hook_ready()) return r;
     uint64_t word;
     t_in_clc = 1;
@@ -276,105 +261,17 @@ static CUresult program_context(CUcontext *pctx, CUdevice dev, CUresult r, const
                   why == CUDA_SUCCESS ? green : NULL, *pctx, (int)why);
         if (why == CUDA_SUCCESS)
             *pctx = green;
-        else
-            program_context_failed(why);
+        else if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "sm_share: the program's context could not be made a green context (scope: "
+                    "program) (CUresult %d%s): the rule's kernels are confined one launch at a "
+                    "time instead, where they can be",
+                    (int)why,
+                    why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                    : "");
     }
     t_in_clc = 0;
     return r;
-}
-
-CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
-    CLC_REAL_OR_FAIL(cuDevicePrimaryCtxRetain)
-    return program_context(pctx, dev, real(pctx, dev), "cuDevicePrimaryCtxRetain");
-}
-
-/* libcudart retains the primary context through a private table of the driver's, not through
- * cuDevicePrimaryCtxRetain, and that table cannot be handed out changed: cudart checks it
- * ("integrity checks failed", measured on driver 580). It then makes the context current
- * through cuCtxSetCurrent or cuCtxPushCurrent, which are hooked: under a program-wide policy, a
- * device's primary context made current is replaced by the partition's context, which cudart
- * then uses as a context made current by the program (the runtime's documented interplay with
- * the driver API). The first such replacement on a device counts as one retain of the
- * partition's context (standing for cudart's own, which it releases through the public call).
- * Each device's pair, and the last few contexts that are no primary context, are kept, so that
- * a context switch asks the driver once. */
-#define NOT_PRIMARY_SLOTS 8
-static struct {
-    CUcontext _Atomic primary, program;
-} g_current[CLC_MAX_DEVICES];
-static CUcontext _Atomic g_not_primary[NOT_PRIMARY_SLOTS];
-static _Atomic unsigned g_not_primary_next;
-
-static void forget_current(CUdevice dev) {
-    if (dev < 0 || dev >= CLC_MAX_DEVICES) return;
-    atomic_store(&g_current[dev].primary, NULL);
-    atomic_store(&g_current[dev].program, NULL);
-    for (unsigned i = 0; i < NOT_PRIMARY_SLOTS; i++) atomic_store(&g_not_primary[i], NULL);
-}
-
-static CUcontext program_current(CUcontext ctx, const char *how) {
-    if (!ctx || t_in_clc) return ctx;
-    if (!g_policy.read) {
-        clc_start();
-        read_policy();
-    }
-    if (!g_policy.program_wide) return ctx;
-    for (int d = 0; d < CLC_MAX_DEVICES; d++) {
-        if (atomic_load(&g_current[d].program) == ctx) return ctx;
-        if (atomic_load(&g_current[d].primary) == ctx) {
-            CUcontext program = atomic_load(&g_current[d].program);
-            return program ? program : ctx;
-        }
-    }
-    for (unsigned i = 0; i < NOT_PRIMARY_SLOTS; i++)
-        if (atomic_load(&g_not_primary[i]) == ctx) return ctx;
-    if (!clc_hook_ready() || !clc_driver_ready()) return ctx;
-    t_in_clc = 1;
-    CUdevice dev = -1;
-    pfn_cuDevicePrimaryCtxRelease_v2 release =
-        (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SYM_cuDevicePrimaryCtxRelease_v2);
-    CUresult found =
-        g_drv.ctx_get_device_v2 ? g_drv.ctx_get_device_v2(&dev, ctx) : CUDA_ERROR_NOT_SUPPORTED;
-    t_in_clc = 0;
-    CUcontext primary = found == CUDA_SUCCESS && dev >= 0 && dev < CLC_MAX_DEVICES
-                            ? active_primary(dev, release)
-                            : NULL;
-    clc_debug("%s(%p): device %d (CUresult %d), its primary context %p", how, ctx, dev, (int)found,
-              primary);
-    if (primary != ctx) {
-        unsigned i = atomic_fetch_add(&g_not_primary_next, 1) % NOT_PRIMARY_SLOTS;
-        atomic_store(&g_not_primary[i], ctx);
-        return ctx;
-    }
-    uint64_t word;
-    CUcontext green = NULL;
-    t_in_clc = 1;
-    int scoped = clc_program_scope(dev, &word);
-    CUresult why = scoped ? clc_green_program_retain(dev, word, &green) : CUDA_ERROR_NOT_SUPPORTED;
-    t_in_clc = 0;
-    clc_debug("scope: program on device %d: %s; the program's context %p for primary %p "
-              "(CUresult %d)",
-              dev, scoped ? "confined" : "not confined", why == CUDA_SUCCESS ? green : NULL, ctx,
-              (int)why);
-    if (scoped && why != CUDA_SUCCESS) program_context_failed(why);
-    atomic_store(&g_current[dev].program, why == CUDA_SUCCESS ? green : ctx);
-    atomic_store(&g_current[dev].primary, ctx);
-    return why == CUDA_SUCCESS ? green : ctx;
-}
-
-CLC_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
-    CLC_REAL_OR_FAIL(cuCtxSetCurrent)
-    return real(program_current(ctx, "cuCtxSetCurrent"));
-}
-
-CLC_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) {
-    CLC_REAL_OR_FAIL(cuCtxPushCurrent)
-    return real(program_current(ctx, "cuCtxPushCurrent"));
-}
-
-CLC_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
-    CLC_REAL_OR_FAIL(cuCtxPushCurrent_v2)
-    return real(program_current(ctx, "cuCtxPushCurrent_v2"));
 }
 
 /* A program's stream destroyed: the green stream and events clc kept for it go too (a later

@@ -237,6 +237,18 @@ static int launched_as_is(clc_decision *d, uint64_t program_word) {
     return runs;
 }
 
+/* Whether the policy confines program-wide (CLC_POLICY_PROGRAM), read once. */
+static int program_wide_policy(void) {
+    static _Atomic int v; /* 0 unread, 1 no, 2 yes */
+    int r = atomic_load_explicit(&v, memory_order_relaxed);
+    if (!r) {
+        const char *s = clc_setting("CLC_POLICY_PROGRAM");
+        r = s && strcmp(s, "1") == 0 ? 2 : 1;
+        atomic_store_explicit(&v, r, memory_order_relaxed);
+    }
+    return r == 2;
+}
+
 /* The slow path, once per (kernel, context): name the kernel, ask the engine, publish (the
  * capture gets the new kernel's record). */
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
@@ -256,12 +268,14 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
                                      /* "" is the program question's (clc_program_scope) */
                                      name && *name ? name : "<unnamed>", layout, n_params, end);
     /* A kernel the driver cannot name (its module unloaded under it, the driver shutting down at
-     * exit) cannot be matched by any rule: clc could not decide it. */
+     * exit, a child forked after the driver started) cannot be matched by any rule: clc could
+     * not decide it. */
     int asked = name ? ask_decision(q, &d) : CLC_DECIDE_FAILED;
     if (!name && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
-                "the driver could not name a launched kernel (its module unloaded, or the driver "
-                "shutting down): its launches get on_error=%s",
+                "the driver could not name a launched kernel (its module unloaded, the driver "
+                "shutting down, or a process forked after the driver started, where the driver "
+                "runs nothing): its launches get on_error=%s",
                 g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
     if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES || d.mode > CLC_MODE_EVERY_LAUNCH) {
         memset(&d, 0, sizeof d);
@@ -273,6 +287,12 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     uint64_t program_word = 0;
     unsigned program_sms = clc_green_program_sms((CUcontext)(uintptr_t)ctx, &program_word);
     if (program_sms && !launched_as_is(&d, program_word)) program_sms = 0; /* never runs */
+    if (!program_sms && d.fallback.action == CLC_ACTION_CONFINE && program_wide_policy() &&
+        CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "sm_share (scope: program): a kernel launched in a context clc did not hand the "
+                "program (the CUDA runtime's: libcudart takes its primary context through a "
+                "private path of the driver's) is confined one launch at a time");
     *answer = d.fallback;
 
     clc_new_kernel k = {.handle = handle,

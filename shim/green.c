@@ -96,7 +96,7 @@ typedef struct {
 
 /* A device whose process is confined program-wide: its partition (index + 1; 0: none) and the
  * program's retains of the primary context that it got the partition's context for. */
-#define MAX_DEVICES CLC_MAX_DEVICES
+#define MAX_DEVICES 64
 static struct {
     int part;
     unsigned refs;

@@ -76,8 +76,6 @@ static int symbol_for_request(const char *name, int version, cuuint64_t flags) {
                                 : CLC_SYM_cuDevicePrimaryCtxRelease;
     if (strcmp(name, "cuStreamDestroy") == 0)
         return version >= 4000 ? CLC_SYM_cuStreamDestroy_v2 : CLC_SYM_cuStreamDestroy;
-    if (strcmp(name, "cuCtxPushCurrent") == 0)
-        return version >= 4000 ? CLC_SYM_cuCtxPushCurrent_v2 : CLC_SYM_cuCtxPushCurrent;
     if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
         return version >= 11000 ? CLC_SYM_cuDevicePrimaryCtxReset_v2
                                 : CLC_SYM_cuDevicePrimaryCtxReset;

@@ -220,10 +220,7 @@ _Static_assert(sizeof(clc_graph_node_params) == 256, "CUgraphNodeParams is 256 b
     X(cuDevicePrimaryCtxReset_v2, (CUdevice dev))                                                \
     X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                                 \
     X(cuStreamDestroy, (CUstream stream))                                                        \
-    X(cuStreamDestroy_v2, (CUstream stream))                                                     \
-    X(cuCtxSetCurrent, (CUcontext ctx))                                                          \
-    X(cuCtxPushCurrent, (CUcontext ctx))                                                         \
-    X(cuCtxPushCurrent_v2, (CUcontext ctx))
+    X(cuStreamDestroy_v2, (CUstream stream))
 
 #define CLC_SYM_ENUM(name, params) CLC_SYM_##name,
 enum { CLC_HOOKED_SYMBOLS(CLC_SYM_ENUM) CLC_N_SYMBOLS };
@@ -295,7 +292,6 @@ typedef struct {
     CUresult (*func_get_module)(CUmodule *, CUfunction);
     CUresult (*library_get_module)(CUmodule *, CUlibrary);
     CUresult (*library_get_kernel)(CUkernel *, CUlibrary, const char *);
-    CUresult (*ctx_get_device_v2)(CUdevice *, CUcontext);
 } clc_driver;
 extern CLC_HIDDEN clc_driver g_drv;
 
@@ -395,8 +391,6 @@ void clc_green_forget_context(CUcontext ctx);
 void clc_green_forget_stream(CUstream stream);
 /* scope: program. The partition's context (cuCtxFromGreenCtx) handed to the program as the
  * device's primary context, counted as one of the program's retains. */
-/* Devices the shim keeps per-device state for (partitions, program contexts). */
-#define CLC_MAX_DEVICES 64
 CUresult clc_green_program_retain(CUdevice device, uint64_t word, CUcontext *out);
 /* The SMs of the partition whose program context `ctx` is, with its word; 0 when it is none. */
 unsigned clc_green_program_sms(CUcontext ctx, uint64_t *word);

@@ -36,7 +36,8 @@ def ranks(stdout):
     out = {}
     for m in re.finditer(r"^rank (\d+) loss=(\S+) checksum=(\S+)$", stdout, re.M):
         out.setdefault(int(m[1]), {}).update(loss=float(m[2]), checksum=float(m[3]))
-    for m in re.finditer(r"^rank (\d+) cumsum(?:=(\d+)| refused: (.*))$", stdout, re.M):
+    # (not anchored: the ranks write to one pipe, and a line may follow another's unended one)
+    for m in re.finditer(r"rank (\d+) cumsum(?:=(\d+)| refused: ([^\n]*))", stdout):
         out.setdefault(int(m[1]), {}).update(cumsum=int(m[2]) if m[2] else None, refused=m[3])
     for m in re.finditer(r"^rank (\d+) done$", stdout, re.M):
         out.setdefault(int(m[1]), {})["done"] = True

@@ -255,19 +255,14 @@ def test_scope_program_confines_the_primary_context_with_nothing_per_launch(clc_
     assert not any("could not" in m.text for m in cap.messages)
 
 
-@pytest.mark.parametrize("retain", ["driver-api", "cudart"])
-def test_scope_program_lives_through_the_programs_retains_and_threads(clc_run, native, retain):
-    # GIVEN a whole process confined to 16 SMs, retaining the primary context (twice, releasing
-    # once, through cuDevicePrimaryCtxRetain; or once as libcudart does, through the driver's
-    # private path, then making it current), four threads making it current and launching on
-    # it, then its last release and a new retain
-    args = [native["prog_green_program"]] + ([] if retain == "driver-api" else [retain])
-    run = clc_run(program_policy("{sms: 16, scope: program}"), args)
+def test_scope_program_lives_through_the_programs_retains_and_threads(clc_run, native):
+    # GIVEN a whole process confined to 16 SMs, retaining the primary context twice, releasing
+    # once, then four threads launching on it, then its last release and a new retain
+    run = clc_run(program_policy("{sms: 16, scope: program}"), [native["prog_green_program"]])
     assert run.proc.returncode == 0, run.stderr
     seen = launches(run.stdout)
-    # THEN every retain got the partition's context, which outlived a first release
-    if retain == "driver-api":
-        assert "same-handle 1" in run.stdout
+    # THEN both retains got the partition's context, which outlived the first release
+    assert "same-handle 1" in run.stdout
     assert "after-one-release destroyed=0" in run.stdout
     for label in ("legacy", "stream", "other-kernel", "after-one-release", "threads",
                   "after-release"):
@@ -281,13 +276,26 @@ def test_scope_program_lives_through_the_programs_retains_and_threads(clc_run, n
     assert (created, destroyed) == (2, 1)
 
 
-def test_scope_program_is_not_asked_of_other_policies(clc_run, native):
-    # GIVEN a policy confining one kernel per launch, not the whole program
-    run = clc_run(program_policy("{sms: 16}"), [native["prog_green_program"], "cudart"])
-    # THEN the context cudart made current is its own, and the kernel is confined per launch
+def test_scope_program_confines_the_runtimes_context_one_launch_at_a_time(clc_run, native):
+    # GIVEN a whole process confined to 16 SMs, whose context comes as libcudart's does: the
+    # driver retains it through a private path, not cuDevicePrimaryCtxRetain, and the program
+    # makes it current
+    run = clc_run(program_policy("{sms: 16, scope: program}"),
+                  [native["prog_green_program"], "cudart"])
     assert run.proc.returncode == 0, run.stderr
-    assert launches(run.stdout)["legacy"] == (0, 0, 16, 1), run.stdout
-    assert tail(run.stdout)[1][2] > 0  # on green streams clc made, in stream order
+    seen = launches(run.stdout)
+    # THEN the program keeps that context, and every launch of every thread is confined to the
+    # partition one launch at a time (on green streams clc made, in the program's stream
+    # order), as is said once
+    for label in ("legacy", "stream", "other-kernel", "after-one-release", "threads",
+                  "after-release"):
+        assert seen[label] == (0, 0, 16, 1), (label, run.stdout)
+    assert "threads failures=0 launches=200" in run.stdout
+    violations, (_, _, streams, _) = tail(run.stdout)
+    assert violations == 0 and streams > 0
+    cap = run.capture()
+    assert sum("is confined one launch at a time" in m.text for m in cap.messages) == 1, \
+        [m.text for m in cap.messages]
 
 
 def test_scope_program_follows_the_rules_process_conditions(clc_run, native):

@@ -335,13 +335,24 @@ static atomic_ulong g_total_launches, g_total_graph;
 static void lock(void) { pthread_mutex_lock(&g_lock); }
 static void unlock(void) { pthread_mutex_unlock(&g_lock); }
 
+/* A child forked after the driver was initialized cannot use it: every call that needs it
+ * fails with CUDA_ERROR_NOT_INITIALIZED, as the real driver's launches do (580). */
+static atomic_int g_forked;
+
+static void forked_child(void)
+{
+    unlock();
+    if (atomic_load(&g_initialized))
+        atomic_store(&g_forked, 1);
+}
+
 __attribute__((constructor)) static void fake_init(void)
 {
     const char *lazy = getenv("FAKE_CUDA_LAZY_EVENTS");
     g_lazy_events = lazy && strcmp(lazy, "1") == 0;
     const char *reuse = getenv("FAKE_CUDA_NO_REUSE");
     g_no_reuse = reuse && strcmp(reuse, "1") == 0;
-    pthread_atfork(lock, unlock, unlock);
+    pthread_atfork(lock, unlock, forked_child);
 }
 
 #define TRY(x)                                                                                     \
@@ -353,7 +364,9 @@ __attribute__((constructor)) static void fake_init(void)
 
 static CUresult need_init(void)
 {
-    return atomic_load(&g_initialized) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    return atomic_load(&g_initialized) && !atomic_load_explicit(&g_forked, memory_order_relaxed)
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 static CUresult need_ctx(void)
@@ -2658,8 +2671,8 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
 /* ---- the generic node API (CUDA 12.2+): one CUgraphNodeParams for every node type ------------
  * A KERNEL node goes through the kernel-node machinery above (its params are
  * CUDA_KERNEL_NODE_PARAMS_v3: `func`, or `kern` when func is NULL, and `ctx`), so a graph launch
- * counts it as it counts a node from cuGraphAddKernelNode. A MEMSET node is checked and kept
- * but does nothing when the graph runs (there is no device memory to set). Other types:
+ * counts it as it counts a node from cuGraphAddKernelNode. A MEMSET node is checked (its rows
+ * within one cuMemAlloc allocation) and kept, but does nothing when the graph runs. Other types:
  * CUDA_ERROR_NOT_SUPPORTED. As in the real driver the reserved fields must be zero. */
 
 static CUresult generic_params(const CUgraphNodeParams *p, struct kname **k)
@@ -2675,6 +2688,20 @@ static CUresult generic_params(const CUgraphNodeParams *p, struct kname **k)
         if (!m->dst || !m->width || !m->height ||
             (m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4))
             return CUDA_ERROR_INVALID_VALUE;
+        {
+            /* The rows it sets lie in one allocation (the real driver refuses an address it
+             * did not allocate, 580). */
+            size_t row = m->width * m->elementSize;
+            size_t span = m->height > 1 ? (m->height - 1) * m->pitch + row : row;
+            int inside;
+            if (m->height > 1 && m->pitch < row)
+                return CUDA_ERROR_INVALID_VALUE;
+            lock();
+            inside = allocation_of_locked((uintptr_t)m->dst, span) != NULL;
+            unlock();
+            if (!inside)
+                return CUDA_ERROR_INVALID_VALUE;
+        }
         if (m->ctx == NULL)
             TRY(need_ctx());
         else if (tag_of(m->ctx) != TAG_CTX)
@@ -3782,7 +3809,9 @@ static CUresult get_proc(const char *symbol, void **pfn, int cudaVersion, cuuint
     }
     if (status)
         *status = st;
-    return found > 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    /* A symbol too new for the version asked is not an error (pfn NULL, the status says why),
+     * as the real driver answers (580); one it does not have at all is. */
+    return found != 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 /* ---- test-only entry points ------------------------------------------------------------------

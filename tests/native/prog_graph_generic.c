@@ -68,6 +68,7 @@ int main(void)
     void *args[] = {&a, &a, &a, &n};
     CUresult rc;
     char what[32];
+    CUdeviceptr buffer;
 
     start_program();
     cudart_start(&rt, CUDART_RETAIN | CUDART_SET_CURRENT | CUDART_PRESERVED | CUDART_CLEANUP);
@@ -80,11 +81,13 @@ int main(void)
     RESOLVE(exec_destroy, cuGraphExecDestroy, RT_VERSION, 0);
     RESOLVE(node_set, cuGraphNodeSetParams, GENERIC_VERSION, 0);
     RESOLVE(exec_node_set, cuGraphExecNodeSetParams, GENERIC_VERSION, 0);
+    RESOLVE(mem_alloc, cuMemAlloc, RT_VERSION, 0);
     /* One name, two ABIs: which one comes back depends only on the version asked for. */
     pfn_add_node_v12030 add_node_v2 = resolve("cuGraphAddNode", EDGE_VERSION, 0);
     pfn_add_node_v12020 add_node_v1 = resolve("cuGraphAddNode", GENERIC_VERSION, 0);
 
     CHECK(stream_create(&stream, 0));
+    CHECK(mem_alloc(&buffer, 1024)); /* what the memset node sets */
     k_vecadd = cudart_kernel(&rt, K_VECADD);
     k_scale = cudart_kernel(&rt, K_SCALE);
     k_debug = cudart_kernel(&rt, K_DEBUG);
@@ -117,7 +120,7 @@ int main(void)
     memset(&p, 0, sizeof p);
     memset(edges, 0, sizeof edges);
     p.type = CU_GRAPH_NODE_TYPE_MEMSET;
-    p.memset.dst = (CUdeviceptr)0x10000;
+    p.memset.dst = buffer;
     p.memset.pitch = 0;
     p.memset.value = 0;
     p.memset.elementSize = 4;
