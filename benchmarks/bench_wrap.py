@@ -29,11 +29,9 @@
 """
 
 import argparse
-import contextlib
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -47,6 +45,7 @@ EXAMPLES = REPO / "examples"
 ZOO = REPO / "tests" / "zoo"
 
 from benchmarks.bench_launch import device_name, find_nvcc, find_script  # noqa: E402
+from benchmarks.mps import MpsUnavailable, mps_daemon  # noqa: E402
 
 COLD_TARGET_MS = 150
 WARM_TARGET_MS = 2
@@ -217,36 +216,6 @@ def _tenant_rates(exe, clc_run, tmp, env, policy_b, start_in_ms=3000, duration_m
     return rates
 
 
-def _mps_control(env, command=None):
-    exe = shutil.which("nvidia-cuda-mps-control")
-    if exe is None:
-        return 127, "nvidia-cuda-mps-control not found"
-    proc = subprocess.run([exe] + ([] if command else ["-d"]), input=command, text=True,
-                          capture_output=True, env={**os.environ, **env}, timeout=60)
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
-
-
-class _MpsUnavailable(RuntimeError):
-    """The MPS control daemon did not start."""
-
-
-@contextlib.contextmanager
-def _mps_daemon(tmp, name):
-    """An MPS control daemon for the block (its pipe and log under tmp/NAME-*): yields the
-    environment its clients need; _MpsUnavailable when it does not start."""
-    mps_env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / f"{name}-pipe"),
-               "CUDA_MPS_LOG_DIRECTORY": str(tmp / f"{name}-log")}
-    for d in mps_env.values():
-        os.makedirs(d, exist_ok=True)
-    rc, text = _mps_control(mps_env)
-    if rc != 0:
-        raise _MpsUnavailable(f"the MPS daemon did not start (exit {rc}): {text}")
-    try:
-        yield mps_env
-    finally:
-        _mps_control(mps_env, "quit\n")
-
-
 def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
     """Two processes, one tenant each, without MPS (the GPU time-slices between processes)
     and under MPS when its daemon can be started here: tenant_b alone, confined by a green
@@ -261,7 +230,7 @@ def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
                                               green_policy)):
         out[("no MPS", label)] = _tenant_rates(exe, clc_run, tmp, env, policy)
     try:
-        with _mps_daemon(tmp, "mps") as mps_env:
+        with mps_daemon(tmp, "mps") as mps_env:
             try:
                 for label, policy, env_b in (
                         ("native", None, None),
@@ -275,7 +244,7 @@ def bench_processes(exe, clc_run, tmp, env, share_policy, green_policy):
                                                         policy, env_b=env_b)
             except Exception as e:
                 return out, f"under MPS the programs failed: {e}"
-    except _MpsUnavailable as e:
+    except MpsUnavailable as e:
         return out, str(e)
     return out, None
 
@@ -307,11 +276,11 @@ def bench_training_step(clc_run, tmp, env, rounds=3):
             out[label].append(step_ms([clc_run, "--policy", policy, "-o", tmp / "step.clc",
                                        "--force", "--no-report", "--", *script]))
     try:
-        with _mps_daemon(tmp, "mps-step") as mps_env:
+        with mps_daemon(tmp, "mps-step") as mps_env:
             key = "native under MPS, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"
             out[key] = [step_ms(script, {**mps_env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
                         for _ in range(rounds)]
-    except _MpsUnavailable as e:
+    except MpsUnavailable as e:
         return out, str(e)
     return out, None
 

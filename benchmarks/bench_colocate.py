@@ -1,0 +1,299 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A latency-critical inference service beside a best-effort training job on one GPU.
+
+    python3 benchmarks/bench_colocate.py [--rounds 3] [--requests 400] [--gap-ms 10]
+                                         [--configs NAME,...] [--json OUT]
+
+The two programs are examples/colocate.py's `infer` (a transformer forward pass in bf16, one
+request every 10 ms, each request's latency from its arrival) and `train` (a transformer
+training step repeated). Configurations, every one by default (--configs picks some):
+
+    alone           the inference alone; the training alone, for a window as long
+    shared          both; no MPS, so the two contexts time-slice
+    mps             both, clients of one MPS server
+    mps-50, mps-25  both under MPS, the training's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 50 or 25
+    clc-S-P         both under MPS, the training held by clc to a share S (0.5, 0.25) of the
+                    SMs, its whole process (scope: program), placed P (first, last)
+
+Rounds are interleaved (every configuration once per round: those under MPS first, with a
+daemon of the round's own, then the others) so that drift in the machine falls on all alike;
+each figure is the median over rounds, with the rounds' range beside it. Per configuration:
+the inference's p50, p99 and max latency and its p99 relative to alone; the training's steps
+per second inside the inference's window and relative to alone. On another H200 host the same
+inference alone measured 4.8 to 7.5 ms p50 between runs: only interleaved rounds rank
+configurations.
+
+Needs PyTorch and a GPU; MPS configurations are left out, said, where the MPS daemon does not
+start. Exit status 0 when every run worked.
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_launch import device_name, find_script  # noqa: E402
+from benchmarks.mps import MpsUnavailable, mps_daemon  # noqa: E402
+
+SCRIPT = REPO / "examples" / "colocate.py"
+SHARES = (0.5, 0.25)
+PLACES = ("first", "last")
+CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25",
+           *(f"clc-{s}-{p}" for s in SHARES for p in PLACES))
+READY_TIMEOUT_S = 300
+
+
+# ---- what the programs print --------------------------------------------------------------
+
+def percentile(values, q):
+    """The q-th quantile (0..1) of values, interpolated between the two nearest ranks."""
+    if not values:
+        raise ValueError("no values")
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def parse_infer(stdout):
+    """(window start, window end, latencies in ms) from colocate.py infer's output."""
+    window = latencies = None
+    for line in stdout.splitlines():
+        if line.startswith("window "):
+            _, a, b = line.split()
+            window = (float(a), float(b))
+        elif line.startswith("latencies_ms "):
+            latencies = [float(v) for v in line.split(" ", 1)[1].split(",") if v]
+    if window is None or not latencies:
+        raise ValueError(f"no window or latencies in the inference's output: {stdout[-500:]!r}")
+    return window[0], window[1], latencies
+
+
+def parse_train(stdout):
+    """The training's step end times (time.monotonic() seconds)."""
+    for line in stdout.splitlines():
+        if line.startswith("steps"):
+            rest = line[len("steps"):].strip()
+            return [float(v) for v in rest.split(",") if v]
+    raise ValueError(f"no steps line in the training's output: {stdout[-500:]!r}")
+
+
+def rate_in_window(ends, start, end):
+    """Steps per second that ended inside [start, end]."""
+    if end <= start:
+        raise ValueError(f"an empty window ({start} .. {end})")
+    return sum(1 for t in ends if start <= t <= end) / (end - start)
+
+
+def latency_row(latencies):
+    return {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99),
+            "max": max(latencies), "n": len(latencies)}
+
+
+def summarize(rounds):
+    """rounds: [{config: {"infer": latency_row or None, "train": steps/s or None}}] ->
+    {config: {field: (median, min, max)}}, with p99 and steps/s relative to alone."""
+    out = {}
+    for config in rounds[0]:
+        fields = {}
+        for key in ("p50", "p99", "max"):
+            vals = [r[config]["infer"][key] for r in rounds if r[config].get("infer")]
+            if vals:
+                fields[key] = (statistics.median(vals), min(vals), max(vals))
+        vals = [r[config]["train"] for r in rounds if r[config].get("train") is not None]
+        if vals:
+            fields["steps_s"] = (statistics.median(vals), min(vals), max(vals))
+        out[config] = fields
+    alone = out.get("alone", {})
+    for fields in out.values():
+        if "p99" in fields and "p99" in alone:
+            fields["p99_vs_alone"] = fields["p99"][0] / alone["p99"][0]
+        if "steps_s" in fields and "steps_s" in alone:
+            fields["train_vs_alone"] = fields["steps_s"][0] / alone["steps_s"][0]
+    return out
+
+
+def share_policy(path, share, place):
+    """A policy holding the whole training process to `share` of the SMs, placed `place`."""
+    Path(path).write_text(
+        "# SPDX-License-Identifier: Apache-2.0\nversion: 1\ndefault: allow\nrules:\n"
+        "  - name: best-effort-share\n    action: wrap\n    wrapper: sm_share\n"
+        f"    params: {{share: {share}, place: {place}, scope: program}}\n"
+        "    on_unwrappable: allow\n")
+    return Path(path)
+
+
+# ---- running them -------------------------------------------------------------------------
+
+def _start(argv, env, stdin=False):
+    return subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE if stdin else None,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+
+
+def _wait_ready(proc, what):
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.strip() == "ready":
+            return
+        if not line and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited {proc.returncode} before it was ready: "
+                               f"{proc.stderr.read()[-2000:]}")
+    proc.kill()
+    raise RuntimeError(f"{what} was not ready after {READY_TIMEOUT_S} s")
+
+
+def _stop_train(proc):
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the training exited {proc.returncode}: {err[-2000:]}")
+    return parse_train(out)
+
+
+def _finish_infer(proc):
+    out, err = proc.communicate("go\n", timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the inference exited {proc.returncode}: {err[-2000:]}")
+    return parse_infer(out)
+
+
+def run_alone(args, env):
+    """The inference alone, then the training alone over a window as long."""
+    infer = _start(args.infer, env, stdin=True)
+    _wait_ready(infer, "the inference")
+    start, end, latencies = _finish_infer(infer)
+    train = _start(args.train, env)
+    _wait_ready(train, "the training")
+    t0 = time.monotonic() + 0.5
+    time.sleep(0.5 + (end - start))
+    t1 = time.monotonic()
+    ends = _stop_train(train)
+    return {"infer": latency_row(latencies), "train": rate_in_window(ends, t0, t1)}
+
+
+def run_together(args, env, train_prefix=(), train_env=None):
+    """Both at once: the training first, then the inference's requests once both are ready;
+    the training's rate is counted inside the inference's window."""
+    train = _start([*train_prefix, *args.train], {**env, **(train_env or {})})
+    try:
+        _wait_ready(train, "the training")
+        infer = _start(args.infer, env, stdin=True)
+        _wait_ready(infer, "the inference")
+        start, end, latencies = _finish_infer(infer)
+    except BaseException:
+        train.kill()
+        raise
+    ends = _stop_train(train)
+    return {"infer": latency_row(latencies), "train": rate_in_window(ends, start, end)}
+
+
+def run_config(name, args, tmp, mps_env):
+    if name == "alone":
+        return run_alone(args, {})
+    if name == "shared":
+        return run_together(args, {})
+    if mps_env is None:
+        return None
+    if name == "mps":
+        return run_together(args, mps_env)
+    if name.startswith("mps-"):
+        return run_together(args, mps_env,
+                            train_env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": name[4:]})
+    _, share, place = name.split("-")
+    policy = share_policy(tmp / f"{name}.yaml", share, place)
+    prefix = [args.clc_run, "--policy", policy, "-o", tmp / f"{name}.clc", "--force",
+              "--no-report", "-q", "--"]
+    return run_together(args, mps_env, train_prefix=prefix)
+
+
+# ---- the report ---------------------------------------------------------------------------
+
+def _cell(field, fmt):
+    if field is None:
+        return "-"
+    med, lo, hi = field
+    return f"{med:{fmt}} ({lo:{fmt}} .. {hi:{fmt}})"
+
+
+def print_table(summary):
+    print("| config | inference p50 ms | p99 ms | max ms | p99 vs alone | training steps/s "
+          "| vs alone |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, f in summary.items():
+        vs = f"{f['p99_vs_alone']:.2f}x" if "p99_vs_alone" in f else "-"
+        tv = f"{f['train_vs_alone']:.2f}" if "train_vs_alone" in f else "-"
+        print(f"| {name} | {_cell(f.get('p50'), '.2f')} | {_cell(f.get('p99'), '.2f')} | "
+              f"{_cell(f.get('max'), '.2f')} | {vs} | {_cell(f.get('steps_s'), '.1f')} | {tv} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--gap-ms", type=float, default=10.0)
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    ap.add_argument("--json", metavar="OUT", help="write every round's figures here")
+    args = ap.parse_args()
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        ap.error(f"unknown configuration(s) {', '.join(unknown)}: choose from "
+                 f"{', '.join(CONFIGS)}")
+    if "alone" not in configs:
+        configs.insert(0, "alone")  # every figure is relative to it
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.exit("bench_colocate: PyTorch is not installed in this Python")
+    args.clc_run = find_script("clc-run")
+    args.infer = [sys.executable, SCRIPT, "infer", "--requests", args.requests,
+                  "--gap-ms", args.gap_ms]
+    args.train = [sys.executable, SCRIPT, "train"]
+    print(f"device: {device_name()}")
+    rounds, note = [], None
+    with tempfile.TemporaryDirectory(prefix="clc-colocate-") as tmpdir:
+        tmp = Path(tmpdir)
+        for r in range(args.rounds):
+            row = {}
+            # MPS clients and plain contexts do not share a GPU: the MPS configurations run
+            # under a daemon of the round's own, the others after it has stopped
+            mps_configs = [c for c in configs if c.startswith(("mps", "clc"))]
+            if mps_configs:
+                try:
+                    with mps_daemon(tmp, f"mps{r}") as mps_env:
+                        for name in mps_configs:
+                            row[name] = run_config(name, args, tmp, mps_env)
+                            print(f"round {r + 1}: {name}: {json.dumps(row[name])}", flush=True)
+                except MpsUnavailable as e:
+                    note = str(e)
+            for name in configs:
+                if name not in mps_configs:
+                    row[name] = run_config(name, args, tmp, None)
+                    print(f"round {r + 1}: {name}: {json.dumps(row[name])}", flush=True)
+            rounds.append({name: row.get(name) or {} for name in configs})
+    summary = summarize(rounds)
+    print(f"\n{args.rounds} interleaved rounds, {args.requests} requests every "
+          f"{args.gap_ms:g} ms; medians (range over rounds)\n")
+    print_table(summary)
+    if note:
+        print(f"\nMPS configurations left out: {note}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rounds": rounds, "summary": summary}, indent=2)
+                                   + "\n")
+
+
+if __name__ == "__main__":
+    main()

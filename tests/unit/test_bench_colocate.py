@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: Apache-2.0
+"""benchmarks/bench_colocate.py's arithmetic and parsing: what it reads from the two programs
+and how it summarizes rounds (the runs themselves need a GPU and PyTorch)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchmarks import bench_colocate as bc  # noqa: E402
+from clc.policy.loader import load_policy  # noqa: E402
+
+
+def test_percentiles_interpolate_between_ranks():
+    values = list(range(100, 0, -1))  # 100 .. 1, unsorted
+    assert bc.percentile(values, 0.5) == pytest.approx(50.5)
+    assert bc.percentile(values, 0.99) == pytest.approx(99.01)
+    assert bc.percentile(values, 1.0) == 100
+    assert bc.percentile([7.0], 0.99) == 7.0
+    with pytest.raises(ValueError):
+        bc.percentile([], 0.5)
+
+
+def test_the_programs_output_is_read():
+    out = "ready\nwindow 10.000000 14.000000\nlatencies_ms 5.100,6.200,30.000\n"
+    assert bc.parse_infer(out) == (10.0, 14.0, [5.1, 6.2, 30.0])
+    assert bc.parse_train("ready\nsteps 1.5,2.5,3.5\n") == [1.5, 2.5, 3.5]
+    assert bc.parse_train("ready\nsteps \n") == []
+    with pytest.raises(ValueError, match="no window"):
+        bc.parse_infer("ready\nTraceback ...\n")
+    with pytest.raises(ValueError, match="no steps"):
+        bc.parse_train("ready\n")
+
+
+def test_training_rate_counts_steps_inside_the_window():
+    ends = [9.9, 10.0, 10.5, 11.0, 12.0, 13.9, 14.0, 14.1]
+    assert bc.rate_in_window(ends, 10.0, 14.0) == pytest.approx(6 / 4)
+    with pytest.raises(ValueError, match="empty window"):
+        bc.rate_in_window(ends, 3.0, 3.0)
+
+
+def test_rounds_are_summarized_against_alone():
+    def row(p99, steps):
+        return {"infer": {"p50": p99 / 2, "p99": p99, "max": p99 * 2, "n": 400}, "train": steps}
+
+    rounds = [{"alone": row(8.0, 25.0), "mps": row(12.0, 20.0), "clc-0.5-first": {}},
+              {"alone": row(7.0, 26.0), "mps": row(11.0, 22.0), "clc-0.5-first": {}},
+              {"alone": row(9.0, 24.0), "mps": row(16.0, 21.0), "clc-0.5-first": {}}]
+    s = bc.summarize(rounds)
+    assert s["alone"]["p99"] == (8.0, 7.0, 9.0)
+    assert s["mps"]["p99"] == (12.0, 11.0, 16.0)
+    assert s["mps"]["p99_vs_alone"] == pytest.approx(12.0 / 8.0)
+    assert s["mps"]["steps_s"] == (21.0, 20.0, 22.0)
+    assert s["mps"]["train_vs_alone"] == pytest.approx(21.0 / 25.0)
+    # a configuration that could not run (no MPS daemon) has no figures, not zeros
+    assert s["clc-0.5-first"] == {}
+
+
+@pytest.mark.parametrize("share,place", [(0.5, "first"), (0.25, "last")])
+def test_the_share_policies_are_valid(tmp_path, share, place):
+    policy = load_policy(bc.share_policy(tmp_path / "p.yaml", share, place))
+    (rule,) = policy.rules
+    assert rule.wrap.wrapper == "sm_share" and rule.wrap.mechanism == "green"
+    params = dict(rule.wrap.params)
+    assert params["scope"] == "program" and params["place"] == place
