@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 BUILD := build/examples
 NVCC ?= nvcc
 
-.PHONY: install test demo gpu-install gpu-test bench clean
+.PHONY: install test demo gpu-install gpu-test bench bench-colocate clean
 
 install: $(VENV)/.installed
 
@@ -43,6 +43,11 @@ gpu-test: gpu-install
 bench: gpu-install
 	$(PYTHON) benchmarks/bench_launch.py
 	$(PYTHON) benchmarks/bench_wrap.py
+
+# Several minutes: a PyTorch inference service beside a training job, under each way of
+# sharing the GPU (needs PyTorch; MPS configurations where its daemon starts).
+bench-colocate: gpu-install
+	$(PYTHON) benchmarks/bench_colocate.py
 
 clean:
 	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/runtime/_bridge*.so clc/runtime/_bridge.c .pytest_cache
