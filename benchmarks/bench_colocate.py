@@ -12,6 +12,8 @@ training step repeated). Configurations, every one by default (--configs picks s
     shared          both; no MPS, so the two contexts time-slice
     mps             both, clients of one MPS server
     mps-50, mps-25  both under MPS, the training's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 50 or 25
+    mps-prio        both under MPS, the training a client of below-normal priority
+                    (CUDA_MPS_CLIENT_PRIORITY=1: MPS ranks its streams below the inference's)
     clc-S-P         both under MPS, the training held by clc to a share S (0.5, 0.25) of the
                     SMs, its whole process (scope: program), placed P (first, last)
 
@@ -35,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,7 +50,7 @@ from benchmarks.mps import MpsUnavailable, mps_daemon  # noqa: E402
 SCRIPT = REPO / "examples" / "colocate.py"
 SHARES = (0.5, 0.25)
 PLACES = ("first", "last")
-CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25",
+CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
            *(f"clc-{s}-{p}" for s in SHARES for p in PLACES))
 READY_TIMEOUT_S = 300
 
@@ -136,36 +139,49 @@ def share_policy(path, share, place):
 # ---- running them -------------------------------------------------------------------------
 
 def _start(argv, env, stdin=False):
-    return subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE if stdin else None,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    """The program, its standard output a pipe read line by line; its standard error a file
+    (a pipe nobody drains while it runs could fill and stop it)."""
+    err = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE if stdin else None,
+                            stdout=subprocess.PIPE, stderr=err, text=True,
                             env={**os.environ, **env})
+    proc.err = err
+    return proc
+
+
+def _stderr(proc):
+    proc.err.seek(0)
+    return proc.err.read()[-2000:]
 
 
 def _wait_ready(proc, what):
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.strip() == "ready":
-            return
-        if not line and proc.poll() is not None:
-            raise RuntimeError(f"{what} exited {proc.returncode} before it was ready: "
-                               f"{proc.stderr.read()[-2000:]}")
-    proc.kill()
-    raise RuntimeError(f"{what} was not ready after {READY_TIMEOUT_S} s")
+    """Reads the program's output up to its `ready` line; a program that is not ready within
+    READY_TIMEOUT_S is killed (a watchdog: a silent program would block the read)."""
+    watchdog = threading.Timer(READY_TIMEOUT_S, proc.kill)
+    watchdog.start()
+    try:
+        for line in proc.stdout:
+            if line.strip() == "ready":
+                return
+    finally:
+        watchdog.cancel()
+    proc.wait()
+    raise RuntimeError(f"{what} exited {proc.returncode} before it was ready (killed after "
+                       f"{READY_TIMEOUT_S} s when it is -9): {_stderr(proc)}")
 
 
 def _stop_train(proc):
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=120)
     if proc.returncode != 0:
-        raise RuntimeError(f"the training exited {proc.returncode}: {err[-2000:]}")
+        raise RuntimeError(f"the training exited {proc.returncode}: {_stderr(proc)}")
     return parse_train(out)
 
 
 def _finish_infer(proc):
-    out, err = proc.communicate("go\n", timeout=600)
+    out, _ = proc.communicate("go\n", timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"the inference exited {proc.returncode}: {err[-2000:]}")
+        raise RuntimeError(f"the inference exited {proc.returncode}: {_stderr(proc)}")
     return parse_infer(out)
 
 
@@ -208,6 +224,8 @@ def run_config(name, args, tmp, mps_env):
         return None
     if name == "mps":
         return run_together(args, mps_env)
+    if name == "mps-prio":
+        return run_together(args, mps_env, train_env={"CUDA_MPS_CLIENT_PRIORITY": "1"})
     if name.startswith("mps-"):
         return run_together(args, mps_env,
                             train_env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": name[4:]})

@@ -66,3 +66,61 @@ def test_the_share_policies_are_valid(tmp_path, share, place):
     assert rule.wrap.wrapper == "sm_share" and rule.wrap.mechanism == "green"
     params = dict(rule.wrap.params)
     assert params["scope"] == "program" and params["place"] == place
+
+
+# Stand-ins for examples/colocate.py that speak its protocol without a GPU: the orchestration
+# (start, ready, go, the window, the signal that stops the training) runs for real.
+FAKE_INFER = """
+import sys, time
+print("ready", flush=True)
+assert sys.stdin.readline().strip() == "go"
+start = time.monotonic()
+time.sleep(0.3)
+print(f"window {start:.6f} {time.monotonic():.6f}")
+print("latencies_ms 5.0,6.0,7.0,8.0", flush=True)
+"""
+
+FAKE_TRAIN = """
+import signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("ready", flush=True)
+sys.stderr.write("x" * 200000)  # more than a pipe holds: must not stop the program
+ends = []
+while not stop:
+    time.sleep(0.01)
+    ends.append(time.monotonic())
+print("steps " + ",".join(f"{t:.6f}" for t in ends), flush=True)
+"""
+
+
+def _args(tmp_path, infer=FAKE_INFER, train=FAKE_TRAIN):
+    (tmp_path / "infer.py").write_text(infer)
+    (tmp_path / "train.py").write_text(train)
+
+    class Args:
+        pass
+
+    a = Args()
+    a.infer = [sys.executable, tmp_path / "infer.py"]
+    a.train = [sys.executable, tmp_path / "train.py"]
+    return a
+
+
+def test_two_programs_run_together_and_are_measured_in_one_window(tmp_path):
+    got = bc.run_together(_args(tmp_path), {})
+    assert got["infer"]["n"] == 4 and got["infer"]["max"] == 8.0
+    # about one step per 10 ms inside the 0.3 s window (fewer on a loaded machine)
+    assert 10 <= got["train"] <= 110, got
+
+
+def test_alone_runs_each_program_by_itself(tmp_path):
+    got = bc.run_alone(_args(tmp_path), {})
+    assert got["infer"]["p50"] == pytest.approx(6.5)
+    assert 10 <= got["train"] <= 110, got
+
+
+def test_a_program_that_dies_before_it_is_ready_is_said(tmp_path):
+    args = _args(tmp_path, train="import sys\nsys.exit('no GPU here')\n")
+    with pytest.raises(RuntimeError, match="the training exited 1 before it was ready.*no GPU"):
+        bc.run_together(args, {})
