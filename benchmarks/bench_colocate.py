@@ -185,33 +185,46 @@ def _finish_infer(proc):
     return parse_infer(out)
 
 
+def _reap(*procs):
+    """Kills and waits for whichever of the programs still runs: none outlives its
+    configuration to skew the next."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def run_alone(args, env):
     """The inference alone, then the training alone over a window as long."""
-    infer = _start(args.infer, env, stdin=True)
-    _wait_ready(infer, "the inference")
-    start, end, latencies = _finish_infer(infer)
-    train = _start(args.train, env)
-    _wait_ready(train, "the training")
-    t0 = time.monotonic() + 0.5
-    time.sleep(0.5 + (end - start))
-    t1 = time.monotonic()
-    ends = _stop_train(train)
+    infer = train = None
+    try:
+        infer = _start(args.infer, env, stdin=True)
+        _wait_ready(infer, "the inference")
+        start, end, latencies = _finish_infer(infer)
+        train = _start(args.train, env)
+        _wait_ready(train, "the training")
+        t0 = time.monotonic() + 0.5
+        time.sleep(0.5 + (end - start))
+        t1 = time.monotonic()
+        ends = _stop_train(train)
+    finally:
+        _reap(infer, train)
     return {"infer": latency_row(latencies), "train": rate_in_window(ends, t0, t1)}
 
 
 def run_together(args, env, train_prefix=(), train_env=None):
     """Both at once: the training first, then the inference's requests once both are ready;
     the training's rate is counted inside the inference's window."""
-    train = _start([*train_prefix, *args.train], {**env, **(train_env or {})})
+    infer = train = None
     try:
+        train = _start([*train_prefix, *args.train], {**env, **(train_env or {})})
         _wait_ready(train, "the training")
         infer = _start(args.infer, env, stdin=True)
         _wait_ready(infer, "the inference")
         start, end, latencies = _finish_infer(infer)
-    except BaseException:
-        train.kill()
-        raise
-    ends = _stop_train(train)
+        ends = _stop_train(train)
+    finally:
+        _reap(infer, train)
     return {"infer": latency_row(latencies), "train": rate_in_window(ends, start, end)}
 
 
@@ -234,6 +247,17 @@ def run_config(name, args, tmp, mps_env):
     prefix = [args.clc_run, "--policy", policy, "-o", tmp / f"{name}.clc", "--force",
               "--no-report", "-q", "--"]
     return run_together(args, mps_env, train_prefix=prefix)
+
+
+def measured(r, name, args, tmp, mps_env):
+    """One configuration's figures, printed as they come; a run that fails is said and left
+    out of the summary (its error kept in the JSON), and the rounds go on."""
+    try:
+        got = run_config(name, args, tmp, mps_env)
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+        got = {"error": str(e)}
+    print(f"round {r + 1}: {name}: {json.dumps(got)}", flush=True)
+    return got
 
 
 # ---- the report ---------------------------------------------------------------------------
@@ -293,14 +317,12 @@ def main():
                 try:
                     with mps_daemon(tmp, f"mps{r}") as mps_env:
                         for name in mps_configs:
-                            row[name] = run_config(name, args, tmp, mps_env)
-                            print(f"round {r + 1}: {name}: {json.dumps(row[name])}", flush=True)
+                            row[name] = measured(r, name, args, tmp, mps_env)
                 except MpsUnavailable as e:
                     note = str(e)
             for name in configs:
                 if name not in mps_configs:
-                    row[name] = run_config(name, args, tmp, None)
-                    print(f"round {r + 1}: {name}: {json.dumps(row[name])}", flush=True)
+                    row[name] = measured(r, name, args, tmp, None)
             rounds.append({name: row.get(name) or {} for name in configs})
     summary = summarize(rounds)
     print(f"\n{args.rounds} interleaved rounds, {args.requests} requests every "

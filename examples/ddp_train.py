@@ -14,10 +14,18 @@ sum (a scan kernel, which a deny rule may refuse). Prints, per rank:
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+
+def say(line):
+    """One line in one write: the ranks share the pipe, and print() may write a line's text
+    and its end separately (with PYTHONUNBUFFERED), letting another rank's line in between."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def main():
@@ -49,16 +57,16 @@ def main():
     dist.all_reduce(mean)
     mean /= dist.get_world_size()
     checksum = sum(p.detach().double().sum().item() for p in model.parameters())
-    print(f"rank {rank} loss={mean.item():.6f} checksum={checksum:.6f}", flush=True)
+    say(f"rank {rank} loss={mean.item():.6f} checksum={checksum:.6f}")
     try:
         total = torch.arange(1, 1001, device=device, dtype=torch.float32).cumsum(0)
-        print(f"rank {rank} cumsum={total[-1].item():.0f}", flush=True)
+        say(f"rank {rank} cumsum={total[-1].item():.0f}")
     except Exception as exc:  # torch raises RuntimeError or a subclass (AcceleratorError)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"rank {rank} cumsum refused: {first}", flush=True)
+        say(f"rank {rank} cumsum refused: {first}")
     dist.barrier()
     dist.destroy_process_group()
-    print(f"rank {rank} done", flush=True)
+    say(f"rank {rank} done")
 
 
 if __name__ == "__main__":

@@ -287,12 +287,14 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     uint64_t program_word = 0;
     unsigned program_sms = clc_green_program_sms((CUcontext)(uintptr_t)ctx, &program_word);
     if (program_sms && !launched_as_is(&d, program_word)) program_sms = 0; /* never runs */
+    uint64_t scope_word;
     if (!program_sms && d.fallback.action == CLC_ACTION_CONFINE && program_wide_policy() &&
-        CLC_FIRST_TIME())
+        clc_program_scope(device, &scope_word) && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
-                "sm_share (scope: program): a kernel launched in a context clc did not hand the "
-                "program (the CUDA runtime's: libcudart takes its primary context through a "
-                "private path of the driver's) is confined one launch at a time");
+                "sm_share (scope: program): a kernel of this process launched in a context clc "
+                "did not hand it (the CUDA runtime's own, which libcudart takes through a "
+                "private path of the driver's, or one reached past clc's lookups) is confined "
+                "one launch at a time, where the driver allows it");
     *answer = d.fallback;
 
     clc_new_kernel k = {.handle = handle,

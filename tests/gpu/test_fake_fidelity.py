@@ -12,6 +12,7 @@ wrong (or the program relies on something only the fake does) and is to be fixed
 """
 
 import collections
+import ctypes
 import os
 import re
 import sys
@@ -24,9 +25,11 @@ from conftest import REPO, _run, describe
 pytestmark = pytest.mark.gpu
 
 # (program, arguments): the programs that need no companion library the fake alone provides,
-# no stdin and no path to a driver copy; each as the CPU tests run it. prog_green_program's
-# `cudart` mode takes the primary context through a test hook of the fake's, which stands for
-# the private table the real driver keeps for libcudart: it runs over the fake only.
+# no stdin and no path to a driver copy; each as the CPU tests run it. prog_reload (a program
+# of its own that prints handles) has its GPU twin in examples/reload.c, tests/gpu/
+# test_trust_gpu.py. prog_green_program's `cudart` mode takes the primary context through a
+# test hook of the fake's, which stands for the private table the real driver keeps for
+# libcudart: it runs over the fake only.
 PROGRAMS = [
     ("prog_cudart",),
     ("prog_triton",),
@@ -35,8 +38,6 @@ PROGRAMS = [
     ("prog_teardown",),
     ("prog_graph_generic",),
     ("prog_params",),
-    ("prog_reload",),
-    ("prog_reload", "module"),
     ("prog_life", "plain"),
     ("prog_life", "fill"),
     ("prog_green",),
@@ -46,9 +47,11 @@ PROGRAMS = [
     ("prog_coop",),
 ]
 
-# Lines that say what the fake saw (its counters), never printed over a real driver.
+# Lines that say what the fake saw (its counters), never printed over a real driver; and the
+# line that says which driver the process used (CLC_NATIVE_SAY_DRIVER).
 FAKE_ONLY = re.compile(r"^(child: )?(fake:|fake-entry:|after-one-release destroyed=|"
-                       r"order-violations |green-contexts |green-streams )")
+                       r"order-violations |green-contexts |green-streams |driver: )")
+DRIVER = re.compile(r"^(?:child: )?driver: (\w+)$", re.M)
 GREEN = re.compile(r"^((?:child: )?green \S+ rc=-?\d+)( first=.*)?$")
 
 
@@ -83,7 +86,26 @@ def native_dir(tmp_path_factory):
 
 
 def over_fake(native_dir):
-    return {"LD_LIBRARY_PATH": f"{native_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+    return {"LD_LIBRARY_PATH": f"{native_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+            "CLC_NATIVE_SAY_DRIVER": "1"}
+
+
+def real_driver_dir():
+    """The directory of the libcuda.so.1 this process loads (the real driver)."""
+    ctypes.CDLL("libcuda.so.1")
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if "/libcuda.so" in path:
+                return str(Path(path).parent)
+    pytest.fail("libcuda.so.1 is not mapped in this process")
+
+
+def over_real():
+    """Most programs carry an rpath to the fake's directory (build.py), which the loader
+    searches before its cache: the real driver's directory goes first."""
+    return {"LD_LIBRARY_PATH": f"{real_driver_dir()}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+            "CLC_NATIVE_SAY_DRIVER": "1"}
 
 
 def run(argv, env=None, tmp=None, policy=None):
@@ -101,10 +123,15 @@ def test_the_fake_observes_what_the_real_driver_does(native_dir, program, tmp_pa
     (tmp_path / "fake").mkdir()
     (tmp_path / "real").mkdir()
     fake = run(argv, env=over_fake(native_dir))
-    real = run(argv)
+    real = run(argv, env=over_real())
     fake_clc = run(argv, env=over_fake(native_dir), tmp=tmp_path / "fake", policy=audit)
-    real_clc = run(argv, tmp=tmp_path / "real", policy=audit)
+    real_clc = run(argv, env=over_real(), tmp=tmp_path / "real", policy=audit)
+    # (each run had the driver it meant: the fake's runs the fake, the others the real one)
+    for proc, want in ((fake, "fake"), (fake_clc, "fake"), (real, "real"), (real_clc, "real")):
+        said = DRIVER.findall(proc.stdout)
+        assert said and set(said) == {want}, (want, describe(proc))
     # THEN the program ends as it does over the fake, natively and under clc
+    assert fake.returncode == 0, describe(fake)
     assert real.returncode == fake.returncode, describe(fake) + "\n\n" + describe(real)
     assert real_clc.returncode == real.returncode, describe(real_clc)
     assert fake_clc.returncode == fake.returncode, describe(fake_clc)

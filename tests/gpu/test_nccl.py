@@ -32,12 +32,12 @@ def ddp(tools):
 
 
 def ranks(stdout):
-    """rank -> {"loss", "checksum", "cumsum" (or None when refused), "done"}."""
+    """rank -> {"loss", "checksum", "cumsum" (or None when refused), "done"}. (ddp_train.py
+    writes each line in one write, so the ranks' lines never interleave.)"""
     out = {}
     for m in re.finditer(r"^rank (\d+) loss=(\S+) checksum=(\S+)$", stdout, re.M):
         out.setdefault(int(m[1]), {}).update(loss=float(m[2]), checksum=float(m[3]))
-    # (not anchored: the ranks write to one pipe, and a line may follow another's unended one)
-    for m in re.finditer(r"rank (\d+) cumsum(?:=(\d+)| refused: ([^\n]*))", stdout):
+    for m in re.finditer(r"^rank (\d+) cumsum(?:=(\d+)| refused: (.*))$", stdout, re.M):
         out.setdefault(int(m[1]), {}).update(cumsum=int(m[2]) if m[2] else None, refused=m[3])
     for m in re.finditer(r"^rank (\d+) done$", stdout, re.M):
         out.setdefault(int(m[1]), {})["done"] = True

@@ -371,3 +371,24 @@ def test_scope_program_holds_inside_the_process_whatever_kernel_rules_say(clc_ru
     cap = run.capture()
     confined = {cap.kernels[kid].mangled[:8]: st.confined_sms for kid, st in cap.stats.items()}
     assert confined == {"_Z6vecAd": 32, "_Z4fillP": 0}, confined
+
+
+def test_only_a_process_confined_program_wide_is_told_its_launches_go_one_at_a_time(clc_run,
+                                                                                   native):
+    # GIVEN tenant b's processes confined program-wide, and every kernel confined per launch
+    policy = ("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
+              "    match: {tenant: b}\n    action: wrap\n    wrapper: sm_share\n"
+              "    params: {sms: 16, scope: program}\n"
+              "  - name: each-kernel\n    action: wrap\n    wrapper: sm_share\n"
+              "    params: {sms: 32}\n")
+    said = "is confined one launch at a time"
+    # WHEN a program that takes its context as libcudart does runs as tenant a, then as b
+    # THEN both are confined one launch at a time (a by its kernel rule, to 32 SMs; b by its
+    # program rule, to 16), and only b, whose process the program-wide rule holds, is told so
+    # (each capture read before the next run writes its own)
+    a = clc_run(policy, [native["prog_green_program"], "cudart"], options=["--tenant", "a"])
+    assert launches(a.stdout)["legacy"] == (0, 0, 32, 1), a.stdout
+    assert not any(said in m.text for m in a.capture().messages)
+    b = clc_run(policy, [native["prog_green_program"], "cudart"], options=["--tenant", "b"])
+    assert launches(b.stdout)["legacy"] == (0, 0, 16, 1), b.stdout
+    assert sum(said in m.text for m in b.capture().messages) == 1

@@ -121,11 +121,28 @@ static inline struct fake_fatbin_wrapper make_fatbin_wrapper(const void *fatbin)
 
 /* ---- output ------------------------------------------------------------------------------- */
 
+
+
 static const char *g_role = ""; /* "child: " in a forked child */
+static inline int over_fake_driver(void);
+
+/* With CLC_NATIVE_SAY_DRIVER=1, at exit: `driver: fake` or `driver: real`, which libcuda.so.1
+ * the process used (tests/gpu/test_fake_fidelity.py checks that each run had the one it
+ * meant). */
+static inline void say_driver(void)
+{
+    printf("%sdriver: %s\n", g_role, over_fake_driver() ? "fake" : "real");
+}
 
 /* Line-buffered even into a pipe, so lines interleave sensibly with the shim's own output and
  * nothing buffered is printed twice after fork(). */
-static inline void start_program(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
+static inline void start_program(void)
+{
+    const char *say = getenv("CLC_NATIVE_SAY_DRIVER");
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (say && strcmp(say, "1") == 0)
+        atexit(say_driver);
+}
 
 static inline void report(const char *what, const char *subject, const char *via, CUresult rc)
 {

@@ -453,9 +453,13 @@ static CUresult image_text(const void *image, const char **text, size_t *len)
         memcpy(&h, image, sizeof h);
         if (h.header_size < sizeof h)
             return CUDA_ERROR_INVALID_IMAGE;
+        /* A container claims its size: one past what any test image holds is refused before
+         * it is used as a bound. */
+        if (h.payload_size > (64u << 20))
+            return CUDA_ERROR_INVALID_IMAGE;
         p = (const char *)image + h.header_size;
         end = p + h.payload_size;
-        while (p + 64 <= end) {
+        while (end - p >= 64) {
             uint16_t kind;
             uint32_t header_size, compressed;
             uint64_t size;
@@ -463,7 +467,8 @@ static CUresult image_text(const void *image, const char **text, size_t *len)
             memcpy(&header_size, p + 4, sizeof header_size);
             memcpy(&size, p + 8, sizeof size);
             memcpy(&compressed, p + 16, sizeof compressed);
-            if (header_size < 64 || size > (uint64_t)(end - p) - header_size)
+            if (header_size < 64 || header_size > (uint64_t)(end - p) ||
+                size > (uint64_t)(end - p) - header_size)
                 return CUDA_ERROR_INVALID_IMAGE;
             if (kind == 1 && compressed == 0) {
                 *text = p + header_size;
@@ -1159,9 +1164,12 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePar
 {
     const char *mps = getenv("FAKE_CUDA_MPS");
     (void)flags;
-    if (ctxCreateParams && ctxCreateParams->execAffinityParams &&
-        ctxCreateParams->numExecAffinityParams > 0 && !(mps && strcmp(mps, "1") == 0))
-        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    if (ctxCreateParams && ctxCreateParams->numExecAffinityParams > 0) {
+        if (!ctxCreateParams->execAffinityParams)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (!(mps && strcmp(mps, "1") == 0))
+            return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    }
     return ctx_create(pctx, dev);
 }
 
@@ -2691,10 +2699,12 @@ static CUresult generic_params(const CUgraphNodeParams *p, struct kname **k)
         {
             /* The rows it sets lie in one allocation (the real driver refuses an address it
              * did not allocate, 580). */
-            size_t row = m->width * m->elementSize;
-            size_t span = m->height > 1 ? (m->height - 1) * m->pitch + row : row;
+            size_t row, span = 0;
             int inside;
-            if (m->height > 1 && m->pitch < row)
+            if (__builtin_mul_overflow(m->width, (size_t)m->elementSize, &row) ||
+                (m->height > 1 && m->pitch < row) ||
+                __builtin_mul_overflow(m->height - 1, m->pitch, &span) ||
+                __builtin_add_overflow(span, row, &span))
                 return CUDA_ERROR_INVALID_VALUE;
             lock();
             inside = allocation_of_locked((uintptr_t)m->dst, span) != NULL;
@@ -3713,6 +3723,8 @@ static const struct {
     {"cuCtxCreate", 2000, 0, "cuCtxCreate"},
     {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
     {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
+    {"cuCtxGetDevice", 2000, 0, "cuCtxGetDevice"},
+    {"cuCtxGetDevice", 13000, 0, "cuCtxGetDevice_v2"},
     {"cuCtxDestroy", 2000, 0, "cuCtxDestroy"},
     {"cuCtxDestroy", 4000, 0, "cuCtxDestroy_v2"},
     {"cuStreamDestroy", 2000, 0, "cuStreamDestroy"},

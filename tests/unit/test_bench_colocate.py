@@ -124,3 +124,14 @@ def test_a_program_that_dies_before_it_is_ready_is_said(tmp_path):
     args = _args(tmp_path, train="import sys\nsys.exit('no GPU here')\n")
     with pytest.raises(RuntimeError, match="the training exited 1 before it was ready.*no GPU"):
         bc.run_together(args, {})
+
+
+def test_a_failed_configuration_is_said_and_the_rounds_go_on(tmp_path, monkeypatch, capsys):
+    def fails(name, args, tmp, mps_env):
+        raise RuntimeError("the training exited 1 before it was ready: no GPU")
+
+    monkeypatch.setattr(bc, "run_config", fails)
+    got = bc.measured(0, "mps", None, tmp_path, {})
+    assert got == {"error": "the training exited 1 before it was ready: no GPU"}
+    assert "round 1: mps:" in capsys.readouterr().out
+    assert bc.summarize([{"alone": got, "mps": got}]) == {"alone": {}, "mps": {}}
