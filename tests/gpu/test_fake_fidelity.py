@@ -24,12 +24,12 @@ from conftest import REPO, _run, describe
 
 pytestmark = pytest.mark.gpu
 
-# (program, arguments): the programs that need no companion library the fake alone provides,
-# no stdin and no path to a driver copy; each as the CPU tests run it. prog_reload (a program
-# of its own that prints handles) has its GPU twin in examples/reload.c, tests/gpu/
-# test_trust_gpu.py. prog_green_program's `cudart` mode takes the primary context through a
-# test hook of the fake's, which stands for the private table the real driver keeps for
-# libcudart: it runs over the fake only.
+# (program, arguments): the programs that need no companion library the fake alone provides
+# and no stdin; each as the CPU tests run it ("{driver}": the path of the run's driver).
+# prog_reload (a program of its own that prints handles) has its GPU twin in
+# examples/reload.c, tests/gpu/test_trust_gpu.py. prog_green_program's `cudart` mode takes the
+# primary context through a test hook of the fake's, which stands for the private table the
+# real driver keeps for libcudart: it runs over the fake only.
 PROGRAMS = [
     ("prog_cudart",),
     ("prog_triton",),
@@ -45,6 +45,7 @@ PROGRAMS = [
     ("prog_green_threads",),
     ("prog_conditional",),
     ("prog_coop",),
+    ("prog_path", "{driver}"),  # the driver opened by its path: the fake's, or the real one's
 ]
 
 # Lines that say what the fake saw (its counters), never printed over a real driver; and the
@@ -118,14 +119,18 @@ def run(argv, env=None, tmp=None, policy=None):
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: "-".join(p))
 def test_the_fake_observes_what_the_real_driver_does(native_dir, program, tmp_path):
-    argv = [native_dir / program[0], *program[1:]]
+    def argv(driver_dir):
+        return [native_dir / program[0],
+                *(a.replace("{driver}", f"{driver_dir}/libcuda.so.1") for a in program[1:])]
+
     audit = REPO / "policies" / "audit.yaml"
     (tmp_path / "fake").mkdir()
     (tmp_path / "real").mkdir()
-    fake = run(argv, env=over_fake(native_dir))
-    real = run(argv, env=over_real())
-    fake_clc = run(argv, env=over_fake(native_dir), tmp=tmp_path / "fake", policy=audit)
-    real_clc = run(argv, env=over_real(), tmp=tmp_path / "real", policy=audit)
+    on_fake, on_real = argv(native_dir), argv(real_driver_dir())
+    fake = run(on_fake, env=over_fake(native_dir))
+    real = run(on_real, env=over_real())
+    fake_clc = run(on_fake, env=over_fake(native_dir), tmp=tmp_path / "fake", policy=audit)
+    real_clc = run(on_real, env=over_real(), tmp=tmp_path / "real", policy=audit)
     # (each run had the driver it meant: the fake's runs the fake, the others the real one)
     for proc, want in ((fake, "fake"), (fake_clc, "fake"), (real, "real"), (real_clc, "real")):
         said = DRIVER.findall(proc.stdout)
