@@ -98,26 +98,10 @@ CLC_CTX_DESTROY_HOOK(cuCtxDestroy_v2)
  * the driver launches no function of a plain created context on a partition's stream. One with
  * execution-affinity or CIG parameters is made as asked: its confined kernels get their rule's
  * on_unwrappable when the driver refuses them on the partition. */
-/* Whether the policy confines at all (CLC_POLICY_CONFINES) and program-wide
- * (CLC_POLICY_PROGRAM), read from the sealed settings once (after clc_start). */
-static struct {
-    int read, confines, program_wide;
-} g_policy;
-
-static void read_policy(void) {
-    if (g_policy.read) return;
-    const char *v = clc_setting("CLC_POLICY_CONFINES");
-    g_policy.confines = v && strcmp(v, "1") == 0;
-    v = clc_setting("CLC_POLICY_PROGRAM");
-    g_policy.program_wide = v && strcmp(v, "1") == 0;
-    g_policy.read = 1;
-}
-
 static int created_context(CUcontext *pctx, unsigned flags, CUdevice dev, int plain,
                            CUresult *result) {
     clc_start();
-    read_policy();
-    int confines = g_policy.confines, program_wide = g_policy.program_wide;
+    int confines = clc_policy_confines(), program_wide = clc_policy_program_wide();
     if (!pctx || (!confines && !program_wide) || t_in_clc || !clc_hook_ready()) return 0;
     if (!plain) {
         if (CLC_FIRST_TIME())
@@ -245,8 +229,7 @@ CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     CLC_REAL_OR_FAIL(cuDevicePrimaryCtxRetain)
     CUresult r = real(pctx, dev);
     clc_start();
-    read_policy();
-    int program_wide = g_policy.program_wide;
+    int program_wide = clc_policy_program_wide();
     clc_debug("cuDevicePrimaryCtxRetain(device %d) -> %d: program-wide %d, inside clc %d", dev,
               (int)r, program_wide, (int)t_in_clc);
     if (r != CUDA_SUCCESS || !pctx || !program_wide || t_in_clc || !clc_hook_ready()) return r;

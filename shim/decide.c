@@ -237,18 +237,6 @@ static int launched_as_is(clc_decision *d, uint64_t program_word) {
     return runs;
 }
 
-/* Whether the policy confines program-wide (CLC_POLICY_PROGRAM), read once. */
-static int program_wide_policy(void) {
-    static _Atomic int v; /* 0 unread, 1 no, 2 yes */
-    int r = atomic_load_explicit(&v, memory_order_relaxed);
-    if (!r) {
-        const char *s = clc_setting("CLC_POLICY_PROGRAM");
-        r = s && strcmp(s, "1") == 0 ? 2 : 1;
-        atomic_store_explicit(&v, r, memory_order_relaxed);
-    }
-    return r == 2;
-}
-
 /* The slow path, once per (kernel, context): name the kernel, ask the engine, publish (the
  * capture gets the new kernel's record). */
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
@@ -288,7 +276,7 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     unsigned program_sms = clc_green_program_sms((CUcontext)(uintptr_t)ctx, &program_word);
     if (program_sms && !launched_as_is(&d, program_word)) program_sms = 0; /* never runs */
     uint64_t scope_word;
-    if (!program_sms && d.fallback.action == CLC_ACTION_CONFINE && program_wide_policy() &&
+    if (!program_sms && d.fallback.action == CLC_ACTION_CONFINE && clc_policy_program_wide() &&
         clc_program_scope(device, &scope_word) && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "sm_share (scope: program): a kernel of this process launched in a context clc "

@@ -59,6 +59,18 @@ const char *clc_setting(const char *key) {
 
 CLC_EXPORT const char *clc_shim_setting(const char *key) { return clc_setting(key); }
 
+/* What the policy does with green contexts, read from the settings as they load: whether it
+ * confines at all (CLC_POLICY_CONFINES) and whether program-wide (CLC_POLICY_PROGRAM). */
+static int g_policy_confines, g_policy_program_wide;
+
+static int setting_on(const char *key) {
+    const char *v = clc_setting(key);
+    return v && strcmp(v, "1") == 0;
+}
+
+int clc_policy_confines(void) { return g_policy_confines; }
+int clc_policy_program_wide(void) { return g_policy_program_wide; }
+
 /* The block of a sealed memfd, copied; -1 when fd is not one. */
 static int read_sealed(int fd) {
     struct stat st;
@@ -162,6 +174,8 @@ int clc_settings_load(void) {
     }
     /* Clear FD_CLOEXEC: children inherit the descriptor whatever the program's spawn. */
     if (ok) {
+        g_policy_confines = setting_on("CLC_POLICY_CONFINES");
+        g_policy_program_wide = setting_on("CLC_POLICY_PROGRAM");
         Dl_info self;
         fcntl(g_fd, F_SETFD, 0);
         if (dladdr((void *)&clc_announce, &self) && self.dli_fname && self.dli_fname[0] == '/')

@@ -419,6 +419,8 @@ extern CLC_HIDDEN clc_settings g_cfg;
 /* ---- settings: what clc-run gave the program, fixed at start (settings.c) ------------------ */
 int clc_settings_load(void);            /* 1 when the process has clc-run's settings */
 const char *clc_setting(const char *key); /* a setting's value, NULL when not set */
+int clc_policy_confines(void);     /* a rule confines by a green context (sm_share) */
+int clc_policy_program_wide(void); /* a rule confines whole processes (scope: program) */
 /* Tells clc-run something about this process ("start", "exec", "capture", ...: a word and a
  * text), over its status socket; nothing when clc-run gave none. */
 void clc_announce(const char *what, const char *text);
