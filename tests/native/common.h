@@ -195,6 +195,25 @@ static inline void *fake_hook(const char *name)
 
 static inline int over_fake_driver(void) { return fake_hook("fake_cuda_launch_count") != NULL; }
 
+/* `green LABEL rc=N first=F sms=S ordered=0|1`: where the fake ran `kernel`'s last launch
+ * (fake_cuda_last_green: its first SM, how many, whether in the stream's order), after a
+ * launch or node that returned rc. Over a real driver, `green LABEL rc=N` only. */
+static inline void print_green(const char *label, const char *kernel, CUresult rc)
+{
+    typedef int (*last_green_t)(const char *, unsigned *, unsigned *, int *, unsigned long *);
+    last_green_t last_green = (last_green_t)fake_hook("fake_cuda_last_green");
+    unsigned first = 0, sms = 0;
+    unsigned long n = 0;
+    int ordered = 0;
+    if (!last_green) {
+        printf("%sgreen %s rc=%d\n", g_role, label, (int)rc);
+        return;
+    }
+    last_green(kernel, &first, &sms, &ordered, &n);
+    printf("%sgreen %s rc=%d first=%u sms=%u ordered=%d\n", g_role, label, (int)rc, first, sms,
+           ordered);
+}
+
 static inline void *fake_sym(void *h, const char *name)
 {
     void *p = dlsym(h, name);

@@ -16,7 +16,6 @@
  */
 #include "common.h"
 
-typedef int (*last_green_t)(const char *, unsigned *, unsigned *, int *, unsigned long *);
 
 static CUkernel g_vecadd;
 static float g_a = 1.0f;
@@ -68,7 +67,6 @@ int main(int argc, char **argv)
     CUstream s;
 
     start_program();
-    last_green_t last_green = (last_green_t)fake_hook("fake_cuda_last_green");
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuDevicePrimaryCtxRetain(&primary, dev));
@@ -100,16 +98,7 @@ int main(int argc, char **argv)
         if (rc == CUDA_SUCCESS && (inst = cuGraphInstantiate(&exec, graph, 0)) == CUDA_SUCCESS)
             CHECK(cuGraphLaunch(exec, NULL));
         printf("cond plain-generic add=%d instantiate=%d\n", (int)rc, (int)inst);
-        unsigned first = 0, sms = 0;
-        unsigned long n = 0;
-        int ordered = 0;
-        if (last_green) { /* where the fake ran it */
-            last_green(K_VECADD, &first, &sms, &ordered, &n);
-            printf("green plain-generic rc=%d first=%u sms=%u ordered=%d\n",
-                   (int)rc, first, sms, ordered);
-        } else {
-            printf("green plain-generic rc=%d\n", (int)rc);
-        }
+        print_green("plain-generic", K_VECADD, rc);
     }
 
     /* A while node's body: a kernel node by cuGraphAddKernelNode. */

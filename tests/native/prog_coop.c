@@ -13,22 +13,7 @@
  */
 #include "common.h"
 
-typedef int (*last_green_t)(const char *, unsigned *, unsigned *, int *, unsigned long *);
-static last_green_t g_last_green;
-
-static void where(const char *label, CUresult rc)
-{
-    unsigned first = 0, sms = 0;
-    unsigned long n = 0;
-    int ordered = 0;
-    if (g_last_green) { /* where the fake ran it */
-        g_last_green(K_VECADD, &first, &sms, &ordered, &n);
-        printf("green %s rc=%d first=%u sms=%u ordered=%d\n",
-               label, (int)rc, first, sms, ordered);
-    } else {
-        printf("green %s rc=%d\n", label, (int)rc);
-    }
-}
+static void where(const char *label, CUresult rc) { print_green(label, K_VECADD, rc); }
 
 int main(void)
 {
@@ -41,7 +26,6 @@ int main(void)
     void *args[] = {&a, &a, &a, &n};
 
     start_program();
-    g_last_green = (last_green_t)fake_hook("fake_cuda_last_green");
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuDevicePrimaryCtxRetain(&primary, dev));

@@ -18,24 +18,13 @@
 extern __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
 extern __typeof__(cuEventRecord) cuEventRecord_ptsz;
 
-typedef int (*last_green_t)(const char *, unsigned *, unsigned *, int *, unsigned long *);
 
-static last_green_t g_last_green;
 static CUevent g_mark;
 
 /* Where the kernel's last launch ran; then the program's own work on `stream`. */
 static void where(const char *label, const char *kernel, CUresult rc, CUstream stream, int ptsz)
 {
-    unsigned first = 0, sms = 0;
-    unsigned long n = 0;
-    int ordered = 0;
-    if (g_last_green) { /* where the fake ran it */
-        g_last_green(kernel, &first, &sms, &ordered, &n);
-        printf("green %s rc=%d first=%u sms=%u ordered=%d\n",
-               label, (int)rc, first, sms, ordered);
-    } else {
-        printf("green %s rc=%d\n", label, (int)rc);
-    }
+    print_green(label, kernel, rc);
     CUresult r = ptsz ? cuEventRecord_ptsz(g_mark, stream) : cuEventRecord(g_mark, stream);
     if (r != CUDA_SUCCESS)
         printf("FAILED program's event record on %s: %d\n", label, (int)r);
@@ -55,7 +44,6 @@ int main(void)
 
     start_program();
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
-    g_last_green = (last_green_t)fake_hook("fake_cuda_last_green");
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuDevicePrimaryCtxRetain(&primary, dev));

@@ -23,11 +23,9 @@
 #define THREADS 4
 #define ROUNDS 50
 
-typedef int (*last_green_t)(const char *, unsigned *, unsigned *, int *, unsigned long *);
 typedef void (*green_counts_t)(unsigned long *, unsigned long *, unsigned long *,
                                unsigned long *);
 
-static last_green_t g_last_green;
 static green_counts_t g_counts;
 static CUcontext g_ctx;
 typedef CUresult (*retain_t)(CUcontext *, CUdevice);
@@ -37,16 +35,7 @@ static _Atomic int g_failures, g_launches;
 
 static void where(const char *label, const char *kernel, CUresult rc)
 {
-    unsigned first = 0, sms = 0;
-    unsigned long n = 0;
-    int ordered = 0;
-    if (g_last_green) { /* where the fake ran it */
-        g_last_green(kernel, &first, &sms, &ordered, &n);
-        printf("green %s rc=%d first=%u sms=%u ordered=%d\n", label, (int)rc, first, sms,
-               ordered);
-    } else {
-        printf("green %s rc=%d\n", label, (int)rc);
-    }
+    print_green(label, kernel, rc);
 }
 
 static void *worker(void *arg)
@@ -95,7 +84,6 @@ int main(int argc, char **argv)
 
     start_program();
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
-    g_last_green = (last_green_t)fake_hook("fake_cuda_last_green");
     g_counts = (green_counts_t)fake_hook("fake_cuda_green_counts");
     CHECK(cuInit(0));
     int cudart = argc > 1 && strcmp(argv[1], "cudart") == 0;
