@@ -427,6 +427,17 @@ def write_policy(path, rules, default="allow"):
     return Path(path)
 
 
+def program_policy(path, params, on_unwrappable="deny"):
+    """A policy confining the whole process (sm_share with scope: program); params: the
+    share's, e.g. {"sms": 16}."""
+    body = ", ".join(f"{k}: {v}" for k, v in params.items())
+    Path(path).write_text("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
+                          "    action: wrap\n    wrapper: sm_share\n"
+                          f"    params: {{{body}, scope: program}}\n"
+                          f"    on_unwrappable: {on_unwrappable}\n")
+    return Path(path)
+
+
 def deny_policy(path, kernel_globs, message="refused in this test"):
     globs = [kernel_globs] if isinstance(kernel_globs, str) else list(kernel_globs)
     return write_policy(path, [(f"deny-{i}", g, "deny", {"message": message})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, _build, assert_capture_ok, write_policy
+from conftest import EXAMPLES, _build, assert_capture_ok, program_policy, write_policy
 
 pytestmark = pytest.mark.gpu
 
@@ -25,14 +25,6 @@ def share_policy(path, glob="*", params=None, on_unwrappable="allow"):
     return write_policy(path, [("confine", glob, "wrap",
                                 {"wrapper": "sm_share", "params": params or {"sms": SMS},
                                  "on_unwrappable": on_unwrappable})])
-
-
-def program_policy(path, on_unwrappable="allow"):
-    path.write_text("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
-                    "    action: wrap\n    wrapper: sm_share\n"
-                    f"    params: {{sms: {SMS}, scope: program}}\n"
-                    f"    on_unwrappable: {on_unwrappable}\n")
-    return path
 
 
 def wrap_policy(path, wrapper):
@@ -74,7 +66,7 @@ def test_conditional_graphs_keep_their_results_confined(conditional_bin, run_nat
     assert set(conds(native.stdout)) == set(CASES)
     # WHEN every kernel is confined to 16 SMs, per kernel or program-wide
     policy = (share_policy(tmp_path / "p.yaml") if scope == "kernel"
-              else program_policy(tmp_path / "p.yaml"))
+              else program_policy(tmp_path / "p.yaml", {"sms": SMS}, on_unwrappable="allow"))
     proc, report = run_clc(policy, [conditional_bin], tmp_path)
     # THEN every graph instantiates and counts as it does alone
     assert proc.returncode == 0, tools.describe(proc)
@@ -122,7 +114,7 @@ def test_contexts_the_program_makes_are_confined(contexts_bin, driver_api_bin, r
     # loaded in each
     _, ptx = driver_api_bin
     policy = (share_policy(tmp_path / "p.yaml", on_unwrappable="deny") if scope == "kernel"
-              else program_policy(tmp_path / "p.yaml", on_unwrappable="deny"))
+              else program_policy(tmp_path / "p.yaml", {"sms": SMS}))
     proc, report = run_clc(policy, [contexts_bin, "run", ptx, 3], tmp_path)
     # THEN its results are right, and its kernel ran confined in every context (deny: a launch
     # that could not be confined would have failed the program)

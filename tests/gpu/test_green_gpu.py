@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, _build, write_policy
+from conftest import EXAMPLES, _build, program_policy, write_policy
 
 pytestmark = pytest.mark.gpu
 
@@ -131,16 +131,6 @@ def test_framework_kernels_are_bit_identical_when_confined(run_native, run_clc, 
 
 
 # ---- scope: program: the program's own context is the partition's ---------------------------
-
-def program_policy(path, params, on_unwrappable="deny"):
-    """A policy confining the whole process (scope: program)."""
-    body = ", ".join(f"{k}: {v}" for k, v in params.items())
-    path.write_text("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
-                    "    action: wrap\n    wrapper: sm_share\n"
-                    f"    params: {{{body}, scope: program}}\n"
-                    f"    on_unwrappable: {on_unwrappable}\n")
-    return path
-
 
 @pytest.mark.parametrize("build", ["plain", "ptsz"])
 @pytest.mark.parametrize("mode", MODES)

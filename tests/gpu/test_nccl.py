@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from conftest import assert_all_timed, assert_capture_ok, probe_driver, write_policy
+from conftest import (assert_all_timed, assert_capture_ok, probe_driver, program_policy,
+                      write_policy)
 
 pytestmark = pytest.mark.gpu
 
@@ -75,10 +76,7 @@ def test_nccl_job_under_clc(ddp, native, run_clc, tmp_path, tools, policy_name):
                                                      {"wrapper": "sm_share",
                                                       "params": {"sms": SMS}})])
     elif policy_name == "program":
-        policy = tmp_path / "p.yaml"
-        policy.write_text("version: 1\ndefault: allow\nrules:\n  - name: whole-program\n"
-                          "    action: wrap\n    wrapper: sm_share\n"
-                          f"    params: {{sms: {SMS}, scope: program}}\n")
+        policy = program_policy(tmp_path / "p.yaml", {"sms": SMS}, on_unwrappable="allow")
     else:
         policy = policy_name
     proc, report = run_clc(policy, ddp, tmp_path)
