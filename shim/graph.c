@@ -247,28 +247,13 @@ CLC_KERNEL_NODE_HOOK(cuGraphExecKernelNodeSetParams_v2, CLC_ENTRY_GRAPH_EXEC_NOD
  * back in the program's current context (the one a body's kernels must share), nested child
  * graphs too; the copy counts as a body from then on. Said once, as a body's own nodes are; a
  * kernel named by a module's function alone cannot be moved, and its graph is left as it is. */
-static struct {
-    CUresult (*embedded)(CUgraphNode, CUgraph *);
-    CUresult (*nodes)(CUgraph, CUgraphNode *, size_t *);
-    CUresult (*type)(CUgraphNode, int *);
-    CUresult (*get)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *);
-    int loaded; /* 1: found; -1: not all there */
-} gdrv;
-
 #define CU_GRAPH_NODE_TYPE_GRAPH 4
 
-static int graph_driver(void) {
-    if (!gdrv.loaded) {
-        void *h = clc_libcuda_handle();
-        if (h) {
-            gdrv.embedded = clc_libc_dlsym(h, "cuGraphChildGraphNodeGetGraph");
-            gdrv.nodes = clc_libc_dlsym(h, "cuGraphGetNodes");
-            gdrv.type = clc_libc_dlsym(h, "cuGraphNodeGetType");
-            gdrv.get = clc_libc_dlsym(h, "cuGraphKernelNodeGetParams_v2");
-        }
-        gdrv.loaded = gdrv.embedded && gdrv.nodes && gdrv.type && gdrv.get ? 1 : -1;
-    }
-    return gdrv.loaded > 0;
+/* The driver's graph queries (g_drv, filled as the driver is placed, which a current context
+ * implies): 1 when all four are there. */
+static int graph_queries(void) {
+    return g_drv.graph_child && g_drv.graph_nodes && g_drv.graph_node_type &&
+           g_drv.graph_kernel_node_get;
 }
 
 /* Puts the kernel nodes of `graph` (its child graphs and its conditional nodes' bodies too) that
@@ -278,19 +263,19 @@ static int graph_driver(void) {
 static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, int bodies, unsigned *moved,
                             unsigned *kept) {
     size_t n = 0;
-    if (depth > 16 || gdrv.nodes(graph, NULL, &n) != CUDA_SUCCESS || n == 0) return;
+    if (depth > 16 || g_drv.graph_nodes(graph, NULL, &n) != CUDA_SUCCESS || n == 0) return;
     CUgraphNode *nodes = malloc(n * sizeof *nodes);
     if (!nodes) return;
     pfn_cuGraphKernelNodeSetParams_v2 set =
         (pfn_cuGraphKernelNodeSetParams_v2)clc_real(CLC_SYM_cuGraphKernelNodeSetParams_v2);
-    if (gdrv.nodes(graph, nodes, &n) == CUDA_SUCCESS) {
+    if (g_drv.graph_nodes(graph, nodes, &n) == CUDA_SUCCESS) {
         for (size_t i = 0; i < n; i++) {
             int type = -1;
             CUgraph inner[8];
             CUDA_KERNEL_NODE_PARAMS_v2 p;
-            if (gdrv.type(nodes[i], &type) != CUDA_SUCCESS) continue;
+            if (g_drv.graph_node_type(nodes[i], &type) != CUDA_SUCCESS) continue;
             if (type == CU_GRAPH_NODE_TYPE_GRAPH &&
-                gdrv.embedded(nodes[i], &inner[0]) == CUDA_SUCCESS) {
+                g_drv.graph_child(nodes[i], &inner[0]) == CUDA_SUCCESS) {
                 if (bodies) clc_green_note_bodies(nodes[i], graph, inner, 1);
                 unconfine_graph(inner[0], ctx, depth + 1, bodies, moved, kept);
             }
@@ -302,8 +287,8 @@ static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, int bodies,
             /* A node already in the program's context (a program context of scope: program is
              * a partition's) needs no move. */
             if (type != CU_GRAPH_NODE_TYPE_KERNEL || !set ||
-                gdrv.get(nodes[i], &p) != CUDA_SUCCESS || !clc_green_is_node_context(p.ctx) ||
-                p.ctx == ctx || !p.kern)
+                g_drv.graph_kernel_node_get(nodes[i], &p) != CUDA_SUCCESS ||
+                !clc_green_is_node_context(p.ctx) || p.ctx == ctx || !p.kern)
                 continue;
             if (!clc_green_node_kernel_movable(p.kern)) {
                 (*kept)++;
@@ -321,8 +306,8 @@ static void unconfine_graph(CUgraph graph, CUcontext ctx, int depth, int bodies,
 static void child_in_body(CUgraphNode node, CUgraph graph) {
     CUgraph child;
     CUcontext ctx;
-    if (!node || t_in_clc || !clc_green_is_body(graph) || !graph_driver() ||
-        gdrv.embedded(node, &child) != CUDA_SUCCESS || !(ctx = current_ctx()))
+    if (!node || t_in_clc || !clc_green_is_body(graph) || !(ctx = current_ctx()) ||
+        !graph_queries() || g_drv.graph_child(node, &child) != CUDA_SUCCESS)
         return;
     unsigned moved = 0, kept = 0;
     t_in_clc = 1;
@@ -348,7 +333,7 @@ static void child_in_body(CUgraphNode node, CUgraph graph) {
  * rule says deny stays confined, and the program gets the driver's error. */
 static int unconfined_for_instantiation(CUgraph graph, CUresult why) {
     CUcontext ctx;
-    if (t_in_clc || !clc_green_any_node_context() || !graph_driver() || !(ctx = current_ctx()))
+    if (t_in_clc || !clc_green_any_node_context() || !(ctx = current_ctx()) || !graph_queries())
         return 0;
     unsigned moved = 0, kept = 0;
     t_in_clc = 1;

@@ -171,6 +171,10 @@ int clc_driver_load(void) {
             g_drv.func_get_module = driver_sym(h, "cuFuncGetModule", NULL);
             g_drv.library_get_module = driver_sym(h, "cuLibraryGetModule", NULL);
             g_drv.library_get_kernel = driver_sym(h, "cuLibraryGetKernel", NULL);
+            g_drv.graph_child = driver_sym(h, "cuGraphChildGraphNodeGetGraph", NULL);
+            g_drv.graph_nodes = driver_sym(h, "cuGraphGetNodes", NULL);
+            g_drv.graph_node_type = driver_sym(h, "cuGraphNodeGetType", NULL);
+            g_drv.graph_kernel_node_get = driver_sym(h, "cuGraphKernelNodeGetParams_v2", NULL);
             g_hot.ctx_get_current = g_drv.ctx_get_current;
             /* Without a current context or a kernel's name nothing can be decided: the driver
              * is not placed (its launches get on_error). */

@@ -292,6 +292,12 @@ typedef struct {
     CUresult (*func_get_module)(CUmodule *, CUfunction);
     CUresult (*library_get_module)(CUmodule *, CUlibrary);
     CUresult (*library_get_kernel)(CUkernel *, CUlibrary, const char *);
+    /* graph.c: a child graph node's graph, a graph's nodes, a node's type, a kernel node's
+     * parameters (the _v2 struct, with its context) */
+    CUresult (*graph_child)(CUgraphNode, CUgraph *);
+    CUresult (*graph_nodes)(CUgraph, CUgraphNode *, size_t *);
+    CUresult (*graph_node_type)(CUgraphNode, int *);
+    CUresult (*graph_kernel_node_get)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *);
 } clc_driver;
 extern CLC_HIDDEN clc_driver g_drv;
 
