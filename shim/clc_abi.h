@@ -319,6 +319,7 @@ typedef struct clc_record_header {
 #define CLC_REC_END 9          /* body: clc_rec_end; the last record of a complete capture */
 #define CLC_REC_RULE_STATS 10  /* body: clc_rec_rule_stats; as KERNEL_STATS, one per rule that
                                   denied launches */
+#define CLC_REC_HOLD 11        /* body: clc_rec_hold; a best-effort launch held */
 
 typedef struct clc_rec_process {
     uint32_t pid;
@@ -427,6 +428,20 @@ typedef struct clc_rec_rule_stats {
     uint32_t reserved;
     uint64_t denied;
 } clc_rec_rule_stats; /* 16 bytes */
+
+/* A best-effort process's launch held while a latency-critical process was busy on its GPU
+ * (priority classes): when, for how long, and how long after that process went busy. */
+typedef struct clc_rec_hold {
+    uint64_t t_ns;    /* CLOCK_MONOTONIC when the hold began */
+    uint64_t held_ns; /* how long the launch waited */
+    uint64_t lag_ns;  /* from the latency-critical GPU going busy to the hold; 0: unknown */
+    int32_t device;
+    uint32_t why; /* CLC_HOLD_BUSY or CLC_HOLD_NO_BOARD, with CLC_HOLD_FLOOR */
+} clc_rec_hold; /* 32 bytes */
+
+#define CLC_HOLD_BUSY 0     /* a latency-critical process was busy on the GPU */
+#define CLC_HOLD_NO_BOARD 1 /* the board could not be read (or its slots overflowed) */
+#define CLC_HOLD_FLOOR 16   /* let go by the floor, not by the GPU going idle */
 
 /* The first CLC_DENIED_RECORDED denied launches of each kernel get a LAUNCH record even when
  * their outcome does not ask for one (an audit trail in allow-all captures). */

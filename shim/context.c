@@ -268,3 +268,48 @@ CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     }
 CLC_STREAM_DESTROY_HOOK(cuStreamDestroy)
 CLC_STREAM_DESTROY_HOOK(cuStreamDestroy_v2)
+
+/* ---- synchronizations of a latency-critical process ------------------------------------------
+ * When one returns, what the process launched before it has finished: priority.c then marks
+ * its GPU idle on the board, so that best-effort launches held meanwhile go on at once. Other
+ * processes pass straight through. */
+
+static CUcontext current_ctx_of_thread(void) {
+    CUcontext ctx = NULL;
+    if (g_drv.ctx_get_current) g_drv.ctx_get_current(&ctx);
+    return ctx;
+}
+
+static int current_device(void) {
+    CUdevice dev = -1;
+    if (!g_drv.ctx_get_device || g_drv.ctx_get_device(&dev) != CUDA_SUCCESS) return -1;
+    return (int)dev;
+}
+
+#define CLC_SYNC_HOOK(name, params, args, whole, stream_arg)                                     \
+    CLC_EXPORT CUresult name params {                                                            \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real args;             \
+        int dev = current_device();                                                              \
+        uint64_t launched = clc_priority_sync_begin(dev);                                        \
+        CUresult r = real args;                                                                  \
+        clc_priority_sync_end(dev, launched, whole, stream_arg, r == CUDA_SUCCESS);               \
+        return r;                                                                                \
+    }
+CLC_SYNC_HOOK(cuCtxSynchronize, (void), (), 1, NULL)
+CLC_SYNC_HOOK(cuStreamSynchronize, (CUstream stream), (stream), 0, stream)
+CLC_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream stream), (stream), 0, stream)
+CLC_SYNC_HOOK(cuStreamQuery, (CUstream stream), (stream), 0, stream)
+CLC_SYNC_HOOK(cuStreamQuery_ptsz, (CUstream stream), (stream), 0, stream)
+
+/* cuCtxSynchronize of CUDA 13 names the context: only the current one (or NULL) is settled. */
+CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+    CLC_REAL_OR_FAIL(cuCtxSynchronize_v2)
+    if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ctx);
+    int mine = !ctx || ctx == current_ctx_of_thread();
+    int dev = mine ? current_device() : -1;
+    uint64_t launched = clc_priority_sync_begin(dev);
+    CUresult r = real(ctx);
+    clc_priority_sync_end(dev, launched, 1, NULL, r == CUDA_SUCCESS);
+    return r;
+}

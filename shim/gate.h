@@ -30,7 +30,9 @@ static inline CUcontext current_ctx(void) {
 }
 
 /* The gate's out-of-line parts (launch.c): a first sight, an outcome that depends on the
- * launch, everything a launch that is not a plain allow needs, and what follows the call. */
+ * launch, everything a launch that is not a plain allow needs (a launch of a process in a
+ * priority class too: clc_gate_setup returns 0 for it when it is a plain allow after all), and
+ * what follows the call. */
 clc_entry *clc_first_sight(gate *g, uint64_t f, uint64_t ctx, uint32_t entry_point, unsigned gx,
                            unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                            unsigned shmem, CUstream stream, void **params, void **extra);
@@ -103,7 +105,8 @@ static inline __attribute__((always_inline)) int gate_enter(gate *g, CUfunction 
         o = &g_cfg.on_error;
     }
     g->entry = e;
-    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0)) return 0;
+    /* A process of a priority class takes the out-of-line path (clc_gate_setup) */
+    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0 && !g_hot.priority)) return 0;
     return clc_gate_setup(g, o, entry_point, gx, gy, gz, bx, by, bz, shmem, stream, 0);
 }
 

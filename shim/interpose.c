@@ -76,6 +76,12 @@ static int symbol_for_request(const char *name, int version, cuuint64_t flags) {
                                 : CLC_SYM_cuDevicePrimaryCtxRelease;
     if (strcmp(name, "cuStreamDestroy") == 0)
         return version >= 4000 ? CLC_SYM_cuStreamDestroy_v2 : CLC_SYM_cuStreamDestroy;
+    if (strcmp(name, "cuCtxSynchronize") == 0)
+        return version >= 13000 ? CLC_SYM_cuCtxSynchronize_v2 : CLC_SYM_cuCtxSynchronize;
+    if (strcmp(name, "cuStreamSynchronize") == 0)
+        return ptsz ? CLC_SYM_cuStreamSynchronize_ptsz : CLC_SYM_cuStreamSynchronize;
+    if (strcmp(name, "cuStreamQuery") == 0)
+        return ptsz ? CLC_SYM_cuStreamQuery_ptsz : CLC_SYM_cuStreamQuery;
     if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
         return version >= 11000 ? CLC_SYM_cuDevicePrimaryCtxReset_v2
                                 : CLC_SYM_cuDevicePrimaryCtxReset;

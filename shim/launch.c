@@ -104,12 +104,27 @@ __attribute__((noinline)) const clc_outcome *clc_shaped_outcome(
     return clc_outcome_for(e, &l, &g->scratch);
 }
 
+/* A launch of a process in a priority class: a latency-critical one marks its GPU busy, a
+ * best-effort one may wait. Graph nodes made or changed are not launches. */
+static void gate_priority(const clc_entry *e, uint32_t entry_point, CUstream stream) {
+    if ((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE) return;
+    if (g_hot.priority == CLC_PRIORITY_LC)
+        clc_priority_lc_launch(e->device, stream);
+    else
+        clc_priority_be_launch(e->device, (CUcontext)(uintptr_t)e->ctx, stream,
+                               (entry_point & CLC_ENTRY_PTSZ) != 0);
+}
+
 /* Everything a launch that is not a plain allow needs: kept out of the inlined fast path. */
 __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint32_t entry_point,
                                              unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                              unsigned by, unsigned bz, unsigned shmem,
                                              CUstream stream, int reentrant) {
     clc_entry *e = g->entry;
+    if (g_hot.priority && !reentrant && e && o->action != CLC_ACTION_DENY) {
+        gate_priority(e, entry_point, stream);
+        if (o->action == CLC_ACTION_ALLOW && o->flags == 0) return 0;
+    }
     g->outcome = o;
     g->reentrant = reentrant;
     g->refused = 0;

@@ -49,6 +49,7 @@ void clc_leave(uint32_t how, int32_t status) {
     int was = t_in_clc;
     t_in_clc = 1;
     if (how != CLC_END_SIGNAL) clc_timing_drain_all();
+    clc_priority_leave(how == CLC_END_SIGNAL);
     clc_capture_finish(how, status, how == CLC_END_SIGNAL);
     t_in_clc = was;
 }

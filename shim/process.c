@@ -38,6 +38,7 @@ static void after_fork_child(void) {
     clc_capture_after_fork_child();
     clc_cache_after_fork_child();
     clc_green_after_fork_child();
+    clc_priority_after_fork_child();
 }
 
 /* What a process needs before any hook may act: read a few settings and return (most processes
@@ -58,6 +59,7 @@ static void start(void) {
     g_cfg.force = v && strcmp(v, "1") == 0;
     pthread_atfork(NULL, NULL, after_fork_child);
     clc_leave_start();
+    if (g_cfg.configured) g_hot.priority = clc_priority_start();
 }
 
 /* 0: not started, 1: under way, 2: done. A signal handler that interrupts the start on its own
@@ -138,6 +140,7 @@ __attribute__((destructor)) static void clc_fini(void) {
     if (getpid() != g_cfg.pid) return;
     int was = t_in_clc;
     t_in_clc = 1;
+    clc_priority_leave(0);
     clc_capture_finish(CLC_END_EXIT, 0, 0);
     atomic_store(&clc_late, 1);
     t_in_clc = was;

@@ -12,7 +12,7 @@
  * tests/unit/test_shim_layers.py reads this list and checks both on the compiled objects.
  *   core:     core.c settings.c real.c files.c
  *   records:  decision_cache.c capture.c timing.c
- *   deciding: decide.c decider.c bridge_loader.c replace.c green.c
+ *   deciding: decide.c decider.c bridge_loader.c replace.c green.c priority.c
  *   hooks:    launch.c graph.c load.c context.c process.c leave.c image.c
  *   entry:    interpose.c dlopen.c
  */
@@ -220,7 +220,13 @@ _Static_assert(sizeof(clc_graph_node_params) == 256, "CUgraphNodeParams is 256 b
     X(cuDevicePrimaryCtxReset_v2, (CUdevice dev))                                                \
     X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))                                 \
     X(cuStreamDestroy, (CUstream stream))                                                        \
-    X(cuStreamDestroy_v2, (CUstream stream))
+    X(cuStreamDestroy_v2, (CUstream stream))                                                     \
+    X(cuCtxSynchronize, (void))                                                                  \
+    X(cuCtxSynchronize_v2, (CUcontext ctx))                                                      \
+    X(cuStreamSynchronize, (CUstream stream))                                                    \
+    X(cuStreamSynchronize_ptsz, (CUstream stream))                                               \
+    X(cuStreamQuery, (CUstream stream))                                                          \
+    X(cuStreamQuery_ptsz, (CUstream stream))
 
 #define CLC_SYM_ENUM(name, params) CLC_SYM_##name,
 enum { CLC_HOOKED_SYMBOLS(CLC_SYM_ENUM) CLC_N_SYMBOLS };
@@ -298,6 +304,8 @@ typedef struct {
     CUresult (*graph_nodes)(CUgraph, CUgraphNode *, size_t *);
     CUresult (*graph_node_type)(CUgraphNode, int *);
     CUresult (*graph_kernel_node_get)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *);
+    /* priority.c: a device's UUID (16 bytes), which names it across processes */
+    CUresult (*device_get_uuid)(unsigned char *, CUdevice);
 } clc_driver;
 extern CLC_HIDDEN clc_driver g_drv;
 
@@ -521,6 +529,7 @@ typedef struct {
     _Atomic int driver_ready;
     clc_entry *_Atomic table; /* the decision cache, mapped at the first decision */
     CUresult (*ctx_get_current)(CUcontext *);
+    int priority; /* CLC_PRIORITY_LC, CLC_PRIORITY_BE, or 0: set once at start */
 } __attribute__((aligned(64))) clc_hot;
 extern clc_hot g_hot;
 
@@ -710,6 +719,27 @@ void clc_leave(uint32_t how, int32_t status);
 /* Handlers for the signals whose default action ends the process, where the program keeps the
  * default: the capture is finished, then the signal acts as it would have. */
 void clc_signals_start(void);
+
+/* ---- priority classes (priority.c) --------------------------------------------------------- */
+#define CLC_PRIORITY_LC 1 /* latency-critical: its launches mark its GPU busy on the board */
+#define CLC_PRIORITY_BE 2 /* best-effort: its launches wait while a latency-critical GPU is busy */
+/* The class clc-run gave the process (CLC_PRIORITY), with its board opened (and, for a
+ * latency-critical process, its slot made): 0 when it has none. Once, at start. */
+int clc_priority_start(void);
+/* A latency-critical launch on `device`, and the stream it went to. */
+void clc_priority_lc_launch(int device, CUstream stream);
+/* A best-effort launch: held while a latency-critical process is busy on the GPU (down to the
+ * floor), and kept from running far ahead of it while one runs on the machine. */
+void clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread);
+/* Around a synchronization of a latency-critical process (its GPU counts as busy meanwhile):
+ * what was launched before it (begin); settled once it returned (end, `done`: successfully)
+ * for the whole context, or for `stream` when every launch since the GPU went busy was on it. */
+uint64_t clc_priority_sync_begin(int device);
+void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
+                           int done);
+/* The process is leaving: its slot removed (from a fatal signal's handler too). */
+void clc_priority_leave(int in_signal);
+void clc_priority_after_fork_child(void);
 
 /* ---- the files clc writes (files.c) ---------------------------------------------------------- */
 /* The directory holding `path`'s last component, walked without following a symbolic link

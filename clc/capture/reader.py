@@ -117,6 +117,18 @@ class Message:
 
 
 @dataclass(slots=True)
+class Hold:
+    """A best-effort launch held while a latency-critical process was busy on its GPU."""
+
+    t_ns: int  # CLOCK_MONOTONIC when the hold began
+    held_ns: int
+    lag_ns: int  # from the latency-critical GPU going busy to this hold; 0: unknown
+    device: int
+    no_board: bool  # held because the board could not be read: down to the floor
+    by_floor: bool  # let go by the floor, the GPU still busy
+
+
+@dataclass(slots=True)
 class KernelStatsRecord:
     kernel_id: int
     # the SMs of the green context its launches ran on (sm_share by a green context); 0: none
@@ -149,6 +161,7 @@ class Capture:
     launches: Optional[list] = field(default_factory=list)
     modules: list = field(default_factory=list)
     messages: list = field(default_factory=list)
+    holds: list = field(default_factory=list)  # Hold records (a best-effort process's)
     stats: dict = field(default_factory=dict)
     # rule -> launches it denied: the RULE_STATS records, else counted from denied LAUNCH
     # records (rule_stats_partial).
@@ -471,6 +484,11 @@ def _other_record(cap, rtype, body, rule_stats):
             level, t_ns = s.unpack_from(body)
             cap.messages.append(Message(level, t_ns, _text(body[s.size:]),
                                         _name(LEVEL_NAMES, level, "level")))
+    elif rtype == abi.REC_HOLD:
+        if len(body) >= abi.REC_HOLD_BODY.size:
+            t_ns, held, lag, device, why = abi.REC_HOLD_BODY.unpack_from(body)
+            cap.holds.append(Hold(t_ns, held, lag, device, (why & 15) == abi.HOLD_NO_BOARD,
+                                  bool(why & abi.HOLD_FLOOR)))
     elif rtype == abi.REC_END:
         if len(body) >= abi.REC_END_BODY.size:
             (_, cap.dropped, cap.write_lost_bytes, cap.capped_bytes, cap.write_errno,

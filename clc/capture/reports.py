@@ -182,6 +182,24 @@ def _table(headers, rows):
     return line, line(["-" * w for w in widths])
 
 
+def _hold_line(cap):
+    holds = cap.holds
+    total = sum(h.held_ns for h in holds)
+    longest = max(h.held_ns for h in holds)
+    text = (f"pid {cap.pid}: {len(holds)} hold{'s' if len(holds) != 1 else ''}, "
+            f"{total / 1e6:.1f} ms in all, longest {longest / 1e6:.2f} ms")
+    lags = sorted(h.lag_ns for h in holds if h.lag_ns)
+    if lags:
+        text += f", held {lags[len(lags) // 2] / 1e3:.0f} us (median) after the GPU went busy"
+    by_floor = sum(h.by_floor for h in holds)
+    if by_floor:
+        text += f", {by_floor} let go by the floor"
+    no_board = sum(h.no_board for h in holds)
+    if no_board:
+        text += f", {no_board} because the board could not be read"
+    return text
+
+
 def summary(captures):
     """A text report in the manner of `nsys stats`: the captures, a per-kernel table, the
     launches each rule denied, the messages.
@@ -266,6 +284,13 @@ def summary(captures):
             out.append(_wrap("* counted from the recorded denied launches only: the capture "
                              "has no per-rule counts (written at exit)", "  "))
 
+    held = [cap for cap in captures if cap.holds]
+    if held:
+        out.append("")
+        out.append("Held (best-effort, while latency-critical work was busy on its GPU):")
+        for cap in held:
+            out.append("  " + _hold_line(cap))
+
     on_error = sum(c.on_error_launches for c in captures)
     if on_error:
         out.append("")
@@ -302,6 +327,9 @@ def _json_captures(captures):
         "timing_records": c.timing_records, "on_error_launches": c.on_error_launches,
         "stats_partial": c.stats_partial, "ending": ending(c), "table_full": c.table_full,
         "truncated": c.truncated, "undecided_launches": c.undecided_launches,
+        "holds": [{"t_ns": h.t_ns, "held_ns": h.held_ns, "lag_ns": h.lag_ns,
+                   "device": h.device, "no_board": h.no_board, "by_floor": h.by_floor}
+                  for h in c.holds],
     } for c in captures]
 
 

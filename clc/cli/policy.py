@@ -113,7 +113,11 @@ class PolicyCommand:
                 print(f"{path}: {warned}, which --strict makes errors", file=sys.stderr)
                 failed = True
                 continue
-            print(f"{path}: ok ({len(policy.rules)} rules, default {policy.default}, "
+            classes = ""
+            if policy.priority is not None:
+                n = len(policy.priority.classes)
+                classes = f", {n} priority class{'es' if n != 1 else ''}"
+            print(f"{path}: ok ({len(policy.rules)} rules{classes}, default {policy.default}, "
                   f"on_error {policy.on_error}" + (f", {warned})" if count else ")"))
         return EXIT_USAGE if failed else 0
 
@@ -130,4 +134,6 @@ class PolicyCommand:
         explanation = policy.explain(info, grid=parse_dim3(args.grid),
                                      block=parse_dim3(args.block), shared_mem=args.shared_mem)
         print(explanation.format())
+        if policy.priority is not None:
+            print("\n".join(policy.priority.explain(info)))
         return 0

@@ -27,7 +27,8 @@ from clc.runtime.decider import Decider, decides_alone
 from clc.runtime.status import StatusListener
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
 from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file
-from clc.policy import PolicyError, load_policy, parse_policy
+from clc.policy import KernelInfo, PolicyError, load_policy, parse_policy, process_identity
+from clc.policy.model import LATENCY_CRITICAL
 from clc.capture.reports import summary
 from clc.runtime.shim import SETTINGS_VAR, preload_environment, settings_fd
 
@@ -330,6 +331,8 @@ class RunCommand:
         settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
         settings["CLC_POLICY_CONFINES"] = "1" if policy.confines else "0"
         settings["CLC_POLICY_DECIDERS"] = str(deciders)
+        settings.update(priority_settings(policy, argv, settings.get("CLC_TENANT", ""),
+                                          args.verbose))
         decider = None
         try:
             listener = StatusListener()
@@ -366,6 +369,61 @@ class RunCommand:
                 print(f"clc: --strict: {why}; exit status {args.error_exitcode}", file=sys.stderr)
                 return args.error_exitcode
         return status
+
+
+def _ids_matching(globs, entries):
+    """The ids of the passwd or group entries (name, id) that one of globs matches by name or
+    id, and the ids written as plain numbers."""
+    import fnmatch
+    ids = {int(g) for g in globs if g.isdigit()}
+    for name, number in entries:
+        if any(fnmatch.fnmatchcase(name, g) or fnmatch.fnmatchcase(str(number), g)
+               for g in globs):
+            ids.add(number)
+    return ids
+
+
+def priority_settings(policy, argv, tenant, verbose=False):
+    """The sealed settings of the program's priority class (CLC_PRIORITY and the rest), or {}.
+
+    The class is decided here, once, for the command clc-run starts (its name, the tenant,
+    this user, groups and cgroup); the processes it starts keep it. A best-effort process
+    trusts the board's slots of this user, root, and the users and groups the policy's
+    latency-critical classes name (CLC_PRIORITY_TRUST)."""
+    priority = policy.priority
+    if priority is None or not priority.classes:
+        return {}
+    from clc.runtime.engine import process_names
+    exe = shutil.which(argv[0]) or argv[0]
+    info = KernelInfo(mangled="", demangled="", device=0,
+                      process_names=process_names(argv, os.path.realpath(exe)), tenant=tenant,
+                      identity=process_identity())
+    found = priority.class_of(info)
+    if found is None:
+        if verbose:
+            print("clc-run: no priority class holds for this program", file=sys.stderr)
+        return {}
+    if verbose:
+        print(f"clc-run: priority class {found.describe()}", file=sys.stderr)
+    out = {"CLC_PRIORITY": "lc" if found.kind == LATENCY_CRITICAL else "be",
+           "CLC_PRIORITY_NAME": found.name, "CLC_PRIORITY_BOARD": priority.board,
+           "CLC_PRIORITY_IDLE_MS": repr(priority.idle_after_ms)}
+    if found.kind != LATENCY_CRITICAL:
+        import grp
+        import pwd
+        users, groups = set(), set()
+        for c in priority.classes:
+            if c.kind != LATENCY_CRITICAL:
+                continue
+            if c.user:
+                users |= _ids_matching(c.user, ((e.pw_name, e.pw_uid) for e in pwd.getpwall()))
+            if c.group:
+                groups |= _ids_matching(c.group, ((e.gr_name, e.gr_gid) for e in grp.getgrall()))
+        out["CLC_PRIORITY_FLOOR"] = repr(found.floor)
+        out["CLC_PRIORITY_RUN_AHEAD"] = str(found.run_ahead)
+        out["CLC_PRIORITY_TRUST"] = ",".join([f"u{u}" for u in sorted(users)][:14] +
+                                             [f"g{g}" for g in sorted(groups)][:16])
+    return out
 
 
 def _spawn(argv, env, settings, output, force, listener, decider=None, capture=True):

@@ -16,8 +16,9 @@ import re
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.policy.model import (_NOT_PERMITTED, _RANGE_OPS, _SHAPE_KEYS, _SUPPORTED_VERSION,
-                              _U64_MAX, HookRef, Policy, PolicyError, PolicyWarning, Rule,
-                              WrapRequest, _bounds, _hook_file_problem)
+                              _U64_MAX, DEFAULT_BOARD, LATENCY_CRITICAL, PRIORITY_CLASSES,
+                              HookRef, Policy, PolicyError, PolicyWarning, Priority,
+                              PriorityClass, Rule, WrapRequest, _bounds, _hook_file_problem)
 from clc.policy.regex import regex_problem
 
 # What a policy file may make the loader do, whatever its bytes: each limit is far beyond what
@@ -48,7 +49,12 @@ _ID_MAX = 2**32 - 2
 
 _ACTIONS = ("allow", "deny")  # the verdicts of default and on_error
 _RULE_ACTIONS = ("allow", "deny", "hook", "wrap")
-_TOP_KEYS = ("version", "default", "on_error", "rules")
+_TOP_KEYS = ("version", "default", "on_error", "rules", "priority")
+_PRIORITY_KEYS = ("classes", "board", "idle_after_ms")
+_CLASS_KEYS = ("name", "class", "match", "floor", "run_ahead")
+# What a process is: all a priority class may match (a class holds for a whole process).
+_CLASS_MATCH_KEYS = ("process", "tenant", "user", "group", "cgroup")
+_RUN_AHEAD_RANGE = (4, 256)
 _RULE_KEYS = ("name", "match", "action", "hook", "message", "error", "record", "time",
               "wrapper", "params", "on_unwrappable", "mechanism")
 _WRAP_KEYS = ("wrapper", "params", "on_unwrappable", "mechanism")
@@ -577,6 +583,8 @@ class _Loader:
         on_error = self.attempt(self.choice, pairs["on_error"][1], "on_error") \
             if "on_error" in pairs else "allow"
         rules = self.attempt(self.rules, pairs["rules"][1]) if "rules" in pairs else []
+        priority = self.attempt(self.priority, pairs["priority"][1]) \
+            if "priority" in pairs else None
         if self.errors:
             error = PolicyError.collect(self.errors)
             error.hooks = tuple(self.hooks)
@@ -584,7 +592,127 @@ class _Loader:
         if on_error == "allow" and (default == "deny" or any(r.action == "deny" for r in rules)):
             self.warn_on_error(root, pairs.get("on_error"))
         return Policy(self.path, _SUPPORTED_VERSION, default, on_error, rules,
-                      warnings=sorted(self.warnings, key=lambda w: (w.line, w.column)))
+                      warnings=sorted(self.warnings, key=lambda w: (w.line, w.column)),
+                      priority=priority)
+
+    def priority(self, node) -> Priority:
+        """`priority:`: classes of processes (latency-critical, best-effort), the board's
+        directory, and idle_after_ms."""
+        if node.id != "mapping":
+            raise self.type_error(node, "priority", "a mapping with 'classes'")
+        before = len(self.errors)
+        meant = set()
+        pairs = self.mapping(node, _PRIORITY_KEYS, "in priority", meant=meant)
+        board, idle = DEFAULT_BOARD, 20.0
+        if "board" in pairs:
+            board = self.attempt(self.board, pairs["board"][1])
+        if "idle_after_ms" in pairs:
+            idle = self.attempt(self.number, pairs["idle_after_ms"][1], "idle_after_ms")
+            if idle is not _INVALID and not 0 < idle <= 10000:
+                self.report(pairs["idle_after_ms"][1], "idle_after_ms must be more than 0 and "
+                                                       f"at most 10000, got {idle}")
+        classes = []
+        if "classes" in pairs:
+            classes = self.attempt(self.classes, pairs["classes"][1])
+        elif "classes" not in meant:
+            self.report(node, "priority has no 'classes' (expected a list of classes, each "
+                              "with a name, a class (latency-critical or best-effort) and a "
+                              "match)")
+        if len(self.errors) > before:
+            raise _Reported
+        return Priority(tuple(classes), board, float(idle))
+
+    def board(self, node) -> str:
+        path = self.string(node, "board")
+        if not path.startswith("/"):
+            raise self.error(node, f"board must be an absolute path (a directory every "
+                                   f"process of the machine can reach), got '{path}'")
+        if "\0" in path or len(path) > 200:
+            raise self.error(node, "board must be a path of at most 200 characters")
+        return path
+
+    def classes(self, node) -> list[PriorityClass]:
+        if node.id != "sequence":
+            raise self.type_error(node, "classes", "a list of classes")
+        if not node.value:
+            raise self.error(node, "classes must not be an empty list")
+        classes, first_use = [], {}
+        for index, class_node in enumerate(node.value):
+            c = self.attempt(self.priority_class, class_node, index, first_use)
+            if c is _INVALID:
+                continue
+            every = next((e for e in classes if all(getattr(e, key) is None
+                                                    for key in _CLASS_MATCH_KEYS)), None)
+            if every is not None:
+                self.warn(class_node, f"class '{c.name}' is never reached: class "
+                                      f"'{every.name}' (line {every.line}) has no match, so "
+                                      "every process is of that class")
+            classes.append(c)
+        return classes
+
+    def priority_class(self, node, index: int, first_use: dict) -> PriorityClass:
+        if node.id != "mapping":
+            raise self.type_error(node, f"class {index + 1}",
+                                  "a mapping with 'name', 'class' and 'match'")
+        before = len(self.errors)
+        meant = set()
+        pairs = self.mapping(node, _CLASS_KEYS, f"in class {index + 1}", meant=meant)
+        name = f"class-{index + 1}"
+        if "name" in pairs:
+            written = self.attempt(self.string, pairs["name"][1], "name")
+            if written is not _INVALID:
+                if not written:
+                    self.report(pairs["name"][1], "a class name must not be empty")
+                elif written in first_use:
+                    self.report(pairs["name"][1], f"duplicate class name '{written}' (first "
+                                                  f"used at line {first_use[written]})")
+                name = written or name
+        elif "name" not in meant:
+            self.report(node, f"class {index + 1} has no 'name'")
+        first_use.setdefault(name, node.start_mark.line + 1)
+        kind = None
+        if "class" in pairs:
+            written = self.attempt(self.string, pairs["class"][1], "class")
+            if written is not _INVALID and written not in PRIORITY_CLASSES:
+                self.report(pairs["class"][1], f"unknown class '{written}' "
+                                               f"({_suggestion(written, PRIORITY_CLASSES)})")
+            elif written is not _INVALID:
+                kind = written
+        elif "class" not in meant:
+            self.report(node, f"class '{name}' has no 'class' (expected latency-critical or "
+                              "best-effort)")
+        fields = {}
+        if "match" in pairs:
+            match = pairs["match"][1]
+            if match.id != "mapping":
+                self.errors.append(self.type_error(match, "match", "a mapping"))
+            else:
+                for key, (_, value) in self.mapping(
+                        match, _CLASS_MATCH_KEYS, f"in the match of class '{name}' (a class "
+                        "holds for whole processes: it may match only "
+                        + ", ".join(_CLASS_MATCH_KEYS) + ")").items():
+                    fields[key] = self.attempt(self.condition, key, value)
+        floor, run_ahead = 0.1, 32
+        for key in ("floor", "run_ahead"):
+            if key in pairs and kind == LATENCY_CRITICAL:
+                self.report(pairs[key][0], f"'{key}' is only allowed on a best-effort class "
+                                           f"(class '{name}' is latency-critical)")
+        if "floor" in pairs and kind != LATENCY_CRITICAL:
+            floor = self.attempt(self.number, pairs["floor"][1], "floor")
+            if floor is not _INVALID and not 0 < floor <= 1:
+                self.report(pairs["floor"][1], f"floor must be more than 0 (a best-effort "
+                                               "process held without a floor could starve) "
+                                               f"and at most 1, got {floor}")
+        if "run_ahead" in pairs and kind != LATENCY_CRITICAL:
+            lo, hi = _RUN_AHEAD_RANGE
+            run_ahead = self.attempt(self.unsigned, pairs["run_ahead"][1], "run_ahead", hi)
+            if run_ahead is not _INVALID and run_ahead < lo:
+                self.report(pairs["run_ahead"][1], f"run_ahead must be at least {lo}, got "
+                                                   f"{run_ahead}")
+        if len(self.errors) > before or kind is None:
+            raise _Reported
+        return PriorityClass(name, kind, float(floor), int(run_ahead),
+                             node.start_mark.line + 1, **fields)
 
     def rules(self, node) -> list[Rule]:
         if node.id != "sequence":

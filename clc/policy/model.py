@@ -493,6 +493,85 @@ def _rule_from_dict(fields: dict) -> Rule:
     return Rule(**fields)
 
 
+LATENCY_CRITICAL = "latency-critical"
+BEST_EFFORT = "best-effort"
+PRIORITY_CLASSES = (LATENCY_CRITICAL, BEST_EFFORT)
+DEFAULT_BOARD = "/dev/shm/clc-board"
+_CLASS_MATCH_FIELDS = ("process", "tenant", "user", "group", "cgroup")
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    """A class of processes under `priority:`: the first class whose match holds for a process
+    is its class. floor and run_ahead are a best-effort class's."""
+
+    name: str
+    kind: str  # LATENCY_CRITICAL or BEST_EFFORT
+    floor: float = 0.1  # the share of time a best-effort process is never held
+    run_ahead: int = 32  # launches it may queue per context while latency-critical work runs
+    line: int = 0
+    process: tuple[str, ...] | None = None
+    tenant: tuple[str, ...] | None = None
+    user: tuple[str, ...] | None = None
+    group: tuple[str, ...] | None = None
+    cgroup: tuple[str, ...] | None = None
+
+    def check(self, info: KernelInfo) -> tuple[bool, list[str]]:
+        """Whether the class's match holds for the process of `info`, and why."""
+        rule = Rule(self.name, **{key: getattr(self, key) for key in _CLASS_MATCH_FIELDS})
+        return rule.check_static(info)
+
+    def describe(self) -> str:
+        if self.kind == LATENCY_CRITICAL:
+            return f"'{self.name}' ({self.kind})"
+        return (f"'{self.name}' ({self.kind}: held while latency-critical work is busy on its "
+                f"GPU, never for more than {1 - self.floor:.0%} of the time; at most "
+                f"{self.run_ahead} launches queued ahead)")
+
+
+@dataclass(frozen=True)
+class Priority:
+    """The policy's `priority:` section: its classes, the board they meet on, and how long a
+    latency-critical process that launches nothing and does not synchronize is still busy."""
+
+    classes: tuple[PriorityClass, ...] = ()
+    board: str = DEFAULT_BOARD
+    idle_after_ms: float = 20.0
+
+    def class_of(self, info: KernelInfo) -> PriorityClass | None:
+        return next((c for c in self.classes if c.check(info)[0]), None)
+
+    def explain(self, info: KernelInfo) -> list[str]:
+        """What `clc explain` says of the process's class: each class tried, in order."""
+        lines = ["priority classes:"]
+        found = None
+        for number, c in enumerate(self.classes, 1):
+            if found is not None:
+                lines.append(f"  {number}. {c.name}: not reached")
+                continue
+            matched, reasons = c.check(info)
+            reason = "; ".join(reasons) or "no match conditions: matches every process"
+            lines.append(f"  {number}. {c.name}: {'match' if matched else 'no match'}: {reason}")
+            if matched:
+                found = c
+        lines.append("=> class " + found.describe() if found else
+                     "=> no class: its launches are neither held nor hold others")
+        return lines
+
+
+def _priority_from_dict(data: dict | None) -> Priority | None:
+    if data is None:
+        return None
+    classes = []
+    for c in data["classes"]:
+        c = dict(c)
+        for key in _CLASS_MATCH_FIELDS:
+            if c.get(key) is not None:
+                c[key] = tuple(c[key])
+        classes.append(PriorityClass(**c))
+    return Priority(tuple(classes), data["board"], data["idle_after_ms"])
+
+
 @dataclass
 class Policy:
     """A checked policy, and the hook files given with it on the command line."""
@@ -509,6 +588,7 @@ class Policy:
     # compared and not sent to the program.
     warnings: list[PolicyWarning] = dataclasses.field(default_factory=list, compare=False,
                                                       repr=False)
+    priority: Priority | None = None  # the `priority:` section
 
     @property
     def rule_names(self) -> list[str]:
@@ -695,12 +775,15 @@ class Policy:
         return any(rule.action == "wrap" and not rule.wrap.confines for rule in self.rules)
 
     def to_json(self) -> str:
-        return json.dumps({
+        doc = {
             "version": self.version, "path": self.path, "default": self.default,
             "on_error": self.on_error,
             "rules": [dataclasses.asdict(rule) for rule in self.rules],
             "hooks": [dataclasses.asdict(ref) for ref in self.hooks],
-        }, separators=(",", ":"))
+        }
+        if self.priority is not None:
+            doc["priority"] = dataclasses.asdict(self.priority)
+        return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
@@ -709,7 +792,8 @@ class Policy:
             # Captures written before hooks existed have no "hooks".
             policy = cls(data["path"], data["version"], data["default"], data["on_error"],
                          [_rule_from_dict(rule) for rule in data["rules"]],
-                         [HookRef(**ref) for ref in data.get("hooks", [])])
+                         [HookRef(**ref) for ref in data.get("hooks", [])],
+                         priority=_priority_from_dict(data.get("priority")))
         except json.JSONDecodeError as e:
             raise PolicyError("<json>", e.lineno, e.colno, f"invalid policy JSON: {e.msg}") \
                 from None

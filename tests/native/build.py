@@ -34,7 +34,7 @@ _CFLAGS = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror=implicit-func
 _PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
              "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
              "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program",
-             "prog_life", "prog_path", "prog_conditional", "prog_coop")
+             "prog_life", "prog_path", "prog_conditional", "prog_coop", "prog_priority")
 
 
 class BuildError(RuntimeError):
@@ -104,7 +104,7 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
     Keys: "libcuda", "prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
     "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
     "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program", "prog_life",
-    "prog_path", "prog_conditional", "prog_coop", "liblife".
+    "prog_path", "prog_conditional", "prog_coop", "prog_priority", "liblife".
     """
     inc = cuda_include_dir()
     cc = _compiler()

@@ -340,7 +340,8 @@ struct cudart {
     __typeof__(&cuDevicePrimaryCtxRetain) primary_retain;
     __typeof__(&cuDevicePrimaryCtxRelease) primary_release; /* CUDART_CLEANUP only */
     __typeof__(&cuCtxSetCurrent) set_current;
-    __typeof__(&cuCtxSynchronize) ctx_sync; /* CUDART_CLEANUP only */
+    /* CUDART_CLEANUP only: CUDA 13's cuCtxSynchronize, which names the context (NULL: current) */
+    CUresult (*ctx_sync)(CUcontext);
     __typeof__(&cuLibraryLoadData) library_load;
     __typeof__(&cuLibraryUnload) library_unload; /* CUDART_CLEANUP only */
     __typeof__(&cuLibraryGetKernel) get_kernel;

@@ -991,6 +991,26 @@ CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
     return CUDA_SUCCESS;
 }
 
+/* The device's UUID: FAKE_CUDA_UUID's first 16 characters (padded with '0') when set, so that
+ * tests can put two processes on one GPU or on two; "fake-gpu-0000000" otherwise. */
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    const char *name = getenv("FAKE_CUDA_UUID");
+    size_t i, n;
+    TRY(need_init());
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!name)
+        name = "fake-gpu-0000000";
+    n = strlen(name);
+    for (i = 0; i < 16; i++)
+        uuid->bytes[i] = i < n ? name[i] : '0';
+    return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
 CUresult CUDAAPI cuDeviceGetCount(int *count)
 {
     TRY(need_init());
@@ -1276,6 +1296,15 @@ CUresult CUDAAPI cuCtxSynchronize(void)
     return CUDA_SUCCESS;
 }
 
+/* CUDA 13's, naming the context (NULL: the current one); the fake knows only the current. */
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
+{
+    TRY(need_ctx());
+    if (ctx && ctx != tls_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return cuCtxSynchronize();
+}
+
 /* ---- streams --------------------------------------------------------------------------------- */
 
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
@@ -1324,6 +1353,11 @@ static CUresult stream_sync(CUstream s)
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return stream_sync(hStream); }
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return stream_sync(hStream); }
+
+/* Work is done when asked about, as everywhere in the fake unless events are lazy: a query of
+ * a stream with lazy events is a synchronization that reports completion. */
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) { return stream_sync(hStream); }
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) { return stream_sync(hStream); }
 
 /* ---- stream capture ----------------------------------------------------------------------------
  * Enough of it for clc's checks: a stream captures between cuStreamBeginCapture and
@@ -3552,6 +3586,11 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     X(cuCtxGetDevice)                                                                              \
     X(cuCtxGetDevice_v2)                                                                           \
     X(cuCtxSynchronize)                                                                            \
+    X(cuCtxSynchronize_v2)                                                                         \
+    X(cuStreamQuery)                                                                               \
+    X(cuStreamQuery_ptsz)                                                                          \
+    X(cuDeviceGetUuid)                                                                             \
+    X(cuDeviceGetUuid_v2)                                                                          \
     X(cuStreamCreate)                                                                              \
     X(cuStreamDestroy)                                                                             \
     X(cuStreamDestroy_v2)                                                                          \
@@ -3723,6 +3762,12 @@ static const struct {
     {"cuCtxCreate", 2000, 0, "cuCtxCreate"},
     {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
     {"cuCtxCreate", 12050, 0, "cuCtxCreate_v4"},
+    {"cuCtxSynchronize", 2000, 0, "cuCtxSynchronize"},
+    {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2"},
+    {"cuStreamQuery", 2000, 0, "cuStreamQuery"},
+    {"cuStreamQuery", 7000, 1, "cuStreamQuery_ptsz"},
+    {"cuDeviceGetUuid", 9020, 0, "cuDeviceGetUuid"},
+    {"cuDeviceGetUuid", 11040, 0, "cuDeviceGetUuid_v2"},
     {"cuCtxGetDevice", 2000, 0, "cuCtxGetDevice"},
     {"cuCtxGetDevice", 13000, 0, "cuCtxGetDevice_v2"},
     {"cuCtxDestroy", 2000, 0, "cuCtxDestroy"},

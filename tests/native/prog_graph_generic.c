@@ -159,7 +159,7 @@ int main(void)
 
     CHECK(exec_destroy(exec));
     CHECK(graph_destroy(graph));
-    CHECK(rt.ctx_sync());
+    CHECK(rt.ctx_sync(NULL));
     CHECK(stream_destroy(stream));
     CHECK(rt.library_unload(rt.lib));
     CHECK(rt.primary_release(rt.dev));

@@ -108,6 +108,9 @@ class CaptureWriter:
     def rule_stats(self, rule, denied):
         return self.add(abi.REC_RULE_STATS, abi.REC_RULE_STATS_BODY.pack(rule, denied))
 
+    def hold(self, t_ns, held_ns, lag_ns=0, device=0, why=abi.HOLD_BUSY):
+        return self.add(abi.REC_HOLD, abi.REC_HOLD_BODY.pack(t_ns, held_ns, lag_ns, device, why))
+
     def end(self, dropped=0, t_ns=None, write_lost_bytes=0, capped_bytes=0, write_errno=0,
             how=abi.END_EXIT, status=0, flags=0, undecided=0):
         t_ns = self.start_monotonic_ns + 10**9 if t_ns is None else t_ns

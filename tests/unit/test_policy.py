@@ -115,7 +115,7 @@ ERRORS = [
         version: 1
         colour: red
         """, "p.yaml:2:1: unknown key 'colour' at the top level (expected one of: version, "
-             "default, on_error, rules)"),
+             "default, on_error, rules, priority)"),
     ("unknown-rule-key", """\
         version: 1
         rules:

@@ -27,7 +27,7 @@ POLICY = {"rules": [{"name": "deny-scale"}, {"name": "time-vecadd"}]}
 CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_lost_bytes",
                 "capped_bytes", "write_errno", "write_error", "trailing_bytes",
                 "launch_records", "timing_records", "on_error_launches", "stats_partial",
-                "ending", "table_full", "truncated", "undecided_launches"}
+                "ending", "table_full", "truncated", "undecided_launches", "holds"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
                "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial",
                "confined_sms"}
@@ -138,6 +138,24 @@ def test_summary_truncates_long_names(caps):
     assert max(len(ln) for ln in text.splitlines() if "Kernel" not in ln) < 200
 
 
+def test_summary_says_when_a_best_effort_process_was_held(tmp_path):
+    w = CaptureWriter(pid=77)
+    w.process("./train")
+    w.hold(10**9, 4_000_000, lag_ns=300_000)
+    w.hold(2 * 10**9, 9_500_000, lag_ns=100_000, why=abi.HOLD_BUSY | abi.HOLD_FLOOR)
+    w.hold(3 * 10**9, 500_000, lag_ns=0, why=abi.HOLD_NO_BOARD)
+    w.end()
+    cap = read_capture(w.write(tmp_path / "be.clc"))
+    assert [(h.held_ns, h.by_floor, h.no_board) for h in cap.holds] == [
+        (4_000_000, False, False), (9_500_000, True, False), (500_000, False, True)]
+    text = summary([cap])
+    assert ("  pid 77: 3 holds, 14.0 ms in all, longest 9.50 ms, held 300 us (median) after "
+            "the GPU went busy, 1 let go by the floor, 1 because the board could not be read"
+            in text)
+    assert "Held (best-effort" not in summary([read_capture(
+        CaptureWriter().write(tmp_path / "none.clc"))])
+
+
 def test_summary_of_nothing():
     assert summary([]).strip()
 
@@ -159,7 +177,7 @@ def test_json_schema(caps):
         "complete": True, "dropped": 4, "write_lost_bytes": 0, "capped_bytes": 0,
         "write_errno": 0, "write_error": None, "trailing_bytes": 0, "launch_records": 3,
         "timing_records": 2, "on_error_launches": 0, "stats_partial": False, "ending": None,
-        "table_full": False, "truncated": False, "undecided_launches": 0}
+        "table_full": False, "truncated": False, "undecided_launches": 0, "holds": []}
     assert doc["captures"][1]["complete"] is False
     assert doc["captures"][1]["stats_partial"] is True
     assert doc["denied_by_rule"] == [{"rule": "deny-scale", "denied": 1, "partial": False}]

@@ -1,0 +1,394 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Priority classes over the fake driver: a best-effort process's launches wait while a
+latency-critical process is busy on the same GPU, down to the floor, and the board they meet on
+trusts only what the policy allows.
+
+Each test drives two copies of tests/native/prog_priority under clc-run, one per class (the
+tenant decides the class), line by line: the time a command's "done" line comes back is when
+its launches returned. The fake GPU runs work at once; busy and idle are what the
+latency-critical process's launches and synchronizations say, as on a real GPU.
+"""
+
+import os
+import select
+import signal
+import struct
+import subprocess
+import time
+
+import pytest
+
+from harness import clc_command, env_for
+from clc.capture.reader import read_captures
+from clc.capture.reports import summary
+from clc.cli.run import capture_files
+
+POLICY = """\
+version: 1
+default: allow
+priority:
+  board: {board}
+  idle_after_ms: {idle}
+  classes:
+    - name: serving
+      class: latency-critical
+      match: {{tenant: serving}}
+    - name: batch
+      class: best-effort
+      match: {{tenant: batch}}
+      floor: {floor}
+      run_ahead: 16
+"""
+
+# The slot a latency-critical process writes (shim/priority.c): a 64-byte header, then one
+# 64-byte row per GPU.
+HEADER = struct.Struct("<QIIiIQ32s")
+ROW = struct.Struct("<16sIIQQQ16x")
+MAGIC = 0x3144524f42434c43
+FAKE_UUID = b"fake-gpu-0000000"
+
+
+class Driven:
+    """prog_priority under clc-run, fed one command at a time."""
+
+    def __init__(self, native, tmp_path, policy, tenant, name, env=None):
+        self.output = tmp_path / f"{name}.clc"
+        cmd = clc_command() + ["--policy", str(policy), "--tenant", tenant, "-v", "-o",
+                               str(self.output), "--force", "--no-report", "--",
+                               str(native["prog_priority"])]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env_for(native, env),
+                                     cwd=tmp_path)
+        self.lines = []
+        self.pending = b""  # read from stdout, not yet a whole line
+        assert self.wait_for("ready", 30) is not None, self.finish()
+
+    def send(self, command):
+        self.proc.stdin.write(command.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def wait_for(self, prefix, timeout):
+        """The next stdout line starting with prefix, or None after timeout seconds."""
+        end = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while True:
+            while b"\n" in self.pending:
+                raw, self.pending = self.pending.split(b"\n", 1)
+                line = raw.decode(errors="replace")
+                self.lines.append(line)
+                if line.startswith(prefix):
+                    return line
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self.pending += chunk
+
+    def do(self, command, timeout=10):
+        """Runs command; the seconds it took, as the caller saw it."""
+        start = time.monotonic()
+        self.send(command)
+        line = self.wait_for("done", timeout)
+        assert line is not None, f"no answer to {command!r}: {self.finish()}"
+        assert line.rstrip().endswith("rc=0"), line
+        return time.monotonic() - start
+
+    def finish(self):
+        """Ends the program; its stderr."""
+        if self.proc.poll() is None:
+            try:
+                self.send("exit")
+            except (BrokenPipeError, OSError):
+                pass
+        try:
+            _, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return err.decode(errors="replace")
+
+    def holds(self):
+        caps = read_captures(capture_files(self.output))
+        return [h for cap in caps for h in cap.holds]
+
+
+@pytest.fixture
+def board(tmp_path):
+    return tmp_path / "board"
+
+
+@pytest.fixture
+def policy(tmp_path, board):
+    def make(floor=0.05, idle=10000):
+        path = tmp_path / f"policy-{floor}-{idle}.yaml"
+        path.write_text(POLICY.format(board=board, floor=floor, idle=idle))
+        return path
+    return make
+
+
+@pytest.fixture
+def pair(native, tmp_path, policy):
+    """start(name, tenant, floor=, idle=, env=) -> a Driven; every one is finished at the end."""
+    started = []
+
+    def start(tenant, name=None, env=None, **kw):
+        d = Driven(native, tmp_path, policy(**kw), tenant, name or tenant, env)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.finish()
+
+
+def slots(board):
+    return sorted(p.name for p in board.iterdir() if p.name.startswith("lc."))
+
+
+def write_slot(path, pid, start_time, launched=5, settled=0, uuid=FAKE_UUID, mode=0o644):
+    row = ROW.pack(uuid, 1, 0, launched, settled, 0)
+    body = HEADER.pack(MAGIC, 1, 64 + 16 * 64, pid, os.geteuid(), start_time, b"forged") + row
+    path.write_bytes(body + bytes(64 * 15))
+    os.chmod(path, mode)
+
+
+def start_time_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+# ---- holding and letting go -------------------------------------------------------------------
+
+def test_best_effort_waits_until_the_latency_critical_process_synchronizes(pair, board):
+    # GIVEN a latency-critical process with work in flight on the GPU (launched, not synced)
+    lc = pair("serving")
+    lc.do("launch 3")
+    assert len(slots(board)) == 1
+    be = pair("batch")
+    # WHEN the best-effort process launches
+    start = time.monotonic()
+    be.send("launch 1")
+    # THEN its launch does not return while the other is busy...
+    assert be.wait_for("done", 0.04) is None
+    # ...and returns once the latency-critical process's synchronization returned
+    lc.do("sync ctx")
+    assert be.wait_for("done", 5) is not None
+    waited = time.monotonic() - start
+    assert 0.04 <= waited < 0.095 + 0.5
+    # AND launches made while it is idle are not held
+    assert be.do("launch 200") < 0.5
+    be.finish()
+    (hold,) = be.holds()
+    assert not hold.by_floor and not hold.no_board
+    assert 0.03e9 < hold.held_ns < 0.095e9
+    assert hold.lag_ns > 0
+    assert "1 hold," in summary(read_captures(capture_files(be.output)))
+
+
+def test_the_floor_lets_a_held_process_run(pair):
+    # GIVEN a latency-critical process that stays busy, and a floor of one half
+    lc = pair("serving", floor=0.5)
+    lc.do("launch 1")
+    be = pair("batch", floor=0.5)
+    # WHEN the best-effort process launches for a while
+    for _ in range(5):
+        be.do("launch 1")
+        be.do("sleep 20")
+    be.finish()
+    holds = be.holds()
+    # THEN its holds are let go by the floor: half of each 100 ms window at most
+    assert holds and all(h.by_floor for h in holds)
+    assert all(h.held_ns <= 0.05e9 + 0.02e9 for h in holds)
+    assert sum(h.held_ns for h in holds) >= 0.04e9
+
+
+def test_a_quiet_latency_critical_process_counts_as_idle_after_idle_after_ms(pair):
+    lc = pair("serving", idle=60)
+    lc.do("launch 1")  # never synchronized: it may wait in a way clc does not see
+    time.sleep(0.2)
+    be = pair("batch", idle=60)
+    # a process the best-effort one sees for the first time is busy for idle_after_ms
+    assert 0.05 < be.do("launch 1") < 0.095 + 0.5
+    assert be.do("launch 50") < 0.05
+    be.finish()
+    (hold,) = be.holds()
+    assert not hold.by_floor
+
+
+def test_a_synchronization_in_progress_keeps_the_gpu_busy_past_idle_after(pair, native):
+    # The fake's synchronizations return at once; a stream query on another stream of a
+    # latency-critical process does not settle the default stream's work.
+    lc = pair("serving", idle=30)
+    lc.do("launch 1")
+    lc.do("launch 1 s")
+    lc.do("sync s")  # its own stream: the default stream's launch is still in flight
+    be = pair("batch", idle=10000)
+    be.send("launch 1")
+    assert be.wait_for("done", 0.06) is None
+    lc.do("sync stream")  # every launch since busy was not on this stream: still busy
+    assert be.wait_for("done", 0.02) is None
+    lc.do("sync ctx")
+    assert be.wait_for("done", 5) is not None
+
+
+def test_a_stream_synchronization_settles_work_on_that_stream_alone(pair):
+    lc = pair("serving")
+    lc.do("launch 4 s")
+    lc.do("sync s")
+    be = pair("batch")
+    assert be.do("launch 20") < 0.04
+    lc.do("ptsz 2")
+    lc.do("query s")  # not the stream the launches went to
+    be.send("launch 1")
+    assert be.wait_for("done", 0.04) is None
+    lc.do("sync ctx")
+    assert be.wait_for("done", 5) is not None
+
+
+def test_another_gpu_is_not_held(pair):
+    lc = pair("serving", env={"FAKE_CUDA_UUID": "gpu-a"})
+    lc.do("launch 1")
+    be = pair("batch", env={"FAKE_CUDA_UUID": "gpu-b"})
+    assert be.do("launch 100") < 0.04
+    be.finish()
+    assert be.holds() == []
+
+
+def test_processes_without_a_class_are_never_held(pair):
+    lc = pair("serving")
+    lc.do("launch 1")
+    other = pair("nobody-named")
+    assert other.do("launch 100") < 0.04
+    assert "no priority class holds" in other.finish()
+
+
+# ---- the board: slots of live processes only, and only trusted ones -----------------------
+
+def test_a_slot_goes_at_exit_and_a_killed_process_does_not_hold_anyone(pair, board):
+    lc = pair("serving")
+    lc.do("launch 1")
+    assert lc.do("sync ctx") < 1
+    lc.finish()
+    assert slots(board) == []
+    crashed = pair("serving", name="crashed")
+    crashed.do("launch 1")
+    (name,) = slots(board)
+    os.kill(int(name.split(".")[1]), signal.SIGKILL)
+    crashed.finish()
+    assert slots(board) == [name]  # left behind by the crash...
+    be = pair("batch")
+    assert be.do("launch 50") < 0.04  # ...and not believed
+
+
+def test_forged_slots_are_refused(pair, board, tmp_path):
+    board.mkdir(mode=0o1777)
+    os.chmod(board, 0o1777)
+    me = os.getpid()
+    # writable by others: anyone could have written it
+    write_slot(board / f"lc.{me}.1", me, start_time_of(me), mode=0o666)
+    # a link, to a slot that would be believed
+    target = tmp_path / "target"
+    write_slot(target, me, start_time_of(me))
+    os.symlink(target, board / f"lc.{me}.2")
+    be = pair("batch")
+    assert be.do("launch 20") < 0.04
+    err = be.finish()
+    assert "is not trusted (writable by others)" in err
+
+
+def test_a_slot_of_this_user_is_believed(pair, board):
+    # The board trusts by owner: a process of the same user can hold this user's own
+    # best-effort work (docs/security.md says so), no one else's.
+    board.mkdir(mode=0o1777)
+    os.chmod(board, 0o1777)
+    me = os.getpid()
+    write_slot(board / f"lc.{me}.1", me, start_time_of(me))
+    be = pair("batch")
+    be.send("launch 1")
+    assert be.wait_for("done", 0.04) is None
+    os.unlink(board / f"lc.{me}.1")
+    assert be.wait_for("done", 5) is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
+def test_another_users_slot_is_refused_unless_the_policy_names_that_user(pair, board, tmp_path,
+                                                                         native):
+    board.mkdir(mode=0o1777)
+    os.chmod(board, 0o1777)
+    me = os.getpid()
+    write_slot(board / f"lc.{me}.1", me, start_time_of(me))
+    os.chown(board / f"lc.{me}.1", 54321, 54321)
+    be = pair("batch")
+    assert be.do("launch 20") < 0.04
+    assert "owned by a user the policy does not make latency-critical" in be.finish()
+    # the same slot, when a latency-critical class names its user
+    named = tmp_path / "named.yaml"
+    named.write_text(POLICY.format(board=board, floor=0.05, idle=10000).replace(
+        "match: {tenant: serving}", "match: {tenant: serving, user: '54321'}"))
+    be2 = Driven(native, tmp_path, named, "batch", "be2")
+    try:
+        be2.send("launch 1")
+        assert be2.wait_for("done", 0.04) is None
+        os.unlink(board / f"lc.{me}.1")
+        assert be2.wait_for("done", 5) is not None
+    finally:
+        be2.finish()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
+def test_a_board_another_user_controls_holds_best_effort_work_to_its_floor(pair, board):
+    board.mkdir(mode=0o1777)
+    os.chown(board, 54321, 54321)
+    be = pair("batch", floor=0.5)
+    assert be.do("launch 1") > 0.03
+    err = be.finish()
+    assert "the board" in err and "cannot be used" in err
+    (hold, *_) = be.holds()
+    assert hold.no_board and hold.by_floor
+
+
+def test_a_shared_board_without_the_sticky_bit_is_refused(pair, board):
+    board.mkdir()
+    os.chmod(board, 0o777)
+    lc = pair("serving")
+    assert "cannot be used" in lc.finish()
+    assert slots(board) == []
+
+
+# ---- how far a best-effort process runs ahead ----------------------------------------------
+
+def test_best_effort_work_is_kept_from_running_ahead_while_latency_critical_work_runs(pair):
+    # Lazy events: recorded work completes only when waited for, like a GPU that is behind.
+    lazy = {"FAKE_CUDA_LAZY_EVENTS": "1"}
+    alone = pair("batch", name="alone", env=lazy)
+    alone.do("launch 100")
+    assert "waits to keep the run-ahead bound" not in alone.finish()
+    lc = pair("serving")
+    lc.do("launch 1")
+    lc.do("sync ctx")  # idle, but running on the machine
+    be = pair("batch", env=lazy)
+    be.do("launch 100")
+    # run_ahead 16: an event every 4 launches, 4 of them: from the 5th event on, each one
+    # waits for the event recorded 16 launches before
+    assert "21 waits to keep the run-ahead bound" in be.finish()
+
+
+def test_latency_critical_launches_are_counted_on_the_board(pair, board):
+    lc = pair("serving")
+    lc.do("launch 7")
+    (name,) = slots(board)
+    data = (board / name).read_bytes()
+    magic, version, size, pid, uid, start, cls = HEADER.unpack_from(data)
+    assert (magic, version, size, uid) == (MAGIC, 1, len(data), os.geteuid())
+    assert cls.rstrip(b"\0") == b"serving"
+    uuid, used, waiting, launched, settled, busy_since = ROW.unpack_from(data, 64)
+    assert (uuid, used, waiting, launched, settled) == (FAKE_UUID, 1, 0, 7, 0)
+    assert busy_since > 0
+    lc.do("sync ctx")
+    data = (board / name).read_bytes()
+    assert ROW.unpack_from(data, 64)[3:5] == (7, 7)
