@@ -16,6 +16,10 @@ training step repeated). Configurations, every one by default (--configs picks s
                     (CUDA_MPS_CLIENT_PRIORITY=1: MPS ranks its streams below the inference's)
     clc-S-P         both under MPS, the training held by clc to a share S (0.5, 0.25) of the
                     SMs, its whole process (scope: program), placed P (first, last)
+    priority        both under clc-run with a priority policy: the inference latency-critical,
+                    the training best-effort (its launches wait while the inference is busy,
+                    floor 0.1); no MPS
+    priority-mps    the same under MPS
 
 Rounds are interleaved (every configuration once per round: those under MPS first, with a
 daemon of the round's own, then the others) so that drift in the machine falls on all alike;
@@ -51,7 +55,8 @@ SCRIPT = REPO / "examples" / "colocate.py"
 SHARES = (0.5, 0.25)
 PLACES = ("first", "last")
 CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
-           *(f"clc-{s}-{p}" for s in SHARES for p in PLACES))
+           *(f"clc-{s}-{p}" for s in SHARES for p in PLACES), "priority", "priority-mps")
+PRIORITY_FLOOR = 0.1
 READY_TIMEOUT_S = 300
 
 
@@ -124,6 +129,30 @@ def summarize(rounds):
         if "steps_s" in fields and "steps_s" in alone:
             fields["train_vs_alone"] = fields["steps_s"][0] / alone["steps_s"][0]
     return out
+
+
+def priority_policy(path, board):
+    """The inference (tenant serving) latency-critical, the training (tenant batch)
+    best-effort."""
+    Path(path).write_text(
+        "# SPDX-License-Identifier: Apache-2.0\nversion: 1\ndefault: allow\npriority:\n"
+        f"  board: {board}\n  classes:\n"
+        "    - name: serving\n      class: latency-critical\n      match: {tenant: serving}\n"
+        "    - name: training\n      class: best-effort\n      match: {tenant: batch}\n"
+        f"      floor: {PRIORITY_FLOOR}\n")
+    return Path(path)
+
+
+def hold_row(capture):
+    """How often and how long the best-effort training was held, from its capture: holds,
+    held ms in all, the median microseconds from the inference going busy to a hold."""
+    from clc.capture.reader import read_captures
+    from clc.cli.run import capture_files
+    holds = [h for cap in read_captures(capture_files(capture)) for h in cap.holds]
+    lags = [h.lag_ns / 1e3 for h in holds if h.lag_ns]
+    return {"holds": len(holds), "held_ms": sum(h.held_ns for h in holds) / 1e6,
+            "by_floor": sum(h.by_floor for h in holds),
+            "lag_us_p50": statistics.median(lags) if lags else None}
 
 
 def share_policy(path, share, place):
@@ -212,14 +241,14 @@ def run_alone(args, env):
     return {"infer": latency_row(latencies), "train": rate_in_window(ends, t0, t1)}
 
 
-def run_together(args, env, train_prefix=(), train_env=None):
+def run_together(args, env, train_prefix=(), train_env=None, infer_prefix=()):
     """Both at once: the training first, then the inference's requests once both are ready;
     the training's rate is counted inside the inference's window."""
     infer = train = None
     try:
         train = _start([*train_prefix, *args.train], {**env, **(train_env or {})})
         _wait_ready(train, "the training")
-        infer = _start(args.infer, env, stdin=True)
+        infer = _start([*infer_prefix, *args.infer], env, stdin=True)
         _wait_ready(infer, "the inference")
         start, end, latencies = _finish_infer(infer)
         ends = _stop_train(train)
@@ -233,8 +262,12 @@ def run_config(name, args, tmp, mps_env):
         return run_alone(args, {})
     if name == "shared":
         return run_together(args, {})
+    if name == "priority":
+        return run_priority(name, args, tmp, {})
     if mps_env is None:
         return None
+    if name == "priority-mps":
+        return run_priority(name, args, tmp, mps_env)
     if name == "mps":
         return run_together(args, mps_env)
     if name == "mps-prio":
@@ -247,6 +280,17 @@ def run_config(name, args, tmp, mps_env):
     prefix = [args.clc_run, "--policy", policy, "-o", tmp / f"{name}.clc", "--force",
               "--no-report", "-q", "--"]
     return run_together(args, mps_env, train_prefix=prefix)
+
+
+def run_priority(name, args, tmp, env):
+    policy = priority_policy(tmp / f"{name}.yaml", tmp / f"{name}-board")
+
+    def prefix(tenant):
+        return [args.clc_run, "--policy", policy, "--tenant", tenant, "-o",
+                tmp / f"{name}-{tenant}.clc", "--force", "--no-report", "-q", "--"]
+    got = run_together(args, env, train_prefix=prefix("batch"), infer_prefix=prefix("serving"))
+    got["held"] = hold_row(tmp / f"{name}-batch.clc")
+    return got
 
 
 def measured(r, name, args, tmp, mps_env):
@@ -301,6 +345,9 @@ def main():
     except ImportError:
         sys.exit("bench_colocate: PyTorch is not installed in this Python")
     args.clc_run = find_script("clc-run")
+    if args.clc_run is None and any(c.startswith(("clc", "priority")) for c in configs):
+        sys.exit("bench_colocate: clc-run is not installed beside this Python nor on PATH "
+                 "(pip install -e . first, or leave out the clc-* configurations)")
     args.infer = [sys.executable, SCRIPT, "infer", "--requests", args.requests,
                   "--gap-ms", args.gap_ms]
     args.train = [sys.executable, SCRIPT, "train"]
@@ -312,7 +359,8 @@ def main():
             row = {}
             # MPS clients and plain contexts do not share a GPU: the MPS configurations run
             # under a daemon of the round's own, the others after it has stopped
-            mps_configs = [c for c in configs if c.startswith(("mps", "clc"))]
+            mps_configs = [c for c in configs if c.startswith(("mps", "clc")) or
+                           c.endswith("-mps")]
             if mps_configs:
                 try:
                     with mps_daemon(tmp, f"mps{r}") as mps_env:
@@ -328,6 +376,16 @@ def main():
     print(f"\n{args.rounds} interleaved rounds, {args.requests} requests every "
           f"{args.gap_ms:g} ms; medians (range over rounds)\n")
     print_table(summary)
+    for name in ("priority", "priority-mps"):
+        held = [r[name]["held"] for r in rounds if r.get(name, {}).get("held")]
+        if held:
+            lags = [h["lag_us_p50"] for h in held if h["lag_us_p50"] is not None]
+            print(f"\n{name}: the training held {statistics.median(h['holds'] for h in held):.0f} "
+                  f"times per run ({statistics.median(h['held_ms'] for h in held):.0f} ms in "
+                  f"all, {statistics.median(h['by_floor'] for h in held):.0f} let go by the "
+                  "floor); from the inference going busy to the hold: "
+                  + (f"{statistics.median(lags):.0f} us (median of the runs' medians)"
+                     if lags else "-"))
     if note:
         print(f"\nMPS configurations left out: {note}")
     if args.json:
