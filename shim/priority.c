@@ -17,14 +17,14 @@
  * counts as idle (it may wait in ways clc does not see). The slot is removed at exit; a crashed
  * process's slot is ignored by its pid and start time.
  *
- * A best-effort process reads the slots at each launch (the directory is scanned again every
- * SCAN_NS) and holds the launch while any trusted slot says its GPU is busy: it sleeps in steps
- * of HOLD_STEP_NS until the GPU is idle, or until the hold has taken the share of time the
- * policy's floor leaves it (per WINDOW_NS). While a latency-critical process runs on the
- * machine, a best-effort process also keeps at most CLC_PRIORITY_RUN_AHEAD launches queued per
- * context (an event recorded every RUN_AHEAD_STEP launches, waited for when its turn comes
- * again), so that holding its launches takes effect within a few kernels: the driver queues
- * about a thousand launches per stream before it blocks.
+ * A best-effort process reads the slots (pread, at most every READ_EVERY_NS) at its launches
+ * (the directory is scanned again every SCAN_NS) and holds the launch while any trusted slot says
+ * its GPU is busy: it sleeps in steps of HOLD_STEP_NS until the GPU is idle, or until the hold has
+ * taken the share of time the policy's floor leaves it (per WINDOW_NS). While a latency-critical
+ * process runs on the machine, a best-effort process also keeps at most CLC_PRIORITY_RUN_AHEAD
+ * launches queued per context (an event recorded every RUN_AHEAD_STEP launches, waited for when its
+ * turn comes again), so that holding its launches takes effect within a few kernels: the driver
+ * queues about a thousand launches per stream before it blocks.
  *
  * Trust: a slot counts only when it is a regular file of its own (not a link), not writable
  * by group or others, owned by this user, root, or a user or group the policy's
@@ -266,13 +266,24 @@ void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUs
 
 /* ---- best-effort: the slots it reads ----------------------------------------------------- */
 
+/* A slot is read with pread through a descriptor kept for it, never mapped: its owner could
+ * shrink the file, and a read of a mapping past its end would kill this process (SIGBUS). The
+ * descriptor is checked before each read (the program may have closed it, and reused its
+ * number): the same file, still a regular file of its size, still writable by no one else. */
 typedef struct {
-    const board_slot *slot;
+    int fd;
     dev_t dev;
     ino_t ino;
+    uid_t uid;
+    gid_t gid;
+    int32_t pid;
+    uint64_t start_time;
     uint64_t seen_launched[BOARD_DEVICES];
     uint64_t seen_ns[BOARD_DEVICES];
 } lc_view;
+
+#define VIEW_FD_MIN 100  /* kept descriptors above the numbers programs use most */
+#define READ_EVERY_NS 5000ull /* a launch within 5 us of the last look uses what it saw */
 
 static pthread_mutex_t g_be_lock = PTHREAD_MUTEX_INITIALIZER;
 static lc_view g_views[MAX_SLOTS];
@@ -313,10 +324,25 @@ static int trusted_owner(const struct stat *st) {
 
 /* Whether the slot's process is the one that wrote it (its pid now names another process, or
  * none, when it died without removing it). */
-static int slot_alive(const board_slot *s) {
-    if (s->pid <= 0) return 0;
-    if (kill(s->pid, 0) != 0 && errno == ESRCH) return 0;
-    return start_time_of(s->pid) == s->start_time;
+static int slot_alive(int32_t pid, uint64_t start_time) {
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+    return start_time_of(pid) == start_time;
+}
+
+/* The slot, read whole into *out: 0 when the view's file is no longer what it was. */
+static int read_view(const lc_view *v, board_slot *out) {
+    struct stat st;
+    if (fstat(v->fd, &st) != 0 || st.st_dev != v->dev || st.st_ino != v->ino ||
+        !S_ISREG(st.st_mode) || (st.st_mode & (S_IWGRP | S_IWOTH)) || st.st_uid != v->uid ||
+        st.st_gid != v->gid || (size_t)st.st_size != sizeof(board_slot))
+        return 0;
+    return pread(v->fd, out, sizeof *out, 0) == (ssize_t)sizeof *out && out->magic == BOARD_MAGIC;
+}
+
+static void drop_view(int k) {
+    close(g_views[k].fd);
+    g_views[k] = g_views[--g_n_views];
 }
 
 static void say_refused(const char *name, const char *why) {
@@ -374,27 +400,28 @@ static void scan(uint64_t now) {
             close(fd);
             continue;
         }
-        const board_slot *s = mmap(NULL, sizeof(board_slot), PROT_READ, MAP_SHARED, fd, 0);
+        board_slot slot;
+        int kept = fcntl(fd, F_DUPFD_CLOEXEC, VIEW_FD_MIN);
         close(fd);
-        if (s == MAP_FAILED) continue;
-        if (s->magic != BOARD_MAGIC || s->version != BOARD_VERSION || !slot_alive(s)) {
-            munmap((void *)s, sizeof(board_slot));
+        if (kept < 0) continue;
+        lc_view *v = &g_views[g_n_views];
+        *v = (lc_view){
+            .fd = kept, .dev = st.st_dev, .ino = st.st_ino, .uid = st.st_uid, .gid = st.st_gid};
+        if (!read_view(v, &slot) || slot.version != BOARD_VERSION ||
+            !slot_alive(slot.pid, slot.start_time)) {
+            close(kept);
             continue;
         }
-        lc_view *v = &g_views[g_n_views];
-        memset(v, 0, sizeof *v);
-        v->slot = s;
-        v->dev = st.st_dev;
-        v->ino = st.st_ino;
+        v->pid = slot.pid;
+        v->start_time = slot.start_time;
         present[g_n_views++] = 1;
     }
     closedir(d);
     /* drop the slots removed, and those whose process died */
     for (int k = 0; k < g_n_views;) {
-        if (!present[k] || !slot_alive(g_views[k].slot)) {
-            munmap((void *)g_views[k].slot, sizeof(board_slot));
-            g_views[k] = g_views[--g_n_views];
-            present[k] = present[g_n_views];
+        if (!present[k] || !slot_alive(g_views[k].pid, g_views[k].start_time)) {
+            present[k] = present[g_n_views - 1];
+            drop_view(k);
         } else {
             k++;
         }
@@ -410,33 +437,63 @@ static void scan(uint64_t now) {
 }
 
 /* Whether a latency-critical process is busy on `device`; *since: when it went busy. */
-static int lc_busy(int device, uint64_t now, uint64_t *since) {
+static int lc_busy_now(int device, uint64_t now, uint64_t *since) {
     if (g_board_bad || g_table_full) return 1;
     if ((unsigned)device >= BOARD_DEVICES) return 0;
     if (!g_be_uuid_known[device]) {
-        if (!device_uuid(device, g_be_uuid[device])) return 0;
+        if (!device_uuid(device, g_be_uuid[device])) {
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING,
+                        "priority: the driver does not name device %d (no UUID): its launches "
+                        "are not held",
+                        device);
+            return 0;
+        }
         g_be_uuid_known[device] = 1;
     }
-    for (int k = 0; k < g_n_views; k++) {
+    board_slot slot;
+    for (int k = 0; k < g_n_views;) {
         lc_view *v = &g_views[k];
+        if (!read_view(v, &slot)) { /* changed under us: believed no more */
+            drop_view(k);
+            continue;
+        }
+        k++;
         for (int d = 0; d < BOARD_DEVICES; d++) {
-            const board_row *r = &v->slot->rows[d];
-            if (!atomic_load_explicit(&r->used, memory_order_acquire) ||
-                memcmp(r->uuid, g_be_uuid[device], 16) != 0)
-                continue;
-            uint64_t l = atomic_load_explicit(&r->launched, memory_order_acquire);
-            uint64_t s = atomic_load_explicit(&r->settled, memory_order_acquire);
+            const board_row *r = &slot.rows[d];
+            if (!r->used || memcmp(r->uuid, g_be_uuid[device], 16) != 0) continue;
+            uint64_t l = r->launched, s = r->settled;
             if (l != v->seen_launched[d]) v->seen_launched[d] = l, v->seen_ns[d] = now;
             /* busy: waiting for its GPU in a synchronization, or not quiet for longer than
              * the policy's idle_after */
-            if (l != s && (atomic_load_explicit(&r->waiting, memory_order_acquire) ||
-                           now - v->seen_ns[d] < g_idle_ns)) {
-                *since = atomic_load_explicit(&r->busy_since_ns, memory_order_acquire);
+            if (l != s && (r->waiting || now - v->seen_ns[d] < g_idle_ns)) {
+                *since = r->busy_since_ns;
                 return 1;
             }
         }
     }
     return 0;
+}
+
+static struct {
+    uint64_t at_ns, since;
+    int busy;
+} g_looked[BOARD_DEVICES];
+
+/* lc_busy_now, looked at again only READ_EVERY_NS after the last look (g_be_lock held) */
+static int lc_busy(int device, uint64_t now, uint64_t *since) {
+    if ((unsigned)device >= BOARD_DEVICES) return lc_busy_now(device, now, since);
+    if (g_looked[device].at_ns && now - g_looked[device].at_ns < READ_EVERY_NS) {
+        *since = g_looked[device].since;
+        return g_looked[device].busy;
+    }
+    uint64_t s = 0;
+    int busy = lc_busy_now(device, now, &s);
+    g_looked[device].at_ns = now;
+    g_looked[device].since = s;
+    g_looked[device].busy = busy;
+    *since = s;
+    return busy;
 }
 
 /* hold statistics of this process, for the exit line */

@@ -315,6 +315,26 @@ def test_a_slot_of_this_user_is_believed(pair, board):
     assert be.wait_for("done", 5) is not None
 
 
+def test_a_slot_cut_short_or_opened_to_others_while_read_is_believed_no_more(pair, board):
+    # A slot's owner may shrink it or let others write it after a best-effort process took
+    # it: the reader neither dies (it reads, it does not map) nor believes it any longer.
+    board.mkdir(mode=0o1777)
+    os.chmod(board, 0o1777)
+    me = os.getpid()
+    for change in (lambda p: os.truncate(p, 0), lambda p: os.chmod(p, 0o666)):
+        slot = board / f"lc.{me}.1"
+        write_slot(slot, me, start_time_of(me))
+        be = pair("batch", name=f"be-{slot.stat().st_ino}")
+        be.send("launch 1")
+        assert be.wait_for("done", 0.04) is None  # held by it
+        change(slot)
+        assert be.wait_for("done", 5) is not None
+        assert be.do("launch 20") < 0.04
+        be.finish()
+        assert be.proc.returncode == 0
+        slot.unlink()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
 def test_another_users_slot_is_refused_unless_the_policy_names_that_user(pair, board, tmp_path,
                                                                          native):
