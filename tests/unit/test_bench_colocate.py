@@ -135,3 +135,33 @@ def test_a_failed_configuration_is_said_and_the_rounds_go_on(tmp_path, monkeypat
     assert got == {"error": "the training exited 1 before it was ready: no GPU"}
     assert "round 1: mps:" in capsys.readouterr().out
     assert bc.summarize([{"alone": got, "mps": got}]) == {"alone": {}, "mps": {}}
+
+
+def test_the_priority_policy_classes_the_two_programs(tmp_path):
+    from clc.policy.names import Identity, KernelInfo
+    policy = load_policy(bc.priority_policy(tmp_path / "p.yaml", tmp_path / "board"))
+    assert policy.priority.board == str(tmp_path / "board")
+
+    def class_of(tenant):
+        info = KernelInfo(mangled="", demangled="", device=0, process_names=("python3",),
+                          tenant=tenant, identity=Identity())
+        return policy.priority.class_of(info)
+    assert class_of("serving").kind == "latency-critical"
+    assert (class_of("batch").kind, class_of("batch").floor) == ("best-effort",
+                                                                bc.PRIORITY_FLOOR)
+    assert class_of("other") is None
+
+
+def test_holds_are_read_from_the_training_capture(tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "unit"))
+    from capture_writer import CaptureWriter
+    from clc import abi
+    w = CaptureWriter(pid=9)
+    w.process("python3 train")
+    w.hold(10**9, 2_000_000, lag_ns=20_000)
+    w.hold(2 * 10**9, 3_000_000, lag_ns=40_000, why=abi.HOLD_BUSY | abi.HOLD_FLOOR)
+    w.hold(3 * 10**9, 1_000_000, lag_ns=0)
+    w.end()
+    w.write(tmp_path / "train.clc")
+    assert bc.hold_row(tmp_path / "train.clc") == {
+        "holds": 3, "held_ms": 6.0, "by_floor": 1, "lag_us_p50": 30.0}
