@@ -20,6 +20,8 @@ training step repeated). Configurations, every one by default (--configs picks s
                     the training best-effort (its launches wait while the inference is busy,
                     floor 0.1); no MPS
     priority-mps    the same under MPS
+    priority-share-mps  under MPS, the training's held launches run on a quarter of the SMs
+                    (held_share 0.25, the device's last SMs) instead of waiting
 
 Rounds are interleaved (every configuration once per round: those under MPS first, with a
 daemon of the round's own, then the others) so that drift in the machine falls on all alike;
@@ -55,8 +57,10 @@ SCRIPT = REPO / "examples" / "colocate.py"
 SHARES = (0.5, 0.25)
 PLACES = ("first", "last")
 CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
-           *(f"clc-{s}-{p}" for s in SHARES for p in PLACES), "priority", "priority-mps")
+           *(f"clc-{s}-{p}" for s in SHARES for p in PLACES), "priority", "priority-mps",
+           "priority-share-mps")
 PRIORITY_FLOOR = 0.1
+PRIORITY_HELD_SHARE = 0.25
 READY_TIMEOUT_S = 300
 
 
@@ -131,15 +135,18 @@ def summarize(rounds):
     return out
 
 
-def priority_policy(path, board):
+def priority_policy(path, board, held_share=0):
     """The inference (tenant serving) latency-critical, the training (tenant batch)
-    best-effort."""
+    best-effort: its held launches wait (down to the floor), or with held_share run on that
+    share of the SMs."""
+    held = f"      held_share: {held_share}\n" if held_share else \
+        f"      floor: {PRIORITY_FLOOR}\n"
     Path(path).write_text(
         "# SPDX-License-Identifier: Apache-2.0\nversion: 1\ndefault: allow\npriority:\n"
         f"  board: {board}\n  classes:\n"
         "    - name: serving\n      class: latency-critical\n      match: {tenant: serving}\n"
         "    - name: training\n      class: best-effort\n      match: {tenant: batch}\n"
-        f"      floor: {PRIORITY_FLOOR}\n")
+        + held)
     return Path(path)
 
 
@@ -266,7 +273,7 @@ def run_config(name, args, tmp, mps_env):
         return run_priority(name, args, tmp, {})
     if mps_env is None:
         return None
-    if name == "priority-mps":
+    if name in ("priority-mps", "priority-share-mps"):
         return run_priority(name, args, tmp, mps_env)
     if name == "mps":
         return run_together(args, mps_env)
@@ -283,7 +290,8 @@ def run_config(name, args, tmp, mps_env):
 
 
 def run_priority(name, args, tmp, env):
-    policy = priority_policy(tmp / f"{name}.yaml", tmp / f"{name}-board")
+    policy = priority_policy(tmp / f"{name}.yaml", tmp / f"{name}-board",
+                             PRIORITY_HELD_SHARE if "share" in name else 0)
 
     def prefix(tenant):
         return [args.clc_run, "--policy", policy, "--tenant", tenant, "-o",
@@ -376,7 +384,7 @@ def main():
     print(f"\n{args.rounds} interleaved rounds, {args.requests} requests every "
           f"{args.gap_ms:g} ms; medians (range over rounds)\n")
     print_table(summary)
-    for name in ("priority", "priority-mps"):
+    for name in ("priority", "priority-mps", "priority-share-mps"):
         held = [r[name]["held"] for r in rounds if r.get(name, {}).get("held")]
         if held:
             lags = [h["lag_us_p50"] for h in held if h["lag_us_p50"] is not None]

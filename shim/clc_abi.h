@@ -436,12 +436,14 @@ typedef struct clc_rec_hold {
     uint64_t held_ns; /* how long the launch waited */
     uint64_t lag_ns;  /* from the latency-critical GPU going busy to the hold; 0: unknown */
     int32_t device;
-    uint32_t why; /* CLC_HOLD_BUSY or CLC_HOLD_NO_BOARD, with CLC_HOLD_FLOOR */
+    uint32_t why; /* CLC_HOLD_BUSY or CLC_HOLD_NO_BOARD, with CLC_HOLD_FLOOR or CLC_HOLD_SHARED */
 } clc_rec_hold; /* 32 bytes */
 
 #define CLC_HOLD_BUSY 0     /* a latency-critical process was busy on the GPU */
 #define CLC_HOLD_NO_BOARD 1 /* the board could not be read (or its slots overflowed) */
 #define CLC_HOLD_FLOOR 16   /* let go by the floor, not by the GPU going idle */
+#define CLC_HOLD_SHARED 32  /* not a wait: a busy period whose launches ran on the held share
+                               (held_share), from its first launch to the first found idle */
 
 /* The first CLC_DENIED_RECORDED denied launches of each kernel get a LAUNCH record even when
  * their outcome does not ask for one (an audit trail in allow-all captures). */

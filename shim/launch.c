@@ -105,14 +105,16 @@ __attribute__((noinline)) const clc_outcome *clc_shaped_outcome(
 }
 
 /* A launch of a process in a priority class: a latency-critical one marks its GPU busy, a
- * best-effort one may wait. Graph nodes made or changed are not launches. */
-static void gate_priority(const clc_entry *e, uint32_t entry_point, CUstream stream) {
-    if ((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE) return;
-    if (g_hot.priority == CLC_PRIORITY_LC)
+ * best-effort one may wait, or (held_share) be confined: then the CLC_ACTION_CONFINE word it is
+ * to run under is returned. Graph nodes made or changed are not launches. */
+static uint64_t gate_priority(const clc_entry *e, uint32_t entry_point, CUstream stream) {
+    if ((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE) return 0;
+    if (g_hot.priority == CLC_PRIORITY_LC) {
         clc_priority_lc_launch(e->device, stream);
-    else
-        clc_priority_be_launch(e->device, (CUcontext)(uintptr_t)e->ctx, stream,
-                               (entry_point & CLC_ENTRY_PTSZ) != 0);
+        return 0;
+    }
+    return clc_priority_be_launch(e->device, (CUcontext)(uintptr_t)e->ctx, stream,
+                                  (entry_point & CLC_ENTRY_PTSZ) != 0);
 }
 
 /* Everything a launch that is not a plain allow needs: kept out of the inlined fast path. */
@@ -122,8 +124,17 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint
                                              CUstream stream, int reentrant) {
     clc_entry *e = g->entry;
     if (g_hot.priority && !reentrant && e && o->action != CLC_ACTION_DENY) {
-        gate_priority(e, entry_point, stream);
-        if (o->action == CLC_ACTION_ALLOW && o->flags == 0) return 0;
+        uint64_t held = gate_priority(e, entry_point, stream);
+        if (held && o->action == CLC_ACTION_ALLOW) {
+            /* held to a share: confined as an sm_share rule would (a launch that cannot be
+             * confined runs as it was made, said once) */
+            g->scratch = *o;
+            g->scratch.action = CLC_ACTION_CONFINE;
+            g->scratch.replacement = held;
+            o = &g->scratch;
+        } else if (o->action == CLC_ACTION_ALLOW && o->flags == 0) {
+            return 0;
+        }
     }
     g->outcome = o;
     g->reentrant = reentrant;

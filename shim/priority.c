@@ -84,6 +84,7 @@ static int g_board = -1; /* the board directory (O_PATH), or -1 */
 static int g_board_bad;  /* the board cannot be used: every launch held to the floor */
 static double g_floor = 0.1;
 static unsigned g_run_ahead = 32;
+static uint64_t g_held_word; /* CLC_ACTION_CONFINE word of a held launch (held_share); 0: wait */
 static uint64_t g_idle_ns = 20000000ull;
 static char g_board_path[256];
 
@@ -588,9 +589,50 @@ static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
     if (mine) (per_thread ? g_drv.event_record_ptsz : g_drv.event_record)(mine, stream);
 }
 
-void clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
-    hold(device);
+/* held_share: while a latency-critical process is busy, launches run on the share instead of
+ * waiting. One HOLD record (CLC_HOLD_SHARED) per busy period: opened at the first launch that
+ * finds the GPU busy, closed at the first that finds it idle, or at exit. */
+static uint64_t g_shared_start, g_shared_since;
+static int g_shared_device = -1;
+
+static void close_shared(uint64_t now) {
+    if (!g_shared_start) return;
+    uint64_t held = now - g_shared_start;
+    g_holds++;
+    g_held_ns += held;
+    if (held > g_held_max_ns) g_held_max_ns = held;
+    clc_rec_hold rec = {
+        g_shared_start, held,
+        g_shared_since && g_shared_since <= g_shared_start ? g_shared_start - g_shared_since : 0,
+        g_shared_device, CLC_HOLD_BUSY | CLC_HOLD_SHARED};
+    g_shared_start = 0;
+    clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
+}
+
+static int held_to_share(int device) {
+    pthread_mutex_lock(&g_be_lock);
+    uint64_t now = clc_now_ns(), since = 0;
+    if (now - g_scanned_ns >= SCAN_NS) scan(now);
+    int busy = lc_busy(device, now, &since);
+    if (busy && !g_shared_start) {
+        g_shared_start = now;
+        g_shared_since = since;
+        g_shared_device = device;
+    } else if (!busy) {
+        close_shared(now);
+    }
+    pthread_mutex_unlock(&g_be_lock);
+    return busy;
+}
+
+uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
+    uint64_t word = 0;
+    if (g_held_word)
+        word = held_to_share(device) ? g_held_word : 0;
+    else
+        hold(device);
     bound_run_ahead(ctx, stream, per_thread);
+    return word;
 }
 
 /* ---- the process's start and end ----------------------------------------------------------- */
@@ -605,6 +647,12 @@ int clc_priority_start(void) {
     if (!(g_floor >= 0 && g_floor <= 1)) g_floor = 0.1;
     if ((v = clc_setting("CLC_PRIORITY_RUN_AHEAD"))) g_run_ahead = (unsigned)strtoul(v, NULL, 10);
     if ((v = clc_setting("CLC_PRIORITY_IDLE_MS"))) g_idle_ns = (uint64_t)(strtod(v, NULL) * 1e6);
+    if ((v = clc_setting("CLC_PRIORITY_HELD_SHARE"))) {
+        double share = strtod(v, NULL);
+        if (share > 0 && share < 1)
+            g_held_word = (uint64_t)CLC_CAP_SHARE << CLC_CONFINE_KIND_SHIFT |
+                          (uint64_t)(share * 1e6) | CLC_CONFINE_LAST;
+    }
     read_trust();
     g_board = open_board();
     if (g_board < 0) {
@@ -620,6 +668,10 @@ int clc_priority_start(void) {
 
 void clc_priority_leave(int in_signal) {
     if (g_slot && g_slot_pid == getpid() && g_board >= 0) unlinkat(g_board, g_slot_name, 0);
+    if (!in_signal && g_shared_start && pthread_mutex_trylock(&g_be_lock) == 0) {
+        close_shared(clc_now_ns());
+        pthread_mutex_unlock(&g_be_lock);
+    }
     if (!in_signal && g_class == CLC_PRIORITY_BE && (g_holds || g_run_ahead_waits) && g_cfg.verbose)
         clc_log(CLC_MSG_INFO,
                 "priority: held %llu times, %.1f ms in all (longest %.2f ms, %llu let go by the "

@@ -729,8 +729,10 @@ int clc_priority_start(void);
 /* A latency-critical launch on `device`, and the stream it went to. */
 void clc_priority_lc_launch(int device, CUstream stream);
 /* A best-effort launch: held while a latency-critical process is busy on the GPU (down to the
- * floor), and kept from running far ahead of it while one runs on the machine. */
-void clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread);
+ * floor), and kept from running far ahead of it while one runs on the machine. With held_share,
+ * a held launch does not wait: the CLC_ACTION_CONFINE word it is to run under is returned
+ * (else 0). */
+uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread);
 /* Around a synchronization of a latency-critical process (its GPU counts as busy meanwhile):
  * what was launched before it (begin); settled once it returned (end, `done`: successfully)
  * for the whole context, or for `stream` when every launch since the GPU went busy was on it. */

@@ -126,6 +126,8 @@ class Hold:
     device: int
     no_board: bool  # held because the board could not be read: down to the floor
     by_floor: bool  # let go by the floor, the GPU still busy
+    # not a wait: a busy period whose launches ran on the class's held_share of the SMs
+    shared: bool = False
 
 
 @dataclass(slots=True)
@@ -488,7 +490,7 @@ def _other_record(cap, rtype, body, rule_stats):
         if len(body) >= abi.REC_HOLD_BODY.size:
             t_ns, held, lag, device, why = abi.REC_HOLD_BODY.unpack_from(body)
             cap.holds.append(Hold(t_ns, held, lag, device, (why & 15) == abi.HOLD_NO_BOARD,
-                                  bool(why & abi.HOLD_FLOOR)))
+                                  bool(why & abi.HOLD_FLOOR), bool(why & abi.HOLD_SHARED)))
     elif rtype == abi.REC_END:
         if len(body) >= abi.REC_END_BODY.size:
             (_, cap.dropped, cap.write_lost_bytes, cap.capped_bytes, cap.write_errno,

@@ -183,18 +183,26 @@ def _table(headers, rows):
 
 
 def _hold_line(cap):
-    holds = cap.holds
-    total = sum(h.held_ns for h in holds)
-    longest = max(h.held_ns for h in holds)
-    text = (f"pid {cap.pid}: {len(holds)} hold{'s' if len(holds) != 1 else ''}, "
-            f"{total / 1e6:.1f} ms in all, longest {longest / 1e6:.2f} ms")
-    lags = sorted(h.lag_ns for h in holds if h.lag_ns)
+    waits = [h for h in cap.holds if not h.shared]
+    shared = [h for h in cap.holds if h.shared]
+    parts = []
+    if waits:
+        total = sum(h.held_ns for h in waits)
+        longest = max(h.held_ns for h in waits)
+        parts.append(f"{len(waits)} hold{'s' if len(waits) != 1 else ''}, "
+                     f"{total / 1e6:.1f} ms in all, longest {longest / 1e6:.2f} ms")
+    if shared:
+        total = sum(h.held_ns for h in shared)
+        parts.append(f"on its held share in {len(shared)} busy period"
+                     f"{'s' if len(shared) != 1 else ''}, {total / 1e6:.1f} ms in all")
+    text = f"pid {cap.pid}: " + ", ".join(parts)
+    lags = sorted(h.lag_ns for h in cap.holds if h.lag_ns)
     if lags:
         text += f", held {lags[len(lags) // 2] / 1e3:.0f} us (median) after the GPU went busy"
-    by_floor = sum(h.by_floor for h in holds)
+    by_floor = sum(h.by_floor for h in waits)
     if by_floor:
         text += f", {by_floor} let go by the floor"
-    no_board = sum(h.no_board for h in holds)
+    no_board = sum(h.no_board for h in waits)
     if no_board:
         text += f", {no_board} because the board could not be read"
     return text
@@ -328,7 +336,8 @@ def _json_captures(captures):
         "stats_partial": c.stats_partial, "ending": ending(c), "table_full": c.table_full,
         "truncated": c.truncated, "undecided_launches": c.undecided_launches,
         "holds": [{"t_ns": h.t_ns, "held_ns": h.held_ns, "lag_ns": h.lag_ns,
-                   "device": h.device, "no_board": h.no_board, "by_floor": h.by_floor}
+                   "device": h.device, "no_board": h.no_board, "by_floor": h.by_floor,
+                   "shared": h.shared}
                   for h in c.holds],
     } for c in captures]
 

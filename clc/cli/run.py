@@ -421,6 +421,8 @@ def priority_settings(policy, argv, tenant, verbose=False):
                 groups |= _ids_matching(c.group, ((e.gr_name, e.gr_gid) for e in grp.getgrall()))
         out["CLC_PRIORITY_FLOOR"] = repr(found.floor)
         out["CLC_PRIORITY_RUN_AHEAD"] = str(found.run_ahead)
+        if found.held_share:
+            out["CLC_PRIORITY_HELD_SHARE"] = repr(found.held_share)
         out["CLC_PRIORITY_TRUST"] = ",".join([f"u{u}" for u in sorted(users)][:14] +
                                              [f"g{g}" for g in sorted(groups)][:16])
     return out

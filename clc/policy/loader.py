@@ -51,7 +51,7 @@ _ACTIONS = ("allow", "deny")  # the verdicts of default and on_error
 _RULE_ACTIONS = ("allow", "deny", "hook", "wrap")
 _TOP_KEYS = ("version", "default", "on_error", "rules", "priority")
 _PRIORITY_KEYS = ("classes", "board", "idle_after_ms")
-_CLASS_KEYS = ("name", "class", "match", "floor", "run_ahead")
+_CLASS_KEYS = ("name", "class", "match", "floor", "run_ahead", "held_share")
 # What a process is: all a priority class may match (a class holds for a whole process).
 _CLASS_MATCH_KEYS = ("process", "tenant", "user", "group", "cgroup")
 _RUN_AHEAD_RANGE = (4, 256)
@@ -692,8 +692,8 @@ class _Loader:
                         "holds for whole processes: it may match only "
                         + ", ".join(_CLASS_MATCH_KEYS) + ")").items():
                     fields[key] = self.attempt(self.condition, key, value)
-        floor, run_ahead = 0.1, 32
-        for key in ("floor", "run_ahead"):
+        floor, run_ahead, held_share = 0.1, 32, 0.0
+        for key in ("floor", "run_ahead", "held_share"):
             if key in pairs and kind == LATENCY_CRITICAL:
                 self.report(pairs[key][0], f"'{key}' is only allowed on a best-effort class "
                                            f"(class '{name}' is latency-critical)")
@@ -709,10 +709,20 @@ class _Loader:
             if run_ahead is not _INVALID and run_ahead < lo:
                 self.report(pairs["run_ahead"][1], f"run_ahead must be at least {lo}, got "
                                                    f"{run_ahead}")
+        if "held_share" in pairs and kind != LATENCY_CRITICAL:
+            held_share = self.attempt(self.number, pairs["held_share"][1], "held_share")
+            if held_share is not _INVALID and not 0 <= held_share < 1:
+                self.report(pairs["held_share"][1], "held_share must be at least 0 (0: held "
+                                                    "launches wait) and less than 1, got "
+                                                    f"{held_share}")
+            elif held_share is not _INVALID and "floor" in pairs and held_share > 0:
+                self.warn(pairs["floor"][0], f"floor on class '{name}' has no effect: with "
+                                             "held_share its held launches run on a share of "
+                                             "the SMs, they do not wait")
         if len(self.errors) > before or kind is None:
             raise _Reported
         return PriorityClass(name, kind, float(floor), int(run_ahead),
-                             node.start_mark.line + 1, **fields)
+                             node.start_mark.line + 1, held_share=float(held_share), **fields)
 
     def rules(self, node) -> list[Rule]:
         if node.id != "sequence":

@@ -510,6 +510,8 @@ class PriorityClass:
     floor: float = 0.1  # the share of time a best-effort process is never held
     run_ahead: int = 32  # launches it may queue per context while latency-critical work runs
     line: int = 0
+    # 0: a held launch waits; else it runs on this share of the SMs, the device's last ones
+    held_share: float = 0.0
     process: tuple[str, ...] | None = None
     tenant: tuple[str, ...] | None = None
     user: tuple[str, ...] | None = None
@@ -524,6 +526,10 @@ class PriorityClass:
     def describe(self) -> str:
         if self.kind == LATENCY_CRITICAL:
             return f"'{self.name}' ({self.kind})"
+        if self.held_share:
+            return (f"'{self.name}' ({self.kind}: held to {self.held_share:g} of the SMs, the "
+                    "device's last ones, while latency-critical work is busy on its GPU; at "
+                    f"most {self.run_ahead} launches queued ahead)")
         return (f"'{self.name}' ({self.kind}: held while latency-critical work is busy on its "
                 f"GPU, never for more than {1 - self.floor:.0%} of the time; at most "
                 f"{self.run_ahead} launches queued ahead)")

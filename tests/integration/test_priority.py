@@ -38,6 +38,10 @@ priority:
       match: {{tenant: batch}}
       floor: {floor}
       run_ahead: 16
+    - name: batch-shared
+      class: best-effort
+      match: {{tenant: shared}}
+      held_share: 0.25
 """
 
 # The slot a latency-critical process writes (shim/priority.c): a 64-byte header, then one
@@ -97,6 +101,12 @@ class Driven:
         assert line is not None, f"no answer to {command!r}: {self.finish()}"
         assert line.rstrip().endswith("rc=0"), line
         return time.monotonic() - start
+
+    def where(self):
+        """(first SM, SMs) the last launch ran on, as the fake saw it."""
+        line = next(ln for ln in reversed(self.lines) if ln.startswith("green "))
+        fields = dict(f.split("=") for f in line.split()[2:])
+        return int(fields["first"]), int(fields["sms"])
 
     def finish(self):
         """Ends the program; its stderr."""
@@ -265,6 +275,31 @@ def test_processes_without_a_class_are_never_held(pair):
     other = pair("nobody-named")
     assert other.do("launch 100") < 0.04
     assert "no priority class holds" in other.finish()
+
+
+def test_held_share_confines_instead_of_waiting(pair):
+    # GIVEN a best-effort class with held_share: 0.25
+    lc = pair("serving")
+    be = pair("shared")
+    be.do("launch 1")
+    assert be.where() == (0, 132)  # no latency-critical work: the whole device
+    # WHEN the latency-critical process is busy
+    lc.do("launch 1")
+    # THEN best-effort launches do not wait: they run on the device's last quarter of SMs
+    assert be.do("launch 50") < 0.04
+    first, sms = be.where()
+    # (the fake splits its 132 SMs in groups of 8: the last whole groups are 96..127)
+    assert 24 <= sms <= 40 and first >= 132 // 2 and first + sms <= 132
+    # AND once it is idle, on the whole device again
+    lc.do("sync ctx")
+    be.do("launch 1")
+    assert be.where() == (0, 132)
+    be.finish()
+    (period,) = be.holds()
+    assert period.shared and not period.by_floor and period.held_ns > 0
+    text = summary(read_captures(capture_files(be.output)))
+    assert "on its held share in 1 busy period" in text
+    assert "Confined by a green context" in text
 
 
 # ---- the board: slots of live processes only, and only trusted ones -----------------------

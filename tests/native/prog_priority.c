@@ -13,7 +13,9 @@
  *   exit
  *
  * After each command it prints "done <command word> <ms since start, 3 decimals> rc=<first
- * failing CUresult or 0>" and flushes, so that the test sees when a held launch returned.
+ * failing CUresult or 0>" and flushes, so that the test sees when a held launch returned. After
+ * a launch command it prints first where the last launch ran (print_green: over the fake, the
+ * first SM and how many).
  */
 #include "common.h"
 
@@ -82,6 +84,8 @@ int main(void)
             fflush(stdout);
             continue;
         }
+        if (count)
+            print_green(word, K_VECADD, rc);
         printf("done %s %.3f rc=%d\n", word, now_ms() - t0, (int)rc);
         fflush(stdout);
     }

@@ -150,6 +150,9 @@ def test_the_priority_policy_classes_the_two_programs(tmp_path):
     assert (class_of("batch").kind, class_of("batch").floor) == ("best-effort",
                                                                 bc.PRIORITY_FLOOR)
     assert class_of("other") is None
+    shared = load_policy(bc.priority_policy(tmp_path / "s.yaml", tmp_path / "board", 0.25))
+    assert [c.held_share for c in shared.priority.classes] == [0.0, 0.25]
+    assert not shared.warnings
 
 
 def test_holds_are_read_from_the_training_capture(tmp_path):

@@ -157,3 +157,24 @@ def test_policy_check_counts_the_classes(tmp_path):
                          capture_output=True, text=True, env={**os.environ})
     assert out.returncode == 0, out.stderr
     assert "ok (0 rules, 2 priority classes, default allow" in out.stdout
+
+
+def test_held_share_confines_held_launches_instead_of_holding_them():
+    text = ("version: 1\npriority:\n  classes:\n"
+            "    - {name: b, class: best-effort, held_share: 0.25}\n")
+    (c,) = parse_policy(text, "p.yaml").priority.classes
+    assert c.held_share == 0.25
+    assert "held to 0.25 of the SMs, the device's last ones" in c.describe()
+    got = priority_settings(parse_policy(text, "p.yaml"), ["x"], "")
+    assert got["CLC_PRIORITY_HELD_SHARE"] == "0.25"
+    waits = "version: 1\npriority:\n  classes:\n    - {name: b, class: best-effort}\n"
+    assert "CLC_PRIORITY_HELD_SHARE" not in priority_settings(parse_policy(waits), ["x"], "")
+    assert errors_of(text.replace("0.25", "1")) == [
+        "4:49: held_share must be at least 0 (0: held launches wait) and less than 1, got 1"]
+    assert errors_of(text.replace("best-effort, held_share: 0.25",
+                                  "latency-critical, held_share: 0.5"))[0].endswith(
+        "'held_share' is only allowed on a best-effort class (class 'b' is latency-critical)")
+    warned = parse_policy(text.replace("}", ", floor: 0.2}"), "p.yaml")
+    (warning,) = warned.warnings
+    assert warning.message == ("floor on class 'b' has no effect: with held_share its held "
+                               "launches run on a share of the SMs, they do not wait")
