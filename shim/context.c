@@ -25,6 +25,7 @@ static void after_teardown(CUcontext ctx) {
     if (t_in_clc || !ctx || !clc_driver_ready()) return;
     t_in_clc = 1;
     clc_green_forget_context(ctx);
+    clc_priority_forget_context(ctx);
     clc_cache_forget_context((uint64_t)(uintptr_t)ctx, clc_bridge_module);
     clc_module_event ev = {.api = CLC_LOAD_CONTEXT_DESTROYED, .handle = (uint64_t)(uintptr_t)ctx};
     clc_bridge_module(&ev);
@@ -263,7 +264,10 @@ CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     CLC_EXPORT CUresult name(CUstream stream) {                                                  \
         CLC_REAL_OR_FAIL(name)                                                                   \
         CUresult r = real(stream);                                                               \
-        if (r == CUDA_SUCCESS && !t_in_clc) clc_green_forget_stream(stream);                     \
+        if (r == CUDA_SUCCESS && !t_in_clc) {                                                    \
+            clc_green_forget_stream(stream);                                                     \
+            clc_priority_forget_stream(stream);                                                  \
+        }                                                                                        \
         return r;                                                                                \
     }
 CLC_STREAM_DESTROY_HOOK(cuStreamDestroy)
@@ -286,21 +290,21 @@ static int current_device(void) {
     return (int)dev;
 }
 
-#define CLC_SYNC_HOOK(name, params, args, whole, stream_arg)                                     \
+#define CLC_SYNC_HOOK(name, params, args, whole, stream_arg, ptsz)                               \
     CLC_EXPORT CUresult name params {                                                            \
         CLC_REAL_OR_FAIL(name)                                                                   \
         if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real args;             \
         int dev = current_device();                                                              \
         uint64_t launched = clc_priority_sync_begin(dev);                                        \
         CUresult r = real args;                                                                  \
-        clc_priority_sync_end(dev, launched, whole, stream_arg, r == CUDA_SUCCESS);               \
+        clc_priority_sync_end(dev, launched, whole, stream_arg, ptsz, r == CUDA_SUCCESS);         \
         return r;                                                                                \
     }
-CLC_SYNC_HOOK(cuCtxSynchronize, (void), (), 1, NULL)
-CLC_SYNC_HOOK(cuStreamSynchronize, (CUstream stream), (stream), 0, stream)
-CLC_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream stream), (stream), 0, stream)
-CLC_SYNC_HOOK(cuStreamQuery, (CUstream stream), (stream), 0, stream)
-CLC_SYNC_HOOK(cuStreamQuery_ptsz, (CUstream stream), (stream), 0, stream)
+CLC_SYNC_HOOK(cuCtxSynchronize, (void), (), 1, NULL, 0)
+CLC_SYNC_HOOK(cuStreamSynchronize, (CUstream stream), (stream), 0, stream, 0)
+CLC_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream stream), (stream), 0, stream, 1)
+CLC_SYNC_HOOK(cuStreamQuery, (CUstream stream), (stream), 0, stream, 0)
+CLC_SYNC_HOOK(cuStreamQuery_ptsz, (CUstream stream), (stream), 0, stream, 1)
 
 /* cuCtxSynchronize of CUDA 13 names the context: only the current one (or NULL) is settled. */
 CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
@@ -310,6 +314,6 @@ CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
     int dev = mine ? current_device() : -1;
     uint64_t launched = clc_priority_sync_begin(dev);
     CUresult r = real(ctx);
-    clc_priority_sync_end(dev, launched, 1, NULL, r == CUDA_SUCCESS);
+    clc_priority_sync_end(dev, launched, 1, NULL, 0, r == CUDA_SUCCESS);
     return r;
 }

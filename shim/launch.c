@@ -110,7 +110,7 @@ __attribute__((noinline)) const clc_outcome *clc_shaped_outcome(
 static uint64_t gate_priority(const clc_entry *e, uint32_t entry_point, CUstream stream) {
     if ((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE) return 0;
     if (g_hot.priority == CLC_PRIORITY_LC) {
-        clc_priority_lc_launch(e->device, stream);
+        clc_priority_lc_launch(e->device, stream, (entry_point & CLC_ENTRY_PTSZ) != 0);
         return 0;
     }
     return clc_priority_be_launch(e->device, (CUcontext)(uintptr_t)e->ctx, stream,

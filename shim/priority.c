@@ -6,32 +6,36 @@
  * clc-run decides a process's class from the policy (CLC_PRIORITY: "lc" or "be") and seals it
  * with the other settings; the program cannot change it.
  *
- * A latency-critical process owns one slot file in the board directory (CLC_PRIORITY_BOARD),
- * `lc.<pid>.<start time>`, mode 0644, mapped shared. Per GPU (by UUID, since two processes may
- * number their devices differently) it counts the launches made (`launched`, one atomic add per
- * launch) and the launches known finished (`settled`): a synchronization that returned (the
- * context's, or the stream's when every launch since the GPU went busy was on that stream)
- * settles what was launched before it. The GPU is busy for the process while launched !=
- * settled. While a thread of it waits in a synchronization the GPU counts as busy however
- * long it takes; otherwise a process that launched nothing for the policy's idle_after_ms
- * counts as idle (it may wait in ways clc does not see). The slot is removed at exit; a crashed
- * process's slot is ignored by its pid and start time.
+ * The board (CLC_PRIORITY_BOARD) holds a directory per user, `u<uid>`, owned by that user and
+ * writable by no one else. A latency-critical process owns one slot file there,
+ * `lc.<pid>.<start time>`, mode 0644, mapped shared, made at its first launch. Per GPU (by
+ * UUID, since two processes may number their devices differently) it counts the launches made
+ * (`launched`, one atomic add per launch) and the launches known finished (`settled`): a
+ * synchronization that returned (the context's, or the stream's when every launch since the
+ * GPU went busy was on that stream) settles what was launched before it. The GPU is busy for
+ * the process while launched != settled. While a thread of it waits in a synchronization the
+ * GPU counts as busy however long it takes; otherwise a process that launched nothing for the
+ * policy's idle_after_ms counts as idle (it may wait in ways clc does not see). The slot is
+ * removed at exit; a crashed process's slot is ignored by its pid and start time, and removed
+ * by the next latency-critical process of the same user.
  *
- * A best-effort process reads the slots (pread, at most every READ_EVERY_NS) at its launches
- * (the directory is scanned again every SCAN_NS) and holds the launch while any trusted slot says
- * its GPU is busy: it sleeps in steps of HOLD_STEP_NS until the GPU is idle, or until the hold has
- * taken the share of time the policy's floor leaves it (per WINDOW_NS). While a latency-critical
- * process runs on the machine, a best-effort process also keeps at most CLC_PRIORITY_RUN_AHEAD
- * launches queued per context (an event recorded every RUN_AHEAD_STEP launches, waited for when its
- * turn comes again), so that holding its launches takes effect within a few kernels: the driver
- * queues about a thousand launches per stream before it blocks.
+ * A best-effort process reads only the directories of the users it trusts (itself, root, and
+ * the users the policy's latency-critical classes name: CLC_PRIORITY_TRUST, "u<uid>" words),
+ * every SCAN_NS, and each slot it took (pread through a kept descriptor, checked before each
+ * read; never mapped: an owner shrinking the file would kill the reader) at most every
+ * READ_EVERY_NS. It holds a launch while a slot says its GPU is busy: it sleeps in steps of
+ * HOLD_STEP_NS until the GPU is idle, or until the process's hold (all its threads together)
+ * has lasted (1 - floor) x WINDOW_NS, after which its launches go on for floor x WINDOW_NS.
+ * With held_share a held launch does not wait: it is confined to that share of the SMs. While a
+ * latency-critical process runs on the machine, a best-effort process also keeps at most
+ * CLC_PRIORITY_RUN_AHEAD launches queued per stream (an event recorded every RUN_AHEAD_STEP
+ * launches, waited for, at most RUN_AHEAD_WAIT_NS, when its turn comes again), so that holding
+ * its launches takes effect within a few kernels: the driver queues about a thousand launches
+ * per stream before it blocks.
  *
- * Trust: a slot counts only when it is a regular file of its own (not a link), not writable
- * by group or others, owned by this user, root, or a user or group the policy's
- * latency-critical classes name (CLC_PRIORITY_TRUST: "u<uid>" and "g<gid>" words). The
- * directory must be this user's or root's, and sticky when others may write it. A board that
- * cannot be used holds every launch as if a latency-critical process were busy, down to the
- * floor (said once); so does a slot table that is full.
+ * A board that cannot be used holds every launch as if a latency-critical process were busy,
+ * down to the floor (said once); so does a slot table that is full, or a directory of more
+ * entries than a scan reads.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -52,12 +56,17 @@
 #define BOARD_VERSION 1
 #define BOARD_DEVICES 16
 #define MAX_SLOTS 64
-#define SCAN_NS 50000000ull      /* the directory is read again after 50 ms */
-#define HOLD_STEP_NS 20000ull    /* a held launch looks again every 20 us */
-#define WINDOW_NS 100000000ull   /* the floor is kept per 100 ms */
-#define RUN_AHEAD_STEP 4         /* an event every 4 launches */
-#define RUN_AHEAD_CONTEXTS 8
+#define MAX_TRUSTED 256            /* users whose directories a best-effort process reads */
+#define MAX_ENTRIES 1024           /* directory entries one scan reads, all directories */
+#define SCAN_NS 50000000ull        /* the directories are read again after 50 ms */
+#define HOLD_STEP_NS 20000ull      /* a held launch looks again every 20 us */
+#define WINDOW_NS 100000000ull     /* the floor: (1 - floor) x 100 ms held, then floor x 100 ms */
+#define RUN_AHEAD_STEP 4           /* an event every 4 launches */
+#define RUN_AHEAD_STREAMS 32       /* streams kept from running ahead */
+#define RUN_AHEAD_WAIT_NS 200000000ull /* a run-ahead wait gives up after 200 ms */
 #define DEFAULT_BOARD "/dev/shm/clc-board"
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 typedef struct {
     unsigned char uuid[16];
@@ -79,16 +88,18 @@ typedef struct {
 } __attribute__((aligned(64))) board_slot;
 _Static_assert(sizeof(board_row) == 64, "one cache line per GPU");
 
-static int g_class;      /* CLC_PRIORITY_LC, CLC_PRIORITY_BE, or 0 */
-static int g_board = -1; /* the board directory (O_PATH), or -1 */
-static int g_board_bad;  /* the board cannot be used: every launch held to the floor */
+static int g_class;       /* CLC_PRIORITY_LC, CLC_PRIORITY_BE, or 0 */
+static int g_board = -1;  /* the board directory, or -1 */
+static dev_t g_board_dev; /* what g_board was opened on: checked before each use */
+static ino_t g_board_ino;
+static int g_board_bad; /* the board cannot be used: every launch held to the floor */
 static double g_floor = 0.1;
 static unsigned g_run_ahead = 32;
 static uint64_t g_held_word; /* CLC_ACTION_CONFINE word of a held launch (held_share); 0: wait */
 static uint64_t g_idle_ns = 20000000ull;
 static char g_board_path[256];
 
-/* ---- shared: the board directory, process start times ---------------------------------- */
+/* ---- shared: the board directory, users' directories, process start times --------------- */
 
 static uint64_t start_time_of(pid_t pid) {
     char path[64], buf[1024];
@@ -108,6 +119,26 @@ static uint64_t start_time_of(pid_t pid) {
     return strtoull(p, NULL, 10);
 }
 
+/* Whether a slot's process is the one that wrote it (its pid now names another process, or
+ * none, when it died without removing it). */
+static int slot_alive(int32_t pid, uint64_t start_time) {
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+    return start_time_of(pid) == start_time;
+}
+
+static void board_unusable(const char *why) {
+    g_board_bad = 1;
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING, "priority: the board %s cannot be used (%s): %s", g_board_path,
+                why,
+                g_class == CLC_PRIORITY_BE
+                    ? "every launch of this best-effort process is held to its floor"
+                    : "this latency-critical process does not hold best-effort work");
+}
+
+/* The board directory, walked without following a link another user controls, made (mode 1777)
+ * when it is missing; it must be this user's or root's, and sticky when others may write it. */
 static int open_board(void) {
     const char *path = clc_setting("CLC_PRIORITY_BOARD");
     snprintf(g_board_path, sizeof g_board_path, "%s", path && *path ? path : DEFAULT_BOARD);
@@ -133,69 +164,62 @@ static int open_board(void) {
         errno = EPERM;
         return -1;
     }
+    int kept = fcntl(fd, F_DUPFD_CLOEXEC, 100);
+    close(fd);
+    if (kept < 0) return -1;
+    g_board_dev = st.st_dev;
+    g_board_ino = st.st_ino;
+    return kept;
+}
+
+/* g_board, checked: a program that closed it (and reused its number) gets it opened again. */
+static int board_fd(void) {
+    struct stat st;
+    if (g_board >= 0 && fstat(g_board, &st) == 0 && st.st_dev == g_board_dev &&
+        st.st_ino == g_board_ino)
+        return g_board;
+    if (g_board_bad) return -1;
+    g_board = open_board();
+    if (g_board < 0)
+        board_unusable(errno == EPERM ? "it is another user's, or others may replace its files"
+                                      : strerror(errno));
+    return g_board;
+}
+
+/* The directory of `uid`'s slots, made (mode 0755) when `create` and missing: it must be a
+ * directory of that user's (or root's) that no one else may write. -1 with errno (ENOENT,
+ * EPERM). */
+static int user_dir(uid_t uid, int create) {
+    int board = board_fd();
+    if (board < 0) return -1;
+    char name[32];
+    snprintf(name, sizeof name, "u%u", (unsigned)uid);
+    if (create && mkdirat(board, name, 0755) == 0) {
+        int d = openat(board, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (d >= 0) {
+            fchmod(d, 0755);
+            close(d);
+        }
+    }
+    int fd = openat(board, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_uid != uid && st.st_uid != 0) ||
+        (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
     return fd;
 }
 
-static void board_unusable(const char *why) {
-    g_board_bad = 1;
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING, "priority: the board %s cannot be used (%s): %s", g_board_path,
-                why,
-                g_class == CLC_PRIORITY_BE
-                    ? "every launch of this best-effort process is held to its floor"
-                    : "this latency-critical process does not hold best-effort work");
-}
-
-/* ---- latency-critical: the slot this process writes -------------------------------------- */
-
-static board_slot *g_slot;
-static char g_slot_name[64];
-static pid_t g_slot_pid;
-/* per GPU: the stream of every launch since the GPU went busy, or MULTI */
-#define MULTI_STREAM ((CUstream)(uintptr_t)-1)
-static CUstream _Atomic g_busy_stream[BOARD_DEVICES];
-
-static void lc_open_slot(void) {
-    if (g_board < 0) return;
-    pid_t pid = getpid();
-    uint64_t start = start_time_of(pid);
-    snprintf(g_slot_name, sizeof g_slot_name, "lc.%d.%llu", (int)pid, (unsigned long long)start);
-    int fd = openat(g_board, g_slot_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EEXIST) {
-        /* this very process's, before an exec (same pid, same start time): written again */
-        struct stat st;
-        fd = openat(g_board, g_slot_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-        if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())) {
-            close(fd);
-            fd = -1;
-            errno = EEXIST;
-        }
-    }
-    if (fd < 0) {
-        board_unusable(strerror(errno));
-        return;
-    }
-    fchmod(fd, 0644); /* whatever the umask: best-effort processes of other users read it */
-    board_slot *s = MAP_FAILED;
-    if (ftruncate(fd, sizeof(board_slot)) == 0)
-        s = mmap(NULL, sizeof(board_slot), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (s == MAP_FAILED) {
-        unlinkat(g_board, g_slot_name, 0);
-        board_unusable(strerror(errno));
-        return;
-    }
-    s->version = BOARD_VERSION;
-    s->size = sizeof(board_slot);
-    s->pid = pid;
-    s->uid = geteuid();
-    s->start_time = start;
-    const char *name = clc_setting("CLC_PRIORITY_NAME");
-    snprintf(s->class_name, sizeof s->class_name, "%s", name ? name : "");
-    atomic_thread_fence(memory_order_release);
-    s->magic = BOARD_MAGIC; /* readers take a slot only once this is written */
-    g_slot = s;
-    g_slot_pid = pid;
+/* A stream as the board tells streams apart: the per-thread default stream is the thread's
+ * own, the legacy one the process's. */
+static CLC_TLS char t_stream_key;
+static CUstream stream_key(CUstream stream, int ptsz) {
+    if (stream == NULL) return ptsz ? (CUstream)&t_stream_key : CU_STREAM_LEGACY;
+    if (stream == CU_STREAM_PER_THREAD) return (CUstream)&t_stream_key;
+    return stream;
 }
 
 /* The UUID of a device ordinal of this process; 0 when the driver cannot say. */
@@ -204,10 +228,105 @@ static int device_uuid(int device, unsigned char out[16]) {
     return g_drv.device_get_uuid(out, (CUdevice)device) == CUDA_SUCCESS;
 }
 
+/* ---- latency-critical: the slot this process writes -------------------------------------- */
+
+static board_slot *g_slot;
+static char g_slot_name[64];
+static pid_t g_slot_pid;   /* the process the slot is of (a forked child makes its own) */
+static pid_t g_slot_tried; /* the process that tried to make one */
+static int g_slot_dir = -1;
+static dev_t g_slot_dir_dev;
+static ino_t g_slot_dir_ino;
+/* per GPU: the stream key of every launch since the GPU went busy; MULTI_STREAM when several */
+#define MULTI_STREAM ((CUstream)(uintptr_t)-1)
+static CUstream _Atomic g_busy_stream[BOARD_DEVICES];
+
+/* Slots of this user's processes that died without removing them. */
+static void remove_dead_slots(int dir) {
+    int dfd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0) close(dfd);
+        return;
+    }
+    struct dirent *de;
+    for (int n = 0; n < MAX_ENTRIES && (de = readdir(d)) != NULL; n++) {
+        int pid;
+        unsigned long long start;
+        char rest;
+        if (sscanf(de->d_name, "lc.%d.%llu%c", &pid, &start, &rest) == 2 && !slot_alive(pid, start))
+            unlinkat(dir, de->d_name, 0);
+    }
+    closedir(d);
+}
+
+static void lc_open_slot(void) {
+    pid_t pid = getpid();
+    g_slot_tried = pid;
+    uid_t me = geteuid();
+    int dir = user_dir(me, 1);
+    if (dir < 0) {
+        if (!g_board_bad)
+            board_unusable(errno == EPERM ? "this user's directory there is another user's, or "
+                                            "others may write it"
+                                          : strerror(errno));
+        return;
+    }
+    remove_dead_slots(dir);
+    uint64_t start = start_time_of(pid);
+    snprintf(g_slot_name, sizeof g_slot_name, "lc.%d.%llu", (int)pid, (unsigned long long)start);
+    int fd = openat(dir, g_slot_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) {
+        /* this very process's, before an exec (same pid, same start time): made anew */
+        struct stat st;
+        fd = openat(dir, g_slot_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != me ||
+                        st.st_nlink != 1 || ftruncate(fd, 0) != 0)) {
+            close(fd);
+            fd = -1;
+            errno = EEXIST;
+        }
+    }
+    if (fd < 0) {
+        board_unusable(strerror(errno));
+        close(dir);
+        return;
+    }
+    fchmod(fd, 0644); /* whatever the umask: best-effort processes of other users read it */
+    board_slot *s = MAP_FAILED;
+    if (ftruncate(fd, sizeof(board_slot)) == 0)
+        s = mmap(NULL, sizeof(board_slot), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (s == MAP_FAILED) {
+        unlinkat(dir, g_slot_name, 0);
+        board_unusable(strerror(errno));
+        close(dir);
+        return;
+    }
+    s->version = BOARD_VERSION;
+    s->size = sizeof(board_slot);
+    s->pid = pid;
+    s->uid = me;
+    s->start_time = start;
+    const char *name = clc_setting("CLC_PRIORITY_NAME");
+    snprintf(s->class_name, sizeof s->class_name, "%s", name ? name : "");
+    atomic_thread_fence(memory_order_release);
+    s->magic = BOARD_MAGIC; /* readers take a slot only once this is written */
+    struct stat st;
+    if (fstat(dir, &st) == 0) g_slot_dir_dev = st.st_dev, g_slot_dir_ino = st.st_ino;
+    g_slot_dir = fcntl(dir, F_DUPFD_CLOEXEC, 100);
+    close(dir);
+    g_slot = s;
+    g_slot_pid = pid;
+}
+
+/* The slot's row for `device`: the slot made at the process's first launch, the row's UUID at
+ * the first launch on the device. */
 __attribute__((noinline)) static board_row *lc_row_slow(int device) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
     board_row *r = NULL;
+    if (!g_slot && g_slot_tried != getpid()) lc_open_slot();
     if (g_slot && g_slot_pid == getpid()) {
         r = &g_slot->rows[device];
         if (!atomic_load_explicit(&r->used, memory_order_acquire)) {
@@ -221,9 +340,8 @@ __attribute__((noinline)) static board_row *lc_row_slow(int device) {
     return r;
 }
 
-void clc_priority_lc_launch(int device, CUstream stream) {
-    if (unlikely(!g_slot || (unsigned)device >= BOARD_DEVICES)) {
-        if (!g_slot) return; /* said when the board failed */
+void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
+    if (unlikely((unsigned)device >= BOARD_DEVICES)) {
         if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING,
                     "priority: device %d is beyond the board's %d GPUs: its "
@@ -231,15 +349,20 @@ void clc_priority_lc_launch(int device, CUstream stream) {
                     device, BOARD_DEVICES);
         return;
     }
-    board_row *r = &g_slot->rows[device];
-    if (unlikely(!atomic_load_explicit(&r->used, memory_order_acquire)) &&
+    board_row *r = g_slot ? &g_slot->rows[device] : NULL;
+    if (unlikely(!r || !atomic_load_explicit(&r->used, memory_order_acquire)) &&
         !(r = lc_row_slow(device)))
         return;
+    CUstream key = stream_key(stream, ptsz);
     uint64_t before = atomic_fetch_add_explicit(&r->launched, 1, memory_order_acq_rel);
     if (before == atomic_load_explicit(&r->settled, memory_order_acquire)) {
-        atomic_store_explicit(&g_busy_stream[device], stream, memory_order_relaxed);
+        /* went busy: the stream is its, unless another thread's launch got there first */
+        CUstream expected = NULL;
+        if (!atomic_compare_exchange_strong(&g_busy_stream[device], &expected, key) &&
+            expected != key)
+            atomic_store_explicit(&g_busy_stream[device], MULTI_STREAM, memory_order_relaxed);
         atomic_store_explicit(&r->busy_since_ns, clc_now_ns(), memory_order_release);
-    } else if (atomic_load_explicit(&g_busy_stream[device], memory_order_relaxed) != stream) {
+    } else if (atomic_load_explicit(&g_busy_stream[device], memory_order_relaxed) != key) {
         atomic_store_explicit(&g_busy_stream[device], MULTI_STREAM, memory_order_relaxed);
     }
 }
@@ -251,18 +374,22 @@ uint64_t clc_priority_sync_begin(int device) {
 }
 
 void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
-                           int done) {
+                           int ptsz, int done) {
     if (!g_slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
-    atomic_fetch_sub_explicit(&g_slot->rows[device].waiting, 1, memory_order_acq_rel);
-    if (!done) return;
-    if (!whole_context &&
-        atomic_load_explicit(&g_busy_stream[device], memory_order_relaxed) != stream)
-        return; /* work on other streams may still run */
     board_row *r = &g_slot->rows[device];
+    atomic_fetch_sub_explicit(&r->waiting, 1, memory_order_acq_rel);
+    if (!done) return;
+    CUstream busy = atomic_load_explicit(&g_busy_stream[device], memory_order_acquire);
+    if (!whole_context && busy != stream_key(stream, ptsz))
+        return; /* work on other streams may still run */
     uint64_t cur = atomic_load_explicit(&r->settled, memory_order_relaxed);
     while (cur < launched &&
            !atomic_compare_exchange_weak_explicit(&r->settled, &cur, launched, memory_order_acq_rel,
                                                   memory_order_relaxed));
+    /* idle again: the next launch names the stream anew */
+    if (atomic_load_explicit(&r->launched, memory_order_acquire) ==
+        atomic_load_explicit(&r->settled, memory_order_acquire))
+        atomic_compare_exchange_strong(&g_busy_stream[device], &busy, NULL);
 }
 
 /* ---- best-effort: the slots it reads ----------------------------------------------------- */
@@ -270,21 +397,21 @@ void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUs
 /* A slot is read with pread through a descriptor kept for it, never mapped: its owner could
  * shrink the file, and a read of a mapping past its end would kill this process (SIGBUS). The
  * descriptor is checked before each read (the program may have closed it, and reused its
- * number): the same file, still a regular file of its size, still writable by no one else. */
+ * number): the same file, still a regular file of its size and owner, writable by no one
+ * else. */
 typedef struct {
     int fd;
     dev_t dev;
     ino_t ino;
     uid_t uid;
-    gid_t gid;
     int32_t pid;
     uint64_t start_time;
     uint64_t seen_launched[BOARD_DEVICES];
     uint64_t seen_ns[BOARD_DEVICES];
 } lc_view;
 
-#define VIEW_FD_MIN 100  /* kept descriptors above the numbers programs use most */
-#define READ_EVERY_NS 5000ull /* a launch within 5 us of the last look uses what it saw */
+#define VIEW_FD_MIN 100         /* kept descriptors above the numbers programs use most */
+#define READ_EVERY_NS 5000ull   /* a launch within 5 us of the last look uses what it saw */
 
 static pthread_mutex_t g_be_lock = PTHREAD_MUTEX_INITIALIZER;
 static lc_view g_views[MAX_SLOTS];
@@ -293,42 +420,44 @@ static int g_table_full;
 static uint64_t g_scanned_ns;
 static unsigned char g_be_uuid[BOARD_DEVICES][16];
 static int g_be_uuid_known[BOARD_DEVICES];
-static uid_t g_trust_uid[16];
-static gid_t g_trust_gid[16];
-static int g_n_trust_uid, g_n_trust_gid;
+static uid_t g_trusted[MAX_TRUSTED];
+static int g_n_trusted;
+
+static void trust(uid_t uid) {
+    for (int i = 0; i < g_n_trusted; i++)
+        if (g_trusted[i] == uid) return;
+    if (g_n_trusted < MAX_TRUSTED)
+        g_trusted[g_n_trusted++] = uid;
+    else if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "priority: more than %d latency-critical users: the slots of "
+                "the others are not read",
+                MAX_TRUSTED);
+}
 
 static void read_trust(void) {
+    trust(geteuid());
+    trust(0);
     const char *t = clc_setting("CLC_PRIORITY_TRUST");
-    g_trust_uid[g_n_trust_uid++] = geteuid();
-    g_trust_uid[g_n_trust_uid++] = 0;
     while (t && *t) {
-        char kind = *t++;
         char *end;
-        unsigned long id = strtoul(t, &end, 10);
-        if (end != t) {
-            if (kind == 'u' && g_n_trust_uid < 16) g_trust_uid[g_n_trust_uid++] = (uid_t)id;
-            if (kind == 'g' && g_n_trust_gid < 16) g_trust_gid[g_n_trust_gid++] = (gid_t)id;
+        if (*t == 'u') {
+            unsigned long id = strtoul(t + 1, &end, 10);
+            if (end != t + 1) trust((uid_t)id);
+            t = end;
+        } else {
+            t++;
         }
-        t = end;
         while (*t == ',' || *t == ' ') t++;
-        if (end == t && *t && *t != 'u' && *t != 'g') break;
     }
 }
 
-static int trusted_owner(const struct stat *st) {
-    for (int i = 0; i < g_n_trust_uid; i++)
-        if (st->st_uid == g_trust_uid[i]) return 1;
-    for (int i = 0; i < g_n_trust_gid; i++)
-        if (st->st_gid == g_trust_gid[i]) return 1;
-    return 0;
-}
-
-/* Whether the slot's process is the one that wrote it (its pid now names another process, or
- * none, when it died without removing it). */
-static int slot_alive(int32_t pid, uint64_t start_time) {
-    if (pid <= 0) return 0;
-    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
-    return start_time_of(pid) == start_time;
+static void say_refused(const char *name, const char *why) {
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "priority: slot %s is not trusted (%s): it does not hold this process (said "
+                "once)",
+                name, why);
 }
 
 /* The slot, read whole into *out: 0 when the view's file is no longer what it was. */
@@ -336,7 +465,7 @@ static int read_view(const lc_view *v, board_slot *out) {
     struct stat st;
     if (fstat(v->fd, &st) != 0 || st.st_dev != v->dev || st.st_ino != v->ino ||
         !S_ISREG(st.st_mode) || (st.st_mode & (S_IWGRP | S_IWOTH)) || st.st_uid != v->uid ||
-        st.st_gid != v->gid || (size_t)st.st_size != sizeof(board_slot))
+        (size_t)st.st_size != sizeof(board_slot))
         return 0;
     return pread(v->fd, out, sizeof *out, 0) == (ssize_t)sizeof *out && out->magic == BOARD_MAGIC;
 }
@@ -346,39 +475,62 @@ static void drop_view(int k) {
     g_views[k] = g_views[--g_n_views];
 }
 
-static void say_refused(const char *name, const char *why) {
+static void table_full(const char *why) {
+    g_table_full = 1;
     if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
-                "priority: slot %s/%s is not trusted (%s): it does not hold "
-                "this process (said once)",
-                g_board_path, name, why);
+                "priority: %s: launches of this best-effort process are held to its floor "
+                "while it stays so (said once)",
+                why);
 }
 
-/* Reads the directory again: new slots mapped, dead or removed ones dropped. g_be_lock held. */
-static void scan(uint64_t now) {
-    g_scanned_ns = now;
-    if (g_board < 0) return;
-    int dfd = openat(g_board, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+/* Reads one user's directory: new slots taken, the ones seen marked present. 0 when the scan
+ * must stop (the entries or the table ran out). g_be_lock held. */
+static int scan_user(uid_t uid, unsigned char *present, int *entries) {
+    int dir = user_dir(uid, 0);
+    if (dir < 0) {
+        if (errno == EPERM) {
+            char name[48];
+            snprintf(name, sizeof name, "u%u", (unsigned)uid);
+            say_refused(name, "a directory another user controls, or others may write");
+        }
+        return 1;
+    }
+    int dfd = fcntl(dir, F_DUPFD_CLOEXEC, 0);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d) {
         if (dfd >= 0) close(dfd);
-        return;
+        close(dir);
+        return 1;
     }
-    unsigned char present[MAX_SLOTS] = {0};
+    int go_on = 1;
     struct dirent *de;
-    int full = 0;
     while ((de = readdir(d)) != NULL) {
-        if (strncmp(de->d_name, "lc.", 3) != 0) continue;
-        int fd = openat(g_board, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0) continue; /* a link, or gone */
-        struct stat st;
-        int i = -1;
-        if (fstat(fd, &st) == 0) {
-            for (int k = 0; k < g_n_views; k++)
-                if (g_views[k].dev == st.st_dev && g_views[k].ino == st.st_ino) i = k;
+        if (++*entries > MAX_ENTRIES) {
+            table_full("more board entries than one scan reads");
+            go_on = 0;
+            break;
         }
-        if (i >= 0) {
-            present[i] = 1;
+        if (strncmp(de->d_name, "lc.", 3) != 0) continue;
+        int fd = openat(dir, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                table_full("no descriptor left to read a slot");
+                go_on = 0;
+                break;
+            }
+            continue; /* a link, or gone */
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0) {
+            close(fd);
+            continue;
+        }
+        int known = -1;
+        for (int k = 0; k < g_n_views; k++)
+            if (g_views[k].dev == st.st_dev && g_views[k].ino == st.st_ino) known = k;
+        if (known >= 0) {
+            present[known] = 1;
             close(fd);
             continue;
         }
@@ -387,27 +539,31 @@ static void scan(uint64_t now) {
             why = "not a regular file";
         else if (st.st_mode & (S_IWGRP | S_IWOTH))
             why = "writable by others";
-        else if (!trusted_owner(&st))
-            why = "owned by a user the policy does not make latency-critical";
-        else if ((size_t)st.st_size != sizeof(board_slot))
-            why = st.st_size == 0 ? NULL : "not a slot of this version";
+        else if (st.st_uid != uid)
+            why = "not its directory's user's";
+        else if (st.st_size != 0 && (size_t)st.st_size != sizeof(board_slot))
+            why = "not a slot of this version";
         if (why || (size_t)st.st_size != sizeof(board_slot)) {
             if (why) say_refused(de->d_name, why);
             close(fd);
             continue;
         }
         if (g_n_views == MAX_SLOTS) {
-            full = 1;
             close(fd);
-            continue;
+            table_full("more latency-critical slots than a best-effort process reads");
+            go_on = 0;
+            break;
         }
-        board_slot slot;
         int kept = fcntl(fd, F_DUPFD_CLOEXEC, VIEW_FD_MIN);
         close(fd);
-        if (kept < 0) continue;
+        if (kept < 0) {
+            table_full("no descriptor left to read a slot");
+            go_on = 0;
+            break;
+        }
         lc_view *v = &g_views[g_n_views];
-        *v = (lc_view){
-            .fd = kept, .dev = st.st_dev, .ino = st.st_ino, .uid = st.st_uid, .gid = st.st_gid};
+        *v = (lc_view){.fd = kept, .dev = st.st_dev, .ino = st.st_ino, .uid = st.st_uid};
+        board_slot slot;
         if (!read_view(v, &slot) || slot.version != BOARD_VERSION ||
             !slot_alive(slot.pid, slot.start_time)) {
             close(kept);
@@ -418,37 +574,51 @@ static void scan(uint64_t now) {
         present[g_n_views++] = 1;
     }
     closedir(d);
-    /* drop the slots removed, and those whose process died */
+    close(dir);
+    return go_on;
+}
+
+/* Reads the trusted users' directories again: new slots taken, dead or removed ones dropped.
+ * g_be_lock held. */
+static void scan(uint64_t now) {
+    g_scanned_ns = now;
+    if (board_fd() < 0) return;
+    unsigned char present[MAX_SLOTS] = {0};
+    int entries = 0, complete = 1;
+    g_table_full = 0;
+    for (int i = 0; i < g_n_trusted && complete; i++)
+        complete = scan_user(g_trusted[i], present, &entries);
+    /* drop the slots removed, and those whose process died (not after an incomplete scan:
+     * the slots it did not reach are still there) */
     for (int k = 0; k < g_n_views;) {
-        if (!present[k] || !slot_alive(g_views[k].pid, g_views[k].start_time)) {
+        if ((complete && !present[k]) || !slot_alive(g_views[k].pid, g_views[k].start_time)) {
             present[k] = present[g_n_views - 1];
             drop_view(k);
         } else {
             k++;
         }
     }
-    if (full && !g_table_full) {
-        g_table_full = 1;
-        clc_log(CLC_MSG_WARNING,
-                "priority: more than %d latency-critical slots on the board "
-                "%s: launches are held to the floor while it stays so",
-                MAX_SLOTS, g_board_path);
-    }
-    if (!full) g_table_full = 0;
 }
 
 /* Whether a latency-critical process is busy on `device`; *since: when it went busy. */
 static int lc_busy_now(int device, uint64_t now, uint64_t *since) {
     if (g_board_bad || g_table_full) return 1;
-    if ((unsigned)device >= BOARD_DEVICES) return 0;
+    if ((unsigned)device >= BOARD_DEVICES) {
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "priority: device %d is beyond the board's %d GPUs: its launches are held "
+                    "to the floor",
+                    device, BOARD_DEVICES);
+        return 1;
+    }
     if (!g_be_uuid_known[device]) {
         if (!device_uuid(device, g_be_uuid[device])) {
             if (CLC_FIRST_TIME())
                 clc_log(CLC_MSG_WARNING,
                         "priority: the driver does not name device %d (no UUID): its launches "
-                        "are not held",
+                        "are held to the floor",
                         device);
-            return 0;
+            return 1;
         }
         g_be_uuid_known[device] = 1;
     }
@@ -497,24 +667,35 @@ static int lc_busy(int device, uint64_t now, uint64_t *since) {
     return busy;
 }
 
+/* ---- best-effort: holding, down to the floor --------------------------------------------- */
+
 /* hold statistics of this process, for the exit line */
 static uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, g_run_ahead_waits;
-static uint64_t g_window_start, g_window_held;
+/* The process's hold, all its threads together: held since g_episode_start while g_holding
+ * threads wait; after (1 - floor) x WINDOW_NS of it, nothing is held until g_free_until. */
+static int g_holding;
+static uint64_t g_episode_start, g_free_until;
 
-static int floor_left(uint64_t now) {
-    if (now - g_window_start >= WINDOW_NS) g_window_start = now, g_window_held = 0;
-    return g_window_held < (uint64_t)((1.0 - g_floor) * (double)WINDOW_NS);
+/* Whether a launch may be held now (g_be_lock held). */
+static int may_hold(uint64_t now) {
+    if (g_floor >= 1 || now < g_free_until) return 0;
+    if (g_holding && now - g_episode_start >= (uint64_t)((1.0 - g_floor) * (double)WINDOW_NS)) {
+        g_free_until = now + (uint64_t)(g_floor * (double)WINDOW_NS);
+        return 0;
+    }
+    return 1;
 }
 
 static void hold(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
     if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    if (!lc_busy(device, now, &since) || !floor_left(now)) {
+    if (!lc_busy(device, now, &since) || !may_hold(now)) {
         pthread_mutex_unlock(&g_be_lock);
         return;
     }
     uint64_t start = now;
+    if (g_holding++ == 0) g_episode_start = now;
     int why = g_board_bad || g_table_full ? CLC_HOLD_NO_BOARD : CLC_HOLD_BUSY;
     int released_by_floor = 0;
     for (;;) {
@@ -522,16 +703,16 @@ static void hold(int device) {
         struct timespec step = {0, HOLD_STEP_NS};
         nanosleep(&step, NULL);
         pthread_mutex_lock(&g_be_lock);
-        uint64_t t = clc_now_ns(), s2;
-        g_window_held += t - now;
-        now = t;
+        uint64_t s2;
+        now = clc_now_ns();
         if (now - g_scanned_ns >= SCAN_NS) scan(now);
-        if (!floor_left(now)) {
+        if (!may_hold(now)) {
             released_by_floor = 1;
             break;
         }
         if (!lc_busy(device, now, &s2)) break;
     }
+    g_holding--;
     uint64_t held = now - start;
     g_holds++;
     g_held_ns += held;
@@ -543,55 +724,9 @@ static void hold(int device) {
     clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
 }
 
-/* ---- best-effort: how far it runs ahead of the GPU ---------------------------------------- */
-
-typedef struct {
-    CUcontext ctx;
-    uint64_t launches;
-    CUevent ring[64];
-} ahead_ring;
-static ahead_ring g_rings[RUN_AHEAD_CONTEXTS];
-
-static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
-    if (!g_n_views || !ctx || !g_drv.event_create || !g_drv.event_record) return;
-    unsigned n = g_run_ahead / RUN_AHEAD_STEP;
-    if (n < 1) n = 1;
-    if (n > 64) n = 64;
-    pthread_mutex_lock(&g_be_lock);
-    ahead_ring *ring = NULL;
-    for (int i = 0; i < RUN_AHEAD_CONTEXTS && !ring; i++)
-        if (g_rings[i].ctx == ctx) ring = &g_rings[i];
-    for (int i = 0; i < RUN_AHEAD_CONTEXTS && !ring; i++)
-        if (!g_rings[i].ctx) ring = &g_rings[i], ring->ctx = ctx;
-    if (!ring) {
-        pthread_mutex_unlock(&g_be_lock);
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "priority: more than %d contexts: launches of the others "
-                    "are not kept from running ahead",
-                    RUN_AHEAD_CONTEXTS);
-        return;
-    }
-    uint64_t k = ring->launches++;
-    if (k % RUN_AHEAD_STEP) {
-        pthread_mutex_unlock(&g_be_lock);
-        return;
-    }
-    CUevent *ev = &ring->ring[(k / RUN_AHEAD_STEP) % n];
-    CUevent wait = *ev;
-    if (!*ev) g_drv.event_create(ev, 2 /* CU_EVENT_DISABLE_TIMING */);
-    CUevent mine = *ev;
-    pthread_mutex_unlock(&g_be_lock);
-    if (wait && g_drv.event_query(wait) == CUDA_ERROR_NOT_READY) {
-        __atomic_fetch_add(&g_run_ahead_waits, 1, __ATOMIC_RELAXED);
-        g_drv.event_synchronize(wait);
-    }
-    if (mine) (per_thread ? g_drv.event_record_ptsz : g_drv.event_record)(mine, stream);
-}
-
 /* held_share: while a latency-critical process is busy, launches run on the share instead of
  * waiting. One HOLD record (CLC_HOLD_SHARED) per busy period: opened at the first launch that
- * finds the GPU busy, closed at the first that finds it idle, or at exit. */
+ * finds the GPU busy, closed at the first that finds it idle, or at exit. g_be_lock held. */
 static uint64_t g_shared_start, g_shared_since;
 static int g_shared_device = -1;
 
@@ -625,6 +760,116 @@ static int held_to_share(int device) {
     return busy;
 }
 
+/* ---- best-effort: how far it runs ahead of the GPU ---------------------------------------- */
+
+/* Per (context, stream): the events of its last launches, one every RUN_AHEAD_STEP. A launch
+ * waits only for its own stream's earlier work, so that no launch waits for work that may
+ * wait for it. */
+typedef struct {
+    CUcontext ctx;
+    CUstream key, stream;
+    int per_thread;
+    uint64_t launches;
+    CUevent ring[64];
+} ahead_ring;
+static ahead_ring g_rings[RUN_AHEAD_STREAMS];
+
+/* Waits, at most RUN_AHEAD_WAIT_NS, for an event: said once when it gives up. */
+static void wait_event(CUevent ev) {
+    CUresult r = g_drv.event_query(ev);
+    if (r != CUDA_ERROR_NOT_READY) return;
+    __atomic_fetch_add(&g_run_ahead_waits, 1, __ATOMIC_RELAXED);
+    uint64_t start = clc_now_ns();
+    while ((r = g_drv.event_query(ev)) == CUDA_ERROR_NOT_READY) {
+        if (clc_now_ns() - start >= RUN_AHEAD_WAIT_NS) {
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING,
+                        "priority: a stream's earlier work did not finish within %llu ms: its "
+                        "launches go on, further ahead than run_ahead (said once)",
+                        (unsigned long long)(RUN_AHEAD_WAIT_NS / 1000000));
+            return;
+        }
+        struct timespec step = {0, HOLD_STEP_NS};
+        nanosleep(&step, NULL);
+    }
+}
+
+static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
+    if (!g_n_views || !ctx || !g_drv.event_create || !g_drv.event_record || !g_drv.event_query)
+        return;
+    int capturing;
+    if (clc_stream_capture_status(stream, per_thread, &capturing) != CUDA_SUCCESS ||
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+        return; /* recorded into a graph, an event would not bound anything */
+    unsigned n = g_run_ahead / RUN_AHEAD_STEP;
+    if (n < 1) n = 1;
+    if (n > 64) n = 64;
+    CUstream key = stream_key(stream, per_thread);
+    pthread_mutex_lock(&g_be_lock);
+    ahead_ring *ring = NULL;
+    for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
+        if (g_rings[i].ctx == ctx && g_rings[i].key == key) ring = &g_rings[i];
+    for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
+        if (!g_rings[i].ctx) {
+            ring = &g_rings[i];
+            *ring =
+                (ahead_ring){.ctx = ctx, .key = key, .stream = stream, .per_thread = per_thread};
+        }
+    if (!ring) {
+        pthread_mutex_unlock(&g_be_lock);
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "priority: more than %d streams: the launches of the others are not kept "
+                    "from running ahead (said once)",
+                    RUN_AHEAD_STREAMS);
+        return;
+    }
+    uint64_t k = ring->launches++;
+    if (k % RUN_AHEAD_STEP) {
+        pthread_mutex_unlock(&g_be_lock);
+        return;
+    }
+    CUevent *slot = &ring->ring[(k / RUN_AHEAD_STEP) % n];
+    CUevent ev = *slot;
+    *slot = NULL; /* this thread's until it is recorded again */
+    pthread_mutex_unlock(&g_be_lock);
+    if (ev)
+        wait_event(ev);
+    else if (g_drv.event_create(&ev, 2 /* CU_EVENT_DISABLE_TIMING */) != CUDA_SUCCESS)
+        return;
+    if ((per_thread ? g_drv.event_record_ptsz : g_drv.event_record)(ev, stream) != CUDA_SUCCESS) {
+        if (g_drv.event_destroy) g_drv.event_destroy(ev);
+        return;
+    }
+    pthread_mutex_lock(&g_be_lock);
+    if (ring->ctx == ctx && ring->key == key && !*slot)
+        *slot = ev;
+    else if (g_drv.event_destroy)
+        g_drv.event_destroy(ev);
+    pthread_mutex_unlock(&g_be_lock);
+}
+
+void clc_priority_forget_context(CUcontext ctx) {
+    if (g_class != CLC_PRIORITY_BE) return;
+    pthread_mutex_lock(&g_be_lock);
+    for (int i = 0; i < RUN_AHEAD_STREAMS; i++) /* its events went with it */
+        if (g_rings[i].ctx == ctx) memset(&g_rings[i], 0, sizeof g_rings[i]);
+    pthread_mutex_unlock(&g_be_lock);
+}
+
+void clc_priority_forget_stream(CUstream stream) {
+    if (g_class != CLC_PRIORITY_BE || !stream) return;
+    pthread_mutex_lock(&g_be_lock);
+    for (int i = 0; i < RUN_AHEAD_STREAMS; i++)
+        if (g_rings[i].ctx && g_rings[i].stream == stream) {
+            for (int e = 0; e < 64; e++)
+                if (g_rings[i].ring[e] && g_drv.event_destroy)
+                    g_drv.event_destroy(g_rings[i].ring[e]);
+            memset(&g_rings[i], 0, sizeof g_rings[i]);
+        }
+    pthread_mutex_unlock(&g_be_lock);
+}
+
 uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
     uint64_t word = 0;
     if (g_held_word)
@@ -643,23 +888,34 @@ int clc_priority_start(void) {
     g_class = strcmp(c, "lc") == 0 ? CLC_PRIORITY_LC : strcmp(c, "be") == 0 ? CLC_PRIORITY_BE : 0;
     if (!g_class) return 0;
     const char *v;
+    /* clc-run checked these; kept in range whatever they say */
     if ((v = clc_setting("CLC_PRIORITY_FLOOR"))) g_floor = strtod(v, NULL);
-    if (!(g_floor >= 0 && g_floor <= 1)) g_floor = 0.1;
+    if (!(g_floor >= 0.001 && g_floor <= 1)) g_floor = 0.1;
     if ((v = clc_setting("CLC_PRIORITY_RUN_AHEAD"))) g_run_ahead = (unsigned)strtoul(v, NULL, 10);
-    if ((v = clc_setting("CLC_PRIORITY_IDLE_MS"))) g_idle_ns = (uint64_t)(strtod(v, NULL) * 1e6);
+    if (g_run_ahead < 4 || g_run_ahead > 256) g_run_ahead = 32;
+    if ((v = clc_setting("CLC_PRIORITY_IDLE_MS"))) {
+        double ms = strtod(v, NULL);
+        if (ms > 0 && ms <= 10000) g_idle_ns = (uint64_t)(ms * 1e6);
+    }
     if ((v = clc_setting("CLC_PRIORITY_HELD_SHARE"))) {
         double share = strtod(v, NULL);
         if (share > 0 && share < 1)
             g_held_word = (uint64_t)CLC_CAP_SHARE << CLC_CONFINE_KIND_SHIFT |
                           (uint64_t)(share * 1e6) | CLC_CONFINE_LAST;
     }
-    read_trust();
-    g_board = open_board();
-    if (g_board < 0) {
-        board_unusable(errno == EPERM ? "it is another user's, or others may replace its files"
-                                      : strerror(errno));
-    } else if (g_class == CLC_PRIORITY_LC) {
-        lc_open_slot();
+    if (g_class == CLC_PRIORITY_BE) read_trust();
+    board_fd();
+    if (g_class == CLC_PRIORITY_LC && g_board >= 0) {
+        /* a slot of this very process before an exec (same pid, same start time) is no more
+         * than a stale one: the new image makes its own at its first launch */
+        int dir = user_dir(geteuid(), 0);
+        if (dir >= 0) {
+            char name[64];
+            snprintf(name, sizeof name, "lc.%d.%llu", (int)getpid(),
+                     (unsigned long long)start_time_of(getpid()));
+            unlinkat(dir, name, 0);
+            close(dir);
+        }
     }
     clc_debug("priority: %s process, board %s",
               g_class == CLC_PRIORITY_LC ? "latency-critical" : "best-effort", g_board_path);
@@ -667,7 +923,11 @@ int clc_priority_start(void) {
 }
 
 void clc_priority_leave(int in_signal) {
-    if (g_slot && g_slot_pid == getpid() && g_board >= 0) unlinkat(g_board, g_slot_name, 0);
+    struct stat st;
+    /* the slot's directory, if the program left its descriptor alone */
+    if (g_slot && g_slot_pid == getpid() && g_slot_dir >= 0 && fstat(g_slot_dir, &st) == 0 &&
+        st.st_dev == g_slot_dir_dev && st.st_ino == g_slot_dir_ino)
+        unlinkat(g_slot_dir, g_slot_name, 0);
     if (!in_signal && g_shared_start && pthread_mutex_trylock(&g_be_lock) == 0) {
         close_shared(clc_now_ns());
         pthread_mutex_unlock(&g_be_lock);
@@ -680,17 +940,20 @@ void clc_priority_leave(int in_signal) {
                 (unsigned long long)g_floor_releases, (unsigned long long)g_run_ahead_waits);
 }
 
-/* A forked child is a process of its own: a latency-critical one gets its own slot (the
- * parent's stays the parent's), a best-effort one its own view of the board. */
+/* A forked child is a process of its own: a latency-critical one makes its own slot at its
+ * first launch (the parent's stays the parent's), a best-effort one has its own holds. */
 void clc_priority_after_fork_child(void) {
     if (g_class == CLC_PRIORITY_LC && g_slot) {
         munmap(g_slot, sizeof(board_slot));
         g_slot = NULL;
+        if (g_slot_dir >= 0) close(g_slot_dir);
+        g_slot_dir = -1;
         for (int d = 0; d < BOARD_DEVICES; d++) atomic_store(&g_busy_stream[d], NULL);
-        lc_open_slot();
     }
     if (g_class == CLC_PRIORITY_BE) {
         pthread_mutex_init(&g_be_lock, NULL);
         memset(g_rings, 0, sizeof g_rings); /* the parent's events are not this process's */
+        g_holding = 0;
+        g_shared_start = 0;
     }
 }

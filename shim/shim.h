@@ -726,8 +726,9 @@ void clc_signals_start(void);
 /* The class clc-run gave the process (CLC_PRIORITY), with its board opened (and, for a
  * latency-critical process, its slot made): 0 when it has none. Once, at start. */
 int clc_priority_start(void);
-/* A latency-critical launch on `device`, and the stream it went to. */
-void clc_priority_lc_launch(int device, CUstream stream);
+/* A latency-critical launch on `device`, and the stream it went to (`ptsz`: by a per-thread
+ * entry point). */
+void clc_priority_lc_launch(int device, CUstream stream, int ptsz);
 /* A best-effort launch: held while a latency-critical process is busy on the GPU (down to the
  * floor), and kept from running far ahead of it while one runs on the machine. With held_share,
  * a held launch does not wait: the CLC_ACTION_CONFINE word it is to run under is returned
@@ -738,7 +739,10 @@ uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int 
  * for the whole context, or for `stream` when every launch since the GPU went busy was on it. */
 uint64_t clc_priority_sync_begin(int device);
 void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
-                           int done);
+                           int ptsz, int done);
+/* A context torn down, a stream destroyed: the run-ahead events kept for them are forgotten. */
+void clc_priority_forget_context(CUcontext ctx);
+void clc_priority_forget_stream(CUstream stream);
 /* The process is leaving: its slot removed (from a fatal signal's handler too). */
 void clc_priority_leave(int in_signal);
 void clc_priority_after_fork_child(void);

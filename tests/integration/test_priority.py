@@ -156,8 +156,21 @@ def pair(native, tmp_path, policy):
         d.finish()
 
 
+def user_dir(board, uid=None, make=False):
+    """board/u<uid>: where a user's latency-critical processes keep their slots."""
+    d = board / f"u{os.geteuid() if uid is None else uid}"
+    if make:
+        board.mkdir(mode=0o1777, exist_ok=True)
+        os.chmod(board, 0o1777)
+        d.mkdir(mode=0o755, exist_ok=True)
+        if uid is not None:
+            os.chown(d, uid, uid)
+    return d
+
+
 def slots(board):
-    return sorted(p.name for p in board.iterdir() if p.name.startswith("lc."))
+    d = user_dir(board)
+    return sorted(p.name for p in d.iterdir() if p.name.startswith("lc.")) if d.exists() else []
 
 
 def write_slot(path, pid, start_time, launched=5, settled=0, uuid=FAKE_UUID, mode=0o644):
@@ -285,6 +298,7 @@ def test_held_share_confines_instead_of_waiting(pair):
     assert be.where() == (0, 132)  # no latency-critical work: the whole device
     # WHEN the latency-critical process is busy
     lc.do("launch 1")
+    time.sleep(0.06)  # its slot, made at its first launch, is seen at the next scan (50 ms)
     # THEN best-effort launches do not wait: they run on the device's last quarter of SMs
     assert be.do("launch 50") < 0.04
     first, sms = be.where()
@@ -306,6 +320,7 @@ def test_held_share_confines_instead_of_waiting(pair):
 
 def test_a_slot_goes_at_exit_and_a_killed_process_does_not_hold_anyone(pair, board):
     lc = pair("serving")
+    assert slots(board) == []  # made at the first launch, not at start
     lc.do("launch 1")
     assert lc.do("sync ctx") < 1
     lc.finish()
@@ -318,18 +333,22 @@ def test_a_slot_goes_at_exit_and_a_killed_process_does_not_hold_anyone(pair, boa
     assert slots(board) == [name]  # left behind by the crash...
     be = pair("batch")
     assert be.do("launch 50") < 0.04  # ...and not believed
+    later = pair("serving", name="later")
+    later.do("launch 1")
+    assert name not in slots(board)  # ...and removed by the user's next latency-critical one
 
 
 def test_forged_slots_are_refused(pair, board, tmp_path):
-    board.mkdir(mode=0o1777)
-    os.chmod(board, 0o1777)
+    mine = user_dir(board, make=True)
     me = os.getpid()
     # writable by others: anyone could have written it
-    write_slot(board / f"lc.{me}.1", me, start_time_of(me), mode=0o666)
+    write_slot(mine / f"lc.{me}.1", me, start_time_of(me), mode=0o666)
     # a link, to a slot that would be believed
     target = tmp_path / "target"
     write_slot(target, me, start_time_of(me))
-    os.symlink(target, board / f"lc.{me}.2")
+    os.symlink(target, mine / f"lc.{me}.2")
+    # in the board itself, not a user's directory: never read
+    write_slot(board / f"lc.{me}.3", me, start_time_of(me))
     be = pair("batch")
     assert be.do("launch 20") < 0.04
     err = be.finish()
@@ -339,25 +358,23 @@ def test_forged_slots_are_refused(pair, board, tmp_path):
 def test_a_slot_of_this_user_is_believed(pair, board):
     # The board trusts by owner: a process of the same user can hold this user's own
     # best-effort work (docs/security.md says so), no one else's.
-    board.mkdir(mode=0o1777)
-    os.chmod(board, 0o1777)
+    mine = user_dir(board, make=True)
     me = os.getpid()
-    write_slot(board / f"lc.{me}.1", me, start_time_of(me))
+    write_slot(mine / f"lc.{me}.1", me, start_time_of(me))
     be = pair("batch")
     be.send("launch 1")
     assert be.wait_for("done", 0.04) is None
-    os.unlink(board / f"lc.{me}.1")
+    os.unlink(mine / f"lc.{me}.1")
     assert be.wait_for("done", 5) is not None
 
 
 def test_a_slot_cut_short_or_opened_to_others_while_read_is_believed_no_more(pair, board):
     # A slot's owner may shrink it or let others write it after a best-effort process took
     # it: the reader neither dies (it reads, it does not map) nor believes it any longer.
-    board.mkdir(mode=0o1777)
-    os.chmod(board, 0o1777)
+    mine = user_dir(board, make=True)
     me = os.getpid()
     for change in (lambda p: os.truncate(p, 0), lambda p: os.chmod(p, 0o666)):
-        slot = board / f"lc.{me}.1"
+        slot = mine / f"lc.{me}.1"
         write_slot(slot, me, start_time_of(me))
         be = pair("batch", name=f"be-{slot.stat().st_ino}")
         be.send("launch 1")
@@ -373,14 +390,13 @@ def test_a_slot_cut_short_or_opened_to_others_while_read_is_believed_no_more(pai
 @pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
 def test_another_users_slot_is_refused_unless_the_policy_names_that_user(pair, board, tmp_path,
                                                                          native):
-    board.mkdir(mode=0o1777)
-    os.chmod(board, 0o1777)
+    theirs = user_dir(board, 54321, make=True)
     me = os.getpid()
-    write_slot(board / f"lc.{me}.1", me, start_time_of(me))
-    os.chown(board / f"lc.{me}.1", 54321, 54321)
+    write_slot(theirs / f"lc.{me}.1", me, start_time_of(me))
+    os.chown(theirs / f"lc.{me}.1", 54321, 54321)
     be = pair("batch")
-    assert be.do("launch 20") < 0.04
-    assert "owned by a user the policy does not make latency-critical" in be.finish()
+    assert be.do("launch 20") < 0.04  # that user's directory is not read
+    be.finish()
     # the same slot, when a latency-critical class names its user
     named = tmp_path / "named.yaml"
     named.write_text(POLICY.format(board=board, floor=0.05, idle=10000).replace(
@@ -389,10 +405,19 @@ def test_another_users_slot_is_refused_unless_the_policy_names_that_user(pair, b
     try:
         be2.send("launch 1")
         assert be2.wait_for("done", 0.04) is None
-        os.unlink(board / f"lc.{me}.1")
+        os.unlink(theirs / f"lc.{me}.1")
         assert be2.wait_for("done", 5) is not None
     finally:
         be2.finish()
+    # a directory of that name another user controls is not read
+    os.chown(theirs, 12345, 12345)
+    write_slot(theirs / f"lc.{me}.2", me, start_time_of(me))
+    os.chown(theirs / f"lc.{me}.2", 54321, 54321)
+    be3 = Driven(native, tmp_path, named, "batch", "be3")
+    try:
+        assert be3.do("launch 20") < 0.04
+    finally:
+        assert "a directory another user controls" in be3.finish()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making files of another user needs root")
@@ -411,8 +436,29 @@ def test_a_shared_board_without_the_sticky_bit_is_refused(pair, board):
     board.mkdir()
     os.chmod(board, 0o777)
     lc = pair("serving")
-    assert "cannot be used" in lc.finish()
+    lc.do("launch 1")
+    err = lc.finish()
+    assert ("clc-run: warning: the priority board " + str(board) + " cannot be used (others "
+            "may write it, and it is not sticky)") in err
+    assert "clc: priority: the board" in err and "cannot be used" in err
     assert slots(board) == []
+
+
+def test_a_flooded_directory_holds_to_the_floor_and_stays_quick(pair, board):
+    # A user the policy trusts that fills its directory with entries holds best-effort work
+    # down to the floor (as a latency-critical process busy on purpose would), said once;
+    # each scan reads a bounded number of entries, so launches stay quick.
+    mine = user_dir(board, make=True)
+    for i in range(3000):
+        (mine / f"junk{i}").touch()
+    be = pair("batch", floor=0.5)
+    start = time.monotonic()
+    for _ in range(20):
+        be.do("launch 50")
+    assert time.monotonic() - start < 5
+    err = be.finish()
+    assert "more board entries than one scan reads" in err
+    assert all(h.no_board for h in be.holds())
 
 
 # ---- how far a best-effort process runs ahead ----------------------------------------------
@@ -437,7 +483,7 @@ def test_latency_critical_launches_are_counted_on_the_board(pair, board):
     lc = pair("serving")
     lc.do("launch 7")
     (name,) = slots(board)
-    data = (board / name).read_bytes()
+    data = (user_dir(board) / name).read_bytes()
     magic, version, size, pid, uid, start, cls = HEADER.unpack_from(data)
     assert (magic, version, size, uid) == (MAGIC, 1, len(data), os.geteuid())
     assert cls.rstrip(b"\0") == b"serving"
@@ -445,5 +491,5 @@ def test_latency_critical_launches_are_counted_on_the_board(pair, board):
     assert (uuid, used, waiting, launched, settled) == (FAKE_UUID, 1, 0, 7, 0)
     assert busy_since > 0
     lc.do("sync ctx")
-    data = (board / name).read_bytes()
+    data = (user_dir(board) / name).read_bytes()
     assert ROW.unpack_from(data, 64)[3:5] == (7, 7)

@@ -178,3 +178,36 @@ def test_held_share_confines_held_launches_instead_of_holding_them():
     (warning,) = warned.warnings
     assert warning.message == ("floor on class 'b' has no effect: with held_share its held "
                                "launches run on a share of the SMs, they do not wait")
+
+
+def test_groups_are_trusted_through_their_members(monkeypatch):
+    import grp
+    import pwd
+
+    def user(name, uid, gid):
+        return pwd.struct_passwd((name, "x", uid, gid, "", "/", "/bin/sh"))
+    users = [user("ann", 2001, 3000), user("bob", 2002, 3001), user("cat", 2003, 3002)]
+    group = grp.struct_group(("svc", "x", 3001, ["ann"]))
+    monkeypatch.setattr(pwd, "getpwall", lambda: users)
+    monkeypatch.setattr(pwd, "getpwnam", lambda n: next(u for u in users if u.pw_name == n))
+    monkeypatch.setattr(grp, "getgrall", lambda: [group])
+    monkeypatch.setattr(grp, "getgrnam", lambda n: group if n == "svc" else None)
+    policy = parse_policy("version: 1\npriority:\n  classes:\n"
+                          "    - {name: s, class: latency-critical, match: {group: [svc]}}\n"
+                          "    - {name: b, class: best-effort}\n", "p.yaml")
+    # ann is a listed member, bob's primary group is svc; cat is neither
+    assert priority_settings(policy, ["x"], "")["CLC_PRIORITY_TRUST"] == "u2001,u2002"
+
+
+def test_too_many_trusted_users_is_an_error(monkeypatch):
+    import pwd
+    users = [pwd.struct_passwd((f"u{i}", "x", 5000 + i, 5000, "", "/", "/bin/sh"))
+             for i in range(300)]
+    monkeypatch.setattr(pwd, "getpwall", lambda: users)
+    policy = parse_policy("version: 1\npriority:\n  classes:\n"
+                          "    - {name: s, class: latency-critical, match: {user: ['u*']}}\n"
+                          "    - {name: b, class: best-effort}\n", "p.yaml")
+    from clc.errors import ClcError
+    with pytest.raises(ClcError, match="name 300 users; a best-effort process reads the board "
+                                       "slots of at most 254"):
+        priority_settings(policy, ["x"], "")
