@@ -230,7 +230,7 @@ static int device_uuid(int device, unsigned char out[16]) {
 
 /* ---- latency-critical: the slot this process writes -------------------------------------- */
 
-static board_slot *g_slot;
+static board_slot *_Atomic g_slot; /* published once its header and g_slot_pid are written */
 static char g_slot_name[64];
 static pid_t g_slot_pid;   /* the process the slot is of (a forked child makes its own) */
 static pid_t g_slot_tried; /* the process that tried to make one */
@@ -316,8 +316,12 @@ static void lc_open_slot(void) {
     if (fstat(dir, &st) == 0) g_slot_dir_dev = st.st_dev, g_slot_dir_ino = st.st_ino;
     g_slot_dir = fcntl(dir, F_DUPFD_CLOEXEC, 100);
     close(dir);
-    g_slot = s;
     g_slot_pid = pid;
+    atomic_store_explicit(&g_slot, s, memory_order_release);
+}
+
+static inline board_slot *slot_now(void) {
+    return atomic_load_explicit(&g_slot, memory_order_acquire);
 }
 
 /* The slot's row for `device`: the slot made at the process's first launch, the row's UUID at
@@ -326,9 +330,10 @@ __attribute__((noinline)) static board_row *lc_row_slow(int device) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
     board_row *r = NULL;
-    if (!g_slot && g_slot_tried != getpid()) lc_open_slot();
-    if (g_slot && g_slot_pid == getpid()) {
-        r = &g_slot->rows[device];
+    if (!slot_now() && g_slot_tried != getpid()) lc_open_slot();
+    board_slot *slot = slot_now();
+    if (slot && g_slot_pid == getpid()) {
+        r = &slot->rows[device];
         if (!atomic_load_explicit(&r->used, memory_order_acquire)) {
             if (device_uuid(device, r->uuid))
                 atomic_store_explicit(&r->used, 1, memory_order_release);
@@ -349,7 +354,8 @@ void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
                     device, BOARD_DEVICES);
         return;
     }
-    board_row *r = g_slot ? &g_slot->rows[device] : NULL;
+    board_slot *slot = slot_now();
+    board_row *r = slot ? &slot->rows[device] : NULL;
     if (unlikely(!r || !atomic_load_explicit(&r->used, memory_order_acquire)) &&
         !(r = lc_row_slow(device)))
         return;
@@ -368,15 +374,17 @@ void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
 }
 
 uint64_t clc_priority_sync_begin(int device) {
-    if (!g_slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return 0;
-    atomic_fetch_add_explicit(&g_slot->rows[device].waiting, 1, memory_order_acq_rel);
-    return atomic_load_explicit(&g_slot->rows[device].launched, memory_order_acquire);
+    board_slot *slot = slot_now();
+    if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return 0;
+    atomic_fetch_add_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
+    return atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
 }
 
 void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
                            int ptsz, int done) {
-    if (!g_slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
-    board_row *r = &g_slot->rows[device];
+    board_slot *slot = slot_now();
+    if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
+    board_row *r = &slot->rows[device];
     atomic_fetch_sub_explicit(&r->waiting, 1, memory_order_acq_rel);
     if (!done) return;
     CUstream busy = atomic_load_explicit(&g_busy_stream[device], memory_order_acquire);
@@ -925,7 +933,7 @@ int clc_priority_start(void) {
 void clc_priority_leave(int in_signal) {
     struct stat st;
     /* the slot's directory, if the program left its descriptor alone */
-    if (g_slot && g_slot_pid == getpid() && g_slot_dir >= 0 && fstat(g_slot_dir, &st) == 0 &&
+    if (slot_now() && g_slot_pid == getpid() && g_slot_dir >= 0 && fstat(g_slot_dir, &st) == 0 &&
         st.st_dev == g_slot_dir_dev && st.st_ino == g_slot_dir_ino)
         unlinkat(g_slot_dir, g_slot_name, 0);
     if (!in_signal && g_shared_start && pthread_mutex_trylock(&g_be_lock) == 0) {
@@ -943,9 +951,10 @@ void clc_priority_leave(int in_signal) {
 /* A forked child is a process of its own: a latency-critical one makes its own slot at its
  * first launch (the parent's stays the parent's), a best-effort one has its own holds. */
 void clc_priority_after_fork_child(void) {
-    if (g_class == CLC_PRIORITY_LC && g_slot) {
-        munmap(g_slot, sizeof(board_slot));
-        g_slot = NULL;
+    board_slot *slot = slot_now();
+    if (g_class == CLC_PRIORITY_LC && slot) {
+        munmap(slot, sizeof(board_slot));
+        atomic_store(&g_slot, NULL);
         if (g_slot_dir >= 0) close(g_slot_dir);
         g_slot_dir = -1;
         for (int d = 0; d < BOARD_DEVICES; d++) atomic_store(&g_busy_stream[d], NULL);
