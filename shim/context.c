@@ -294,10 +294,10 @@ static int current_device(void) {
     CLC_EXPORT CUresult name params {                                                            \
         CLC_REAL_OR_FAIL(name)                                                                   \
         if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real args;             \
-        int dev = current_device();                                                              \
-        uint64_t launched = clc_priority_sync_begin(dev);                                        \
+        int dev = current_device(), counted;                                                     \
+        uint64_t launched = clc_priority_sync_begin(dev, &counted);                              \
         CUresult r = real args;                                                                  \
-        clc_priority_sync_end(dev, launched, whole, stream_arg, ptsz, r == CUDA_SUCCESS);         \
+        clc_priority_sync_end(dev, launched, whole, stream_arg, ptsz, counted, r == CUDA_SUCCESS); \
         return r;                                                                                \
     }
 CLC_SYNC_HOOK(cuCtxSynchronize, (void), (), 1, NULL, 0)
@@ -311,9 +311,9 @@ CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
     CLC_REAL_OR_FAIL(cuCtxSynchronize_v2)
     if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ctx);
     int mine = !ctx || ctx == current_ctx_of_thread();
-    int dev = mine ? current_device() : -1;
-    uint64_t launched = clc_priority_sync_begin(dev);
+    int dev = mine ? current_device() : -1, counted;
+    uint64_t launched = clc_priority_sync_begin(dev, &counted);
     CUresult r = real(ctx);
-    clc_priority_sync_end(dev, launched, 1, NULL, 0, r == CUDA_SUCCESS);
+    clc_priority_sync_end(dev, launched, 1, NULL, 0, counted, r == CUDA_SUCCESS);
     return r;
 }

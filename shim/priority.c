@@ -65,6 +65,7 @@
 #define RUN_AHEAD_STREAMS 32       /* streams kept from running ahead */
 #define RUN_AHEAD_WAIT_NS 200000000ull /* a run-ahead wait gives up after 200 ms */
 #define DEFAULT_BOARD "/dev/shm/clc-board"
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
@@ -92,7 +93,8 @@ static int g_class;       /* CLC_PRIORITY_LC, CLC_PRIORITY_BE, or 0 */
 static int g_board = -1;  /* the board directory, or -1 */
 static dev_t g_board_dev; /* what g_board was opened on: checked before each use */
 static ino_t g_board_ino;
-static int g_board_bad; /* the board cannot be used: every launch held to the floor */
+static int g_board_bad;  /* the board cannot be used: every launch held to the floor */
+static int g_board_refused; /* ... for good: it is another user's, or others may replace it */
 static double g_floor = 0.1;
 static unsigned g_run_ahead = 32;
 static uint64_t g_held_word; /* CLC_ACTION_CONFINE word of a held launch (held_share); 0: wait */
@@ -124,7 +126,9 @@ static uint64_t start_time_of(pid_t pid) {
 static int slot_alive(int32_t pid, uint64_t start_time) {
     if (pid <= 0) return 0;
     if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
-    return start_time_of(pid) == start_time;
+    uint64_t now = start_time_of(pid);
+    /* 0: /proc does not show the process (hidepid): alive, by kill's word */
+    return now == 0 || now == start_time;
 }
 
 static void board_unusable(const char *why) {
@@ -178,11 +182,15 @@ static int board_fd(void) {
     if (g_board >= 0 && fstat(g_board, &st) == 0 && st.st_dev == g_board_dev &&
         st.st_ino == g_board_ino)
         return g_board;
-    if (g_board_bad) return -1;
-    g_board = open_board();
-    if (g_board < 0)
+    if (g_board_refused) return -1;
+    g_board = open_board(); /* tried again at each scan after a passing failure */
+    if (g_board < 0) {
+        g_board_refused = errno == EPERM;
         board_unusable(errno == EPERM ? "it is another user's, or others may replace its files"
                                       : strerror(errno));
+    } else {
+        g_board_bad = 0;
+    }
     return g_board;
 }
 
@@ -293,9 +301,14 @@ static void lc_open_slot(void) {
         return;
     }
     fchmod(fd, 0644); /* whatever the umask: best-effort processes of other users read it */
+    /* The pages are allocated now (posix_fallocate), not at the first write to the mapping:
+     * a full file system would kill the process then (SIGBUS). */
     board_slot *s = MAP_FAILED;
-    if (ftruncate(fd, sizeof(board_slot)) == 0)
+    int err = posix_fallocate(fd, 0, sizeof(board_slot));
+    if (err == 0)
         s = mmap(NULL, sizeof(board_slot), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    else
+        errno = err;
     close(fd);
     if (s == MAP_FAILED) {
         unlinkat(dir, g_slot_name, 0);
@@ -326,9 +339,12 @@ static inline board_slot *slot_now(void) {
 
 /* The slot's row for `device`: the slot made at the process's first launch, the row's UUID at
  * the first launch on the device. */
+static pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
 __attribute__((noinline)) static board_row *lc_row_slow(int device) {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&lock);
+    int was = t_in_clc;
+    t_in_clc = 1; /* a signal handler's launch on this thread takes the re-entrant gate */
+    pthread_mutex_lock(&g_slot_lock);
     board_row *r = NULL;
     if (!slot_now() && g_slot_tried != getpid()) lc_open_slot();
     board_slot *slot = slot_now();
@@ -341,7 +357,8 @@ __attribute__((noinline)) static board_row *lc_row_slow(int device) {
                 r = NULL;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&g_slot_lock);
+    t_in_clc = was;
     return r;
 }
 
@@ -373,17 +390,19 @@ void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
     }
 }
 
-uint64_t clc_priority_sync_begin(int device) {
+uint64_t clc_priority_sync_begin(int device, int *counted) {
     board_slot *slot = slot_now();
+    *counted = 0;
     if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return 0;
     atomic_fetch_add_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
+    *counted = 1;
     return atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
 }
 
 void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
-                           int ptsz, int done) {
+                           int ptsz, int counted, int done) {
     board_slot *slot = slot_now();
-    if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
+    if (!counted || !slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
     board_row *r = &slot->rows[device];
     atomic_fetch_sub_explicit(&r->waiting, 1, memory_order_acq_rel);
     if (!done) return;
@@ -478,8 +497,14 @@ static int read_view(const lc_view *v, board_slot *out) {
     return pread(v->fd, out, sizeof *out, 0) == (ssize_t)sizeof *out && out->magic == BOARD_MAGIC;
 }
 
+/* Closes a descriptor clc kept, unless the program has put a file of its own at its number. */
+static void close_kept(int fd, dev_t dev, ino_t ino) {
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino) close(fd);
+}
+
 static void drop_view(int k) {
-    close(g_views[k].fd);
+    close_kept(g_views[k].fd, g_views[k].dev, g_views[k].ino);
     g_views[k] = g_views[--g_n_views];
 }
 
@@ -497,6 +522,10 @@ static void table_full(const char *why) {
 static int scan_user(uid_t uid, unsigned char *present, int *entries) {
     int dir = user_dir(uid, 0);
     if (dir < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+            table_full("no descriptor left to read the board");
+            return 0;
+        }
         if (errno == EPERM) {
             char name[48];
             snprintf(name, sizeof name, "u%u", (unsigned)uid);
@@ -509,7 +538,8 @@ static int scan_user(uid_t uid, unsigned char *present, int *entries) {
     if (!d) {
         if (dfd >= 0) close(dfd);
         close(dir);
-        return 1;
+        table_full("no descriptor left to read the board");
+        return 0;
     }
     int go_on = 1;
     struct dirent *de;
@@ -778,14 +808,16 @@ typedef struct {
     CUstream key, stream;
     int per_thread;
     uint64_t launches;
+    CUevent stalled; /* an event waited for in vain: no wait on this stream until it is done */
     CUevent ring[64];
 } ahead_ring;
 static ahead_ring g_rings[RUN_AHEAD_STREAMS];
+static unsigned g_ring_evict; /* the ring taken over next when all are in use */
 
-/* Waits, at most RUN_AHEAD_WAIT_NS, for an event: said once when it gives up. */
-static void wait_event(CUevent ev) {
+/* Waits, at most RUN_AHEAD_WAIT_NS, for an event; 0 when it gave up (said once). */
+static int wait_event(CUevent ev) {
     CUresult r = g_drv.event_query(ev);
-    if (r != CUDA_ERROR_NOT_READY) return;
+    if (r != CUDA_ERROR_NOT_READY) return 1;
     __atomic_fetch_add(&g_run_ahead_waits, 1, __ATOMIC_RELAXED);
     uint64_t start = clc_now_ns();
     while ((r = g_drv.event_query(ev)) == CUDA_ERROR_NOT_READY) {
@@ -793,22 +825,26 @@ static void wait_event(CUevent ev) {
             if (CLC_FIRST_TIME())
                 clc_log(CLC_MSG_WARNING,
                         "priority: a stream's earlier work did not finish within %llu ms: its "
-                        "launches go on, further ahead than run_ahead (said once)",
+                        "launches go on, further ahead than run_ahead, until it does (said once)",
                         (unsigned long long)(RUN_AHEAD_WAIT_NS / 1000000));
-            return;
+            return 0;
         }
         struct timespec step = {0, HOLD_STEP_NS};
         nanosleep(&step, NULL);
     }
+    return 1;
+}
+
+static void forget_ring(ahead_ring *ring) {
+    for (int e = 0; e < 64; e++)
+        if (ring->ring[e] && g_drv.event_destroy) g_drv.event_destroy(ring->ring[e]);
+    if (ring->stalled && g_drv.event_destroy) g_drv.event_destroy(ring->stalled);
+    memset(ring, 0, sizeof *ring);
 }
 
 static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
     if (!g_n_views || !ctx || !g_drv.event_create || !g_drv.event_record || !g_drv.event_query)
         return;
-    int capturing;
-    if (clc_stream_capture_status(stream, per_thread, &capturing) != CUDA_SUCCESS ||
-        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
-        return; /* recorded into a graph, an event would not bound anything */
     unsigned n = g_run_ahead / RUN_AHEAD_STEP;
     if (n < 1) n = 1;
     if (n > 64) n = 64;
@@ -817,34 +853,42 @@ static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
     ahead_ring *ring = NULL;
     for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
         if (g_rings[i].ctx == ctx && g_rings[i].key == key) ring = &g_rings[i];
-    for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
-        if (!g_rings[i].ctx) {
-            ring = &g_rings[i];
-            *ring =
-                (ahead_ring){.ctx = ctx, .key = key, .stream = stream, .per_thread = per_thread};
-        }
     if (!ring) {
-        pthread_mutex_unlock(&g_be_lock);
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "priority: more than %d streams: the launches of the others are not kept "
-                    "from running ahead (said once)",
-                    RUN_AHEAD_STREAMS);
-        return;
+        for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
+            if (!g_rings[i].ctx) ring = &g_rings[i];
+        if (!ring) { /* all in use (streams of threads gone, say): one is taken over */
+            ring = &g_rings[g_ring_evict++ % RUN_AHEAD_STREAMS];
+            forget_ring(ring);
+        }
+        *ring = (ahead_ring){.ctx = ctx, .key = key, .stream = stream, .per_thread = per_thread};
     }
     uint64_t k = ring->launches++;
     if (k % RUN_AHEAD_STEP) {
         pthread_mutex_unlock(&g_be_lock);
         return;
     }
+    if (ring->stalled) {
+        if (g_drv.event_query(ring->stalled) == CUDA_ERROR_NOT_READY) {
+            pthread_mutex_unlock(&g_be_lock);
+            return;
+        }
+        if (g_drv.event_destroy) g_drv.event_destroy(ring->stalled);
+        ring->stalled = NULL;
+    }
     CUevent *slot = &ring->ring[(k / RUN_AHEAD_STEP) % n];
     CUevent ev = *slot;
     *slot = NULL; /* this thread's until it is recorded again */
     pthread_mutex_unlock(&g_be_lock);
-    if (ev)
-        wait_event(ev);
-    else if (g_drv.event_create(&ev, 2 /* CU_EVENT_DISABLE_TIMING */) != CUDA_SUCCESS)
+    if (ev && !wait_event(ev)) {
+        pthread_mutex_lock(&g_be_lock);
+        if (ring->ctx == ctx && ring->key == key && !ring->stalled)
+            ring->stalled = ev;
+        else if (g_drv.event_destroy)
+            g_drv.event_destroy(ev);
+        pthread_mutex_unlock(&g_be_lock);
         return;
+    }
+    if (!ev && g_drv.event_create(&ev, 2 /* CU_EVENT_DISABLE_TIMING */) != CUDA_SUCCESS) return;
     if ((per_thread ? g_drv.event_record_ptsz : g_drv.event_record)(ev, stream) != CUDA_SUCCESS) {
         if (g_drv.event_destroy) g_drv.event_destroy(ev);
         return;
@@ -869,22 +913,31 @@ void clc_priority_forget_stream(CUstream stream) {
     if (g_class != CLC_PRIORITY_BE || !stream) return;
     pthread_mutex_lock(&g_be_lock);
     for (int i = 0; i < RUN_AHEAD_STREAMS; i++)
-        if (g_rings[i].ctx && g_rings[i].stream == stream) {
-            for (int e = 0; e < 64; e++)
-                if (g_rings[i].ring[e] && g_drv.event_destroy)
-                    g_drv.event_destroy(g_rings[i].ring[e]);
-            memset(&g_rings[i], 0, sizeof g_rings[i]);
-        }
+        if (g_rings[i].ctx && g_rings[i].stream == stream) forget_ring(&g_rings[i]);
     pthread_mutex_unlock(&g_be_lock);
 }
 
 uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
+    /* A launch captured into a graph runs nothing now: neither held nor confined (a confined
+     * node would stay confined in every replay). */
+    int capturing;
+    if (clc_stream_capture_status(stream, per_thread, &capturing) != CUDA_SUCCESS ||
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+        return 0;
+    /* Inside clc's own work: a signal handler's launch on this thread takes the re-entrant
+     * gate, not these locks; event calls in relaxed capture mode, so that another thread's
+     * capture in global mode is not broken by them. */
+    int was = t_in_clc, mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    t_in_clc = 1;
+    if (g_drv.exchange_capture_mode) g_drv.exchange_capture_mode(&mode);
     uint64_t word = 0;
     if (g_held_word)
         word = held_to_share(device) ? g_held_word : 0;
     else
         hold(device);
     bound_run_ahead(ctx, stream, per_thread);
+    if (g_drv.exchange_capture_mode) g_drv.exchange_capture_mode(&mode);
+    t_in_clc = was;
     return word;
 }
 
@@ -951,11 +1004,12 @@ void clc_priority_leave(int in_signal) {
 /* A forked child is a process of its own: a latency-critical one makes its own slot at its
  * first launch (the parent's stays the parent's), a best-effort one has its own holds. */
 void clc_priority_after_fork_child(void) {
+    pthread_mutex_init(&g_slot_lock, NULL);
     board_slot *slot = slot_now();
     if (g_class == CLC_PRIORITY_LC && slot) {
         munmap(slot, sizeof(board_slot));
         atomic_store(&g_slot, NULL);
-        if (g_slot_dir >= 0) close(g_slot_dir);
+        close_kept(g_slot_dir, g_slot_dir_dev, g_slot_dir_ino);
         g_slot_dir = -1;
         for (int d = 0; d < BOARD_DEVICES; d++) atomic_store(&g_busy_stream[d], NULL);
     }

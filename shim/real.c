@@ -176,6 +176,7 @@ int clc_driver_load(void) {
             g_drv.graph_node_type = driver_sym(h, "cuGraphNodeGetType", NULL);
             g_drv.graph_kernel_node_get = driver_sym(h, "cuGraphKernelNodeGetParams_v2", NULL);
             g_drv.device_get_uuid = driver_sym(h, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+            g_drv.exchange_capture_mode = driver_sym(h, "cuThreadExchangeStreamCaptureMode", NULL);
             g_hot.ctx_get_current = g_drv.ctx_get_current;
             /* Without a current context or a kernel's name nothing can be decided: the driver
              * is not placed (its launches get on_error). */

@@ -304,8 +304,10 @@ typedef struct {
     CUresult (*graph_nodes)(CUgraph, CUgraphNode *, size_t *);
     CUresult (*graph_node_type)(CUgraphNode, int *);
     CUresult (*graph_kernel_node_get)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *);
-    /* priority.c: a device's UUID (16 bytes), which names it across processes */
+    /* priority.c: a device's UUID (16 bytes), which names it across processes; the thread's
+     * stream capture mode, set to relaxed around its own event calls */
     CUresult (*device_get_uuid)(unsigned char *, CUdevice);
+    CUresult (*exchange_capture_mode)(int *);
 } clc_driver;
 extern CLC_HIDDEN clc_driver g_drv;
 
@@ -737,9 +739,9 @@ uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int 
 /* Around a synchronization of a latency-critical process (its GPU counts as busy meanwhile):
  * what was launched before it (begin); settled once it returned (end, `done`: successfully)
  * for the whole context, or for `stream` when every launch since the GPU went busy was on it. */
-uint64_t clc_priority_sync_begin(int device);
+uint64_t clc_priority_sync_begin(int device, int *counted);
 void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
-                           int ptsz, int done);
+                           int ptsz, int counted, int done);
 /* A context torn down, a stream destroyed: the run-ahead events kept for them are forgotten. */
 void clc_priority_forget_context(CUcontext ctx);
 void clc_priority_forget_stream(CUstream stream);

@@ -329,7 +329,11 @@ class RunCommand:
             raise ClcError(str(e)) from None
         settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
         settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
-        settings["CLC_POLICY_CONFINES"] = "1" if policy.confines else "0"
+        # held_share confines held launches as sm_share does: contexts the program makes
+        # (cuCtxCreate) are then green contexts of their own too
+        held_share = policy.priority is not None and any(
+            c.held_share for c in policy.priority.classes)
+        settings["CLC_POLICY_CONFINES"] = "1" if policy.confines or held_share else "0"
         settings["CLC_POLICY_DECIDERS"] = str(deciders)
         settings.update(priority_settings(policy, argv, settings.get("CLC_TENANT", ""),
                                           args.verbose))

@@ -699,8 +699,8 @@ class _Loader:
                                            f"(class '{name}' is latency-critical)")
         if "floor" in pairs and kind != LATENCY_CRITICAL:
             floor = self.attempt(self.number, pairs["floor"][1], "floor")
-            if floor is not _INVALID and not 0 < floor <= 1:
-                self.report(pairs["floor"][1], f"floor must be more than 0 (a best-effort "
+            if floor is not _INVALID and not 0.001 <= floor <= 1:
+                self.report(pairs["floor"][1], "floor must be at least 0.001 (a best-effort "
                                                "process held without a floor could starve) "
                                                f"and at most 1, got {floor}")
         if "run_ahead" in pairs and kind != LATENCY_CRITICAL:

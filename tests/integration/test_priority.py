@@ -10,6 +10,7 @@ latency-critical process's launches and synchronizations say, as on a real GPU.
 """
 
 import os
+import re
 import select
 import signal
 import struct
@@ -464,8 +465,8 @@ def test_a_flooded_directory_holds_to_the_floor_and_stays_quick(pair, board):
 # ---- how far a best-effort process runs ahead ----------------------------------------------
 
 def test_best_effort_work_is_kept_from_running_ahead_while_latency_critical_work_runs(pair):
-    # Lazy events: recorded work completes only when waited for, like a GPU that is behind.
-    lazy = {"FAKE_CUDA_LAZY_EVENTS": "1"}
+    # Lazy events: recorded work completes 2 ms after its record, like a GPU that is behind.
+    lazy = {"FAKE_CUDA_LAZY_EVENTS": "1", "FAKE_CUDA_EVENT_US": "2000"}
     alone = pair("batch", name="alone", env=lazy)
     alone.do("launch 100")
     assert "waits to keep the run-ahead bound" not in alone.finish()
@@ -473,10 +474,30 @@ def test_best_effort_work_is_kept_from_running_ahead_while_latency_critical_work
     lc.do("launch 1")
     lc.do("sync ctx")  # idle, but running on the machine
     be = pair("batch", env=lazy)
-    be.do("launch 100")
     # run_ahead 16: an event every 4 launches, 4 of them: from the 5th event on, each one
-    # waits for the event recorded 16 launches before
-    assert "21 waits to keep the run-ahead bound" in be.finish()
+    # waits for the event recorded 16 launches before when it has not finished; launched at
+    # once, 100 launches wait about once per 16 (each wait lets the 3 events after it finish)
+    start = time.monotonic()
+    be.do("launch 100")
+    took = time.monotonic() - start
+    waits = int(re.search(r"(\d+) waits to keep the run-ahead bound", be.finish())[1])
+    assert 5 <= waits <= 21 and took >= waits * 0.0015
+
+
+def test_a_run_ahead_wait_gives_up_on_work_that_does_not_finish(pair):
+    # Work that never finishes by itself (a stream waiting on the host, say): one wait of
+    # 200 ms, said once, and no more waits on that stream until that work is done.
+    lc = pair("serving")
+    lc.do("launch 1")
+    lc.do("sync ctx")
+    time.sleep(0.06)
+    be = pair("batch", env={"FAKE_CUDA_LAZY_EVENTS": "1"})
+    start = time.monotonic()
+    be.do("launch 100")
+    assert 0.2 <= time.monotonic() - start < 2
+    err = be.finish()
+    assert "did not finish within 200 ms" in err
+    assert "1 waits to keep the run-ahead bound" in err
 
 
 def test_latency_critical_launches_are_counted_on_the_board(pair, board):

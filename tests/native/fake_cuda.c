@@ -208,6 +208,7 @@ struct CUevent_st {
     unsigned epoch;
     atomic_ullong seq;
     _Atomic(atomic_ullong *) mark;
+    _Atomic uint64_t wall_ns; /* CLOCK_MONOTONIC at the latest record (FAKE_CUDA_EVENT_US) */
 };
 
 /* A node is a kernel node (k: its kernel) or, made through cuGraphAddNode, a memset node (k
@@ -276,6 +277,9 @@ static struct CUctx_st g_primary = {.tag = TAG_CTX, .dev = 0, .primary = 1};
 static __thread CUcontext tls_ctx; /* cuInit makes nothing current, like the real driver */
 static atomic_ullong g_clock_ns;
 static int g_lazy_events;          /* FAKE_CUDA_LAZY_EVENTS=1; set before any CUDA call */
+/* FAKE_CUDA_EVENT_US=N (with lazy events): the work before a record finishes by itself N us
+ * after the record, as a GPU that runs behind the program does; 0 (unset): never by itself. */
+static uint64_t g_event_wall_ns;
 /* Handles are reused after an unload, as the real driver's are (measured on driver 580: the next
  * module's kernel gets the unloaded one's handle): an unloaded module or library is kept and
  * given to the next load that fits in it. FAKE_CUDA_NO_REUSE=1 makes every load new. */
@@ -350,6 +354,8 @@ __attribute__((constructor)) static void fake_init(void)
 {
     const char *lazy = getenv("FAKE_CUDA_LAZY_EVENTS");
     g_lazy_events = lazy && strcmp(lazy, "1") == 0;
+    const char *event_us = getenv("FAKE_CUDA_EVENT_US");
+    g_event_wall_ns = event_us ? strtoull(event_us, NULL, 10) * 1000ull : 0;
     const char *reuse = getenv("FAKE_CUDA_NO_REUSE");
     g_no_reuse = reuse && strcmp(reuse, "1") == 0;
     pthread_atfork(lock, unlock, forked_child);
@@ -3337,7 +3343,15 @@ static int event_complete(CUevent ev)
     if (!g_lazy_events || seq == 0)
         return 1;
     mark = atomic_load(&ev->mark);
-    return atomic_load(mark) >= seq || atomic_load(&ev->ctx->synced) >= seq;
+    if (atomic_load(mark) >= seq || atomic_load(&ev->ctx->synced) >= seq)
+        return 1;
+    if (g_event_wall_ns) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec -
+                   atomic_load(&ev->wall_ns) >= g_event_wall_ns;
+    }
+    return 0;
 }
 
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
@@ -3385,6 +3399,9 @@ static CUresult event_record(CUevent ev, CUstream s)
     ev->rec_ops = ev->rec_stream->ops;
     unlock();
     if (g_lazy_events) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        atomic_store(&ev->wall_ns, (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec);
         atomic_store(&ev->mark, stream_mark(s, ev->ctx));
         atomic_store(&ev->seq, atomic_fetch_add(&g_record_seq, 1) + 1);
     }

@@ -95,7 +95,7 @@ def test_explain_walks_the_classes():
      "3:22: class 'a' has no 'class' (expected latency-critical or best-effort)"),
     ("priority: {classes: [{class: best-effort}]}", "3:22: class 1 has no 'name'"),
     ("priority: {classes: [{name: a, class: best-effort, floor: 0}]}",
-     "3:59: floor must be more than 0 (a best-effort process held without a floor could "
+     "3:59: floor must be at least 0.001 (a best-effort process held without a floor could "
      "starve) and at most 1, got 0"),
     ("priority: {classes: [{name: a, class: best-effort, run_ahead: 1000}]}",
      "3:63: run_ahead must be at most 256, got 1000"),
