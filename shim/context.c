@@ -62,7 +62,10 @@ static int teardown_begin(CUcontext dying) {
     if (t_in_clc || !clc_driver_ready()) return 0;
     t_in_clc = 1;
     clc_cache_unload_begin();
-    if (dying) clc_cache_forget_context((uint64_t)(uintptr_t)dying, clc_bridge_module);
+    if (dying) {
+        clc_cache_forget_context((uint64_t)(uintptr_t)dying, clc_bridge_module);
+        clc_priority_forget_context(dying); /* its run-ahead events, while they are alive */
+    }
     t_in_clc = 0;
     return 1;
 }

@@ -125,10 +125,12 @@ static uint64_t start_time_of(pid_t pid) {
  * none, when it died without removing it). */
 static int slot_alive(int32_t pid, uint64_t start_time) {
     if (pid <= 0) return 0;
-    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+    int signalled = kill(pid, 0) == 0;
+    if (!signalled && errno != EPERM) return 0; /* ESRCH: gone */
     uint64_t now = start_time_of(pid);
-    /* 0: /proc does not show the process (hidepid): alive, by kill's word */
-    return now == 0 || now == start_time;
+    /* 0 for another user's process that /proc does not show (hidepid): alive, by kill's word
+     * (EPERM); a process this one may signal but not see is not believed */
+    return now ? now == start_time : !signalled;
 }
 
 static void board_unusable(const char *why) {
@@ -241,7 +243,8 @@ static int device_uuid(int device, unsigned char out[16]) {
 static board_slot *_Atomic g_slot; /* published once its header and g_slot_pid are written */
 static char g_slot_name[64];
 static pid_t g_slot_pid;   /* the process the slot is of (a forked child makes its own) */
-static pid_t g_slot_tried; /* the process that tried to make one */
+static pid_t g_slot_tried;        /* the process that last tried to make one, and when */
+static uint64_t g_slot_tried_ns;
 static int g_slot_dir = -1;
 static dev_t g_slot_dir_dev;
 static ino_t g_slot_dir_ino;
@@ -271,6 +274,7 @@ static void remove_dead_slots(int dir) {
 static void lc_open_slot(void) {
     pid_t pid = getpid();
     g_slot_tried = pid;
+    g_slot_tried_ns = clc_now_ns();
     uid_t me = geteuid();
     int dir = user_dir(me, 1);
     if (dir < 0) {
@@ -346,7 +350,10 @@ __attribute__((noinline)) static board_row *lc_row_slow(int device) {
     t_in_clc = 1; /* a signal handler's launch on this thread takes the re-entrant gate */
     pthread_mutex_lock(&g_slot_lock);
     board_row *r = NULL;
-    if (!slot_now() && g_slot_tried != getpid()) lc_open_slot();
+    /* tried again a second after a failure (a file system full for a moment) */
+    if (!slot_now() &&
+        (g_slot_tried != getpid() || clc_now_ns() - g_slot_tried_ns >= 1000000000ull))
+        lc_open_slot();
     board_slot *slot = slot_now();
     if (slot && g_slot_pid == getpid()) {
         r = &slot->rows[device];
@@ -809,10 +816,11 @@ typedef struct {
     int per_thread;
     uint64_t launches;
     CUevent stalled; /* an event waited for in vain: no wait on this stream until it is done */
+    uint64_t last_ns; /* its last launch */
     CUevent ring[64];
 } ahead_ring;
 static ahead_ring g_rings[RUN_AHEAD_STREAMS];
-static unsigned g_ring_evict; /* the ring taken over next when all are in use */
+#define RING_IDLE_NS 1000000000ull /* a ring whose stream launched nothing for 1 s may be reused */
 
 /* Waits, at most RUN_AHEAD_WAIT_NS, for an event; 0 when it gave up (said once). */
 static int wait_event(CUevent ev) {
@@ -835,10 +843,11 @@ static int wait_event(CUevent ev) {
     return 1;
 }
 
-static void forget_ring(ahead_ring *ring) {
-    for (int e = 0; e < 64; e++)
+/* Forgets a ring; its events are destroyed when `destroy` (their context is known alive). */
+static void forget_ring(ahead_ring *ring, int destroy) {
+    for (int e = 0; e < 64 && destroy; e++)
         if (ring->ring[e] && g_drv.event_destroy) g_drv.event_destroy(ring->ring[e]);
-    if (ring->stalled && g_drv.event_destroy) g_drv.event_destroy(ring->stalled);
+    if (destroy && ring->stalled && g_drv.event_destroy) g_drv.event_destroy(ring->stalled);
     memset(ring, 0, sizeof *ring);
 }
 
@@ -853,15 +862,30 @@ static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
     ahead_ring *ring = NULL;
     for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
         if (g_rings[i].ctx == ctx && g_rings[i].key == key) ring = &g_rings[i];
+    uint64_t now = clc_now_ns();
     if (!ring) {
         for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
             if (!g_rings[i].ctx) ring = &g_rings[i];
-        if (!ring) { /* all in use (streams of threads gone, say): one is taken over */
-            ring = &g_rings[g_ring_evict++ % RUN_AHEAD_STREAMS];
-            forget_ring(ring);
+        /* all in use: the one idle longest is taken over, when idle for a second (the
+         * stream of a thread gone, say); its events are destroyed only when they are this
+         * context's (another's may be gone) */
+        for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
+            if (now - g_rings[i].last_ns >= RING_IDLE_NS &&
+                (!ring || g_rings[i].last_ns < ring->last_ns))
+                ring = &g_rings[i];
+        if (!ring) {
+            pthread_mutex_unlock(&g_be_lock);
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING,
+                        "priority: more than %d streams in use at once: the launches of the "
+                        "others are not kept from running ahead (said once)",
+                        RUN_AHEAD_STREAMS);
+            return;
         }
+        if (ring->ctx) forget_ring(ring, ring->ctx == ctx);
         *ring = (ahead_ring){.ctx = ctx, .key = key, .stream = stream, .per_thread = per_thread};
     }
+    ring->last_ns = now;
     uint64_t k = ring->launches++;
     if (k % RUN_AHEAD_STEP) {
         pthread_mutex_unlock(&g_be_lock);
@@ -913,11 +937,16 @@ void clc_priority_forget_stream(CUstream stream) {
     if (g_class != CLC_PRIORITY_BE || !stream) return;
     pthread_mutex_lock(&g_be_lock);
     for (int i = 0; i < RUN_AHEAD_STREAMS; i++)
-        if (g_rings[i].ctx && g_rings[i].stream == stream) forget_ring(&g_rings[i]);
+        if (g_rings[i].ctx && g_rings[i].stream == stream) forget_ring(&g_rings[i], 1);
     pthread_mutex_unlock(&g_be_lock);
 }
 
 uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
+    /* Nothing to do while no latency-critical slot is known and the board is fine, until the
+     * next scan (read without the lock: at worst one launch looks again) */
+    if (!g_n_views && !g_board_bad && !g_table_full && g_scanned_ns &&
+        clc_now_ns() - g_scanned_ns < SCAN_NS)
+        return 0;
     /* A launch captured into a graph runs nothing now: neither held nor confined (a confined
      * node would stay confined in every replay). */
     int capturing;
@@ -929,14 +958,15 @@ uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int 
      * capture in global mode is not broken by them. */
     int was = t_in_clc, mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     t_in_clc = 1;
-    if (g_drv.exchange_capture_mode) g_drv.exchange_capture_mode(&mode);
+    int exchanged =
+        g_drv.exchange_capture_mode && g_drv.exchange_capture_mode(&mode) == CUDA_SUCCESS;
     uint64_t word = 0;
     if (g_held_word)
         word = held_to_share(device) ? g_held_word : 0;
     else
         hold(device);
     bound_run_ahead(ctx, stream, per_thread);
-    if (g_drv.exchange_capture_mode) g_drv.exchange_capture_mode(&mode);
+    if (exchanged) g_drv.exchange_capture_mode(&mode);
     t_in_clc = was;
     return word;
 }
