@@ -281,12 +281,6 @@ CLC_STREAM_DESTROY_HOOK(cuStreamDestroy_v2)
  * its GPU idle on the board, so that best-effort launches held meanwhile go on at once. Other
  * processes pass straight through. */
 
-static CUcontext current_ctx_of_thread(void) {
-    CUcontext ctx = NULL;
-    if (g_drv.ctx_get_current) g_drv.ctx_get_current(&ctx);
-    return ctx;
-}
-
 static int current_device(void) {
     CUdevice dev = -1;
     if (!g_drv.ctx_get_device || g_drv.ctx_get_device(&dev) != CUDA_SUCCESS) return -1;
@@ -313,7 +307,7 @@ CLC_SYNC_HOOK(cuStreamQuery_ptsz, (CUstream stream), (stream), 0, stream, 1)
 CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
     CLC_REAL_OR_FAIL(cuCtxSynchronize_v2)
     if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ctx);
-    int mine = !ctx || ctx == current_ctx_of_thread();
+    int mine = !ctx || ctx == current_ctx();
     int dev = mine ? current_device() : -1, counted;
     uint64_t launched = clc_priority_sync_begin(dev, &counted);
     CUresult r = real(ctx);

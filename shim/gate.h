@@ -23,12 +23,6 @@ typedef struct {
     clc_outcome scratch; /* the engine's answer for this launch (modes other than cached) */
 } gate;
 
-static inline CUcontext current_ctx(void) {
-    CUcontext ctx = NULL;
-    if (likely(g_hot.ctx_get_current != NULL)) g_hot.ctx_get_current(&ctx);
-    return ctx;
-}
-
 /* The gate's out-of-line parts (launch.c): a first sight, an outcome that depends on the
  * launch, everything a launch that is not a plain allow needs (a launch of a process in a
  * priority class too: clc_gate_setup returns 0 for it when it is a plain allow after all), and

@@ -721,6 +721,22 @@ static uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, g_run_ahead
 static int g_holding;
 static uint64_t g_episode_start, g_free_until;
 
+/* Whether a latency-critical process is busy on `device` now, the directories read again
+ * when a scan is due (g_be_lock held). */
+static int look(int device, uint64_t now, uint64_t *since) {
+    if (now - g_scanned_ns >= SCAN_NS) scan(now);
+    return lc_busy(device, now, since);
+}
+
+/* A hold that ended, counted for the exit line: its HOLD record (g_be_lock held). */
+static clc_rec_hold count_hold(uint64_t start, uint64_t held, uint64_t since, int device,
+                               uint32_t why) {
+    g_holds++;
+    g_held_ns += held;
+    if (held > g_held_max_ns) g_held_max_ns = held;
+    return (clc_rec_hold){start, held, since && since <= start ? start - since : 0, device, why};
+}
+
 /* Whether a launch may be held now (g_be_lock held). */
 static int may_hold(uint64_t now) {
     if (g_floor >= 1 || now < g_free_until) return 0;
@@ -734,8 +750,7 @@ static int may_hold(uint64_t now) {
 static void hold(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
-    if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    if (!lc_busy(device, now, &since) || !may_hold(now)) {
+    if (!look(device, now, &since) || !may_hold(now)) {
         pthread_mutex_unlock(&g_be_lock);
         return;
     }
@@ -750,22 +765,17 @@ static void hold(int device) {
         pthread_mutex_lock(&g_be_lock);
         uint64_t s2;
         now = clc_now_ns();
-        if (now - g_scanned_ns >= SCAN_NS) scan(now);
         if (!may_hold(now)) {
             released_by_floor = 1;
             break;
         }
-        if (!lc_busy(device, now, &s2)) break;
+        if (!look(device, now, &s2)) break;
     }
     g_holding--;
-    uint64_t held = now - start;
-    g_holds++;
-    g_held_ns += held;
-    if (held > g_held_max_ns) g_held_max_ns = held;
     g_floor_releases += (uint64_t)released_by_floor;
+    clc_rec_hold rec = count_hold(start, now - start, since, device,
+                                  (uint32_t)why | (released_by_floor ? CLC_HOLD_FLOOR : 0));
     pthread_mutex_unlock(&g_be_lock);
-    clc_rec_hold rec = {start, held, since && since <= start ? start - since : 0, device,
-                        (uint32_t)why | (released_by_floor ? CLC_HOLD_FLOOR : 0)};
     clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
 }
 
@@ -777,14 +787,8 @@ static int g_shared_device = -1;
 
 static void close_shared(uint64_t now) {
     if (!g_shared_start) return;
-    uint64_t held = now - g_shared_start;
-    g_holds++;
-    g_held_ns += held;
-    if (held > g_held_max_ns) g_held_max_ns = held;
-    clc_rec_hold rec = {
-        g_shared_start, held,
-        g_shared_since && g_shared_since <= g_shared_start ? g_shared_start - g_shared_since : 0,
-        g_shared_device, CLC_HOLD_BUSY | CLC_HOLD_SHARED};
+    clc_rec_hold rec = count_hold(g_shared_start, now - g_shared_start, g_shared_since,
+                                  g_shared_device, CLC_HOLD_BUSY | CLC_HOLD_SHARED);
     g_shared_start = 0;
     clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
 }
@@ -792,8 +796,7 @@ static void close_shared(uint64_t now) {
 static int held_to_share(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
-    if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    int busy = lc_busy(device, now, &since);
+    int busy = look(device, now, &since);
     if (busy && !g_shared_start) {
         g_shared_start = now;
         g_shared_since = since;

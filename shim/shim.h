@@ -535,6 +535,13 @@ typedef struct {
 } __attribute__((aligned(64))) clc_hot;
 extern clc_hot g_hot;
 
+/* The calling thread's current context (NULL when none, or before the driver is placed). */
+static inline CUcontext current_ctx(void) {
+    CUcontext ctx = NULL;
+    if (likely(g_hot.ctx_get_current != NULL)) g_hot.ctx_get_current(&ctx);
+    return ctx;
+}
+
 /* Whether the driver's helpers are known (g_drv). Below the hooks layer this only reads the
  * flag; the hooks start the process and place the driver on first use (clc_hook_ready). */
 static inline int clc_driver_ready(void) {
