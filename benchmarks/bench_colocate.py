@@ -22,6 +22,11 @@ training step repeated). Configurations, every one by default (--configs picks s
     priority-mps    the same under MPS
     priority-share-mps  under MPS, the training's held launches run on a quarter of the SMs
                     (held_share 0.25, the device's last SMs) instead of waiting
+    shared-two      three programs, no MPS: the inference, a second inference service of its
+                    own rhythm (a request every 7 ms), and the training
+    priority-two    the same three under the priority policy: the first service
+                    latency-critical, the second service and the training best-effort (one
+                    class, tenant batch); the second service's latencies are a table of their own
 
 Rounds are interleaved (every configuration once per round: those under MPS first, with a
 daemon of the round's own, then the others) so that drift in the machine falls on all alike;
@@ -58,7 +63,9 @@ SHARES = (0.5, 0.25)
 PLACES = ("first", "last")
 CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
            *(f"clc-{s}-{p}" for s in SHARES for p in PLACES), "priority", "priority-mps",
-           "priority-share-mps")
+           "priority-share-mps", "shared-two", "priority-two")
+PRIORITY_CONFIGS = ("priority", "priority-mps", "priority-share-mps", "priority-two")
+SECOND_GAP_MS = 7.0
 PRIORITY_FLOOR = 0.1
 PRIORITY_HELD_SHARE = 0.25
 READY_TIMEOUT_S = 300
@@ -122,6 +129,10 @@ def summarize(rounds):
             vals = [r[config]["infer"][key] for r in rounds if r[config].get("infer")]
             if vals:
                 fields[key] = (statistics.median(vals), min(vals), max(vals))
+        for key in ("p50", "p99", "max"):
+            vals = [r[config]["second"][key] for r in rounds if r[config].get("second")]
+            if vals:
+                fields[f"second_{key}"] = (statistics.median(vals), min(vals), max(vals))
         vals = [r[config]["train"] for r in rounds if r[config].get("train") is not None]
         if vals:
             fields["steps_s"] = (statistics.median(vals), min(vals), max(vals))
@@ -130,6 +141,8 @@ def summarize(rounds):
     for fields in out.values():
         if "p99" in fields and "p99" in alone:
             fields["p99_vs_alone"] = fields["p99"][0] / alone["p99"][0]
+        if "second_p99" in fields and "p99" in alone:
+            fields["second_p99_vs_alone"] = fields["second_p99"][0] / alone["p99"][0]
         if "steps_s" in fields and "steps_s" in alone:
             fields["train_vs_alone"] = fields["steps_s"][0] / alone["steps_s"][0]
     return out
@@ -214,10 +227,16 @@ def _stop_train(proc):
     return parse_train(out)
 
 
-def _finish_infer(proc):
-    out, _ = proc.communicate("go\n", timeout=600)
+def _go(proc):
+    """Starts an inference's requests (the line it waits for once ready)."""
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+
+
+def _finish_infer(proc, what):
+    out, _ = proc.communicate(timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"the inference exited {proc.returncode}: {_stderr(proc)}")
+        raise RuntimeError(f"{what} exited {proc.returncode}: {_stderr(proc)}")
     return parse_infer(out)
 
 
@@ -236,7 +255,8 @@ def run_alone(args, env):
     try:
         infer = _start(args.infer, env, stdin=True)
         _wait_ready(infer, "the inference")
-        start, end, latencies = _finish_infer(infer)
+        _go(infer)
+        start, end, latencies = _finish_infer(infer, "the inference")
         train = _start(args.train, env)
         _wait_ready(train, "the training")
         t0 = time.monotonic() + 0.5
@@ -248,20 +268,33 @@ def run_alone(args, env):
     return {"infer": latency_row(latencies), "train": rate_in_window(ends, t0, t1)}
 
 
-def run_together(args, env, train_prefix=(), train_env=None, infer_prefix=()):
+def run_together(args, env, train_prefix=(), train_env=None, infer_prefix=(),
+                 second_prefix=None):
     """Both at once: the training first, then the inference's requests once both are ready;
-    the training's rate is counted inside the inference's window."""
-    infer = train = None
+    the training's rate is counted inside the inference's window. With second_prefix, a
+    second inference service (args.second) runs too, its requests starting with the first's;
+    its latencies are `second`."""
+    infer = train = second = None
     try:
         train = _start([*train_prefix, *args.train], {**env, **(train_env or {})})
         _wait_ready(train, "the training")
         infer = _start([*infer_prefix, *args.infer], env, stdin=True)
         _wait_ready(infer, "the inference")
-        start, end, latencies = _finish_infer(infer)
+        if second_prefix is not None:
+            second = _start([*second_prefix, *args.second], env, stdin=True)
+            _wait_ready(second, "the second service")
+            _go(second)
+        _go(infer)
+        start, end, latencies = _finish_infer(infer, "the inference")
+        if second is not None:
+            second_latencies = _finish_infer(second, "the second service")[2]
         ends = _stop_train(train)
     finally:
-        _reap(infer, train)
-    return {"infer": latency_row(latencies), "train": rate_in_window(ends, start, end)}
+        _reap(infer, train, second)
+    got = {"infer": latency_row(latencies), "train": rate_in_window(ends, start, end)}
+    if second is not None:
+        got["second"] = latency_row(second_latencies)
+    return got
 
 
 def run_config(name, args, tmp, mps_env):
@@ -269,7 +302,9 @@ def run_config(name, args, tmp, mps_env):
         return run_alone(args, {})
     if name == "shared":
         return run_together(args, {})
-    if name == "priority":
+    if name == "shared-two":
+        return run_together(args, {}, second_prefix=())
+    if name in ("priority", "priority-two"):
         return run_priority(name, args, tmp, {})
     if mps_env is None:
         return None
@@ -293,11 +328,15 @@ def run_priority(name, args, tmp, env):
     policy = priority_policy(tmp / f"{name}.yaml", tmp / f"{name}-board",
                              PRIORITY_HELD_SHARE if "share" in name else 0)
 
-    def prefix(tenant):
+    def prefix(tenant, program):
         return [args.clc_run, "--policy", policy, "--tenant", tenant, "-o",
-                tmp / f"{name}-{tenant}.clc", "--force", "--no-report", "-q", "--"]
-    got = run_together(args, env, train_prefix=prefix("batch"), infer_prefix=prefix("serving"))
+                tmp / f"{name}-{program}.clc", "--force", "--no-report", "-q", "--"]
+    got = run_together(args, env, train_prefix=prefix("batch", "batch"),
+                       infer_prefix=prefix("serving", "serving"),
+                       second_prefix=prefix("batch", "second") if name == "priority-two" else None)
     got["held"] = hold_row(tmp / f"{name}-batch.clc")
+    if name == "priority-two":
+        got["second_held"] = hold_row(tmp / f"{name}-second.clc")
     return got
 
 
@@ -313,6 +352,17 @@ def measured(r, name, args, tmp, mps_env):
 
 
 # ---- the report ---------------------------------------------------------------------------
+
+def hold_line(who, held):
+    """How a best-effort program was held over the runs (hold_row per run), in words."""
+    lags = [h["lag_us_p50"] for h in held if h["lag_us_p50"] is not None]
+    return (f"{who} held {statistics.median(h['holds'] for h in held):.0f} times per run "
+            f"({statistics.median(h['held_ms'] for h in held):.0f} ms in all, "
+            f"{statistics.median(h['by_floor'] for h in held):.0f} let go by the floor); from "
+            "the inference going busy to the hold: "
+            + (f"{statistics.median(lags):.0f} us (median of the runs' medians)"
+               if lags else "-"))
+
 
 def _cell(field, fmt):
     if field is None:
@@ -358,6 +408,8 @@ def main():
                  "(pip install -e . first, or leave out the clc-* configurations)")
     args.infer = [sys.executable, SCRIPT, "infer", "--requests", args.requests,
                   "--gap-ms", args.gap_ms]
+    args.second = [sys.executable, SCRIPT, "infer", "--requests",
+                   round(args.requests * args.gap_ms / SECOND_GAP_MS), "--gap-ms", SECOND_GAP_MS]
     args.train = [sys.executable, SCRIPT, "train"]
     print(f"device: {device_name()}")
     rounds, note = [], None
@@ -384,16 +436,22 @@ def main():
     print(f"\n{args.rounds} interleaved rounds, {args.requests} requests every "
           f"{args.gap_ms:g} ms; medians (range over rounds)\n")
     print_table(summary)
-    for name in ("priority", "priority-mps", "priority-share-mps"):
-        held = [r[name]["held"] for r in rounds if r.get(name, {}).get("held")]
-        if held:
-            lags = [h["lag_us_p50"] for h in held if h["lag_us_p50"] is not None]
-            print(f"\n{name}: the training held {statistics.median(h['holds'] for h in held):.0f} "
-                  f"times per run ({statistics.median(h['held_ms'] for h in held):.0f} ms in "
-                  f"all, {statistics.median(h['by_floor'] for h in held):.0f} let go by the "
-                  "floor); from the inference going busy to the hold: "
-                  + (f"{statistics.median(lags):.0f} us (median of the runs' medians)"
-                     if lags else "-"))
+    seconds = {n: f for n, f in summary.items() if "second_p99" in f}
+    if seconds:
+        print(f"\nThe second service (a request every {SECOND_GAP_MS:g} ms), its p99 against "
+              "the inference's alone:\n")
+        print("| config | p50 ms | p99 ms | max ms | p99 vs alone |")
+        print("|---|---:|---:|---:|---:|")
+        for name, f in seconds.items():
+            vs = f"{f['second_p99_vs_alone']:.2f}x" if "second_p99_vs_alone" in f else "-"
+            print(f"| {name} | {_cell(f.get('second_p50'), '.2f')} | "
+                  f"{_cell(f.get('second_p99'), '.2f')} | {_cell(f.get('second_max'), '.2f')} | "
+                  f"{vs} |")
+    for name in PRIORITY_CONFIGS:
+        for key, who in (("held", "the training"), ("second_held", "the second service")):
+            held = [r[name][key] for r in rounds if r.get(name, {}).get(key)]
+            if held:
+                print(f"\n{name}: {hold_line(who, held)}")
     if note:
         print(f"\nMPS configurations left out: {note}")
     if args.json:

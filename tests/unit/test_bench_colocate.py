@@ -168,3 +168,26 @@ def test_holds_are_read_from_the_training_capture(tmp_path):
     w.write(tmp_path / "train.clc")
     assert bc.hold_row(tmp_path / "train.clc") == {
         "holds": 3, "held_ms": 6.0, "by_floor": 1, "lag_us_p50": 30.0}
+
+
+def test_a_second_service_runs_with_the_first_and_is_measured_apart(tmp_path):
+    args = _args(tmp_path)
+    second = FAKE_INFER.replace("5.0,6.0,7.0,8.0", "1.0,2.0,3.0")
+    (tmp_path / "second.py").write_text(second)
+    args.second = [sys.executable, tmp_path / "second.py"]
+    got = bc.run_together(args, {}, second_prefix=())
+    assert got["infer"]["n"] == 4 and (got["second"]["n"], got["second"]["max"]) == (3, 3.0)
+    alone = {"infer": {"p50": 1.0, "p99": 2.0, "max": 3.0}, "train": 10.0}
+    summary = bc.summarize([{"alone": alone, "shared-two": got}])
+    assert summary["shared-two"]["second_p99"][0] == pytest.approx(got["second"]["p99"])
+    assert summary["shared-two"]["second_p99_vs_alone"] == pytest.approx(
+        got["second"]["p99"] / 2.0)
+    assert "second_p99" not in summary["alone"]
+
+
+def test_a_hold_line_says_who_was_held_and_how_long():
+    held = [{"holds": 10, "held_ms": 40.0, "by_floor": 1, "lag_us_p50": 20.0},
+            {"holds": 12, "held_ms": 44.0, "by_floor": 3, "lag_us_p50": None}]
+    line = bc.hold_line("the second service", held)
+    assert line.startswith("the second service held 11 times per run (42 ms in all, 2 let go")
+    assert line.endswith("20 us (median of the runs' medians)")
