@@ -2,7 +2,7 @@
 """A latency-critical inference service beside a best-effort training job on one GPU.
 
     python3 benchmarks/bench_colocate.py [--rounds 3] [--requests 400] [--gap-ms 10]
-                                         [--configs NAME,...] [--json OUT]
+                                         [--configs NAME,...] [--run-ahead 32] [--json OUT]
 
 The two programs are examples/colocate.py's `infer` (a transformer forward pass in bf16, one
 request every 10 ms, each request's latency from its arrival) and `train` (a transformer
@@ -67,6 +67,7 @@ CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
 PRIORITY_CONFIGS = ("priority", "priority-mps", "priority-share-mps", "priority-two")
 SECOND_GAP_MS = 7.0
 PRIORITY_FLOOR = 0.1
+PRIORITY_RUN_AHEAD = 32
 PRIORITY_HELD_SHARE = 0.25
 READY_TIMEOUT_S = 300
 
@@ -148,12 +149,13 @@ def summarize(rounds):
     return out
 
 
-def priority_policy(path, board, held_share=0):
+def priority_policy(path, board, held_share=0, run_ahead=PRIORITY_RUN_AHEAD):
     """The inference (tenant serving) latency-critical, the training (tenant batch)
     best-effort: its held launches wait (down to the floor), or with held_share run on that
-    share of the SMs."""
+    share of the SMs; at most run_ahead launches queued per stream."""
     held = f"      held_share: {held_share}\n" if held_share else \
         f"      floor: {PRIORITY_FLOOR}\n"
+    held += f"      run_ahead: {run_ahead}\n"
     Path(path).write_text(
         "# SPDX-License-Identifier: Apache-2.0\nversion: 1\ndefault: allow\npriority:\n"
         f"  board: {board}\n  classes:\n"
@@ -326,7 +328,7 @@ def run_config(name, args, tmp, mps_env):
 
 def run_priority(name, args, tmp, env):
     policy = priority_policy(tmp / f"{name}.yaml", tmp / f"{name}-board",
-                             PRIORITY_HELD_SHARE if "share" in name else 0)
+                             PRIORITY_HELD_SHARE if "share" in name else 0, args.run_ahead)
 
     def prefix(tenant, program):
         return [args.clc_run, "--policy", policy, "--tenant", tenant, "-o",
@@ -389,6 +391,8 @@ def main():
     ap.add_argument("--gap-ms", type=float, default=10.0)
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    ap.add_argument("--run-ahead", type=int, default=PRIORITY_RUN_AHEAD,
+                    help="the priority policy's run_ahead (4 to 256)")
     ap.add_argument("--json", metavar="OUT", help="write every round's figures here")
     args = ap.parse_args()
     configs = [c for c in args.configs.split(",") if c]
@@ -396,6 +400,8 @@ def main():
     if unknown:
         ap.error(f"unknown configuration(s) {', '.join(unknown)}: choose from "
                  f"{', '.join(CONFIGS)}")
+    if not 4 <= args.run_ahead <= 256:
+        ap.error(f"--run-ahead {args.run_ahead}: expected 4 to 256")
     if "alone" not in configs:
         configs.insert(0, "alone")  # every figure is relative to it
     try:

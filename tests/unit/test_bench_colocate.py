@@ -152,6 +152,9 @@ def test_the_priority_policy_classes_the_two_programs(tmp_path):
     assert class_of("other") is None
     shared = load_policy(bc.priority_policy(tmp_path / "s.yaml", tmp_path / "board", 0.25))
     assert [c.held_share for c in shared.priority.classes] == [0.0, 0.25]
+    assert shared.priority.classes[1].run_ahead == bc.PRIORITY_RUN_AHEAD
+    assert load_policy(bc.priority_policy(tmp_path / "r.yaml", tmp_path / "board", 0, 128)
+                       ).priority.classes[1].run_ahead == 128
     assert not shared.warnings
 
 
