@@ -9,18 +9,23 @@ PY := $(VENV)/bin/python
 BUILD := build/examples
 NVCC ?= nvcc
 
-.PHONY: install test demo gpu-install gpu-test bench bench-colocate clean
+.PHONY: install test-packages test demo gpu-install gpu-test bench bench-colocate clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard shim/*.c shim/*.h shim/*.py)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard shim/*.c shim/*.h shim/*.py shim/slurm/*.c shim/slurm/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-test: install
-	$(VENV)/bin/clang-format --dry-run --Werror shim/*.c shim/*.h
+# The packages tests/slurm runs a real cluster with, where missing and the machine allows it;
+# before install, so that the SPANK plugin is built against spank.h.
+test-packages:
+	sh tests/slurm/install-packages.sh
+
+test: test-packages install
+	$(VENV)/bin/clang-format --dry-run --Werror shim/*.c shim/*.h shim/slurm/*.c shim/slurm/*.h
 	$(PY) -m ruff check .
 	$(PY) -m pytest tests
 
@@ -50,4 +55,4 @@ bench-colocate: gpu-install
 	$(PYTHON) benchmarks/bench_colocate.py
 
 clean:
-	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/runtime/_bridge*.so clc/runtime/_bridge.c .pytest_cache
+	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/libclc_spank.so clc/clc-slurm-exec clc/runtime/_bridge*.so clc/runtime/_bridge.c .pytest_cache

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * clc-slurm-exec: the first program of every task that the SPANK plugin (clc_spank.c) puts
+ * under clc. The plugin replaces the task's program by this one (argv[0]) and leaves the
+ * task's settings in a sealed memfd; this program starts
+ *
+ *     PYTHON -I -m clc run --policy P --tenant T [-o CAPTURE | --no-capture] [--strict]
+ *                          [--no-report] [--hooks H] -- PROGRAM ARGS...
+ *
+ * with PROGRAM the task's own and ARGS those the task was given. It is linked statically, so
+ * that the loader's variables of the job (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, which a task
+ * prolog may set) run nothing inside it; it moves them out of clc-run's way (clc-run gives them
+ * back to the program), and Python's own (PYTHONPATH, PYTHONHOME, ...) are ignored by -I.
+ *
+ * When clc cannot be started, the task stops (exit 127) with the reason on its standard error:
+ * a task that the administrator put under clc never runs without it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "clc_slurm.h"
+
+#define REQUIRED_SEALS (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+static void die(const char *fmt, const char *what) {
+    fprintf(stderr, "clc-slurm-exec: ");
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, "\n");
+    exit(127);
+}
+
+static char *g_block;
+static size_t g_len;
+
+static const char *setting(const char *key) {
+    size_t klen = strlen(key);
+    for (size_t off = 0; off < g_len;) {
+        const char *rec = g_block + off;
+        size_t n = strnlen(rec, g_len - off);
+        if (n > klen && rec[klen] == '=' && memcmp(rec, key, klen) == 0) return rec + klen + 1;
+        off += n + 1;
+    }
+    return NULL;
+}
+
+/* The settings, from the descriptor CLC_SLURM_FD names: only a sealed memfd of the plugin's
+ * name is believed. */
+static void read_settings(void) {
+    const char *v = getenv(CLC_SLURM_FD);
+    if (!v || !*v) die("%s is not set: start tasks through the clc SPANK plugin", CLC_SLURM_FD);
+    char *end;
+    errno = 0;
+    long fd = strtol(v, &end, 10);
+    if (errno || *end || fd < 0 || fd > INT_MAX) die("%s is not a descriptor", CLC_SLURM_FD);
+    char link[64], target[128];
+    snprintf(link, sizeof link, "/proc/self/fd/%ld", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n < 0) die("%s names no open descriptor", CLC_SLURM_FD);
+    target[n] = 0;
+    struct stat st;
+    int seals = fcntl((int)fd, F_GET_SEALS);
+    if (strncmp(target, "/memfd:" CLC_SLURM_MEMFD " ", strlen("/memfd:" CLC_SLURM_MEMFD " ")) !=
+            0 ||
+        seals < 0 || (seals & REQUIRED_SEALS) != REQUIRED_SEALS || fstat((int)fd, &st) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_size <= 0 || (size_t)st.st_size > CLC_SLURM_MAX)
+        die("%s names no settings of the clc SPANK plugin", CLC_SLURM_FD);
+    g_len = (size_t)st.st_size;
+    g_block = malloc(g_len + 1);
+    if (!g_block || pread((int)fd, g_block, g_len, 0) != (ssize_t)g_len)
+        die("cannot read the task's settings (%s)", strerror(errno));
+    g_block[g_len] = 0;
+    close((int)fd);
+    unsetenv(CLC_SLURM_FD);
+}
+
+/* The loader's variables, moved to CLC_SLURM_SAVED_<name> (clc-run gives them back). */
+static void save_loader_vars(void) {
+    static const char *names[] = CLC_SLURM_LOADER_VARS;
+    char list[256] = "";
+    unsetenv(CLC_SLURM_SAVED);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char saved[64];
+        snprintf(saved, sizeof saved, CLC_SLURM_SAVED_PREFIX "%s", names[i]);
+        unsetenv(saved);
+        const char *v = getenv(names[i]);
+        if (!v) continue;
+        if (setenv(saved, v, 1) != 0) die("cannot keep %s for the program", names[i]);
+        unsetenv(names[i]);
+        if (*list) strcat(list, ",");
+        strcat(list, names[i]);
+    }
+    if (*list && setenv(CLC_SLURM_SAVED, list, 1) != 0) die("cannot keep %s", CLC_SLURM_SAVED);
+}
+
+int main(int argc, char **argv) {
+    read_settings();
+    const char *python = setting(CLC_SLURM_PYTHON), *policy = setting(CLC_SLURM_POLICY);
+    const char *argv0 = setting(CLC_SLURM_ARGV0);
+    if (!python || *python != '/') die("the task's settings name no Python (%s)", "python=");
+    if (!policy || !argv0) die("the task's settings name no %s", !policy ? "policy" : "program");
+    save_loader_vars();
+
+    char **args = calloc((size_t)argc + 20, sizeof *args);
+    if (!args) die("%s", strerror(errno));
+    int k = 0;
+    args[k++] = (char *)python;
+    args[k++] = "-I";
+    args[k++] = "-m";
+    args[k++] = "clc";
+    args[k++] = "run";
+    args[k++] = "--policy";
+    args[k++] = (char *)policy;
+    const char *v;
+    /* always said, even empty: clc-run would otherwise take $CLC_TENANT, which the job sets */
+    v = setting(CLC_SLURM_TENANT);
+    args[k++] = "--tenant";
+    args[k++] = (char *)(v ? v : "");
+    if ((v = setting(CLC_SLURM_OUTPUT)) && *v)
+        args[k++] = "-o", args[k++] = (char *)v;
+    else
+        args[k++] = "--no-capture";
+    if ((v = setting(CLC_SLURM_STRICT)) && strcmp(v, "1") == 0) args[k++] = "--strict";
+    if (!(v = setting(CLC_SLURM_REPORT)) || strcmp(v, "1") != 0) args[k++] = "--no-report";
+    if ((v = setting(CLC_SLURM_HOOKS)) && *v) args[k++] = "--hooks", args[k++] = (char *)v;
+    args[k++] = "--";
+    args[k++] = (char *)argv0;
+    for (int i = 1; i < argc; i++) args[k++] = argv[i];
+    args[k] = NULL;
+    execv(python, args);
+    die("cannot start clc (%s)", strerror(errno));
+    return 127;
+}

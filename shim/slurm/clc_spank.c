@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * clc_spank.c: a SPANK plugin that runs every task of every job step on a node under clc, as
+ * the administrator's plugstack.conf line says (docs/deploy.md):
+ *
+ *     required /path/to/clc/libclc_spank.so policy=/etc/clc/policy.yaml python=/opt/clc/bin/python
+ *              [captures=/var/spool/clc] [tenant=account|partition|qos|user|none] [strict=1]
+ *              [user_policy=1] [user_hooks=1]
+ *
+ * In slurmstepd, for each task, just before its program is executed (slurm_spank_task_init,
+ * in the task's own process, as the job's user), the plugin writes the task's settings into a
+ * sealed memfd and replaces the task's program by clc-slurm-exec (beside this library), which
+ * starts clc-run on the task's own program and arguments. Everything slurmstepd does after this
+ * point (task prologs, TMPDIR, the user's limits) still happens, to clc-slurm-exec.
+ *
+ * What the job cannot change: the policy (an administrator's file, owned by root and writable
+ * by nobody else; a policy the job names, --clc-policy, is refused unless user_policy=1), the
+ * tenant (read from the controller's record of the job, not from the job's environment, which
+ * the user sets), where the captures go (CAPTURES/<job id>/, made here by root and given to the
+ * job's user) and --strict.
+ *
+ * Options it adds to srun, sbatch and salloc: --clc-report (clc-run's report at the end of each
+ * task, on its standard error), --clc-policy=FILE (where allowed), --clc-hooks=FILE (where
+ * allowed).
+ *
+ * A mistake in the plugstack.conf line stops every step with the reason in slurmd's log and the
+ * job's standard error: a node that the administrator put under clc runs nothing without it.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+#include <slurm/spank.h>
+
+#include "clc_slurm.h"
+
+SPANK_PLUGIN(clc, 1);
+
+#define PATH_LEN 4096
+#define LAUNCHER "clc-slurm-exec"
+
+static struct {
+    char policy[PATH_LEN], python[PATH_LEN], captures[PATH_LEN], launcher[PATH_LEN];
+    enum { TENANT_ACCOUNT, TENANT_PARTITION, TENANT_QOS, TENANT_USER, TENANT_NONE } tenant_from;
+    int strict, user_policy, user_hooks;
+    int bad;                  /* the line has a mistake: every task stops */
+    char why[PATH_LEN + 128]; /* ... this one */
+} g_cfg = {.tenant_from = TENANT_ACCOUNT};
+
+/* what the job asked for (srun/sbatch options) */
+static struct {
+    int report;
+    char policy[PATH_LEN], hooks[PATH_LEN];
+} g_opt;
+
+/* the step, as the controller knows it (slurm_spank_init_post_opt, as root) */
+static struct {
+    int skip; /* the extern step: no task of the user's runs in it */
+    char tenant[256], output_dir[PATH_LEN + 64], step[32];
+    uint32_t restarts;
+} g_step;
+
+static int opt_report(int val, const char *arg, int remote) {
+    g_opt.report = 1;
+    return 0;
+}
+
+static int opt_path(char *out, const char *arg) {
+    if (!arg || !*arg || strlen(arg) >= PATH_LEN) return -1;
+    snprintf(out, PATH_LEN, "%s", arg);
+    return 0;
+}
+
+static int opt_policy(int val, const char *arg, int remote) { return opt_path(g_opt.policy, arg); }
+static int opt_hooks(int val, const char *arg, int remote) { return opt_path(g_opt.hooks, arg); }
+
+static struct spank_option g_options[] = {
+    {"clc-report", NULL, "print clc's report of each task at its end", 0, 0,
+     (spank_opt_cb_f)opt_report},
+    {"clc-policy", "FILE",
+     "run the job's tasks under this clc policy (where the administrator "
+     "allows it)",
+     1, 0, (spank_opt_cb_f)opt_policy},
+    {"clc-hooks", "FILE",
+     "add this Python hook file to clc's policy (where the administrator "
+     "allows it)",
+     1, 0, (spank_opt_cb_f)opt_hooks},
+    SPANK_OPTIONS_TABLE_END};
+
+static void bad(const char *fmt, const char *what) {
+    if (g_cfg.bad) return;
+    g_cfg.bad = 1;
+    snprintf(g_cfg.why, sizeof g_cfg.why, fmt, what);
+}
+
+/* An administrator's file: a regular file (or directory) owned by root and writable by nobody
+ * else, reached through directories owned by root that nobody else can write to (or that are
+ * sticky, as /tmp: nobody else can replace root's entries there). */
+static int admin_owned(const char *path, int want_dir) {
+    size_t n = strlen(path);
+    char buf[PATH_LEN];
+    if (path[0] != '/' || n >= sizeof buf) return 0;
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n && path[i] != '/') continue;
+        memcpy(buf, path, i);
+        buf[i] = 0;
+        struct stat st;
+        if (lstat(buf, &st) != 0 || st.st_uid != 0) return 0;
+        if (i == n) /* the file itself */
+            return (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) &&
+                   !(st.st_mode & (S_IWGRP | S_IWOTH));
+        if (!S_ISDIR(st.st_mode) || ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)))
+            return 0;
+    }
+    return 0;
+}
+
+static void parse_line(int ac, char **av) {
+    for (int i = 0; i < ac; i++) {
+        const char *a = av[i], *eq = strchr(a, '=');
+        if (!eq) {
+            bad("clc plugstack.conf: `%s`: expected KEY=VALUE", a);
+            continue;
+        }
+        size_t k = (size_t)(eq - a);
+        const char *v = eq + 1;
+        char *dst = NULL;
+        if (k == 6 && !strncmp(a, "policy", k))
+            dst = g_cfg.policy;
+        else if (k == 6 && !strncmp(a, "python", k))
+            dst = g_cfg.python;
+        else if (k == 8 && !strncmp(a, "captures", k))
+            dst = g_cfg.captures;
+        if (dst) {
+            if (*v != '/' || strlen(v) >= PATH_LEN)
+                bad("clc plugstack.conf: `%s`: expected an absolute path", a);
+            else
+                snprintf(dst, PATH_LEN, "%s", v);
+        } else if (k == 6 && !strncmp(a, "tenant", k)) {
+            if (!strcmp(v, "account"))
+                g_cfg.tenant_from = TENANT_ACCOUNT;
+            else if (!strcmp(v, "partition"))
+                g_cfg.tenant_from = TENANT_PARTITION;
+            else if (!strcmp(v, "qos"))
+                g_cfg.tenant_from = TENANT_QOS;
+            else if (!strcmp(v, "user"))
+                g_cfg.tenant_from = TENANT_USER;
+            else if (!strcmp(v, "none"))
+                g_cfg.tenant_from = TENANT_NONE;
+            else
+                bad("clc plugstack.conf: `%s`: expected account, partition, qos, user or none", a);
+        } else if ((k == 6 && !strncmp(a, "strict", k)) ||
+                   (k == 11 && !strncmp(a, "user_policy", k)) ||
+                   (k == 10 && !strncmp(a, "user_hooks", k))) {
+            int *flag = a[0] == 's'   ? &g_cfg.strict
+                        : a[5] == 'p' ? &g_cfg.user_policy
+                                      : &g_cfg.user_hooks;
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                bad("clc plugstack.conf: `%s`: expected 0 or 1", a);
+            *flag = !strcmp(v, "1");
+        } else {
+            bad("clc plugstack.conf: `%s`: unknown key (policy, python, captures, tenant, strict, "
+                "user_policy, user_hooks)",
+                a);
+        }
+    }
+    if (!*g_cfg.policy) bad("clc plugstack.conf: %s", "policy=FILE is missing");
+    if (!*g_cfg.python) bad("clc plugstack.conf: %s", "python=PATH is missing");
+    if (g_cfg.bad) return;
+    if (!admin_owned(g_cfg.policy, 0))
+        bad("clc plugstack.conf: policy=%s: expected a file owned by root and writable by nobody "
+            "else, through such directories",
+            g_cfg.policy);
+    if (*g_cfg.captures && !admin_owned(g_cfg.captures, 1))
+        bad("clc plugstack.conf: captures=%s: expected a directory owned by root and writable by "
+            "nobody else, through such directories",
+            g_cfg.captures);
+    if (access(g_cfg.python, X_OK) != 0)
+        bad("clc plugstack.conf: python=%s: not an executable", g_cfg.python);
+    /* clc-slurm-exec: beside this library */
+    Dl_info info;
+    if (!dladdr((void *)parse_line, &info) || !info.dli_fname) {
+        bad("clc: %s", "cannot tell where the plugin lies, so cannot find " LAUNCHER);
+        return;
+    }
+    snprintf(g_cfg.launcher, sizeof g_cfg.launcher, "%s", info.dli_fname);
+    char *slash = strrchr(g_cfg.launcher, '/');
+    if (!slash || (size_t)(slash - g_cfg.launcher) + sizeof LAUNCHER + 1 > sizeof g_cfg.launcher)
+        bad("clc: %s", "cannot find " LAUNCHER);
+    else
+        strcpy(slash + 1, LAUNCHER);
+    if (!g_cfg.bad && access(g_cfg.launcher, X_OK) != 0)
+        bad("clc: %s: not an executable (reinstall clc)", g_cfg.launcher);
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av) {
+    for (struct spank_option *o = g_options; o->name; o++)
+        if (spank_option_register(sp, o) != ESPANK_SUCCESS) return -1;
+    if (spank_context() == S_CTX_REMOTE) parse_line(ac, av);
+    return 0;
+}
+
+/* The tenant, from the controller's record of the job (the job's environment is the user's). */
+static void find_tenant(uint32_t job_id, uid_t uid) {
+    if (g_cfg.tenant_from == TENANT_NONE) return;
+    if (g_cfg.tenant_from == TENANT_USER) {
+        struct passwd *pw = getpwuid(uid);
+        if (pw)
+            snprintf(g_step.tenant, sizeof g_step.tenant, "%s", pw->pw_name);
+        else
+            snprintf(g_step.tenant, sizeof g_step.tenant, "%u", (unsigned)uid);
+        return;
+    }
+    job_info_msg_t *msg = NULL;
+    if (slurm_load_job(&msg, job_id, SHOW_ALL) != 0 || !msg || msg->record_count < 1) {
+        bad("clc: cannot read job %s from the controller, so cannot tell its tenant", "");
+        if (msg) slurm_free_job_info_msg(msg);
+        return;
+    }
+    slurm_job_info_t *job = &msg->job_array[0];
+    const char *t = g_cfg.tenant_from == TENANT_ACCOUNT     ? job->account
+                    : g_cfg.tenant_from == TENANT_PARTITION ? job->partition
+                                                            : job->qos;
+    if (t) snprintf(g_step.tenant, sizeof g_step.tenant, "%s", t);
+    slurm_free_job_info_msg(msg);
+}
+
+/* CAPTURES/<job id>/, made by root for the job's user (mode 0700); one made before is used only
+ * when it is a directory of that user's. */
+static void make_output_dir(uint32_t job_id, uid_t uid, gid_t gid) {
+    if (!*g_cfg.captures) return;
+    int top = open(g_cfg.captures, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (top < 0) {
+        bad("clc: captures=%s: cannot open it", g_cfg.captures);
+        return;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "%u", (unsigned)job_id);
+    if (mkdirat(top, name, 0700) == 0) {
+        if (fchownat(top, name, uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
+            unlinkat(top, name, AT_REMOVEDIR);
+            bad("clc: cannot give the job's capture directory to its user under %s",
+                g_cfg.captures);
+        }
+    } else if (errno != EEXIST) {
+        bad("clc: cannot make the job's capture directory under %s", g_cfg.captures);
+    }
+    struct stat st;
+    if (!g_cfg.bad && (fstatat(top, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+                       st.st_uid != uid))
+        bad("clc: the job's capture directory under %s is not a directory of the job's user",
+            g_cfg.captures);
+    close(top);
+    if (!g_cfg.bad)
+        snprintf(g_step.output_dir, sizeof g_step.output_dir, "%s/%s", g_cfg.captures, name);
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
+    if (spank_context() != S_CTX_REMOTE || g_cfg.bad) return 0;
+    uint32_t job_id = 0, step_id = 0;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_STEPID, &step_id) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {
+        bad("clc: %s", "cannot read the job's id, step and user from slurmstepd");
+        return 0;
+    }
+    if (step_id == SLURM_EXTERN_CONT) {
+        g_step.skip = 1;
+        return 0;
+    }
+    if (spank_get_item(sp, S_SLURM_RESTART_COUNT, &g_step.restarts) != ESPANK_SUCCESS)
+        g_step.restarts = 0;
+    if (step_id == SLURM_BATCH_SCRIPT)
+        snprintf(g_step.step, sizeof g_step.step, "batch");
+    else if (step_id == SLURM_INTERACTIVE_STEP)
+        snprintf(g_step.step, sizeof g_step.step, "interactive");
+    else
+        snprintf(g_step.step, sizeof g_step.step, "%u", (unsigned)step_id);
+    if (*g_opt.policy && !g_cfg.user_policy)
+        bad("clc: --clc-policy=%s: this cluster runs jobs under its administrator's policy only",
+            g_opt.policy);
+    if (*g_opt.hooks && !g_cfg.user_hooks)
+        bad("clc: --clc-hooks=%s: this cluster does not take hook files from jobs", g_opt.hooks);
+    if (g_cfg.bad) return 0;
+    find_tenant(job_id, uid);
+    make_output_dir(job_id, uid, gid);
+    return 0;
+}
+
+/* "KEY=VALUE\0" */
+static int put(char *buf, size_t cap, size_t *len, const char *key, const char *value) {
+    int n = snprintf(buf + *len, cap - *len, "%s=%s", key, value);
+    if (n < 0 || (size_t)n + 1 > cap - *len) return -1;
+    *len += (size_t)n + 1;
+    return 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av) {
+    if (spank_context() != S_CTX_REMOTE || g_step.skip) return 0;
+    if (g_cfg.bad) {
+        slurm_error("%s", g_cfg.why);
+        return -1;
+    }
+    int argc = 0;
+    char **argv = NULL;
+    uint32_t task = 0;
+    if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 || !argv ||
+        !argv[0] || spank_get_item(sp, S_TASK_GLOBAL_ID, &task) != ESPANK_SUCCESS) {
+        slurm_error("clc: cannot read the task's program from slurmstepd");
+        return -1;
+    }
+    static char buf[CLC_SLURM_MAX];
+    size_t len = 0;
+    char output[PATH_LEN + 64] = "";
+    if (*g_step.output_dir) {
+        if (g_step.restarts)
+            snprintf(output, sizeof output, "%s/%s.%u.r%u.clc", g_step.output_dir, g_step.step,
+                     (unsigned)task, (unsigned)g_step.restarts);
+        else
+            snprintf(output, sizeof output, "%s/%s.%u.clc", g_step.output_dir, g_step.step,
+                     (unsigned)task);
+    }
+    if (put(buf, sizeof buf, &len, CLC_SLURM_PYTHON, g_cfg.python) ||
+        put(buf, sizeof buf, &len, CLC_SLURM_POLICY, *g_opt.policy ? g_opt.policy : g_cfg.policy) ||
+        put(buf, sizeof buf, &len, CLC_SLURM_TENANT, g_step.tenant) ||
+        put(buf, sizeof buf, &len, CLC_SLURM_OUTPUT, output) ||
+        put(buf, sizeof buf, &len, CLC_SLURM_STRICT, g_cfg.strict ? "1" : "0") ||
+        put(buf, sizeof buf, &len, CLC_SLURM_REPORT, g_opt.report ? "1" : "0") ||
+        put(buf, sizeof buf, &len, CLC_SLURM_HOOKS, g_opt.hooks) ||
+        put(buf, sizeof buf, &len, CLC_SLURM_ARGV0, argv[0])) {
+        slurm_error("clc: the task's settings are too long");
+        return -1;
+    }
+    int fd = memfd_create(CLC_SLURM_MEMFD, MFD_ALLOW_SEALING); /* kept across the exec */
+    if (fd < 0 || write(fd, buf, len) != (ssize_t)len ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        slurm_error("clc: cannot hand the task its settings: %m");
+        return -1;
+    }
+    char num[16];
+    snprintf(num, sizeof num, "%d", fd);
+    if (spank_setenv(sp, CLC_SLURM_FD, num, 1) != ESPANK_SUCCESS) {
+        slurm_error("clc: cannot name the task's settings in its environment");
+        return -1;
+    }
+    /* The task's program becomes clc-slurm-exec; its arguments stay. The array is this task
+     * process's own copy, executed right after the plugins' task_init. */
+    char *launcher = strdup(g_cfg.launcher);
+    if (!launcher) {
+        slurm_error("clc: out of memory");
+        return -1;
+    }
+    argv[0] = launcher;
+    return 0;
+}

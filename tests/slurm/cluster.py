@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A real one-node Slurm cluster on localhost for the tests: munged, slurmctld and slurmd,
+started from a generated configuration with every file under one directory, and stopped with
+everything they started.
+
+Needs root (slurmd starts tasks as their users), Slurm's daemons and client, and munge
+(tests/slurm/install-packages.sh installs them where it can). Clients reach the cluster
+through SLURM_CONF alone: `AuthInfo=socket=` names the cluster's own munge socket for the
+daemons and the clients alike.
+"""
+
+import grp
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+BINARIES = ("munged", "munge", "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "squeue",
+            "scancel")
+
+
+def missing():
+    """Why a cluster cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the cluster's daemons need root"
+    absent = [b for b in BINARIES if shutil.which(b) is None]
+    if absent:
+        return f"not installed: {', '.join(absent)} (tests/slurm/install-packages.sh)"
+    return None
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, root, plugstack=()):
+        self.root = Path(root)
+        self.plugstack = list(plugstack)
+        self.procs = []
+        self.node = socket.gethostname().split(".")[0]
+        self.env = {**os.environ, "SLURM_CONF": str(self.root / "slurm.conf")}
+
+    # ---- up and down --------------------------------------------------------------------
+
+    def start(self, timeout=60):
+        r = self.root
+        for d in ("", "log", "state", "spool"):
+            (r / d).mkdir(exist_ok=True)
+            os.chmod(r / d, 0o755)
+        self._start_munge()
+        ctld, slurmd = _free_port(), _free_port()
+        while slurmd == ctld:
+            slurmd = _free_port()
+        (r / "slurm.conf").write_text("\n".join([
+            "ClusterName=clctest", "SlurmctldHost=localhost", f"SlurmctldPort={ctld}",
+            f"SlurmdPort={slurmd}", "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge",
+            "CredType=cred/munge", f"AuthInfo=socket={r}/munge/munge.socket",
+            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool",
+            f"SlurmctldPidFile={r}/slurmctld.pid", f"SlurmdPidFile={r}/slurmd.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd.log",
+            "SlurmctldDebug=info", "SlurmdDebug=info", f"PlugStackConfig={r}/plugstack.conf",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none",
+            "SwitchType=switch/none", "MailProg=/bin/true",
+            "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
+            "JobAcctGatherType=jobacct_gather/none", "ReturnToService=2", "InactiveLimit=0",
+            "KillWait=5", "MinJobAge=300",
+            # the node as configured, not as probed: 4 CPUs even on a 2-core machine
+            "SlurmdParameters=config_overrides",
+            f"NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname={self.node} "
+            f"CPUs={max(os.cpu_count() or 1, 4)} State=UNKNOWN",
+            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
+        self.set_plugstack(self.plugstack)
+        os.chmod(r / "slurm.conf", 0o644)
+        for argv in (["slurmctld", "-D", "-i", "-f", f"{r}/slurm.conf"],
+                     ["slurmd", "-D", "-f", f"{r}/slurm.conf", "-N", self.node]):
+            out = open(r / "log" / f"{argv[0]}.out", "w")
+            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, start_new_session=True))
+        deadline = time.monotonic() + timeout
+        while True:
+            state = subprocess.run(["sinfo", "-h", "-N", "-n", self.node, "-o", "%t"],
+                                   env=self.env, capture_output=True, text=True).stdout.strip()
+            if state == "idle":
+                return self
+            dead = [p.args[0] for p in self.procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster did not come up ({', '.join(dead) or state!r}):"
+                                   f"\n{self.logs()}")
+            time.sleep(0.2)
+
+    def _start_munge(self):
+        m = self.root / "munge"
+        m.mkdir(exist_ok=True)
+        user = "munge" if _user_exists("munge") else "root"
+        pw = pwd.getpwnam(user)
+        os.chown(m, pw.pw_uid, pw.pw_gid)
+        os.chmod(m, 0o755)  # the socket is reached by every user's clients
+        key = m / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        os.chown(key, pw.pw_uid, pw.pw_gid)
+        os.chmod(key, 0o400)
+        subprocess.run(["runuser", "-u", user, "--", "munged", f"--socket={m}/munge.socket",
+                        f"--key-file={key}", f"--pid-file={m}/munged.pid",
+                        f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"],
+                       check=True, capture_output=True, timeout=30)
+        for _ in range(200):
+            if (m / "munge.socket").exists() and (m / "munged.pid").exists():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"munged did not start: {(m / 'munged.log').read_text()[-2000:]}")
+
+    def set_plugstack(self, lines):
+        """plugstack.conf's lines; slurmstepd reads the file again for every step."""
+        self.plugstack = list(lines)
+        path = self.root / "plugstack.conf"
+        path.write_text("".join(f"{line}\n" for line in self.plugstack))
+        os.chmod(path, 0o644)
+
+    def stop(self):
+        subprocess.run(["scancel", "--user=root"], env=self.env, capture_output=True)
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        pid_file = self.root / "munge" / "munged.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+            except (ValueError, ProcessLookupError):
+                pass
+
+    def logs(self):
+        out = []
+        for f in sorted((self.root / "log").glob("*")):
+            out.append(f"== {f.name}\n{f.read_text(errors='replace')[-3000:]}")
+        return "\n".join(out)
+
+    # ---- jobs ---------------------------------------------------------------------------
+
+    def _as(self, user, argv):
+        return argv if user is None else ["runuser", "-u", user, "--", *argv]
+
+    def srun(self, *args, user=None, env=None, timeout=120, cwd=None):
+        """srun ARGS as `user` (root when None): the CompletedProcess."""
+        argv = self._as(user, ["env", f"SLURM_CONF={self.env['SLURM_CONF']}", "srun",
+                               *map(str, args)])
+        return subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd or self.root)
+
+    def sbatch(self, script, *args, user=None, env=None, timeout=120, cwd=None):
+        """Submits `script` (text) with sbatch --wait ARGS; (CompletedProcess, job id, the
+        job's output text)."""
+        cwd = Path(cwd or self.root)
+        path = cwd / f"job{time.monotonic_ns()}.sh"
+        path.write_text(script)
+        os.chmod(path, 0o755)
+        out = cwd / f"{path.stem}.out"
+        argv = self._as(user, ["env", f"SLURM_CONF={self.env['SLURM_CONF']}", "sbatch",
+                               "--wait", "--parsable", f"--output={out}", *map(str, args),
+                               str(path)])
+        proc = subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd)
+        job = proc.stdout.strip().split(";")[0]
+        text = out.read_text(errors="replace") if out.exists() else ""
+        return proc, job, text
+
+
+def _user_exists(name):
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def ensure_user(name):
+    """A local user for jobs (made with useradd when missing): (uid, gid)."""
+    if not _user_exists(name):
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True,
+                       capture_output=True)
+    pw = pwd.getpwnam(name)
+    return pw.pw_uid, pw.pw_gid
+
+
+def group_name(gid):
+    return grp.getgrgid(gid).gr_name

@@ -1,0 +1,26 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Installs what tests/slurm needs (Slurm's daemons and client, munge, spank.h for the plugin)
+# where it is missing and this machine allows it: as root, with Debian's apt-get. Never fails:
+# where it cannot install, it says why, and tests/slurm skips (or fails, under CI=true).
+need=""
+command -v slurmctld >/dev/null 2>&1 || need="$need slurmctld"
+command -v slurmd >/dev/null 2>&1 || need="$need slurmd"
+command -v srun >/dev/null 2>&1 || need="$need slurm-client"
+command -v munged >/dev/null 2>&1 || need="$need munge"
+[ -f /usr/include/slurm/spank.h ] || need="$need libslurm-dev"
+[ -z "$need" ] && exit 0
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "tests/slurm: missing$need, and this machine cannot install them (not root, or no apt-get)"
+    exit 0
+fi
+echo "tests/slurm: installing$need"
+export DEBIAN_FRONTEND=noninteractive
+log=$(mktemp)
+if ! apt-get install -y -q --no-install-recommends $need >"$log" 2>&1; then
+    apt-get update -q >>"$log" 2>&1
+    apt-get install -y -q --no-install-recommends $need >>"$log" 2>&1 ||
+        { echo "tests/slurm: apt-get install$need failed:"; tail -5 "$log"; }
+fi
+rm -f "$log"
+exit 0
