@@ -752,6 +752,8 @@ static void write_preamble(void) {
     clc_capture_write(CLC_REC_PROCESS, &p, sizeof p, cmd, n);
     const char *policy = clc_setting("CLC_POLICY");
     if (policy) clc_capture_write(CLC_REC_POLICY, NULL, 0, policy, strlen(policy));
+    const char *run = clc_setting("CLC_RUN");
+    if (run) clc_capture_write(CLC_REC_RUN, NULL, 0, run, strlen(run));
     clc_cache_each(rewrite_known_kernel, NULL);
 }
 

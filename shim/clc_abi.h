@@ -320,6 +320,8 @@ typedef struct clc_record_header {
 #define CLC_REC_RULE_STATS 10  /* body: clc_rec_rule_stats; as KERNEL_STATS, one per rule that
                                   denied launches */
 #define CLC_REC_HOLD 11        /* body: clc_rec_hold; a best-effort launch held */
+#define CLC_REC_RUN 12         /* body: what clc-run says of the run as JSON text (the tenant, the
+                                  user's uid, labels such as a Slurm job's), after POLICY */
 
 typedef struct clc_rec_process {
     uint32_t pid;

@@ -157,6 +157,8 @@ class Capture:
     start_realtime_ns: int
     command: str = ""
     policy: Optional[dict] = None
+    # What clc-run said of the run (its RUN record): "tenant", "uid", "labels" ({name: value})
+    run: dict = field(default_factory=dict)
     kernels: dict = field(default_factory=dict)
     # Every LAUNCH record sorted by seq (read_capture), or None: scan_capture leaves them in
     # the file, for launch_stream.
@@ -463,6 +465,12 @@ def _other_record(cap, rtype, body, rule_stats):
         except (ValueError, RecursionError):  # not JSON, or nested deeper than json reads
             policy = None
         cap.policy = policy if isinstance(policy, dict) else None
+    elif rtype == abi.REC_RUN:
+        try:
+            run = json.loads(_text(body))
+        except (ValueError, RecursionError):
+            run = None
+        cap.run = run if isinstance(run, dict) else {}
     elif rtype == abi.REC_MODULE:
         s = abi.REC_MODULE_BODY
         if len(body) >= s.size:

@@ -103,6 +103,21 @@ def smallest_capture_limit(policy_json, deciders):
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
+LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_RECORD_ROOM = 16  # a record's header, and its padding
+
+
+def _label(text):
+    """NAME=VALUE of --label: NAME as Prometheus label names are, VALUE up to 256 characters."""
+    name, eq, value = text.partition("=")
+    if not eq or not LABEL_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected NAME=VALUE, NAME of letters, digits and _ (not first)")
+    if not value or len(value) > 256 or "\0" in value:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a value of 1 to 256 characters")
+    return name, value
+
+
 def parse_size(text):
     """'500M', '4G', '1048576' -> bytes; argparse's type for --capture-limit."""
     m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
@@ -280,6 +295,10 @@ class RunCommand:
                             help="write no capture (then no summary either); the policy is "
                                  "enforced all the same")
         parser.add_argument("--tenant", help="tenant name for policies (default: $CLC_TENANT)")
+        parser.add_argument("--label", metavar="NAME=VALUE", action="append", type=_label,
+                            default=[],
+                            help="a label of the run, kept in the capture with the tenant "
+                                 "(repeatable): `clc metrics` counts by them")
         parser.add_argument("--strict", action="store_true",
                             help=f"exit with status {EXIT_STRICT} when the program exits 0 but "
                                  "launches were denied, fell to the policy's on_error, a process "
@@ -306,15 +325,18 @@ class RunCommand:
         policy, policy_json = load_policy_and_hooks(args.policy, args.hooks)
         compiled = json.loads(policy_json)
         deciders = len(compiled.get("rules", [])) + len(compiled.get("hook_deciders", []))
-        floor = smallest_capture_limit(policy_json, deciders)
+        environ = dict(os.environ)
+        if args.tenant is not None:
+            environ["CLC_TENANT"] = args.tenant
+        run_json = json.dumps({"tenant": environ.get("CLC_TENANT", ""), "uid": os.getuid(),
+                               "labels": dict(args.label)}, separators=(",", ":"))
+        floor = smallest_capture_limit(policy_json, deciders) + _RECORD_ROOM + \
+            len(run_json.encode())
         if args.capture_limit and args.capture_limit < floor:
             raise ClcError(f"--capture-limit {args.capture_limit} is smaller than the smallest "
                            f"capture of this policy ({floor} bytes: the policy itself, the "
                            f"process and room for its exit counts); give at least "
                            f"{-(-floor // 1024)}K, or 0 for no limit", EXIT_USAGE)
-        environ = dict(os.environ)
-        if args.tenant is not None:
-            environ["CLC_TENANT"] = args.tenant
         # Not resolve(): a link at the output is refused, never followed.
         output = pathlib.Path(os.path.abspath(args.output)) if args.output else None
         if output is not None:
@@ -328,6 +350,7 @@ class RunCommand:
         except FileNotFoundError as e:
             raise ClcError(str(e)) from None
         settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
+        settings["CLC_RUN"] = run_json
         settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
         # held_share confines held launches as sm_share does: contexts the program makes
         # (cuCtxCreate) are then green contexts of their own too

@@ -26,6 +26,9 @@
 #define CLC_SLURM_REPORT "report"   /* "1": the report printed at the end */
 #define CLC_SLURM_HOOKS "hooks"     /* a hook file the job asked for and may use */
 #define CLC_SLURM_ARGV0 "argv0"     /* the task's own program */
+#define CLC_SLURM_JOB "job"         /* the job's id: clc-run --label job=... */
+#define CLC_SLURM_STEP "step"       /* the step: a number, batch or interactive */
+#define CLC_SLURM_TASK "task"       /* the task's global id */
 
 /* The launcher moves the loader's variables out of clc-run's way (clc-run runs without them)
  * and clc-run gives them back to the program: CLC_SLURM_SAVED lists the names, and each value

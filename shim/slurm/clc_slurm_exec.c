@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
     if (!policy || !argv0) die("the task's settings name no %s", !policy ? "policy" : "program");
     save_loader_vars();
 
-    char **args = calloc((size_t)argc + 20, sizeof *args);
+    char **args = calloc((size_t)argc + 32, sizeof *args);
     if (!args) die("%s", strerror(errno));
     int k = 0;
     args[k++] = (char *)python;
@@ -129,6 +129,18 @@ int main(int argc, char **argv) {
     if ((v = setting(CLC_SLURM_STRICT)) && strcmp(v, "1") == 0) args[k++] = "--strict";
     if (!(v = setting(CLC_SLURM_REPORT)) || strcmp(v, "1") != 0) args[k++] = "--no-report";
     if ((v = setting(CLC_SLURM_HOOKS)) && *v) args[k++] = "--hooks", args[k++] = (char *)v;
+    /* the job, step and task, kept in the capture (clc metrics counts by them) */
+    static const char *labels[][2] = {
+        {CLC_SLURM_JOB, "job="}, {CLC_SLURM_STEP, "step="}, {CLC_SLURM_TASK, "task="}};
+    for (size_t i = 0; i < sizeof labels / sizeof *labels; i++) {
+        if (!(v = setting(labels[i][0])) || !*v) continue;
+        char *label = malloc(strlen(labels[i][1]) + strlen(v) + 1);
+        if (!label) die("%s", strerror(errno));
+        strcpy(label, labels[i][1]);
+        strcat(label, v);
+        args[k++] = "--label";
+        args[k++] = label;
+    }
     args[k++] = "--";
     args[k++] = (char *)argv0;
     for (int i = 1; i < argc; i++) args[k++] = argv[i];

@@ -67,7 +67,7 @@ static struct {
 /* the step, as the controller knows it (slurm_spank_init_post_opt, as root) */
 static struct {
     int skip; /* the extern step: no task of the user's runs in it */
-    char tenant[256], output_dir[PATH_LEN + 64], step[32];
+    char tenant[256], output_dir[PATH_LEN + 64], step[32], job[16];
     uint32_t restarts;
 } g_step;
 
@@ -282,6 +282,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
         g_step.skip = 1;
         return 0;
     }
+    snprintf(g_step.job, sizeof g_step.job, "%u", (unsigned)job_id);
     if (spank_get_item(sp, S_SLURM_RESTART_COUNT, &g_step.restarts) != ESPANK_SUCCESS)
         g_step.restarts = 0;
     if (step_id == SLURM_BATCH_SCRIPT)
@@ -323,6 +324,8 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
         slurm_error("clc: cannot read the task's program from slurmstepd");
         return -1;
     }
+    char task_id[16];
+    snprintf(task_id, sizeof task_id, "%u", (unsigned)task);
     static char buf[CLC_SLURM_MAX];
     size_t len = 0;
     char output[PATH_LEN + 64] = "";
@@ -341,7 +344,10 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
         put(buf, sizeof buf, &len, CLC_SLURM_STRICT, g_cfg.strict ? "1" : "0") ||
         put(buf, sizeof buf, &len, CLC_SLURM_REPORT, g_opt.report ? "1" : "0") ||
         put(buf, sizeof buf, &len, CLC_SLURM_HOOKS, g_opt.hooks) ||
-        put(buf, sizeof buf, &len, CLC_SLURM_ARGV0, argv[0])) {
+        put(buf, sizeof buf, &len, CLC_SLURM_ARGV0, argv[0]) ||
+        put(buf, sizeof buf, &len, CLC_SLURM_JOB, g_step.job) ||
+        put(buf, sizeof buf, &len, CLC_SLURM_STEP, g_step.step) ||
+        put(buf, sizeof buf, &len, CLC_SLURM_TASK, task_id)) {
         slurm_error("clc: the task's settings are too long");
         return -1;
     }

@@ -107,6 +107,24 @@ def test_tenant_reaches_the_policy(native, tmp_path):
     assert launches_b and set(launches_b) == {"800"}
 
 
+def test_the_tenant_and_labels_are_kept_in_the_capture(native, tmp_path):
+    from clc.capture.reader import read_captures
+    out = tmp_path / "l.clc"
+    proc = run(native, [native["prog_triton"]], "--tenant", "physics", "--label", "job=42",
+               "--label", "step=batch", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (cap,) = read_captures([str(out)])
+    assert cap.run == {"tenant": "physics", "uid": os.getuid(),
+                       "labels": {"job": "42", "step": "batch"}}
+
+
+@pytest.mark.parametrize("label", ["job", "1job=2", "job=", "a-b=1", "j=" + "x" * 257])
+def test_a_bad_label_is_refused_before_the_program_starts(native, tmp_path, label):
+    proc = run(native, ["sh", "-c", "echo ran"], "--label", label, "-o", str(tmp_path / "b.clc"))
+    assert proc.returncode == 2 and "ran" not in proc.stdout
+    assert "--label: " in proc.stderr and "expected" in proc.stderr, proc.stderr
+
+
 def test_verbose_logs_from_the_shim(native, tmp_path):
     proc = run(native, [native["prog_cudart"]], "-v", "-o", str(tmp_path / "c.clc"))
     # One -v: the shim says what it hooked, the engine what it decided

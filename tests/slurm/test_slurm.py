@@ -21,9 +21,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests" / "native"))
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 from build import build_native  # noqa: E402
 from cluster import Cluster, ensure_user, missing  # noqa: E402
+from harness import DENY_DEBUG_ONLY  # noqa: E402
 
 from clc.capture.reader import read_captures  # noqa: E402
 
@@ -31,14 +33,8 @@ PLUGIN = ROOT / "clc" / "libclc_spank.so"
 LAUNCHER = ROOT / "clc" / "clc-slurm-exec"
 USER = "clcslurm"
 
-POLICY = """\
-version: 1
-default: allow
-on_error: deny
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
+# tests/integration's deny-debug policy (debug kernels refused), and one tenant refused all
+POLICY = DENY_DEBUG_ONLY.replace("default: allow\n", "default: allow\non_error: deny\n") + """\
   - name: blocked-tenant
     match: {tenant: blocked}
     action: deny
@@ -147,6 +143,9 @@ def test_every_task_of_a_step_runs_under_the_policy(cluster, site):
     assert sorted(f.name for f in job.iterdir()) == ["0.0.clc", "0.1.clc"]
     for f in job.iterdir():  # its launch and the graph node it was set into
         assert denied_by_kernel(f)["debug_kernel"] == 2
+        (cap,) = read_captures([str(f)])
+        assert cap.run == {"tenant": "research", "uid": 0, "labels": {
+            "job": job.name, "step": "0", "task": f.name.split(".")[1]}}
     assert (job.stat().st_uid, job.stat().st_mode & 0o777) == (0, 0o700)
 
 

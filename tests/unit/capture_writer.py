@@ -69,6 +69,9 @@ class CaptureWriter:
         text = policy if isinstance(policy, str) else json.dumps(policy)
         return self.add(abi.REC_POLICY, _cstr(text))
 
+    def run(self, run):
+        return self.add(abi.REC_RUN, _cstr(json.dumps(run)))
+
     def kernel(self, kernel_id, mangled, device=0, handle=None, ctx=0xC0, t_ns=None):
         handle = 0x1000 + kernel_id if handle is None else handle
         t_ns = self.start_monotonic_ns + 10 if t_ns is None else t_ns
