@@ -10,6 +10,7 @@ from clc import __version__
 from clc.cli.cache import CacheCommand
 from clc.cli.doctor import DoctorCommand
 from clc.cli.inspect import InspectCommand
+from clc.cli.metrics import MetricsCommand
 from clc.cli.policy import PolicyCommand
 from clc.cli.report import ReportCommand
 from clc.cli.run import RunCommand
@@ -18,8 +19,8 @@ from clc.errors import ClcError
 
 __all__ = ["main", "build_parser", "run_command", "COMMANDS", "EXIT_BROKEN_PIPE"]
 
-COMMANDS = [RunCommand, ReportCommand, PolicyCommand, InspectCommand, WrapCommand, CacheCommand,
-            DoctorCommand]
+COMMANDS = [RunCommand, ReportCommand, MetricsCommand, PolicyCommand, InspectCommand, WrapCommand,
+            CacheCommand, DoctorCommand]
 
 
 def build_parser():

@@ -11,11 +11,13 @@ prog_linked, linked with an rpath to the fake, launches debug_kernel twice.
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -147,6 +149,14 @@ def test_every_task_of_a_step_runs_under_the_policy(cluster, site):
         assert cap.run == {"tenant": "research", "uid": 0, "labels": {
             "job": job.name, "step": "0", "task": f.name.split(".")[1]}}
     assert (job.stat().st_uid, job.stat().st_mode & 0o777) == (0, 0o700)
+    # the node's metrics: this job's two tasks, counted under its account
+    m = subprocess.run([sys.executable, "-m", "clc", "metrics", site["top"] / "captures"],
+                       capture_output=True, text=True, timeout=60)
+    assert m.returncode == 0, m.stderr
+    got = {(s.name, s.labels.get("job"), s.labels.get("tenant"), s.labels.get("kernel")): s.value
+           for fam in text_string_to_metric_families(m.stdout) for s in fam.samples}
+    assert got[("clc_launches_denied_total", job.name, "research", "debug_kernel(int*)")] == 4
+    assert got[("clc_processes", job.name, "research", None)] == 2
 
 
 def test_the_tenant_is_the_jobs_account_whatever_its_environment_says(cluster, site):

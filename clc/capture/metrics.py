@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A node's captures, counted per job, user, tenant, GPU and kernel, as Prometheus metrics for
+node_exporter's textfile collector (`clc metrics`, docs/deploy.md).
+
+Each capture's RUN record says its tenant, its user's uid and its labels (the Slurm plugin's
+launcher gives `job`, `step` and `task`); its kernels' counts are the shim's last snapshot
+(written every second while the process runs, and at its exit), so a node's running jobs are
+counted too. Names and labels follow NVIDIA's DCGM exporter where it has them (`Hostname`,
+`gpu`: the device's index in the process); the rest are clc's own (docs/metrics.md).
+
+The prometheus_client library makes the text (its collectors and exposition format).
+"""
+
+import dataclasses
+import pwd
+import socket
+from collections import defaultdict
+
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+
+__all__ = ["Tally", "OTHER_KERNELS", "DEFAULT_MAX_KERNELS", "registry"]
+
+OTHER_KERNELS = "(other)"  # the kernel label of the kernels past the cap, counted together
+DEFAULT_MAX_KERNELS = 100
+
+
+@dataclasses.dataclass
+class KernelCounts:
+    launches: int = 0
+    denied: int = 0
+    confined: int = 0
+    gpu_ns: int = 0
+    timed: int = 0
+
+    def add(self, other):
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclasses.dataclass
+class HeldCounts:
+    holds: int = 0
+    held_ns: int = 0
+
+
+def _user(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, TypeError, OverflowError):
+        return str(uid)
+
+
+class Tally:
+    """Counts added capture by capture (add), then folded to at most max_kernels kernels per
+    job (fold) and turned into metric families (families)."""
+
+    def __init__(self, hostname=None, max_kernels=DEFAULT_MAX_KERNELS):
+        self.hostname = hostname or socket.gethostname().split(".")[0]
+        self.max_kernels = max_kernels
+        # (job, user, tenant) -> gpu -> kernel -> KernelCounts
+        self.kernels = defaultdict(lambda: defaultdict(lambda: defaultdict(KernelCounts)))
+        self.held = defaultdict(lambda: defaultdict(HeldCounts))  # (job, user, tenant) -> gpu
+        self.processes = defaultdict(int)  # (job, user, tenant) -> captures read
+        self.folded = {}  # (job, user, tenant) -> kernels counted as OTHER_KERNELS
+
+    def add(self, capture, owner_uid=None):
+        """One capture: its run's labels (owner_uid, the file's owner, stands for the user
+        when the capture has no RUN record)."""
+        run = capture.run or {}
+        labels = run.get("labels") if isinstance(run.get("labels"), dict) else {}
+        uid = run.get("uid", owner_uid)
+        key = (str(labels.get("job", "")), _user(uid) if uid is not None else "",
+               str(run.get("tenant", "")))
+        self.processes[key] += 1
+        for kernel_id, st in capture.stats.items():
+            k = capture.kernel(kernel_id)
+            counts = self.kernels[key][str(k.device)][k.name]
+            counts.add(KernelCounts(st.launches, st.denied,
+                                    st.launches if st.confined_sms else 0, st.gpu_ns, st.timed))
+        for h in capture.holds:
+            held = self.held[key][str(h.device)]
+            held.holds += 1
+            held.held_ns += h.held_ns
+
+    def fold(self):
+        """Each job's kernels past max_kernels (those with the fewest launches on the node)
+        counted together as OTHER_KERNELS; {key: how many were folded} for the jobs where it
+        happened."""
+        for key, gpus in self.kernels.items():
+            names = defaultdict(int)
+            for kernels in gpus.values():
+                for name, c in kernels.items():
+                    names[name] += c.launches
+            if len(names) <= self.max_kernels:
+                continue
+            keep = set(sorted(names, key=lambda n: (-names[n], n))[:self.max_kernels - 1])
+            for gpu, kernels in gpus.items():
+                other = KernelCounts()
+                for name in [n for n in kernels if n not in keep]:
+                    other.add(kernels.pop(name))
+                if other.launches or other.denied:
+                    kernels[OTHER_KERNELS].add(other)
+            self.folded[key] = len(names) - len(keep)
+        return dict(self.folded)
+
+    def families(self):
+        base = ["Hostname", "job", "user", "tenant"]
+        launches = CounterMetricFamily(
+            "clc_launches", "Kernel launches clc saw (allowed, denied or confined)",
+            labels=base + ["gpu", "kernel"])
+        denied = CounterMetricFamily("clc_launches_denied", "Kernel launches a policy refused",
+                                     labels=base + ["gpu", "kernel"])
+        confined = CounterMetricFamily(
+            "clc_launches_confined", "Kernel launches run on a share of the SMs (sm_share)",
+            labels=base + ["gpu", "kernel"])
+        gpu_time = CounterMetricFamily(
+            "clc_kernel_gpu_seconds", "GPU time of the timed launches (policies with time)",
+            labels=base + ["gpu", "kernel"])
+        holds = CounterMetricFamily(
+            "clc_holds", "Times a best-effort process was held for latency-critical work",
+            labels=base + ["gpu"])
+        held = CounterMetricFamily("clc_held_seconds", "Time best-effort processes were held",
+                                   labels=base + ["gpu"])
+        procs = GaugeMetricFamily("clc_processes", "Processes (captures) counted",
+                                  labels=base)
+        folded = GaugeMetricFamily(
+            "clc_kernels_folded", f"Kernels of a job counted together as kernel="
+            f"\"{OTHER_KERNELS}\" (past the cap on distinct kernels per job)", labels=base)
+        for key, gpus in sorted(self.kernels.items()):
+            for gpu, kernels in sorted(gpus.items()):
+                for name, c in sorted(kernels.items()):
+                    values = [self.hostname, *key, gpu, name]
+                    launches.add_metric(values, c.launches)
+                    denied.add_metric(values, c.denied)
+                    if c.confined:
+                        confined.add_metric(values, c.confined)
+                    if c.timed:
+                        gpu_time.add_metric(values, c.gpu_ns / 1e9)
+        for key, gpus in sorted(self.held.items()):
+            for gpu, h in sorted(gpus.items()):
+                holds.add_metric([self.hostname, *key, gpu], h.holds)
+                held.add_metric([self.hostname, *key, gpu], h.held_ns / 1e9)
+        for key, n in sorted(self.processes.items()):
+            procs.add_metric([self.hostname, *key], n)
+        for key, n in sorted(self.folded.items()):
+            folded.add_metric([self.hostname, *key], n)
+        return [launches, denied, confined, gpu_time, holds, held, procs, folded]
+
+
+class _Families:
+    def __init__(self, families):
+        self._families = families
+
+    def collect(self):
+        return iter(self._families)
+
+
+def registry(tally):
+    """A prometheus_client registry holding the tally's families."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Families(tally.families()))
+    return reg

@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`clc metrics PATH... [-o FILE.prom] [--force] [--max-kernels N] [--hostname NAME]`"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from clc.capture.reader import CaptureError, scan_capture
+from clc.errors import EXIT_USAGE, ClcError
+from clc.outputs import check_output, open_output, remove_output, resolve_parent
+
+__all__ = ["MetricsCommand"]
+
+
+def _max_kernels(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
+    return n
+
+
+def capture_paths(paths):
+    """The .clc files named, and those under the folders named (recursively), each once, in
+    a stable order; ClcError for a path that does not exist."""
+    seen, out = set(), []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*.clc") if f.is_file() and not f.is_symlink())
+        elif p.exists():
+            found = [p]
+        else:
+            raise ClcError(f"{p}: no such file or folder", EXIT_USAGE)
+        for f in found:
+            real = os.path.realpath(f)
+            if real not in seen:
+                seen.add(real)
+                out.append(f)
+    return out
+
+
+def write_atomically(path, text, force):
+    """text at path for node_exporter's textfile collector: written to a hidden file beside
+    it (opened as every file clc writes, docs/security.md), then renamed over path, so that a
+    scrape reads the old file or the new one, never a part."""
+    check_output(path, force)
+    name = Path(path).name
+    tmp = Path(path).with_name(f".{name}.{os.getpid()}.tmp")
+    out = open_output(tmp, False, mode=0o644, text=True)
+    try:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    except BaseException:
+        remove_output(tmp, out)
+        out.close()
+        raise
+    out.close()
+    dir_fd, _ = resolve_parent(str(path))
+    try:
+        os.rename(tmp.name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class MetricsCommand:
+    name = "metrics"
+    help = ("count captures per job, user, tenant, GPU and kernel in Prometheus's text format "
+            "(for node_exporter's textfile collector)")
+
+    @staticmethod
+    def add_arguments(parser):
+        parser.add_argument("paths", nargs="+", metavar="PATH",
+                            help="capture files, or folders searched for *.clc (the Slurm "
+                                 "plugin's captures=)")
+        parser.add_argument("-o", "--output", metavar="FILE.prom",
+                            help="write here, replaced whole (a .prom file in node_exporter's "
+                                 "--collector.textfile.directory), instead of standard output")
+        parser.add_argument("--force", action="store_true",
+                            help="replace OUTPUT if it exists (a regular file of yours)")
+        parser.add_argument("--max-kernels", type=_max_kernels, default=None, metavar="N",
+                            help="distinct kernels per job at most; the rest, those with the "
+                                 "fewest launches, are counted together as kernel=\"(other)\" "
+                                 "(default 100)")
+        parser.add_argument("--hostname", help="the Hostname label (default: this machine's)")
+
+    def run(self, args):
+        try:
+            from prometheus_client import generate_latest
+
+            from clc.capture.metrics import DEFAULT_MAX_KERNELS, OTHER_KERNELS, Tally, registry
+        except ImportError as e:
+            raise ClcError(f"clc metrics needs the prometheus_client package ({e}): "
+                           "pip install prometheus_client") from None
+        if args.output:
+            check_output(args.output, args.force)
+        tally = Tally(args.hostname, args.max_kernels or DEFAULT_MAX_KERNELS)
+        unreadable = []
+        for path in capture_paths(args.paths):
+            try:
+                capture = scan_capture(str(path))
+                owner = path.stat().st_uid
+            except (CaptureError, OSError) as e:
+                unreadable.append(f"{path} ({e})")
+                continue
+            tally.add(capture, owner)
+        for (job, user, tenant), n in tally.fold().items():
+            print(f"clc metrics: job {job or '-'} of {user} (tenant {tenant or '-'}) launched "
+                  f"more than {tally.max_kernels} distinct kernels: {n} with the fewest "
+                  f"launches are counted together as kernel=\"{OTHER_KERNELS}\" "
+                  f"(--max-kernels)", file=sys.stderr)
+        if unreadable:
+            print(f"clc metrics: {len(unreadable)} file(s) left out, not readable as captures: "
+                  + "; ".join(unreadable[:5]) + (" ..." if len(unreadable) > 5 else ""),
+                  file=sys.stderr)
+        text = generate_latest(registry(tally)).decode()
+        if args.output:
+            write_atomically(args.output, text, args.force)
+            print(f"clc metrics: {sum(tally.processes.values())} capture(s) counted into "
+                  f"{args.output}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+        return 0
