@@ -146,4 +146,11 @@ class DoctorCommand:
             found = _library([lib])
             line(name, found is not None, f"{found or 'not found'} (needed by wrap rules only)",
                  optional=True)
+        plugin = os.path.join(os.path.dirname(preload_path() or __file__), "libclc_spank.so")
+        if os.path.exists(plugin):
+            line("Slurm", True, f"plugstack.conf: required {plugin} policy=/etc/clc/policy.yaml "
+                 f"python={sys.executable} (docs/deploy.md)", optional=True)
+        else:
+            line("Slurm", False, "SPANK plugin not built (spank.h was missing when clc was "
+                 "installed: install libslurm-dev, then clc)", optional=True)
         return 0 if ok else 1

@@ -256,6 +256,22 @@ def test_a_jobs_own_policy_is_refused_unless_the_administrator_allows_it(cluster
     assert counts["debug_kernel"] == 1, p.stdout + p.stderr
 
 
+def test_hook_files_of_a_job_are_refused_unless_allowed(cluster, site):
+    hooks = site["top"] / "jobs" / "hooks.py"
+    hooks.write_text("import clc\n")
+    p = cluster.srun(f"--clc-hooks={hooks}", site["native"]["prog_cudart"], env=env(site))
+    assert p.returncode != 0 and "fake:" not in p.stdout
+    assert "this cluster does not take hook files from jobs" in p.stderr + cluster.logs()
+
+
+def test_strict_fails_a_task_whose_launches_were_denied(cluster, site, line):
+    cluster.set_plugstack([plugstack(site, strict=1)])
+    p = cluster.srun(site["native"]["prog_cudart"], env=env(site))
+    (counts,) = fake_counts(p.stdout)
+    assert counts["debug_kernel"] == 0
+    assert p.returncode == 3, p.stderr  # the program exited 0; clc-run --strict: 3
+
+
 def test_a_policy_that_others_can_change_stops_every_step(cluster, site, line):
     loose_dir = site["top"] / "loose"  # a directory everyone may write to, not sticky
     loose_dir.mkdir(exist_ok=True)
