@@ -146,6 +146,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) args[k++] = argv[i];
     args[k] = NULL;
     execv(python, args);
-    die("cannot start clc (%s)", strerror(errno));
+    fprintf(stderr,
+            "clc-slurm-exec: cannot start clc: python=%s: %s (every user of the cluster "
+            "must be able to run it)\n",
+            python, strerror(errno));
+    exit(127);
     return 127;
 }

@@ -177,6 +177,9 @@ static void parse_line(int ac, char **av) {
     }
     if (!*g_cfg.policy) bad("clc plugstack.conf: %s", "policy=FILE is missing");
     if (!*g_cfg.python) bad("clc plugstack.conf: %s", "python=PATH is missing");
+    if (g_cfg.strict && !*g_cfg.captures)
+        bad("clc plugstack.conf: %s", "strict=1 needs captures=DIR (--strict judges a task by "
+                                      "its captures)");
     if (g_cfg.bad) return;
     if (!admin_owned(g_cfg.policy, 0))
         bad("clc plugstack.conf: policy=%s: expected a file owned by root and writable by nobody "

@@ -76,7 +76,8 @@ def site():
 def plugstack(site, **extra):
     args = {"policy": site["top"] / "etc" / "policy.yaml", "python": sys.executable,
             "captures": site["top"] / "captures", "tenant": "account", **extra}
-    return f"required {PLUGIN} " + " ".join(f"{k}={v}" for k, v in args.items())
+    return f"required {PLUGIN} " + " ".join(f"{k}={v}" for k, v in args.items()
+                                            if v is not None)
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +271,13 @@ def test_strict_fails_a_task_whose_launches_were_denied(cluster, site, line):
     (counts,) = fake_counts(p.stdout)
     assert counts["debug_kernel"] == 0
     assert p.returncode == 3, p.stderr  # the program exited 0; clc-run --strict: 3
+
+
+def test_strict_without_captures_is_a_mistake_of_the_line(cluster, site, line):
+    cluster.set_plugstack([plugstack(site, strict=1, captures=None)])
+    p = cluster.srun(site["native"]["prog_cudart"], env=env(site))
+    assert p.returncode != 0 and "fake:" not in p.stdout
+    assert "strict=1 needs captures=DIR" in p.stderr + cluster.logs()
 
 
 def test_a_policy_that_others_can_change_stops_every_step(cluster, site, line):
