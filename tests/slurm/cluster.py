@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A real one-node Slurm cluster on localhost for the tests: munged, slurmctld and slurmd,
-started from a generated configuration with every file under one directory, and stopped with
-everything they started.
+"""A real Slurm cluster on localhost for the tests: munged, slurmctld and one slurmd per node
+(nodes n1, n2, ... on this one machine, each slurmd on a port of its own), started from a
+generated configuration with every file under one directory, and stopped with everything they
+started.
 
 Needs root (slurmd starts tasks as their users), Slurm's daemons and client, and munge
 (tests/slurm/install-packages.sh installs them where it can). Clients reach the cluster
@@ -40,11 +41,13 @@ def _free_port():
 
 
 class Cluster:
-    def __init__(self, root, plugstack=()):
+    def __init__(self, root, plugstack=(), nodes=2, cpus=2):
         self.root = Path(root)
         self.plugstack = list(plugstack)
         self.procs = []
-        self.node = socket.gethostname().split(".")[0]
+        self.host = socket.gethostname().split(".")[0]
+        self.nodes = [f"n{i + 1}" for i in range(nodes)]
+        self.cpus = cpus
         self.env = {**os.environ, "SLURM_CONF": str(self.root / "slurm.conf")}
 
     # ---- up and down --------------------------------------------------------------------
@@ -55,16 +58,17 @@ class Cluster:
             (r / d).mkdir(exist_ok=True)
             os.chmod(r / d, 0o755)
         self._start_munge()
-        ctld, slurmd = _free_port(), _free_port()
-        while slurmd == ctld:
-            slurmd = _free_port()
+        ports = set()
+        while len(ports) < 1 + len(self.nodes):
+            ports.add(_free_port())
+        ctld, *node_ports = sorted(ports)
         (r / "slurm.conf").write_text("\n".join([
             "ClusterName=clctest", "SlurmctldHost=localhost", f"SlurmctldPort={ctld}",
-            f"SlurmdPort={slurmd}", "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge",
+            "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge",
             "CredType=cred/munge", f"AuthInfo=socket={r}/munge/munge.socket",
-            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool",
-            f"SlurmctldPidFile={r}/slurmctld.pid", f"SlurmdPidFile={r}/slurmd.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd.log",
+            f"StateSaveLocation={r}/state", f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/slurmctld.pid", f"SlurmdPidFile={r}/slurmd.%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log", f"SlurmdLogFile={r}/log/slurmd.%n.log",
             "SlurmctldDebug=info", "SlurmdDebug=info", f"PlugStackConfig={r}/plugstack.conf",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none",
@@ -72,23 +76,26 @@ class Cluster:
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none", "ReturnToService=2", "InactiveLimit=0",
             "KillWait=5", "MinJobAge=300",
-            # the node as configured, not as probed: 4 CPUs even on a 2-core machine
+            # the nodes as configured, not as probed: CPUs even on a machine with fewer
             "SlurmdParameters=config_overrides",
-            f"NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname={self.node} "
-            f"CPUs={max(os.cpu_count() or 1, 4)} State=UNKNOWN",
+            *(f"NodeName={n} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={port} "
+              f"CPUs={self.cpus} State=UNKNOWN" for n, port in zip(self.nodes, node_ports)),
             "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
         self.set_plugstack(self.plugstack)
         os.chmod(r / "slurm.conf", 0o644)
-        for argv in (["slurmctld", "-D", "-i", "-f", f"{r}/slurm.conf"],
-                     ["slurmd", "-D", "-f", f"{r}/slurm.conf", "-N", self.node]):
-            out = open(r / "log" / f"{argv[0]}.out", "w")
+        for n in self.nodes:
+            (r / "spool" / n).mkdir(exist_ok=True)
+        for name, argv in (("slurmctld", ["slurmctld", "-D", "-i", "-f", f"{r}/slurm.conf"]),
+                           *((f"slurmd.{n}", ["slurmd", "-D", "-f", f"{r}/slurm.conf", "-N", n])
+                             for n in self.nodes)):
+            out = open(r / "log" / f"{name}.out", "w")
             self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                                stdin=subprocess.DEVNULL, start_new_session=True))
         deadline = time.monotonic() + timeout
         while True:
-            state = subprocess.run(["sinfo", "-h", "-N", "-n", self.node, "-o", "%t"],
-                                   env=self.env, capture_output=True, text=True).stdout.strip()
-            if state == "idle":
+            state = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], env=self.env,
+                                   capture_output=True, text=True).stdout.split()
+            if state == ["idle"] * len(self.nodes):
                 return self
             dead = [p.args[0] for p in self.procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every task of every job step under clc, through the SPANK plugin, on a real Slurm cluster
-(munged, slurmctld and slurmd started here on localhost) over the fake driver of
-tests/native.
+(munged, slurmctld and two slurmd, nodes n1 and n2, started here on localhost) over the fake
+driver of tests/native.
 
 The programs are tests/native's: prog_cudart launches vecAdd 5 times, scale twice and
 debug_kernel once (the fake driver prints its own counts at exit: `fake: NAME launches=N`);
@@ -158,6 +158,20 @@ def test_every_task_of_a_step_runs_under_the_policy(cluster, site):
            for fam in text_string_to_metric_families(m.stdout) for s in fam.samples}
     assert got[("clc_launches_denied_total", job.name, "research", "debug_kernel(int*)")] == 4
     assert got[("clc_processes", job.name, "research", None)] == 2
+
+
+def test_a_step_spanning_nodes_runs_under_clc_on_each(cluster, site):
+    before = set((site["top"] / "captures").iterdir())
+    p = cluster.srun("-N2", "-n2", "--label", "--account=research",
+                     site["native"]["prog_cudart"], env=env(site))
+    assert p.returncode == 0, p.stderr
+    runs = fake_counts(p.stdout)
+    assert len(runs) == 2 and all(r["debug_kernel"] == 0 and r["vecAdd"] == 5 for r in runs)
+    job = new_job_dir(site, before)
+    for node in ("n1", "n2"):  # one task on each node's slurmd
+        log = (cluster.root / "log" / f"slurmd.{node}.log").read_text()
+        assert f"launch task StepId={job.name}.0 " in log, node
+    assert sorted(f.name for f in job.iterdir()) == ["0.0.clc", "0.1.clc"]
 
 
 def test_the_tenant_is_the_jobs_account_whatever_its_environment_says(cluster, site):
