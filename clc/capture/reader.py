@@ -28,7 +28,7 @@ from clc.demangle import demangle
 __all__ = [
     "CaptureError", "Capture", "Kernel", "LaunchRecord", "Module", "Message",
     "KernelStatsRecord",
-    "LEVEL_NAMES", "read_capture", "read_captures", "scan_capture", "scan_captures",
+    "LEVEL_NAMES", "gpu_times", "read_capture", "read_captures", "scan_capture", "scan_captures",
     "launch_stream", "LaunchStream", "LAUNCH_WINDOW", "error_name", "file_kind",
 ]
 
@@ -387,6 +387,22 @@ def _iter_file(cap):
     """The records of `cap`'s file, read again; the caller closes the file it gets."""
     f, _, size = _open_capture(cap.path)
     return f, _Records(f, cap.header_size, size)
+
+
+def gpu_times(cap):
+    """(kernel_id, gpu_ns) of each TIMING record of cap's file, read again, in file order: the
+    GPU time of every timed launch, for distributions (reports)."""
+    f, records = _iter_file(cap)
+    timing = abi.REC_TIMING_BODY
+    try:
+        for rtype, buf, b, e in records:
+            if rtype == abi.REC_TIMING and e - b >= timing.size:
+                _, kernel_id, gpu_ns = timing.unpack_from(buf, b)
+                yield kernel_id, gpu_ns
+    except OSError as e:
+        raise CaptureError(cap.path, f"cannot read: {e.strerror or e}") from None
+    finally:
+        f.close()
 
 
 def _scan(path, keep_launches):

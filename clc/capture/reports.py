@@ -8,20 +8,24 @@ time (clc.capture.reader.launch_stream), so that no report holds a capture's lau
 The formats are described in docs/capture.md.
 """
 
+import csv
+import fnmatch
 import json
+import math
 import os
 import signal
 import sys
 import textwrap
+from array import array
 from dataclasses import dataclass, field
 
 from clc import abi
-from clc.capture.reader import LAUNCH_WINDOW, error_name, launch_stream
+from clc.capture.reader import LAUNCH_WINDOW, error_name, gpu_times, launch_stream
 
-__all__ = ["FORMATS", "summary", "to_json", "to_chrome", "write_json", "write_chrome",
-           "write_report", "WRITE_BUFFER"]
+__all__ = ["FORMATS", "SORTS", "View", "summary", "to_csv", "to_json", "to_chrome",
+           "write_json", "write_chrome", "write_report", "WRITE_BUFFER"]
 
-FORMATS = ("summary", "json", "chrome")
+FORMATS = ("summary", "json", "chrome", "csv")
 
 JSON_VERSION = 1
 KERNEL_WIDTH = 100  # summary column; the json carries the full name
@@ -47,10 +51,68 @@ class _Row:
     confined_sms: set = field(default_factory=set)  # green contexts' SM counts it ran on
     rules: set = field(default_factory=set)
     partial: bool = False
+    times: array = field(default_factory=lambda: array("q"))  # each timed launch's gpu_ns
+
+    def quantile(self, q):
+        """The q-quantile (0..1) of its launches' GPU times, by nearest rank; None untimed."""
+        if not self.times:
+            return None
+        if not getattr(self, "_sorted", None):
+            self._sorted = sorted(self.times)
+        s = self._sorted
+        return s[max(0, math.ceil(q * len(s)) - 1)]
 
 
-def _kernel_rows(captures):
-    """One _Row per kernel (merged by mangled name), most launched first."""
+# --sort's columns: the key a row sorts by (larger first, but the name)
+SORTS = {
+    "launches": lambda r: (-r.launches, -r.graph_nodes, r.name),
+    "graph-nodes": lambda r: (-r.graph_nodes, r.name),
+    "denied": lambda r: (-r.denied, r.name),
+    "failed": lambda r: (-r.failed, r.name),
+    "recorded": lambda r: (-r.recorded, r.name),
+    "gpu-total": lambda r: (-r.gpu_ns, r.name),
+    "mean": lambda r: (-(r.gpu_ns / r.timed if r.timed else -1), r.name),
+    "min": lambda r: (-(r.quantile(0) if r.times else -1), r.name),
+    "median": lambda r: (-(r.quantile(0.5) if r.times else -1), r.name),
+    "max": lambda r: (-(r.quantile(1) if r.times else -1), r.name),
+    "p99": lambda r: (-(r.quantile(0.99) if r.times else -1), r.name),
+    "name": lambda r: (r.name, r.mangled),
+}
+
+
+@dataclass(frozen=True)
+class View:
+    """Which kernels a summary or CSV shows, in which order, with names how wide: kernels are
+    globs and kernel_regex a regular expression, tried as a policy's `kernel` and
+    `kernel_regex` are (on the base name, the demangled and the mangled name); width 0 shows
+    whole names."""
+    kernels: tuple = ()
+    kernel_regex: str = None
+    sort: str = "launches"
+    width: int = KERNEL_WIDTH
+
+    def shows(self, row):
+        if not self.kernels and self.kernel_regex is None:
+            return True
+        from clc.policy.names import KernelInfo
+        forms = KernelInfo(row.mangled, row.name, 0).name_forms or (row.name,)
+        if self.kernels and not any(fnmatch.fnmatchcase(n, g) for g in self.kernels
+                                    for n in forms):
+            return False
+        if self.kernel_regex is not None:
+            from clc.policy.regex import _regex
+            if not any(_regex(self.kernel_regex).search(n) for n in forms):
+                return False
+        return True
+
+    @property
+    def filtered(self):
+        return bool(self.kernels) or self.kernel_regex is not None
+
+
+def _kernel_rows(captures, times=False):
+    """One _Row per kernel (merged by mangled name), most launched first; with times, each
+    row's GPU times of its timed launches (the captures' TIMING records, read again)."""
     rows = {}
     for ci, cap in enumerate(captures):
         keys = {}
@@ -78,7 +140,18 @@ def _kernel_rows(captures):
         for kid, rules in cap.kernel_rules.items():
             if kid in keys:
                 rows[keys[kid]].rules.update(cap.rule_name(r) for r in rules)
-    return sorted(rows.values(), key=lambda r: (-r.launches, -r.graph_nodes, r.name))
+        if times and cap.timing_records:
+            for kid, gpu_ns in gpu_times(cap):
+                if kid in keys:
+                    rows[keys[kid]].times.append(gpu_ns)
+    return sorted(rows.values(), key=SORTS["launches"])
+
+
+def _view_rows(captures, view):
+    """(rows shown, in the view's order; all rows)."""
+    rows = _kernel_rows(captures, times=True)
+    shown = sorted((r for r in rows if view.shows(r)), key=SORTS[view.sort])
+    return shown, rows
 
 
 def _rule_rows(captures):
@@ -154,20 +227,30 @@ def _wrap(text, indent=""):
 
 
 def _truncate(name, width):
-    return name if len(name) <= width else name[:width - 3] + "..."
+    """name cut to width characters, its middle left out: template instances that differ
+    only at their end stay apart. width 0: whole."""
+    if not width or len(name) <= width:
+        return name
+    head = (width - 3) // 2
+    return name[:head] + "..." + name[len(name) - (width - 3 - head):]
 
 
-def _gpu_cells(timed, gpu_ns):
-    if not timed:
-        return "-", "-"
-    return f"{gpu_ns / 1e6:.3f}", f"{gpu_ns / timed / 1e3:.3f}"
+def _us(ns):
+    return "-" if ns is None else f"{ns / 1e3:.3f}"
 
 
-def _row_cells(launches, graph_nodes, denied, failed, recorded, timed, gpu_ns, partial, name):
-    total, mean = _gpu_cells(timed, gpu_ns)
+def _row_cells(launches, graph_nodes, denied, failed, recorded, timed, gpu_ns, partial, name,
+               total_ns, row=None):
     mark = "*" if partial else ""
+    if timed:
+        gpu = [f"{gpu_ns / 1e6:.3f}", f"{100 * gpu_ns / total_ns:.1f}" if total_ns else "-",
+               f"{gpu_ns / timed / 1e3:.3f}"]
+    else:
+        gpu = ["-", "-", "-"]
+    dist = [_us(row.quantile(q)) for q in (0, 0.5, 1, 0.99)] if row is not None else \
+        ["", "", "", ""]
     return [f"{launches}{mark}", f"{graph_nodes}{mark}", f"{denied}{mark}", f"{failed}{mark}",
-            f"{recorded}", total, mean, name]
+            f"{recorded}", *gpu, *dist, name]
 
 
 def _table(headers, rows):
@@ -208,7 +291,7 @@ def _hold_line(cap):
     return text
 
 
-def summary(captures):
+def summary(captures, view=None):
     """A text report in the manner of `nsys stats`: the captures, a per-kernel table, the
     launches each rule denied, the messages.
 
@@ -224,7 +307,12 @@ def summary(captures):
     - Recorded: LAUNCH records written to the capture, for launches and graph-node calls;
       besides those the policy asks to record, the first abi.DENIED_RECORDED denied launches
       of each kernel are recorded for audit. At most Launches + Graph nodes.
-    - GPU total (ms), GPU mean (us): over the launches timed (their TIMING records).
+    - GPU total (ms), Share (%), GPU mean (us): over the launches timed; the share of all
+      kernels' GPU time. Min, Median, Max, P99 (us): of the timed launches' GPU times (their
+      TIMING records), by nearest rank.
+
+    view (a View) picks the kernels shown, their order and the names' width; the Total row
+    adds up the kernels shown.
 
     A `*` marks counts derived from the records because the shim wrote no exit statistics
     for the kernel: launches it did not record are missing from them.
@@ -235,17 +323,24 @@ def summary(captures):
     out = [ln for cap in captures for ln in _capture_lines(cap)]
     out.append("")
 
-    rows = _kernel_rows(captures)
+    view = view or View()
+    rows, every = _view_rows(captures, view)
+    total_ns = sum(r.gpu_ns for r in every)
     headers = ["Launches", "Graph nodes", "Denied", "Failed", "Recorded", "GPU total (ms)",
-               "GPU mean (us)", "Kernel"]
+               "Share (%)", "GPU mean (us)", "Min (us)", "Median (us)", "Max (us)", "P99 (us)",
+               "Kernel"]
     table = [_row_cells(r.launches, r.graph_nodes, r.denied, r.failed, r.recorded, r.timed,
-                        r.gpu_ns, r.partial, _truncate(r.name, KERNEL_WIDTH)) for r in rows]
+                        r.gpu_ns, r.partial, _truncate(r.name, view.width), total_ns, r)
+             for r in rows]
     partial = any(r.partial for r in rows)
+    shown = f"{len(rows)} kernel{'' if len(rows) == 1 else 's'}"
+    if view.filtered:
+        shown += f" of {len(every)}"
     table.append(_row_cells(
         sum(r.launches for r in rows), sum(r.graph_nodes for r in rows),
         sum(r.denied for r in rows), sum(r.failed for r in rows), sum(r.recorded for r in rows),
-        sum(r.timed for r in rows), sum(r.gpu_ns for r in rows), partial,
-        f"Total ({len(rows)} kernel{'' if len(rows) == 1 else 's'})"))
+        sum(r.timed for r in rows), sum(r.gpu_ns for r in rows), partial, f"Total ({shown})",
+        total_ns))
     line, rule = _table(headers, table)
     out.append(line(headers))
     out.append(rule)
@@ -277,7 +372,7 @@ def summary(captures):
                    f"{'' if len(confined) == 1 else 's'}")
         for r in confined:
             sms = " or ".join(str(n) for n in sorted(r.confined_sms))
-            out.append(f"  {sms} SMs  {_truncate(r.name, KERNEL_WIDTH)}")
+            out.append(f"  {sms} SMs  {_truncate(r.name, view.width)}")
 
     rule_rows = _rule_rows(captures)
     if rule_rows:
@@ -320,6 +415,34 @@ def summary(captures):
             more = " (traceback: clc report --format json)" if rest else ""
             out.append(f"  {level}: {first}{more}" + (f" (x{n})" if n > 1 else ""))
     return "\n".join(out) + "\n"
+
+
+# ---- csv --------------------------------------------------------------------------------------
+
+CSV_COLUMNS = ("kernel", "mangled", "launches", "graph_nodes", "denied", "failed", "recorded",
+               "timed", "gpu_total_ms", "share_pct", "gpu_mean_us", "gpu_min_us",
+               "gpu_median_us", "gpu_max_us", "gpu_p99_us", "partial")
+
+
+def to_csv(captures, out, view=None):
+    """One row per kernel shown (view), whole names, as `nsys stats --format csv` gives its
+    tables: a header row, numbers without units (the column names say them), empty cells
+    where a kernel was not timed."""
+    view = view or View()
+    rows, every = _view_rows(captures, view)
+    total_ns = sum(r.gpu_ns for r in every)
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+
+    def us(ns):
+        return "" if ns is None else f"{ns / 1e3:.3f}"
+    for r in rows:
+        w.writerow([
+            r.name, r.mangled, r.launches, r.graph_nodes, r.denied, r.failed, r.recorded,
+            r.timed, f"{r.gpu_ns / 1e6:.6f}" if r.timed else "",
+            f"{100 * r.gpu_ns / total_ns:.3f}" if r.timed and total_ns else "",
+            us(r.gpu_ns / r.timed) if r.timed else "", us(r.quantile(0)), us(r.quantile(0.5)),
+            us(r.quantile(1)), us(r.quantile(0.99)), int(r.partial)])
 
 
 # ---- json -------------------------------------------------------------------------------------
@@ -554,24 +677,27 @@ def write_chrome(captures, out):
 
 # ---- output -----------------------------------------------------------------------------------
 
-def write_report(captures, fmt, out=None):
+def write_report(captures, fmt, out=None, view=None):
     """Write the `fmt` report (one of FORMATS) of `captures` to `out`: a text file, a new
     file's path (see clc.outputs.open_output), or None for stdout. Returns notes for the user
     (GPU times that matched no launch record)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
     if out is None:
-        return _write(captures, fmt, sys.stdout)
+        return _write(captures, fmt, sys.stdout, view)
     if isinstance(out, (str, os.PathLike)):
         from clc.outputs import open_output
         with open_output(out, mode=0o644, text=True, buffering=WRITE_BUFFER) as f:
-            return _write(captures, fmt, f)
-    return _write(captures, fmt, out)
+            return _write(captures, fmt, f, view)
+    return _write(captures, fmt, out, view)
 
 
-def _write(captures, fmt, out):
+def _write(captures, fmt, out, view=None):
     if fmt == "summary":
-        out.write(summary(captures))
+        out.write(summary(captures, view))
+        return []
+    if fmt == "csv":
+        to_csv(captures, out, view)
         return []
     unmatched = (write_json if fmt == "json" else write_chrome)(captures, out)
     if not unmatched:

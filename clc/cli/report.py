@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`clc report FILE... --format summary|json|chrome [-o OUT] [--force]`"""
+"""`clc report FILE... [--format summary|csv|json|chrome] [--kernel GLOB]... [--kernel-regex RE]
+[--sort COLUMN] [--width N] [-o OUT|-] [--force]`"""
 
+import argparse
 import os
 import sys
 
 from clc.capture.reader import CaptureError, scan_captures
 from clc.errors import EXIT_USAGE, ClcError
-from clc.capture.reports import FORMATS, WRITE_BUFFER, write_report
+from clc.capture.reports import FORMATS, KERNEL_WIDTH, SORTS, WRITE_BUFFER, View, write_report
 from clc.outputs import open_output, remove_output
 
 __all__ = ["ReportCommand"]
@@ -14,20 +16,45 @@ __all__ = ["ReportCommand"]
 
 class ReportCommand:
     name = "report"
-    help = "turn capture files into a per-kernel summary, JSON, or a Chrome/Perfetto timeline"
+    help = ("turn capture files into a per-kernel summary, CSV, JSON, or a Chrome/Perfetto "
+            "timeline")
 
     @staticmethod
     def add_arguments(parser):
         parser.add_argument("captures", nargs="+", metavar="FILE", help="capture file(s) (.clc)")
         parser.add_argument("--format", choices=FORMATS, default="summary")
+        parser.add_argument("--kernel", metavar="GLOB", action="append", default=[],
+                            help="only kernels whose name matches (as a policy's `kernel`: the "
+                                 "base, demangled or mangled name; repeatable: any)")
+        parser.add_argument("--kernel-regex", metavar="RE",
+                            help="only kernels whose name a regular expression finds (as a "
+                                 "policy's `kernel_regex`)")
+        parser.add_argument("--sort", choices=SORTS, default="launches",
+                            help="the kernels' order (summary, csv): largest first, name A-Z")
+        parser.add_argument("--width", type=_width, default=KERNEL_WIDTH, metavar="N",
+                            help=f"the summary's kernel names at most N characters, their "
+                                 f"middle left out (default {KERNEL_WIDTH}; 0: whole)")
         parser.add_argument("-o", "--output",
                             help="write here instead of standard output (a new file; never "
-                                 "through a symbolic link another user controls)")
+                                 "through a symbolic link another user controls); - is "
+                                 "standard output")
         parser.add_argument("--force", action="store_true",
                             help="overwrite OUTPUT if it exists (a regular file)")
 
     def run(self, args):
         out = None
+        if args.output == "-":
+            args.output = None
+        filtered = args.kernel or args.kernel_regex is not None or args.sort != "launches"
+        if filtered and args.format in ("json", "chrome"):
+            raise ClcError(f"--kernel, --kernel-regex and --sort shape the summary and csv, not "
+                           f"--format {args.format}", EXIT_USAGE)
+        if args.kernel_regex is not None:
+            from clc.policy.regex import regex_problem
+            problem = regex_problem(args.kernel_regex)
+            if problem:
+                raise ClcError(f"--kernel-regex {args.kernel_regex!r}: {problem}", EXIT_USAGE)
+        view = View(tuple(args.kernel), args.kernel_regex, args.sort, args.width)
         if args.output:
             _refuse_an_input(args.output, args.captures)
             out = open_output(args.output, args.force, mode=0o644, text=True,
@@ -38,7 +65,7 @@ class ReportCommand:
             except CaptureError as e:
                 raise ClcError(str(e), EXIT_USAGE) from None
             try:
-                notes = write_report(captures, args.format, out or sys.stdout)
+                notes = write_report(captures, args.format, out or sys.stdout, view)
                 (out or sys.stdout).flush()
                 if out is not None:
                     out.close()
@@ -57,7 +84,21 @@ class ReportCommand:
             raise
         for note in notes:
             print(f"clc: {note}", file=sys.stderr)
+        if args.output:
+            print(f"clc: {args.format} report of {len(captures)} capture"
+                  f"{'s' if len(captures) != 1 else ''} written to {args.output}",
+                  file=sys.stderr)
         return 0
+
+
+def _width(text):
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n != 0 and n < 10:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 (whole names) or at least 10")
+    return n
 
 
 def _distinct(paths):

@@ -90,16 +90,19 @@ def table_row(text, name):
 
 def test_summary_numbers(tmp_path):
     text = summary([parent(tmp_path)])
-    # Launches, Graph nodes, Denied, Failed, Recorded, GPU total, GPU mean
-    assert table_row(text, VECADD_NAME) == ["10", "0", "0", "0", "2", "6.000", "3000.000"]
-    assert table_row(text, SCALE_NAME) == ["3", "2", "1", "0", "1", "-", "-"]
-    assert table_row(text, "Total (2 kernels)") == ["13", "2", "1", "0", "3", "6.000",
+    # Launches, Graph nodes, Denied, Failed, Recorded, GPU total, Share, GPU mean, and the
+    # timed launches' Min, Median, Max, P99: vecAdd's two timed launches took 2 and 4 ms
+    assert table_row(text, VECADD_NAME) == ["10", "0", "0", "0", "2", "6.000", "100.0",
+                                            "3000.000", "2000.000", "2000.000", "4000.000",
+                                            "4000.000"]
+    assert table_row(text, SCALE_NAME) == ["3", "2", "1", "0", "1"] + ["-"] * 7
+    assert table_row(text, "Total (2 kernels)") == ["13", "2", "1", "0", "3", "6.000", "100.0",
                                                     "3000.000"]
     lines = text.splitlines()
     header = next(ln for ln in lines if "Launches" in ln)
     assert re.split(r"\s{2,}", header.strip()) == [
-        "Launches", "Graph nodes", "Denied", "Failed", "Recorded", "GPU total (ms)",
-        "GPU mean (us)", "Kernel"]
+        "Launches", "Graph nodes", "Denied", "Failed", "Recorded", "GPU total (ms)", "Share (%)",
+        "GPU mean (us)", "Min (us)", "Median (us)", "Max (us)", "P99 (us)", "Kernel"]
     # Sorted by launches, most first.
     assert lines.index(next(ln for ln in lines if ln.endswith(VECADD_NAME))) < \
         lines.index(next(ln for ln in lines if ln.endswith(SCALE_NAME)))
@@ -125,7 +128,8 @@ def test_summary_capture_lines_and_messages(caps):
 def test_summary_merges_and_marks_partial(caps):
     text = summary(caps)
     # vecAdd: 10 launches from the parent's stats, 1 derived from the child's records.
-    assert table_row(text, VECADD_NAME) == ["11*", "0*", "0*", "0*", "3", "9.000", "3000.000"]
+    assert table_row(text, VECADD_NAME)[:8] == ["11*", "0*", "0*", "0*", "3", "9.000", "100.0",
+                                                 "3000.000"]
     assert "* partial: the capture has no exit statistics" in text
 
 
@@ -134,8 +138,12 @@ def test_summary_truncates_long_names(caps):
     assert len(long_name) > 120
     text = summary(caps)
     assert long_name not in text
-    assert any(ln.endswith("...") for ln in text.splitlines())
-    assert max(len(ln) for ln in text.splitlines() if "Kernel" not in ln) < 200
+    # cut in the middle: the start and the end of the name both shown
+    (cut,) = [ln for ln in text.splitlines() if "..." in ln and "Total" not in ln]
+    name = cut.split("  ")[-1]
+    assert len(name) == 100 and long_name.startswith(name[:48]) and \
+        long_name.endswith(name[-49:])
+    assert max(len(ln) for ln in text.splitlines() if "Kernel" not in ln) < 250
 
 
 def test_summary_says_when_a_best_effort_process_was_held(tmp_path):
@@ -383,7 +391,7 @@ def test_denied_launches_recorded_for_audit(tmp_path):
     cap = deny_example_capture(tmp_path)
     text = summary([cap])
     # THEN the table counts 16 records of 20 denied launches and says why they are recorded
-    assert table_row(text, "debug_kernel(int*)") == ["20", "0", "20", "0", "16", "-", "-"]
+    assert table_row(text, "debug_kernel(int*)") == ["20", "0", "20", "0", "16"] + ["-"] * 7
     assert "The first 16 denied launches of each kernel are recorded for audit" in \
         " ".join(text.split())
     # AND the JSON names the rule that denied them, from the capture's policy
