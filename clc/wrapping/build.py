@@ -95,14 +95,14 @@ def _toolchain():
                 from cuda.bindings import nvrtc
             except ImportError as e:
                 raise WrapBuildError("wrapping needs cuda-python's NVRTC (pip install "
-                                     f"'clc[wrap]': cuda-bindings and nvidia-cuda-nvrtc): {e}"
-                                     ) from None
+                                     "'clc-launch-control[wrap]': cuda-bindings and "
+                                     f"nvidia-cuda-nvrtc): {e}") from None
             try:
                 from cuda.bindings import nvjitlink
             except ImportError as e:
                 raise WrapBuildError("wrapping needs cuda-python's nvJitLink (pip install "
-                                     f"'clc[wrap]': cuda-bindings and nvidia-nvjitlink): {e}"
-                                     ) from None
+                                     "'clc-launch-control[wrap]': cuda-bindings and "
+                                     f"nvidia-nvjitlink): {e}") from None
             nvrtc.nvrtcVersion()
             try:
                 nvjitlink.version()
