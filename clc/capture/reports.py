@@ -23,7 +23,8 @@ from clc import abi
 from clc.capture.reader import LAUNCH_WINDOW, error_name, gpu_times, launch_stream
 
 __all__ = ["FORMATS", "SORTS", "View", "summary", "to_csv", "to_json", "to_chrome",
-           "write_json", "write_chrome", "write_report", "WRITE_BUFFER"]
+           "write_json", "write_chrome", "write_report", "write_comparison", "compare_rows",
+           "WRITE_BUFFER"]
 
 FORMATS = ("summary", "json", "chrome", "csv")
 
@@ -415,6 +416,123 @@ def summary(captures, view=None):
             more = " (traceback: clc report --format json)" if rest else ""
             out.append(f"  {level}: {first}{more}" + (f" (x{n})" if n > 1 else ""))
     return "\n".join(out) + "\n"
+
+
+# ---- two runs side by side -------------------------------------------------------------------
+
+@dataclass
+class _Pair:
+    name: str
+    mangled: str
+    base: _Row = None
+    new: _Row = None
+
+
+def _side(row):
+    if row is None:
+        return {"launches": 0, "denied": 0, "timed": 0, "gpu_total_ms": None,
+                "gpu_mean_us": None, "gpu_median_us": None}
+    return {"launches": row.launches, "denied": row.denied, "timed": row.timed,
+            "gpu_total_ms": row.gpu_ns / 1e6 if row.timed else None,
+            "gpu_mean_us": row.gpu_ns / row.timed / 1e3 if row.timed else None,
+            "gpu_median_us": row.quantile(0.5) / 1e3 if row.times else None}
+
+
+def _change(old, new):
+    """new against old in percent; None where either is missing or old is 0."""
+    if old is None or new is None or old == 0:
+        return None
+    return 100.0 * (new - old) / old
+
+
+def compare_rows(captures, baseline, view=None):
+    """[{kernel, mangled, baseline: side, current: side, launches_change, gpu_total_change_pct,
+    gpu_mean_change_pct}] per kernel of either run (merged by mangled name), the view's kernels
+    in its order (sorted by the current run; kernels only in the baseline last)."""
+    view = view or View()
+    new_rows = {r.mangled or r.name: r for r in _kernel_rows(captures, times=True)}
+    base_rows = {r.mangled or r.name: r for r in _kernel_rows(baseline, times=True)}
+    pairs = {}
+    for key, r in base_rows.items():
+        pairs[key] = _Pair(r.name, r.mangled, base=r)
+    for key, r in new_rows.items():
+        pairs.setdefault(key, _Pair(r.name, r.mangled)).new = r
+    shown = [p for p in pairs.values() if view.shows(p.new or p.base)]
+    order = SORTS[view.sort]
+    shown.sort(key=lambda p: (p.new is None, order(p.new or p.base)))
+    out = []
+    for p in shown:
+        b, n = _side(p.base), _side(p.new)
+        out.append({"kernel": p.name, "mangled": p.mangled, "baseline": b, "current": n,
+                    "launches_change": n["launches"] - b["launches"],
+                    "gpu_total_change_pct": _change(b["gpu_total_ms"], n["gpu_total_ms"]),
+                    "gpu_mean_change_pct": _change(b["gpu_mean_us"], n["gpu_mean_us"])})
+    return out
+
+
+def _pct(v):
+    return "-" if v is None else f"{v:+.1f}"
+
+
+def _num(v, fmt):
+    return "-" if v is None else format(v, fmt)
+
+
+def comparison_summary(captures, baseline, view=None):
+    """The per-kernel table of two runs, as Nsight Compute's baselines put them side by side."""
+    view = view or View()
+    rows = compare_rows(captures, baseline, view)
+    headers = ["Launches (base)", "Launches", "Change", "GPU total (ms, base)", "GPU total (ms)",
+               "Change (%)", "GPU mean (us, base)", "GPU mean (us)", "Change (%)", "Kernel"]
+    table = []
+    for r in rows:
+        b, n = r["baseline"], r["current"]
+        table.append([str(b["launches"]), str(n["launches"]), f"{r['launches_change']:+d}",
+                      _num(b["gpu_total_ms"], ".3f"), _num(n["gpu_total_ms"], ".3f"),
+                      _pct(r["gpu_total_change_pct"]), _num(b["gpu_mean_us"], ".3f"),
+                      _num(n["gpu_mean_us"], ".3f"), _pct(r["gpu_mean_change_pct"]),
+                      _truncate(r["kernel"], view.width)])
+    out = [f"baseline: {', '.join(c.path for c in baseline)}",
+           f"current:  {', '.join(c.path for c in captures)}", ""]
+    if not table:
+        return "\n".join(out + ["no kernels"]) + "\n"
+    line, rule = _table(headers, table)
+    out += [line(headers), rule, *(line(t) for t in table)]
+    only_base = sum(1 for r in rows if not r["current"]["launches"] and r["baseline"]["launches"])
+    if only_base:
+        out += ["", _wrap(f"{only_base} kernel{'s' if only_base != 1 else ''} of the baseline "
+                          "did not run in the current captures (listed last).")]
+    return "\n".join(out) + "\n"
+
+
+COMPARE_COLUMNS = ("kernel", "mangled", "launches_base", "launches", "launches_change",
+                   "gpu_total_ms_base", "gpu_total_ms", "gpu_total_change_pct",
+                   "gpu_mean_us_base", "gpu_mean_us", "gpu_mean_change_pct")
+
+
+def write_comparison(captures, baseline, fmt, out, view=None):
+    """The comparison of captures against baseline, as fmt (summary, csv or json), to out."""
+    rows = compare_rows(captures, baseline, view)
+    if fmt == "summary":
+        out.write(comparison_summary(captures, baseline, view))
+    elif fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(COMPARE_COLUMNS)
+
+        def cell(v):
+            return "" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
+        for r in rows:
+            b, n = r["baseline"], r["current"]
+            w.writerow([cell(v) for v in (
+                r["kernel"], r["mangled"], b["launches"], n["launches"], r["launches_change"],
+                b["gpu_total_ms"], n["gpu_total_ms"], r["gpu_total_change_pct"],
+                b["gpu_mean_us"], n["gpu_mean_us"], r["gpu_mean_change_pct"])])
+    elif fmt == "json":
+        json.dump({"version": JSON_VERSION, "baseline": [c.path for c in baseline],
+                   "captures": [c.path for c in captures], "kernels": rows}, out, indent=1)
+        out.write("\n")
+    else:
+        raise ValueError(f"a comparison is written as summary, csv or json, not {fmt}")
 
 
 # ---- csv --------------------------------------------------------------------------------------

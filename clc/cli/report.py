@@ -8,7 +8,8 @@ import sys
 
 from clc.capture.reader import CaptureError, scan_captures
 from clc.errors import EXIT_USAGE, ClcError
-from clc.capture.reports import FORMATS, KERNEL_WIDTH, SORTS, WRITE_BUFFER, View, write_report
+from clc.capture.reports import (FORMATS, KERNEL_WIDTH, SORTS, WRITE_BUFFER, View,
+                                 write_comparison, write_report)
 from clc.outputs import open_output, remove_output
 
 __all__ = ["ReportCommand"]
@@ -34,6 +35,10 @@ class ReportCommand:
         parser.add_argument("--width", type=_width, default=KERNEL_WIDTH, metavar="N",
                             help=f"the summary's kernel names at most N characters, their "
                                  f"middle left out (default {KERNEL_WIDTH}; 0: whole)")
+        parser.add_argument("--baseline", metavar="FILE", action="append", default=[],
+                            help="compare with these captures (repeatable): per kernel, "
+                                 "launches and GPU time of both runs and their change "
+                                 "(summary, csv, json)")
         parser.add_argument("-o", "--output",
                             help="write here instead of standard output (a new file; never "
                                  "through a symbolic link another user controls); - is "
@@ -46,7 +51,8 @@ class ReportCommand:
         if args.output == "-":
             args.output = None
         filtered = args.kernel or args.kernel_regex is not None or args.sort != "launches"
-        if filtered and args.format in ("json", "chrome"):
+        if filtered and (args.format == "chrome" or args.format == "json" and
+                         not args.baseline):
             raise ClcError(f"--kernel, --kernel-regex and --sort shape the summary and csv, not "
                            f"--format {args.format}", EXIT_USAGE)
         if args.kernel_regex is not None:
@@ -55,17 +61,25 @@ class ReportCommand:
             if problem:
                 raise ClcError(f"--kernel-regex {args.kernel_regex!r}: {problem}", EXIT_USAGE)
         view = View(tuple(args.kernel), args.kernel_regex, args.sort, args.width)
+        if args.baseline and args.format == "chrome":
+            raise ClcError("--baseline compares runs in a summary, csv or json, not a Chrome "
+                           "trace", EXIT_USAGE)
         if args.output:
-            _refuse_an_input(args.output, args.captures)
+            _refuse_an_input(args.output, args.captures + args.baseline)
             out = open_output(args.output, args.force, mode=0o644, text=True,
                               buffering=WRITE_BUFFER)
         try:
             try:
                 captures = scan_captures(_distinct(args.captures))
+                baseline = scan_captures(_distinct(args.baseline)) if args.baseline else None
             except CaptureError as e:
                 raise ClcError(str(e), EXIT_USAGE) from None
             try:
-                notes = write_report(captures, args.format, out or sys.stdout, view)
+                if baseline is not None:
+                    write_comparison(captures, baseline, args.format, out or sys.stdout, view)
+                    notes = []
+                else:
+                    notes = write_report(captures, args.format, out or sys.stdout, view)
                 (out or sys.stdout).flush()
                 if out is not None:
                     out.close()

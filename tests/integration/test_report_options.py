@@ -11,16 +11,26 @@ import pytest
 from harness import ROOT, TIME_ALL, clc_command, env_for
 
 
-@pytest.fixture(scope="module")
-def timed(native, tmp_path_factory):
-    d = tmp_path_factory.mktemp("timed")
+def timed_run(native, d, prog):
     (d / "time-all.yaml").write_text(TIME_ALL)
-    out = d / "run.clc"
+    out = d / f"{prog}.clc"
     p = subprocess.run(clc_command() + ["--policy", str(d / "time-all.yaml"), "-o", str(out),
-                                        "--no-report", "--", str(native["prog_cudart"])],
+                                        "--no-report", "--", str(native[prog])],
                        env=env_for(native), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def timed(native, tmp_path_factory):
+    return timed_run(native, tmp_path_factory.mktemp("timed"), "prog_cudart")
+
+
+@pytest.fixture(scope="module")
+def other(native, tmp_path_factory):
+    """prog_linked: vecAdd 4 launches under clc (prog_cudart: 5), fill 3 (none there), no
+    scale."""
+    return timed_run(native, tmp_path_factory.mktemp("other"), "prog_linked")
 
 
 def report(*args, cwd=None):
@@ -98,3 +108,29 @@ def test_names_whole_or_cut_in_the_middle(timed):
     assert "vecA... int)" in p.stdout
     p = report(timed, "--width", "0")
     assert "vecAdd(float const*, float const*, float*, int)" in p.stdout
+
+
+def test_two_runs_side_by_side(timed, other):
+    p = report(other, "--baseline", timed, "--format", "csv")
+    assert p.returncode == 0, p.stderr
+    by = {r["mangled"]: r for r in csv.DictReader(io.StringIO(p.stdout))}
+    vec = by["_Z6vecAddPKfS0_Pfi"]
+    assert (vec["launches_base"], vec["launches"], vec["launches_change"]) == ("5", "4", "-1")
+    assert float(vec["gpu_total_ms_base"]) > 0 and vec["gpu_total_change_pct"] != ""
+    fill = next(r for m, r in by.items() if "fill" in m)
+    assert (fill["launches_base"], fill["gpu_total_ms_base"]) == ("0", "")
+    # a kernel only the baseline ran comes last
+    assert list(by)[-1] == "_Z5scalePff" and by["_Z5scalePff"]["launches"] == "0"
+
+
+def test_a_comparison_as_summary_and_json(timed, other):
+    import json
+    p = report(other, "--baseline", timed)
+    assert p.stdout.startswith(f"baseline: {timed}\ncurrent:  {other}\n")
+    assert "Launches (base)" in p.stdout and "of the baseline did not run" in p.stdout
+    p = report(other, "--baseline", timed, "--format", "json", "--kernel", "vec*")
+    doc = json.loads(p.stdout)
+    assert [k["kernel"] for k in doc["kernels"]] == [
+        "vecAdd(float const*, float const*, float*, int)"]
+    assert doc["kernels"][0]["launches_change"] == -1 and doc["baseline"] == [str(timed)]
+    assert report(other, "--baseline", timed, "--format", "chrome").returncode == 2
