@@ -38,6 +38,9 @@ def format_age(seconds):
     return f"{seconds}s"
 
 
+# of --json (clc/schemas/cache-ls-1.schema.json, cache-stats-1.schema.json)
+JSON_VERSION = 1
+
 class CacheCommand:
     name = "cache"
     help = ("list, count or clear the cache of wrapped kernels (linked cubins, and the "
@@ -73,8 +76,9 @@ class CacheCommand:
     def ls(cache, args):
         entries = sorted(cache.entries(verify=args.verify), key=lambda e: (-e.mtime, e.key))
         if args.json:
-            out = [{"key": e.key, "size": e.size, "mtime": e.mtime, "metadata": e.metadata,
-                    "problem": e.problem} for e in entries]
+            out = {"version": JSON_VERSION, "root": str(cache.root), "entries": [
+                {"key": e.key, "size": e.size, "mtime": e.mtime, "metadata": e.metadata,
+                 "problem": e.problem} for e in entries]}
             sys.stdout.write(json.dumps(out, indent=2) + "\n")
             return 0
         if not entries:
@@ -94,8 +98,8 @@ class CacheCommand:
     @staticmethod
     def stats(cache, args):
         stats = cache.stats()
-        numbers = {name: stats[name]
-                   for name in ("root", "entries", "bytes", "max_bytes", "shared")}
+        numbers = {"version": JSON_VERSION, **{
+            name: stats[name] for name in ("root", "entries", "bytes", "max_bytes", "shared")}}
         if args.json:
             sys.stdout.write(json.dumps(numbers, indent=2) + "\n")
             return 0

@@ -100,6 +100,9 @@ def read_file(path):
                            EXIT_USAGE) from None
 
 
+JSON_VERSION = 1  # of --json (clc/schemas/inspect-1.schema.json)
+
+
 def inspect_image(image, path):
     """The JSON-ready report of a parsed image: its entries, and its kernels by name."""
     entries = []
@@ -150,8 +153,8 @@ def inspect_image(image, path):
         # only in the objects' __nv_relfatbin is not in the program's loaded code.
         k["linked"] = not (".nv_fatbin" in sections and ".nv_fatbin" not in k["sections"])
         out.append(k)
-    return {"path": str(path), "kind": image.kind, "description": image.description,
-            "entries": entries, "kernels": out}
+    return {"version": JSON_VERSION, "path": str(path), "kind": image.kind,
+            "description": image.description, "entries": entries, "kernels": out}
 
 
 def _arch_key(name):

@@ -98,8 +98,10 @@ def test_json(files):
     proc = inspect(files / "with_ptx", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    # THEN the kernels and the entries are there, as data
-    assert report["kind"] == "host-elf"
+    # THEN the kernels and the entries are there, as data, as clc/schemas says
+    from test_schemas import valid
+    valid("inspect-1", report)
+    assert report["version"] == 1 and report["kind"] == "host-elf"
     kernels = {k["name"]: k for k in report["kernels"]}
     assert set(kernels) == {"_Z5scaleIfEvPT_S0_i", "plain_c"}
     scale = kernels["_Z5scaleIfEvPT_S0_i"]

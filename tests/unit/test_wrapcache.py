@@ -500,6 +500,8 @@ def test_cli_ls_stats_clear(tmp_path, capsys):
     # AND as JSON
     assert main(["cache", "ls", "--json", "--dir", str(tmp_path)]) == 0
     listed = json.loads(capsys.readouterr().out)
+    assert (listed["version"], listed["root"]) == (1, str(tmp_path))
+    listed = listed["entries"]
     assert [e["key"] for e in listed] == [new, old]
     assert listed[1]["metadata"]["build_ms"] == 120 and listed[1]["size"] == 84 + 2000 + len(
         json.dumps({"arch": "sm_90", "build_ms": 120, "kernel": "_Z4axpyPfS_f",

@@ -446,7 +446,7 @@ def test_cli_ls_marks_entries_that_would_not_be_used(user, capsys):
                                                                         sort_keys=True).encode())
     # WHEN listed THEN the loose one is marked; the forged one only when verified
     assert main(["cache", "ls", "--json", "--dir", user.root]) == 0
-    problems = {e["key"]: e["problem"] for e in json.loads(capsys.readouterr().out)}
+    problems = {e["key"]: e["problem"] for e in json.loads(capsys.readouterr().out)["entries"]}
     assert problems == {good: None, loose: "writable by group and others (mode 0666)",
                         forged: None}
     assert main(["cache", "ls", "--verify", "--dir", user.root]) == 0
