@@ -292,6 +292,25 @@ def _hold_line(cap):
     return text
 
 
+WRAP_STATS_PREFIX = "wrap stats: "  # clc.runtime.engine's message of a wrapped kernel's counts
+
+
+def _readable(text):
+    """A message as a person reads it: a wrapped kernel's counts (JSON in the capture, for
+    programs) in words; any other message as it is."""
+    if not text.startswith(WRAP_STATS_PREFIX):
+        return text
+    try:
+        d = json.loads(text[len(WRAP_STATS_PREFIX):])
+        kernel, wrapper = d.pop("kernel"), d.pop("wrapper")
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return text
+    words = {"blocks": "blocks run", "threads": "threads", "skipped": "blocks skipped",
+             "share_sms": "SMs"}
+    parts = [f"{v} {words.get(k, k.replace('_', ' '))}" for k, v in sorted(d.items())]
+    return f"wrapped {kernel} ({wrapper}): " + ", ".join(parts)
+
+
 def summary(captures, view=None):
     """A text report in the manner of `nsys stats`: the captures, a per-kernel table, the
     launches each rule denied, the messages.
@@ -412,7 +431,7 @@ def summary(captures, view=None):
         out.append("Messages:")
         for (level, text), n in counts.items():
             # A traceback was shown when it happened and stays in the JSON report.
-            first, _, rest = text.partition("\n")
+            first, _, rest = _readable(text).partition("\n")
             more = " (traceback: clc report --format json)" if rest else ""
             out.append(f"  {level}: {first}{more}" + (f" (x{n})" if n > 1 else ""))
     return "\n".join(out) + "\n"
@@ -688,13 +707,18 @@ def write_json(captures, out):
     out.write('  "launches": [')
     sep = "\n    "
     streams = []
-    for cap in captures:
-        stream = launch_stream(cap)
-        streams.append(stream)
-        for d in _json_launches(cap, stream):
-            out.write(sep)
-            out.write(json.dumps(d))
-            sep = ",\n    "
+    progress = _Progress(sum(c.launch_records for c in captures), "clc report: JSON")
+    try:
+        for cap in captures:
+            stream = launch_stream(cap)
+            streams.append(stream)
+            for d in _json_launches(cap, stream):
+                out.write(sep)
+                out.write(json.dumps(d))
+                sep = ",\n    "
+                progress.step()
+    finally:
+        progress.close()
     out.write("\n  ],\n" if sep != "\n    " else "],\n")
     unmatched = _unmatched(streams)
     item("unmatched_timings", unmatched)
@@ -702,6 +726,41 @@ def write_json(captures, out):
     item("messages", _json_messages(captures), last=True)
     out.write("}\n")
     return unmatched
+
+
+# ---- progress ---------------------------------------------------------------------------------
+
+PROGRESS_DELAY_S = 1.0  # an export shorter than this shows none
+_PROGRESS_STEP = 4096   # launches between updates
+
+
+class _Progress:
+    """A progress bar on standard error, by tqdm, for an export of `total` launch records:
+    only where standard error is a terminal (and tqdm is installed), shown once the export
+    has taken PROGRESS_DELAY_S; otherwise nothing."""
+
+    def __init__(self, total, what):
+        self.bar = None
+        self.pending = 0
+        if total and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, desc=what, unit=" launches", unit_scale=True,
+                            delay=PROGRESS_DELAY_S, file=sys.stderr, leave=False)
+
+    def step(self):
+        if self.bar is not None:
+            self.pending += 1
+            if self.pending == _PROGRESS_STEP:
+                self.bar.update(self.pending)
+                self.pending = 0
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.update(self.pending)
+            self.bar.close()
 
 
 # ---- chrome trace -----------------------------------------------------------------------------
@@ -786,10 +845,16 @@ def write_chrome(captures, out):
     streams = []
     out.write('{"traceEvents":[')
     sep = ""
-    for event in _chrome_events(captures, streams):
-        out.write(sep)
-        out.write(json.dumps(event, separators=(",", ":")))
-        sep = ","
+    progress = _Progress(sum(c.launch_records for c in captures), "clc report: trace")
+    try:
+        for event in _chrome_events(captures, streams):
+            out.write(sep)
+            out.write(json.dumps(event, separators=(",", ":")))
+            sep = ","
+            if event.get("cat") in ("launch", "denied"):
+                progress.step()
+    finally:
+        progress.close()
     out.write('],"displayTimeUnit":"ns"}\n')
     return _unmatched(streams)
 

@@ -27,7 +27,7 @@ POLICY = {"rules": [{"name": "deny-scale"}, {"name": "time-vecadd"}]}
 CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_lost_bytes",
                 "capped_bytes", "write_errno", "write_error", "trailing_bytes",
                 "launch_records", "timing_records", "on_error_launches", "stats_partial",
-                "ending", "table_full", "truncated", "undecided_launches", "holds"}
+                "ending", "table_full", "truncated", "undecided_launches", "run", "holds"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
                "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial",
                "confined_sms"}
@@ -185,7 +185,8 @@ def test_json_schema(caps):
         "complete": True, "dropped": 4, "write_lost_bytes": 0, "capped_bytes": 0,
         "write_errno": 0, "write_error": None, "trailing_bytes": 0, "launch_records": 3,
         "timing_records": 2, "on_error_launches": 0, "stats_partial": False, "ending": None,
-        "table_full": False, "truncated": False, "undecided_launches": 0, "holds": []}
+        "table_full": False, "truncated": False, "undecided_launches": 0, "run": {},
+        "holds": []}
     assert doc["captures"][1]["complete"] is False
     assert doc["captures"][1]["stats_partial"] is True
     assert doc["denied_by_rule"] == [{"rule": "deny-scale", "denied": 1, "partial": False}]
@@ -506,3 +507,15 @@ def test_confined_kernels_are_said_with_their_sms(tmp_path):
     kernels = {k["mangled"]: k for k in to_json([cap])["kernels"]}
     assert kernels[VECADD]["confined_sms"] == [32] and kernels[SCALE]["confined_sms"] == []
 
+
+
+def test_a_wrapped_kernels_counts_read_as_words(tmp_path):
+    w = CaptureWriter(pid=5)
+    w.process("./app")
+    w.message('wrap stats: {"blocks": 1024, "kernel": "vecAdd", "launches": 4, "skipped": 0, '
+              '"threads": 262144, "wrapper": "block_count"}', level=abi.MSG_INFO)
+    w.end()
+    text = summary([read_capture(w.write(tmp_path / "w.clc"))])
+    assert ("info: wrapped vecAdd (block_count): 1024 blocks run, 4 launches, 0 blocks skipped, "
+            "262144 threads") in text
+    assert "{" not in text.split("Messages:")[1]
