@@ -43,6 +43,20 @@ class HeldCounts:
     held_ns: int = 0
 
 
+LABEL_MAX = 128     # characters of a job, user or tenant label value
+KERNEL_MAX = 512    # of a kernel's name
+GPU_MAX = 64        # device indices above are counted as gpu="(other)"
+
+
+def _label(value, limit=LABEL_MAX):
+    text = str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _gpu(device):
+    return str(device) if isinstance(device, int) and 0 <= device < GPU_MAX else "(other)"
+
+
 def _user(uid):
     try:
         return pwd.getpwuid(uid).pw_name
@@ -63,22 +77,24 @@ class Tally:
         self.processes = defaultdict(int)  # (job, user, tenant) -> captures read
         self.folded = {}  # (job, user, tenant) -> kernels counted as OTHER_KERNELS
 
-    def add(self, capture, owner_uid=None):
-        """One capture: its run's labels (owner_uid, the file's owner, stands for the user
-        when the capture has no RUN record)."""
+    def add(self, capture, owner_uid=None, job=None):
+        """One capture. The user is the file's owner (owner_uid) where known, not what the
+        file says (its writer may say anything); the job is `job` where the caller knows it
+        (the Slurm plugin's directory), else the run's `job` label; the tenant is the run's.
+        Label values are cut to LABEL_MAX characters."""
         run = capture.run or {}
         labels = run.get("labels") if isinstance(run.get("labels"), dict) else {}
-        uid = run.get("uid", owner_uid)
-        key = (str(labels.get("job", "")), _user(uid) if uid is not None else "",
-               str(run.get("tenant", "")))
+        uid = owner_uid if owner_uid is not None else run.get("uid")
+        key = (_label(job if job is not None else labels.get("job", "")),
+               _label(_user(uid) if uid is not None else ""), _label(run.get("tenant", "")))
         self.processes[key] += 1
         for kernel_id, st in capture.stats.items():
             k = capture.kernel(kernel_id)
-            counts = self.kernels[key][str(k.device)][k.name]
+            counts = self.kernels[key][_gpu(k.device)][_label(k.name, KERNEL_MAX)]
             counts.add(KernelCounts(st.launches, st.denied,
                                     st.launches if st.confined_sms else 0, st.gpu_ns, st.timed))
         for h in capture.holds:
-            held = self.held[key][str(h.device)]
+            held = self.held[key][_gpu(h.device)]
             held.holds += 1
             held.held_ns += h.held_ns
 

@@ -53,6 +53,7 @@ class _Row:
     rules: set = field(default_factory=set)
     partial: bool = False
     times: array = field(default_factory=lambda: array("q"))  # each timed launch's gpu_ns
+    key: object = None  # what rows merge by: the mangled name, or (capture, kernel id)
 
     def quantile(self, q):
         """The q-quantile (0..1) of its launches' GPU times, by nearest rank; None untimed."""
@@ -124,6 +125,7 @@ def _kernel_rows(captures, times=False):
             row = rows.get(key)
             if row is None:
                 row = rows[key] = _Row(k.name, k.mangled)
+                row.key = key
             if k.device >= 0:
                 row.devices.add(k.device)
         for kid, st in cap.stats.items():
@@ -190,7 +192,7 @@ def ending(cap):
 
 
 def _capture_lines(cap):
-    parts = [f"pid {cap.pid}", f"command: {cap.command or '?'}",
+    parts = [f"pid {cap.pid}", f"command: {_shown(cap.command) or '?'}",
              "complete" if cap.complete else "INCOMPLETE"]
     if ending(cap):
         parts.append(ending(cap))
@@ -227,9 +229,20 @@ def _wrap(text, indent=""):
                          subsequent_indent=indent + "  ")
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f)}
+
+
+def _shown(text):
+    """text for a terminal: control characters (a capture's command, kernel names and
+    messages are the program's to choose) as \\xNN escapes, so that none moves the cursor
+    or changes the terminal."""
+    return text.translate(_CONTROL)
+
+
 def _truncate(name, width):
     """name cut to width characters, its middle left out: template instances that differ
     only at their end stay apart. width 0: whole."""
+    name = _shown(name)
     if not width or len(name) <= width:
         return name
     head = (width - 3) // 2
@@ -433,7 +446,7 @@ def summary(captures, view=None):
             # A traceback was shown when it happened and stays in the JSON report.
             first, _, rest = _readable(text).partition("\n")
             more = " (traceback: clc report --format json)" if rest else ""
-            out.append(f"  {level}: {first}{more}" + (f" (x{n})" if n > 1 else ""))
+            out.append(f"  {level}: {_shown(first)}{more}" + (f" (x{n})" if n > 1 else ""))
     return "\n".join(out) + "\n"
 
 
@@ -469,8 +482,11 @@ def compare_rows(captures, baseline, view=None):
     gpu_mean_change_pct}] per kernel of either run (merged by mangled name), the view's kernels
     in its order (sorted by the current run; kernels only in the baseline last)."""
     view = view or View()
-    new_rows = {r.mangled or r.name: r for r in _kernel_rows(captures, times=True)}
-    base_rows = {r.mangled or r.name: r for r in _kernel_rows(baseline, times=True)}
+    # by mangled name; a kernel whose name was lost is its capture's own (never paired)
+    new_rows = {("new", r.key) if isinstance(r.key, tuple) else r.key: r
+                for r in _kernel_rows(captures, times=True)}
+    base_rows = {("base", r.key) if isinstance(r.key, tuple) else r.key: r
+                 for r in _kernel_rows(baseline, times=True)}
     pairs = {}
     for key, r in base_rows.items():
         pairs[key] = _Pair(r.name, r.mangled, base=r)
@@ -707,7 +723,7 @@ def write_json(captures, out):
     out.write('  "launches": [')
     sep = "\n    "
     streams = []
-    progress = _Progress(sum(c.launch_records for c in captures), "clc report: JSON")
+    progress = _Progress(sum(c.launch_records for c in captures), "clc report: JSON", out)
     try:
         for cap in captures:
             stream = launch_stream(cap)
@@ -739,10 +755,11 @@ class _Progress:
     only where standard error is a terminal (and tqdm is installed), shown once the export
     has taken PROGRESS_DELAY_S; otherwise nothing."""
 
-    def __init__(self, total, what):
+    def __init__(self, total, what, out=None):
         self.bar = None
         self.pending = 0
-        if total and sys.stderr.isatty():
+        out_is_tty = out is not None and hasattr(out, "isatty") and out.isatty()
+        if total and sys.stderr.isatty() and not out_is_tty:
             try:
                 from tqdm import tqdm
             except ImportError:
@@ -845,7 +862,7 @@ def write_chrome(captures, out):
     streams = []
     out.write('{"traceEvents":[')
     sep = ""
-    progress = _Progress(sum(c.launch_records for c in captures), "clc report: trace")
+    progress = _Progress(sum(c.launch_records for c in captures), "clc report: trace", out)
     try:
         for event in _chrome_events(captures, streams):
             out.write(sep)

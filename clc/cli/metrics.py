@@ -3,6 +3,8 @@
 
 import argparse
 import os
+import secrets
+import stat
 import sys
 from pathlib import Path
 
@@ -48,7 +50,7 @@ def write_atomically(path, text, force):
     scrape reads the old file or the new one, never a part."""
     check_output(path, force)
     name = Path(path).name
-    tmp = Path(path).with_name(f".{name}.{os.getpid()}.tmp")
+    tmp = Path(path).with_name(f".{name}.{secrets.token_hex(8)}.tmp")
     out = open_output(tmp, False, mode=0o644, text=True)
     try:
         out.write(text)
@@ -62,8 +64,29 @@ def write_atomically(path, text, force):
     dir_fd, _ = resolve_parent(str(path))
     try:
         os.rename(tmp.name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError as e:
+        try:
+            os.unlink(tmp.name, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise ClcError(f"cannot replace {path}: {e.strerror or e}") from None
     finally:
         os.close(dir_fd)
+
+
+def open_capture(path):
+    """(descriptor, owner uid) of a capture file to count: opened without following a link
+    and without becoming a terminal's, and only when it is a regular file (a capture under a
+    folder that users write may be swapped for anything between the listing and the open)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_uid
 
 
 class MetricsCommand:
@@ -101,12 +124,21 @@ class MetricsCommand:
         unreadable = []
         for path in capture_paths(args.paths):
             try:
-                capture = scan_capture(str(path))
-                owner = path.stat().st_uid
+                fd, owner = open_capture(path)
+            except OSError as e:
+                unreadable.append(f"{path} ({e.strerror or e})")
+                continue
+            try:
+                capture = scan_capture(f"/proc/self/fd/{fd}")
             except (CaptureError, OSError) as e:
                 unreadable.append(f"{path} ({e})")
                 continue
-            tally.add(capture, owner)
+            finally:
+                os.close(fd)
+            # the Slurm plugin's layout, CAPTURES/<job id>/: the directory root made names
+            # the job, whatever the file says
+            job = path.parent.name if path.parent.name.isdigit() else None
+            tally.add(capture, owner, job)
         for (job, user, tenant), n in tally.fold().items():
             print(f"clc metrics: job {job or '-'} of {user} (tenant {tenant or '-'}) launched "
                   f"more than {tally.max_kernels} distinct kernels: {n} with the fewest "

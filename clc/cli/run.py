@@ -24,6 +24,7 @@ from clc.abi import CAPTURE_HEADER, CAPTURE_MAGIC
 from clc.capture.reader import CaptureError, scan_captures
 from clc.outputs import check_output
 from clc.runtime.decider import Decider, decides_alone
+from clc.runtime.slurm import job_environment
 from clc.runtime.status import StatusListener
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
 from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file
@@ -325,7 +326,8 @@ class RunCommand:
         policy, policy_json = load_policy_and_hooks(args.policy, args.hooks)
         compiled = json.loads(policy_json)
         deciders = len(compiled.get("rules", [])) + len(compiled.get("hook_deciders", []))
-        environ = dict(os.environ)
+        # the job's environment where a Slurm task's launcher started clc-run
+        environ = job_environment(dict(os.environ))
         if args.tenant is not None:
             environ["CLC_TENANT"] = args.tenant
         run_json = json.dumps({"tenant": environ.get("CLC_TENANT", ""), "uid": os.getuid(),

@@ -9,7 +9,6 @@ import sys
 import sysconfig
 
 import clc
-from clc.runtime.slurm import restore_loader_vars
 
 __all__ = ["preload_path", "bridge_path", "libpython_path", "preload_environment", "settings_fd",
            "SETTINGS_VAR"]
@@ -60,7 +59,7 @@ def preload_environment(base, *, policy_json, on_error, output, force=False, ver
     preload = preload_path()
     if preload is None:
         raise FileNotFoundError("the shim is not built: install clc with pip install .")
-    env = restore_loader_vars({k: v for k, v in base.items() if k != SETTINGS_VAR})
+    env = {k: v for k, v in base.items() if k != SETTINGS_VAR}
     old = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{preload}:{old}" if old else str(preload)
     bridge = bridge_path()

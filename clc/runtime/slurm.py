@@ -1,21 +1,48 @@
 # SPDX-License-Identifier: Apache-2.0
 """What clc-run takes from clc-slurm-exec, the launcher of the tasks that the SPANK plugin
-(shim/slurm/) puts under clc: the loader's variables of the job, which the launcher moved out
-of clc-run's way, given back to the program. The names are those of shim/slurm/clc_slurm.h
-(tests/unit/test_slurm_contract.py checks that they agree)."""
+(shim/slurm/) puts under clc: the job's environment. The launcher starts clc-run in an
+environment of its own, so that nothing of the job's runs code inside clc's Python, and hands
+the job's environment over whole in a memfd; clc-run gives it to the program. The names are
+those of shim/slurm/clc_slurm.h (tests/unit/test_slurm_contract.py checks that they agree)."""
 
-SAVED = "CLC_SLURM_SAVED"
-SAVED_PREFIX = "CLC_SLURM_SAVED_"
-LOADER_VARS = ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH")
+import os
+
+ENV_FD = "CLC_SLURM_ENV_FD"
+ENV_MEMFD = "clc-slurm-env"
+_MAX = 64 << 20
 
 
-def restore_loader_vars(env):
-    """env (a dict, changed in place) with the loader's variables the launcher saved put back
-    and the saved copies removed. Anyone can set these names; they only ever reach the
-    environment of the program that clc-run starts, which its starter sets anyway."""
-    names = set(env.pop(SAVED, "").split(","))
-    for name in LOADER_VARS:
-        value = env.pop(SAVED_PREFIX + name, None)
-        if name in names and value is not None:
-            env[name] = value
-    return env
+def job_environment(environ):
+    """The environment the program is to get: the job's, from the memfd CLC_SLURM_ENV_FD
+    names, when clc-run was started by clc-slurm-exec; else `environ` itself. A variable that
+    names no such memfd is dropped (an ordinary run of clc-run with it set gets its own
+    environment, without it)."""
+    text = environ.get(ENV_FD)
+    if text is None:
+        return environ
+    environ = {k: v for k, v in environ.items() if k != ENV_FD}
+    try:
+        fd = int(text)
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{ENV_MEMFD} "):
+            return environ
+    except (ValueError, OSError):
+        return environ
+    try:
+        size = os.fstat(fd).st_size
+        if size > _MAX:
+            return environ
+        chunks, at = [], 0
+        while at < size:
+            chunk = os.pread(fd, size - at, at)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            at += len(chunk)
+    finally:
+        os.close(fd)
+    job = {}
+    for rec in b"".join(chunks).split(b"\0"):
+        key, eq, value = rec.partition(b"=")
+        if eq and key:
+            job[os.fsdecode(key)] = os.fsdecode(value)
+    return job

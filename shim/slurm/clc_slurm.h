@@ -30,11 +30,11 @@
 #define CLC_SLURM_STEP "step"       /* the step: a number, batch or interactive */
 #define CLC_SLURM_TASK "task"       /* the task's global id */
 
-/* The launcher moves the loader's variables out of clc-run's way (clc-run runs without them)
- * and clc-run gives them back to the program: CLC_SLURM_SAVED lists the names, and each value
- * is in CLC_SLURM_SAVED_<name>. */
-#define CLC_SLURM_SAVED "CLC_SLURM_SAVED"
-#define CLC_SLURM_SAVED_PREFIX "CLC_SLURM_SAVED_"
-#define CLC_SLURM_LOADER_VARS {"LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"}
+/* clc-run starts in an environment of the launcher's own (PATH, LANG=C.UTF-8, HOME, TMPDIR):
+ * nothing of the job's (LD_PRELOAD, GCONV_PATH, LOCPATH, ...) reaches clc's Python. The job's
+ * environment, whole, is in a memfd named CLC_SLURM_ENV_MEMFD ("KEY=VALUE\0" records) whose
+ * descriptor CLC_SLURM_ENV_FD names; clc-run gives it to the program. */
+#define CLC_SLURM_ENV_MEMFD "clc-slurm-env"
+#define CLC_SLURM_ENV_FD "CLC_SLURM_ENV_FD"
 
 #endif

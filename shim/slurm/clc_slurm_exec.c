@@ -9,8 +9,10 @@
  *
  * with PROGRAM the task's own and ARGS those the task was given. It is linked statically, so
  * that the loader's variables of the job (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, which a task
- * prolog may set) run nothing inside it; it moves them out of clc-run's way (clc-run gives them
- * back to the program), and Python's own (PYTHONPATH, PYTHONHOME, ...) are ignored by -I.
+ * prolog may set) run nothing inside it. clc-run starts in an environment of this program's
+ * own, so that nothing of the job's environment (the loader's variables, glibc's GCONV_PATH and
+ * LOCPATH, Python's own) runs code inside clc; the job's environment, whole, goes to clc-run in
+ * a memfd, and clc-run gives it to the program.
  *
  * When clc cannot be started, the task stops (exit 127) with the reason on its standard error:
  * a task that the administrator put under clc never runs without it.
@@ -80,23 +82,43 @@ static void read_settings(void) {
     unsetenv(CLC_SLURM_FD);
 }
 
-/* The loader's variables, moved to CLC_SLURM_SAVED_<name> (clc-run gives them back). */
-static void save_loader_vars(void) {
-    static const char *names[] = CLC_SLURM_LOADER_VARS;
-    char list[256] = "";
-    unsetenv(CLC_SLURM_SAVED);
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        char saved[64];
-        snprintf(saved, sizeof saved, CLC_SLURM_SAVED_PREFIX "%s", names[i]);
-        unsetenv(saved);
-        const char *v = getenv(names[i]);
-        if (!v) continue;
-        if (setenv(saved, v, 1) != 0) die("cannot keep %s for the program", names[i]);
-        unsetenv(names[i]);
-        if (*list) strcat(list, ",");
-        strcat(list, names[i]);
+extern char **environ;
+
+/* The job's environment, whole, in a memfd clc-run reads (and gives to the program). */
+static int job_environment(void) {
+    int fd = memfd_create(CLC_SLURM_ENV_MEMFD, 0); /* kept across the exec */
+    if (fd < 0) die("cannot keep the job's environment (%s)", strerror(errno));
+    for (char **e = environ; *e; e++) {
+        size_t n = strlen(*e) + 1;
+        for (const char *p = *e; n;) {
+            ssize_t w = write(fd, p, n);
+            if (w <= 0) die("cannot keep the job's environment (%s)", strerror(errno));
+            p += w, n -= (size_t)w;
+        }
     }
-    if (*list && setenv(CLC_SLURM_SAVED, list, 1) != 0) die("cannot keep %s", CLC_SLURM_SAVED);
+    return fd;
+}
+
+/* clc-run's own environment: what Python and clc need, nothing else of the job's. */
+static char **own_environment(int env_fd) {
+    static char fd_var[48];
+    static char *out[8];
+    int k = 0;
+    out[k++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+    out[k++] = "LANG=C.UTF-8";
+    static const char *keep[] = {"HOME", "TMPDIR"};
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++) {
+        const char *v = getenv(keep[i]);
+        if (!v) continue;
+        char *kv = malloc(strlen(keep[i]) + strlen(v) + 2);
+        if (!kv) die("%s", strerror(errno));
+        sprintf(kv, "%s=%s", keep[i], v);
+        out[k++] = kv;
+    }
+    snprintf(fd_var, sizeof fd_var, CLC_SLURM_ENV_FD "=%d", env_fd);
+    out[k++] = fd_var;
+    out[k] = NULL;
+    return out;
 }
 
 int main(int argc, char **argv) {
@@ -105,7 +127,7 @@ int main(int argc, char **argv) {
     const char *argv0 = setting(CLC_SLURM_ARGV0);
     if (!python || *python != '/') die("the task's settings name no Python (%s)", "python=");
     if (!policy || !argv0) die("the task's settings name no %s", !policy ? "policy" : "program");
-    save_loader_vars();
+    int env_fd = job_environment();
 
     char **args = calloc((size_t)argc + 32, sizeof *args);
     if (!args) die("%s", strerror(errno));
@@ -145,7 +167,7 @@ int main(int argc, char **argv) {
     args[k++] = (char *)argv0;
     for (int i = 1; i < argc; i++) args[k++] = argv[i];
     args[k] = NULL;
-    execv(python, args);
+    execve(python, args, own_environment(env_fd));
     fprintf(stderr,
             "clc-slurm-exec: cannot start clc: python=%s: %s (every user of the cluster "
             "must be able to run it)\n",

@@ -189,8 +189,15 @@ static void parse_line(int ac, char **av) {
         bad("clc plugstack.conf: captures=%s: expected a directory owned by root and writable by "
             "nobody else, through such directories",
             g_cfg.captures);
-    if (access(g_cfg.python, X_OK) != 0)
+    /* what every task executes: root's, through root's directories (its real path: a venv's
+     * python is a link) */
+    char real[PATH_MAX];
+    if (access(g_cfg.python, X_OK) != 0 || !realpath(g_cfg.python, real))
         bad("clc plugstack.conf: python=%s: not an executable", g_cfg.python);
+    else if (!admin_owned(real, 0))
+        bad("clc plugstack.conf: python=%s: expected a file owned by root and writable by nobody "
+            "else, through such directories",
+            g_cfg.python);
     /* clc-slurm-exec: beside this library */
     Dl_info info;
     if (!dladdr((void *)parse_line, &info) || !info.dli_fname) {
@@ -205,6 +212,10 @@ static void parse_line(int ac, char **av) {
         strcpy(slash + 1, LAUNCHER);
     if (!g_cfg.bad && access(g_cfg.launcher, X_OK) != 0)
         bad("clc: %s: not an executable (reinstall clc)", g_cfg.launcher);
+    else if (!g_cfg.bad && !admin_owned(g_cfg.launcher, 0))
+        bad("clc: %s: expected a file owned by root and writable by nobody else, through such "
+            "directories",
+            g_cfg.launcher);
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av) {
@@ -231,7 +242,16 @@ static void find_tenant(uint32_t job_id, uid_t uid) {
         if (msg) slurm_free_job_info_msg(msg);
         return;
     }
-    slurm_job_info_t *job = &msg->job_array[0];
+    /* an array job's id lists its tasks: the record of this very job */
+    slurm_job_info_t *job = NULL;
+    for (uint32_t i = 0; i < msg->record_count && !job; i++)
+        if (msg->job_array[i].job_id == job_id) job = &msg->job_array[i];
+    if (!job) {
+        bad("clc: the controller's reply has no record of this job, so cannot tell its tenant%s",
+            "");
+        slurm_free_job_info_msg(msg);
+        return;
+    }
     const char *t = g_cfg.tenant_from == TENANT_ACCOUNT     ? job->account
                     : g_cfg.tenant_from == TENANT_PARTITION ? job->partition
                                                             : job->qos;
@@ -259,9 +279,16 @@ static void make_output_dir(uint32_t job_id, uid_t uid, gid_t gid) {
     } else if (errno != EEXIST) {
         bad("clc: cannot make the job's capture directory under %s", g_cfg.captures);
     }
+    /* another step of the job on this node may be between its mkdirat and its fchownat: a
+     * directory still root's is looked at again, for a second at most */
     struct stat st;
-    if (!g_cfg.bad && (fstatat(top, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
-                       st.st_uid != uid))
+    int got = -1;
+    for (int i = 0; i < 100 && !g_cfg.bad; i++) {
+        got = fstatat(top, name, &st, AT_SYMLINK_NOFOLLOW);
+        if (got != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || uid == 0) break;
+        usleep(10000);
+    }
+    if (!g_cfg.bad && (got != 0 || !S_ISDIR(st.st_mode) || st.st_uid != uid))
         bad("clc: the job's capture directory under %s is not a directory of the job's user",
             g_cfg.captures);
     close(top);

@@ -52,9 +52,10 @@ def test_the_tasks_program_runs_under_clc(task, native):
     assert "fake: _Z6vecAddPKfS0_Pfi launches=5" in p.stdout
 
 
-def test_the_jobs_loader_variables_reach_the_program_only(task, native):
+def test_the_jobs_environment_reaches_the_program_only(task, native):
     """LD_PRELOAD of the job: the loader says once, for the program, that it cannot load the
-    library (clc-run's Python ran without it)."""
+    library (clc-run's Python ran without it); the rest of the job's environment reaches the
+    program as it was."""
     run, good = task
     p = run(settings(**good()), ["clc-slurm-exec"], env={"LD_PRELOAD": "/nonexistent/job.so"})
     assert p.returncode == 0, p.stderr
@@ -78,3 +79,12 @@ def test_without_settings_the_task_stops(task, native):
     p = subprocess.run([LAUNCHER], capture_output=True, text=True, env=env_for(native))
     assert p.returncode == 127
     assert "CLC_SLURM_FD is not set: start tasks through the clc SPANK plugin" in p.stderr
+
+
+def test_the_program_gets_the_jobs_environment(task, native, tmp_path):
+    run, good = task
+    p = run(settings(**good(argv0="/bin/sh")),
+            ["clc-slurm-exec", "-c", 'echo "FOO=$FOO LANG=${LANG-unset} FD=${CLC_SLURM_ENV_FD-}"'],
+            env={"FOO": "bar baz", "LANG": "xx_XX.weird"})
+    assert p.returncode == 0, p.stderr
+    assert "FOO=bar baz LANG=xx_XX.weird FD=" in p.stdout

@@ -131,3 +131,29 @@ def test_files_that_are_not_captures_are_left_out_and_said(node):
 def test_a_missing_path_is_an_error(tmp_path):
     p = metrics(tmp_path / "nowhere")
     assert p.returncode == 2 and "no such file or folder" in p.stderr
+
+
+def test_the_user_is_the_files_owner_and_the_job_its_directory(tmp_path):
+    """A capture's writer may claim any uid, job or label length: the owner of the file and
+    the plugin's directory (CAPTURES/<job id>/) say who and which job."""
+    d = tmp_path / "captures" / "77"
+    d.mkdir(parents=True)
+    w = CaptureWriter(pid=9)
+    w.process("./x")
+    w.run({"tenant": "t" * 1000, "uid": 12345, "labels": {"job": "1111"}})
+    w.kernel(0, "_Z1kv", device=999)
+    w.kernel_stats(0, launches=3)
+    w.end()
+    w.write(d / "0.0.clc")
+    got = samples(metrics(tmp_path / "captures").stdout)
+    ((name, labels),) = [k for k in got if k[0] == "clc_launches_total"]
+    labels = dict(labels)
+    assert labels["user"] == ME and labels["job"] == "77" and labels["gpu"] == "(other)"
+    assert len(labels["tenant"]) == 128 and labels["tenant"].endswith("...")
+
+
+def test_links_and_other_files_are_not_opened(tmp_path, node):
+    (node / "8" / "link.clc").symlink_to(node / "7" / "0.0.clc")
+    p = metrics(node / "8" / "link.clc")
+    assert p.returncode == 0 and "not readable as captures" in p.stderr
+    assert "clc_processes{" not in p.stdout

@@ -519,3 +519,15 @@ def test_a_wrapped_kernels_counts_read_as_words(tmp_path):
     assert ("info: wrapped vecAdd (block_count): 1024 blocks run, 4 launches, 0 blocks skipped, "
             "262144 threads") in text
     assert "{" not in text.split("Messages:")[1]
+
+
+def test_control_characters_of_a_capture_do_not_reach_the_terminal(tmp_path):
+    w = CaptureWriter(pid=6)
+    w.process("./app \x1b]2;owned\x07")
+    w.kernel(0, "_Z1kv")
+    w.kernel_stats(0, launches=1)
+    w.message("bad \x1b[2J news")
+    w.end()
+    text = summary([read_capture(w.write(tmp_path / "c.clc"))])
+    assert "\x1b" not in text and "\x07" not in text
+    assert "./app \\x1b]2;owned\\x07" in text and "bad \\x1b[2J news" in text

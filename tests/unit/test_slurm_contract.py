@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The names shim/slurm/clc_slurm.h and clc/runtime/slurm.py share, and how clc-run gives the
-program back the loader's variables that clc-slurm-exec moved out of its way."""
+"""The names shim/slurm/clc_slurm.h and clc/runtime/slurm.py share, and how clc-run takes the
+job's environment from the memfd clc-slurm-exec hands it."""
 
+import os
 import re
 from pathlib import Path
 
@@ -16,22 +17,34 @@ def define(name):
     return m[1]
 
 
-def test_the_header_and_python_name_the_same_variables():
-    assert define("CLC_SLURM_SAVED") == f'"{slurm.SAVED}"'
-    assert define("CLC_SLURM_SAVED_PREFIX") == f'"{slurm.SAVED_PREFIX}"'
-    names = re.findall(r'"(\w+)"', define("CLC_SLURM_LOADER_VARS"))
-    assert tuple(names) == slurm.LOADER_VARS
+def test_the_header_and_python_name_the_same_things():
+    assert define("CLC_SLURM_ENV_FD") == f'"{slurm.ENV_FD}"'
+    assert define("CLC_SLURM_ENV_MEMFD") == f'"{slurm.ENV_MEMFD}"'
 
 
-def test_saved_loader_variables_come_back_and_the_copies_go():
-    env = {"CLC_SLURM_SAVED": "LD_PRELOAD,LD_LIBRARY_PATH",
-           "CLC_SLURM_SAVED_LD_PRELOAD": "/job/lib.so",
-           "CLC_SLURM_SAVED_LD_LIBRARY_PATH": "/job/lib",
-           "CLC_SLURM_SAVED_LD_AUDIT": "/not/listed.so", "HOME": "/home/u"}
-    assert slurm.restore_loader_vars(env) == {"LD_PRELOAD": "/job/lib.so",
-                                              "LD_LIBRARY_PATH": "/job/lib", "HOME": "/home/u"}
+def memfd(name, block):
+    fd = os.memfd_create(name, 0)
+    os.write(fd, block)
+    return fd
 
 
-def test_without_the_list_nothing_is_restored():
-    env = {"CLC_SLURM_SAVED_LD_PRELOAD": "/x.so", "LD_PRELOAD": "/mine.so"}
-    assert slurm.restore_loader_vars(env) == {"LD_PRELOAD": "/mine.so"}
+def test_the_jobs_environment_comes_whole_from_the_memfd():
+    fd = memfd("clc-slurm-env", b"LD_PRELOAD=/job/lib.so\0A=b=c\0EMPTY=\0")
+    got = slurm.job_environment({"CLC_SLURM_ENV_FD": str(fd), "PATH": "/usr/bin"})
+    assert got == {"LD_PRELOAD": "/job/lib.so", "A": "b=c", "EMPTY": ""}
+    try:
+        os.fstat(fd)
+        raise AssertionError("the descriptor was left open")
+    except OSError:
+        pass
+
+
+def test_a_descriptor_that_is_not_the_launchers_is_dropped():
+    fd = memfd("other", b"X=1\0")
+    try:
+        got = slurm.job_environment({"CLC_SLURM_ENV_FD": str(fd), "PATH": "/usr/bin"})
+        assert got == {"PATH": "/usr/bin"}
+    finally:
+        os.close(fd)
+    assert slurm.job_environment({"CLC_SLURM_ENV_FD": "x", "B": "2"}) == {"B": "2"}
+    assert slurm.job_environment({"B": "2"}) == {"B": "2"}
