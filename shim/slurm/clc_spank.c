@@ -332,6 +332,21 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
     return 0;
 }
 
+/* Whether the step is `srun --multi-prog`: its argv is then the configuration file's path
+ * (not a program) and the file's text, and slurmstepd executes each task's own line of it,
+ * which the plugin cannot reach. */
+static int multi_prog_step(int argc, char **argv) {
+    if (argc != 2 || access(argv[0], X_OK) == 0) return 0;
+    for (const char *line = argv[1]; line && *line;) {
+        while (*line == ' ' || *line == '\t') line++;
+        if (*line != '#' && *line != '\n') /* its first line: a rank, a range or `*` */
+            return (*line >= '0' && *line <= '9') || *line == '*';
+        line = strchr(line, '\n');
+        if (line) line++;
+    }
+    return 0;
+}
+
 /* "KEY=VALUE\0" */
 static int put(char *buf, size_t cap, size_t *len, const char *key, const char *value) {
     int n = snprintf(buf + *len, cap - *len, "%s=%s", key, value);
@@ -352,6 +367,13 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
     if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 || !argv ||
         !argv[0] || spank_get_item(sp, S_TASK_GLOBAL_ID, &task) != ESPANK_SUCCESS) {
         slurm_error("clc: cannot read the task's program from slurmstepd");
+        return -1;
+    }
+    if (multi_prog_step(argc, argv)) {
+        slurm_error("clc: srun --multi-prog steps cannot run under clc (slurmstepd runs each "
+                    "task's line of %s, which the plugin cannot reach): run one program that "
+                    "picks its work by $SLURM_PROCID instead",
+                    argv[0]);
         return -1;
     }
     char task_id[16];

@@ -227,6 +227,15 @@ def test_export_none_stays_under_the_policy(cluster, site):
     assert counts["debug_kernel"] == 0 and counts["vecAdd"] == 3, p.stdout + p.stderr
 
 
+def test_a_multi_prog_step_is_refused_not_run_without_clc(cluster, site):
+    conf = site["top"] / "jobs" / "multi.conf"
+    prog = site["native"]["prog_cudart"]
+    conf.write_text(f"# two ranks\n0 {prog}\n1 {prog}\n")
+    p = cluster.srun("-n2", "--multi-prog", conf, env=env(site))
+    assert p.returncode != 0 and "fake:" not in p.stdout
+    assert "srun --multi-prog steps cannot run under clc" in p.stderr + cluster.logs()
+
+
 def _prolog(site, name, lines):
     path = site["top"] / "jobs" / name
     path.write_text("#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in lines))
