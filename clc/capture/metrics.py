@@ -22,6 +22,8 @@ __all__ = ["Tally", "OTHER_KERNELS", "DEFAULT_MAX_KERNELS", "registry"]
 
 OTHER_KERNELS = "(other)"  # the kernel label of the kernels past the cap, counted together
 DEFAULT_MAX_KERNELS = 100
+DEFAULT_MAX_JOBS = 1000    # distinct (job, user, tenant) on a node, at most
+OTHER = ("(other)", "(other)", "(other)")  # job, user, tenant of the runs past that cap
 
 
 @dataclasses.dataclass
@@ -68,9 +70,12 @@ class Tally:
     """Counts added capture by capture (add), then folded to at most max_kernels kernels per
     job (fold) and turned into metric families (families)."""
 
-    def __init__(self, hostname=None, max_kernels=DEFAULT_MAX_KERNELS):
+    def __init__(self, hostname=None, max_kernels=DEFAULT_MAX_KERNELS,
+                 max_jobs=DEFAULT_MAX_JOBS):
         self.hostname = hostname or socket.gethostname().split(".")[0]
         self.max_kernels = max_kernels
+        self.max_jobs = max_jobs
+        self.jobs_folded = 0  # (job, user, tenant) counted together as OTHER
         # (job, user, tenant) -> gpu -> kernel -> KernelCounts
         self.kernels = defaultdict(lambda: defaultdict(lambda: defaultdict(KernelCounts)))
         self.held = defaultdict(lambda: defaultdict(HeldCounts))  # (job, user, tenant) -> gpu
@@ -98,11 +103,34 @@ class Tally:
             held.holds += 1
             held.held_ns += h.held_ns
 
+    def fold_jobs(self):
+        """The (job, user, tenant) past max_jobs, those with the fewest launches, counted
+        together as OTHER, their kernels as OTHER_KERNELS; how many were folded."""
+        keys = set(self.kernels) | set(self.held) | set(self.processes)
+        if len(keys) <= self.max_jobs:
+            return 0
+
+        def launches(key):
+            return sum(c.launches for k in self.kernels.get(key, {}).values() for c in k.values())
+        keep = set(sorted(keys, key=lambda k: (-launches(k), k))[:self.max_jobs - 1])
+        for key in [k for k in keys if k not in keep]:
+            for gpu, kernels in self.kernels.pop(key, {}).items():
+                for c in kernels.values():
+                    self.kernels[OTHER][gpu][OTHER_KERNELS].add(c)
+            for gpu, h in self.held.pop(key, {}).items():
+                self.held[OTHER][gpu].holds += h.holds
+                self.held[OTHER][gpu].held_ns += h.held_ns
+            self.processes[OTHER] += self.processes.pop(key, 0)
+            self.jobs_folded += 1
+        return self.jobs_folded
+
     def fold(self):
         """Each job's kernels past max_kernels (those with the fewest launches on the node)
         counted together as OTHER_KERNELS; {key: how many were folded} for the jobs where it
         happened."""
         for key, gpus in self.kernels.items():
+            if key == OTHER:
+                continue
             names = defaultdict(int)
             for kernels in gpus.values():
                 for name, c in kernels.items():
@@ -160,7 +188,11 @@ class Tally:
             procs.add_metric([self.hostname, *key], n)
         for key, n in sorted(self.folded.items()):
             folded.add_metric([self.hostname, *key], n)
-        return [launches, denied, confined, gpu_time, holds, held, procs, folded]
+        jobs = GaugeMetricFamily(
+            "clc_jobs_folded", "Runs (job, user, tenant) counted together as job, user and "
+            "tenant \"(other)\" (past the cap on distinct runs per node)", labels=["Hostname"])
+        jobs.add_metric([self.hostname], self.jobs_folded)
+        return [launches, denied, confined, gpu_time, holds, held, procs, folded, jobs]
 
 
 class _Families:

@@ -108,19 +108,25 @@ class MetricsCommand:
                             help="distinct kernels per job at most; the rest, those with the "
                                  "fewest launches, are counted together as kernel=\"(other)\" "
                                  "(default 100)")
+        parser.add_argument("--max-jobs", type=_max_kernels, default=None, metavar="N",
+                            help="distinct (job, user, tenant) at most; the rest, those with "
+                                 "the fewest launches, are counted together as \"(other)\" "
+                                 "(default 1000)")
         parser.add_argument("--hostname", help="the Hostname label (default: this machine's)")
 
     def run(self, args):
         try:
             from prometheus_client import generate_latest
 
-            from clc.capture.metrics import DEFAULT_MAX_KERNELS, OTHER_KERNELS, Tally, registry
+            from clc.capture.metrics import (DEFAULT_MAX_JOBS, DEFAULT_MAX_KERNELS,
+                                             OTHER_KERNELS, Tally, registry)
         except ImportError as e:
             raise ClcError(f"clc metrics needs the prometheus_client package ({e}): "
                            "pip install prometheus_client") from None
         if args.output:
             check_output(args.output, args.force)
-        tally = Tally(args.hostname, args.max_kernels or DEFAULT_MAX_KERNELS)
+        tally = Tally(args.hostname, args.max_kernels or DEFAULT_MAX_KERNELS,
+                      args.max_jobs or DEFAULT_MAX_JOBS)
         unreadable = []
         for path in capture_paths(args.paths):
             try:
@@ -139,6 +145,11 @@ class MetricsCommand:
             # the job, whatever the file says
             job = path.parent.name if path.parent.name.isdigit() else None
             tally.add(capture, owner, job)
+        jobs = tally.fold_jobs()
+        if jobs:
+            print(f"clc metrics: more than {tally.max_jobs} distinct runs (job, user, tenant): "
+                  f"{jobs} with the fewest launches are counted together as \"(other)\" "
+                  f"(--max-jobs)", file=sys.stderr)
         for (job, user, tenant), n in tally.fold().items():
             print(f"clc metrics: job {job or '-'} of {user} (tenant {tenant or '-'}) launched "
                   f"more than {tally.max_kernels} distinct kernels: {n} with the fewest "

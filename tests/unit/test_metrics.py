@@ -157,3 +157,18 @@ def test_links_and_other_files_are_not_opened(tmp_path, node):
     p = metrics(node / "8" / "link.clc")
     assert p.returncode == 0 and "not readable as captures" in p.stderr
     assert "clc_processes{" not in p.stdout
+
+
+def test_runs_past_the_cap_are_counted_together_and_said(tmp_path):
+    for job in range(5):
+        capture(tmp_path / f"{job}.clc", str(job), "t", [("_Z1kv", 10 + job, 0, 0, 0)],
+                pid=200 + job)
+    p = metrics(tmp_path, "--max-jobs", "3")
+    got = samples(p.stdout)
+    jobs = {dict(labels)["job"] for (name, labels) in got if name == "clc_processes"}
+    assert jobs == {"4", "3", "(other)"}
+    other = key("clc_launches_total", job="(other)", user="(other)", tenant="(other)", gpu="0",
+                kernel="(other)")
+    assert got[other] == 10 + 11 + 12
+    assert got[key("clc_jobs_folded")] == 3
+    assert "more than 3 distinct runs (job, user, tenant): 3 with the fewest" in p.stderr
