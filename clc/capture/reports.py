@@ -52,17 +52,14 @@ class _Row:
     confined_sms: set = field(default_factory=set)  # green contexts' SM counts it ran on
     rules: set = field(default_factory=set)
     partial: bool = False
-    times: array = field(default_factory=lambda: array("q"))  # each timed launch's gpu_ns
     key: object = None  # what rows merge by: the mangled name, or (capture, kernel id)
+    # each timed launch's gpu_ns, sorted once all are read (_kernel_rows)
+    times: array = field(default_factory=lambda: array("q"))
 
     def quantile(self, q):
         """The q-quantile (0..1) of its launches' GPU times, by nearest rank; None untimed."""
-        if not self.times:
-            return None
-        if not getattr(self, "_sorted", None):
-            self._sorted = sorted(self.times)
-        s = self._sorted
-        return s[max(0, math.ceil(q * len(s)) - 1)]
+        s = self.times
+        return s[max(0, math.ceil(q * len(s)) - 1)] if s else None
 
 
 # --sort's columns: the key a row sorts by (larger first, but the name)
@@ -124,8 +121,7 @@ def _kernel_rows(captures, times=False):
             keys[kid] = key
             row = rows.get(key)
             if row is None:
-                row = rows[key] = _Row(k.name, k.mangled)
-                row.key = key
+                row = rows[key] = _Row(k.name, k.mangled, key=key)
             if k.device >= 0:
                 row.devices.add(k.device)
         for kid, st in cap.stats.items():
@@ -147,6 +143,9 @@ def _kernel_rows(captures, times=False):
             for kid, gpu_ns in gpu_times(cap):
                 if kid in keys:
                     rows[keys[kid]].times.append(gpu_ns)
+    for row in rows.values():
+        if row.times:
+            row.times = array("q", sorted(row.times))
     return sorted(rows.values(), key=SORTS["launches"])
 
 
@@ -249,8 +248,8 @@ def _truncate(name, width):
     return name[:head] + "..." + name[len(name) - (width - 3 - head):]
 
 
-def _us(ns):
-    return "-" if ns is None else f"{ns / 1e3:.3f}"
+def _us(ns, none="-"):
+    return none if ns is None else f"{ns / 1e3:.3f}"
 
 
 def _row_cells(launches, graph_nodes, denied, failed, recorded, timed, gpu_ns, partial, name,
@@ -513,10 +512,9 @@ def _num(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
-def comparison_summary(captures, baseline, view=None):
-    """The per-kernel table of two runs, as Nsight Compute's baselines put them side by side."""
-    view = view or View()
-    rows = compare_rows(captures, baseline, view)
+def _comparison_summary(captures, baseline, rows, width):
+    """The per-kernel table of two runs (compare_rows), as Nsight Compute's baselines put them
+    side by side; names at most width characters."""
     headers = ["Launches (base)", "Launches", "Change", "GPU total (ms, base)", "GPU total (ms)",
                "Change (%)", "GPU mean (us, base)", "GPU mean (us)", "Change (%)", "Kernel"]
     table = []
@@ -526,7 +524,7 @@ def comparison_summary(captures, baseline, view=None):
                       _num(b["gpu_total_ms"], ".3f"), _num(n["gpu_total_ms"], ".3f"),
                       _pct(r["gpu_total_change_pct"]), _num(b["gpu_mean_us"], ".3f"),
                       _num(n["gpu_mean_us"], ".3f"), _pct(r["gpu_mean_change_pct"]),
-                      _truncate(r["kernel"], view.width)])
+                      _truncate(r["kernel"], width)])
     out = [f"baseline: {', '.join(c.path for c in baseline)}",
            f"current:  {', '.join(c.path for c in captures)}", ""]
     if not table:
@@ -547,9 +545,10 @@ COMPARE_COLUMNS = ("kernel", "mangled", "launches_base", "launches", "launches_c
 
 def write_comparison(captures, baseline, fmt, out, view=None):
     """The comparison of captures against baseline, as fmt (summary, csv or json), to out."""
+    view = view or View()
     rows = compare_rows(captures, baseline, view)
     if fmt == "summary":
-        out.write(comparison_summary(captures, baseline, view))
+        out.write(_comparison_summary(captures, baseline, rows, view.width))
     elif fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
         w.writerow(COMPARE_COLUMNS)
@@ -586,16 +585,13 @@ def to_csv(captures, out, view=None):
     total_ns = sum(r.gpu_ns for r in every)
     w = csv.writer(out, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
-
-    def us(ns):
-        return "" if ns is None else f"{ns / 1e3:.3f}"
     for r in rows:
         w.writerow([
             r.name, r.mangled, r.launches, r.graph_nodes, r.denied, r.failed, r.recorded,
             r.timed, f"{r.gpu_ns / 1e6:.6f}" if r.timed else "",
             f"{100 * r.gpu_ns / total_ns:.3f}" if r.timed and total_ns else "",
-            us(r.gpu_ns / r.timed) if r.timed else "", us(r.quantile(0)), us(r.quantile(0.5)),
-            us(r.quantile(1)), us(r.quantile(0.99)), int(r.partial)])
+            _us(r.gpu_ns / r.timed if r.timed else None, ""),
+            *(_us(r.quantile(q), "") for q in (0, 0.5, 1, 0.99)), int(r.partial)])
 
 
 # ---- json -------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`clc metrics PATH... [-o FILE.prom] [--force] [--max-kernels N] [--hostname NAME]`"""
+"""`clc metrics PATH... [-o FILE.prom] [--force] [--max-kernels N] [--max-jobs N]
+[--hostname NAME]`"""
 
 import argparse
 import os
@@ -15,7 +16,7 @@ from clc.outputs import check_output, open_output, remove_output, resolve_parent
 __all__ = ["MetricsCommand"]
 
 
-def _max_kernels(text):
+def _at_least_one(text):
     try:
         n = int(text)
     except ValueError:
@@ -104,11 +105,11 @@ class MetricsCommand:
                                  "--collector.textfile.directory), instead of standard output")
         parser.add_argument("--force", action="store_true",
                             help="replace OUTPUT if it exists (a regular file of yours)")
-        parser.add_argument("--max-kernels", type=_max_kernels, default=None, metavar="N",
+        parser.add_argument("--max-kernels", type=_at_least_one, default=None, metavar="N",
                             help="distinct kernels per job at most; the rest, those with the "
                                  "fewest launches, are counted together as kernel=\"(other)\" "
                                  "(default 100)")
-        parser.add_argument("--max-jobs", type=_max_kernels, default=None, metavar="N",
+        parser.add_argument("--max-jobs", type=_at_least_one, default=None, metavar="N",
                             help="distinct (job, user, tenant) at most; the rest, those with "
                                  "the fewest launches, are counted together as \"(other)\" "
                                  "(default 1000)")
