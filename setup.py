@@ -50,7 +50,7 @@ class BuildShim(build_ext):
 preload = Extension(
     PRELOAD,
     sources=[f"shim/{f}" for f in ("core.c", "settings.c", "real.c", "files.c", "decision_cache.c",
-                                  "capture.c", "timing.c", "decide.c", "decider.c",
+                                  "capture.c", "timing.c", "cupti.c", "decide.c", "decider.c",
                                   "bridge_loader.c", "replace.c", "green.c", "priority.c",
                                   "launch.c", "graph.c", "load.c", "context.c", "process.c",
                                   "leave.c", "image.c",

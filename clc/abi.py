@@ -23,7 +23,9 @@ __all__ = [
     "END_TABLE_FULL", "END_TRUNCATED", "REC_RULE_STATS", "DENIED_RECORDED",
     "REC_PROCESS_BODY", "REC_KERNEL_BODY", "REC_LAUNCH_BODY", "REC_TIMING_BODY",
     "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
-    "REC_RULE_STATS_BODY", "LAUNCH_TIMED", "REC_HOLD", "REC_RUN", "REC_HOLD_BODY", "HOLD_BUSY",
+    "REC_RULE_STATS_BODY", "LAUNCH_TIMED",
+    "TIMING_EVENTS", "TIMING_CUPTI", "TIMING_SOURCES", "REC_HOLD", "REC_RUN", "REC_HOLD_BODY",
+    "HOLD_BUSY",
     "HOLD_NO_BOARD", "HOLD_FLOOR", "HOLD_SHARED",
     "MSG_INFO", "MSG_WARNING", "MSG_ERROR",
     "CAP_NONE", "CAP_SHARE", "CAP_SMS", "REPLACE_LOOPED", "REPLACE_SLOT", "SLOT_BYTES",
@@ -206,7 +208,10 @@ REC_KERNEL_BODY = struct.Struct("<IiQQQ")  # kernel_id, device, handle, ctx, t_n
 # result, flags
 REC_LAUNCH_BODY = struct.Struct("<QQQII3I3IIIIiiI")
 LAUNCH_TIMED = 1  # clc_rec_launch.flags
-REC_TIMING_BODY = struct.Struct("<QI4xQ")  # seq, kernel_id, gpu_ns
+REC_TIMING_BODY = struct.Struct("<QIIQ")  # seq, kernel_id, source, gpu_ns
+TIMING_EVENTS = 0  # clc_rec_timing.source: CUDA events around the launch
+TIMING_CUPTI = 1  # CUPTI's kernel activity record
+TIMING_SOURCES = {TIMING_EVENTS: "events", TIMING_CUPTI: "cupti"}
 # t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result
 REC_MODULE_BODY = struct.Struct("<QIIQQQIi")
 # kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns, failed

@@ -22,7 +22,7 @@
 #define CLC_ACTION_CONFINE 3 /* run the kernel on a green context's SMs (green.c) */
 
 #define CLC_FLAG_RECORD 1 /* write a LAUNCH record for each launch */
-#define CLC_FLAG_TIME 2   /* GPU time with events around the launch (implies a TIMING record) */
+#define CLC_FLAG_TIME 2   /* GPU time of each launch (implies a TIMING record) */
 
 #define CLC_RULE_DEFAULT (-1)  /* no rule matched: the policy's `default` decided */
 #define CLC_RULE_ON_ERROR (-2) /* clc failed (no bridge, engine error): `on_error` decided */
@@ -359,9 +359,12 @@ typedef struct clc_rec_launch {
 typedef struct clc_rec_timing {
     uint64_t seq;
     uint32_t kernel_id;
-    uint32_t reserved;
-    uint64_t gpu_ns; /* from cuEventElapsedTime, in ns */
+    uint32_t source; /* CLC_TIMING_*: where gpu_ns comes from */
+    uint64_t gpu_ns;
 } clc_rec_timing; /* 24 bytes */
+
+#define CLC_TIMING_EVENTS 0 /* CUDA events recorded on the stream around the launch */
+#define CLC_TIMING_CUPTI 1  /* CUPTI's kernel activity record: the kernel's own start and end */
 
 typedef struct clc_rec_module {
     uint64_t t_ns;

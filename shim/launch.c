@@ -158,7 +158,7 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint
     if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e && !reentrant &&
         (entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) < CLC_ENTRY_GRAPH_ADD_NODE) {
         t_in_clc = 1;
-        clc_timing_begin(&g->timing, stream, (entry_point & CLC_ENTRY_PTSZ) != 0);
+        clc_timing_begin(&g->timing, stream, (entry_point & CLC_ENTRY_PTSZ) != 0, e, g->seq);
         t_in_clc = 0;
     }
     return 1;

@@ -148,6 +148,7 @@ int clc_driver_load(void) {
             g_drv.ctx_get_current = driver_sym(h, "cuCtxGetCurrent", NULL);
             g_drv.ctx_set_current = driver_sym(h, "cuCtxSetCurrent", NULL);
             g_drv.ctx_get_device = driver_sym(h, "cuCtxGetDevice", NULL);
+            g_drv.ctx_synchronize = driver_sym(h, "cuCtxSynchronize", NULL);
             g_drv.kernel_get_name = driver_sym(h, "cuKernelGetName", NULL);
             g_drv.func_get_name = driver_sym(h, "cuFuncGetName", NULL);
             g_drv.kernel_get_param_info = driver_sym(h, "cuKernelGetParamInfo", NULL);

@@ -11,7 +11,7 @@
  * a function pointer (clc_log_set_sink, the `tell` and `published` arguments below).
  * tests/unit/test_shim_layers.py reads this list and checks both on the compiled objects.
  *   core:     core.c settings.c real.c files.c
- *   records:  decision_cache.c capture.c timing.c
+ *   records:  decision_cache.c capture.c cupti.c timing.c
  *   deciding: decide.c decider.c bridge_loader.c replace.c green.c priority.c
  *   hooks:    launch.c graph.c load.c context.c process.c leave.c image.c
  *   entry:    interpose.c dlopen.c
@@ -276,6 +276,7 @@ typedef struct {
     CUresult (*ctx_get_current)(CUcontext *);
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*ctx_get_device)(CUdevice *);
+    CUresult (*ctx_synchronize)(void);
     CUresult (*kernel_get_name)(const char **, CUkernel);
     CUresult (*func_get_name)(const char **, CUfunction);
     CUresult (*kernel_get_param_info)(CUkernel, size_t, size_t *, size_t *);
@@ -687,11 +688,17 @@ void clc_capture_finish(uint32_t how, int32_t status, int in_signal);
 void clc_capture_undecided(void);
 void clc_capture_after_fork_child(void);
 
-/* ---- GPU timing with events ---------------------------------------------------------------- */
+/* ---- GPU timing: CUPTI's kernel records where it is present, else events --------------------- */
 typedef struct clc_timing clc_timing;
-int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz);
+int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz, clc_entry *e, uint64_t seq);
 void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint64_t seq);
 void clc_timing_drain_all(void);
+/* cupti.c: whether CUPTI times launches (started on the first call); a timed launch between
+ * begin and end; the records of all launches so far read */
+int clc_cupti_on(void);
+void clc_cupti_begin(clc_entry *e, uint64_t seq);
+void clc_cupti_end(int launched);
+void clc_cupti_drain(void);
 
 /* ---- denied launches per deciding rule (decision_cache.c), counted by the launch gate ------ */
 #define CLC_RULE_COUNTERS 4096

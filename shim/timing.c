@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * timing.c: GPU time of a launch, from two CUDA events recorded on its stream around it.
+ * timing.c: GPU time of a launch: from CUPTI's kernel records where CUPTI is present
+ * (cupti.c), else from two CUDA events recorded on its stream around it.
  *
  * The launching thread never waits for the GPU: each measurement goes into the thread's FIFO
  * and is read back (cuEventQuery) at that thread's later timed launches, oldest first, and at
@@ -98,13 +99,21 @@ static void poll(tstate *s) {
     }
 }
 
-int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz) {
+/* What a launch timed by CUPTI holds between begin and end: nothing of its own. */
+static clc_timing g_by_cupti;
+
+int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz, clc_entry *e, uint64_t seq) {
     *out = NULL;
-    if (!g_drv.event_create || !g_drv.event_record || !g_drv.event_elapsed) return -1;
     int capturing;
     if (clc_stream_capture_status(stream, ptsz, &capturing) == CUDA_SUCCESS &&
         capturing != CU_STREAM_CAPTURE_STATUS_NONE)
         return -1;
+    if (clc_cupti_on()) {
+        clc_cupti_begin(e, seq);
+        *out = &g_by_cupti;
+        return 0;
+    }
+    if (!g_drv.event_create || !g_drv.event_record || !g_drv.event_elapsed) return -1;
     tstate *s = state();
     if (!s) return -1;
     CUcontext ctx = NULL;
@@ -137,6 +146,10 @@ int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz) {
 }
 
 void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint64_t seq) {
+    if (t == &g_by_cupti) {
+        clc_cupti_end(e != NULL);
+        return;
+    }
     tstate *s = t_state;
     lock(s);
     if (!e) {
@@ -164,7 +177,9 @@ void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint
 }
 
 void clc_timing_drain_all(void) {
-    if (!clc_driver_ready() || !g_drv.event_synchronize) return;
+    if (!clc_driver_ready()) return;
+    clc_cupti_drain();
+    if (!g_drv.event_synchronize) return;
     CUcontext mine = NULL;
     g_drv.ctx_get_current(&mine);
     for (tstate *s = atomic_load(&g_states); s; s = s->next) {

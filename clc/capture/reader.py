@@ -41,8 +41,9 @@ CHUNK = 1 << 20
 # is not a record but garbage (a file overwritten, or not a capture past its header).
 MAX_RECORD = 16 << 20
 # LAUNCH records kept back while their TIMING record may still come, and to put launches that
-# threads wrote out of order back in seq order. A thread writes a launch's TIMING at one of
-# its later timed launches (at most 1024 later) or at exit.
+# threads wrote out of order back in seq order. Timed by events, a thread writes a launch's
+# TIMING at one of its later timed launches (at most 1024 later) or at exit; timed by CUPTI,
+# when CUPTI hands its buffer back (full, after about ten thousand launches, or every 200 ms).
 LAUNCH_WINDOW = 1 << 15
 
 # What the counts derived from LAUNCH records need: kernel_id, entry, action, rule, result.
@@ -178,6 +179,9 @@ class Capture:
     on_error_launches: int = 0
     launch_records: int = 0
     timing_records: int = 0
+    # TIMING records by where their GPU times came from (abi.TIMING_SOURCES' names; an unknown
+    # source by its number)
+    timing_sources: dict = field(default_factory=dict)
     # An END record follows every other record: the process wrote its counts after its last
     # launch (a crash or SIGKILL leaves the last snapshot of its counts, and no END after them).
     complete: bool = False
@@ -397,7 +401,7 @@ def gpu_times(cap):
     try:
         for rtype, buf, b, e in records:
             if rtype == abi.REC_TIMING and e - b >= timing.size:
-                _, kernel_id, gpu_ns = timing.unpack_from(buf, b)
+                _, kernel_id, _, gpu_ns = timing.unpack_from(buf, b)
                 yield kernel_id, gpu_ns
     except OSError as e:
         raise CaptureError(cap.path, f"cannot read: {e.strerror or e}") from None
@@ -417,6 +421,7 @@ def _scan(path, keep_launches):
     # rules need, in memory that grows with kernels and rules, not launches.
     launch_counts = {}
     timing_sums = {}
+    timing_sources = {}  # clc_rec_timing.source -> records
     raw_launches = []
     timings = {}
     rule_stats = {}
@@ -436,7 +441,8 @@ def _scan(path, keep_launches):
                         raw_launches.append(abi.REC_LAUNCH_BODY.unpack_from(buf, b))
             elif rtype == abi.REC_TIMING:
                 if e - b >= timing.size:
-                    seq, kid, gpu_ns = timing.unpack_from(buf, b)
+                    seq, kid, source, gpu_ns = timing.unpack_from(buf, b)
+                    timing_sources[source] = timing_sources.get(source, 0) + 1
                     t = timing_sums.get(kid)
                     if t is None:
                         t = timing_sums[kid] = [0, 0]
@@ -454,6 +460,8 @@ def _scan(path, keep_launches):
 
     cap.launch_records = sum(launch_counts.values())
     cap.timing_records = sum(n for n, _ in timing_sums.values())
+    cap.timing_sources = {abi.TIMING_SOURCES.get(s, str(s)): n
+                          for s, n in sorted(timing_sources.items())}
     if keep_launches:
         raw_launches.sort(key=lambda r: r[0])
         cap.launches = [_launch(r, timings.get(r[0])) for r in raw_launches]
@@ -696,7 +704,7 @@ class LaunchStream:
             elif rtype == abi.REC_TIMING:
                 if e - b < timing.size:
                     continue
-                seq, _, gpu_ns = timing.unpack_from(buf, b)
+                seq, _, _, gpu_ns = timing.unpack_from(buf, b)
                 if seq in pending:
                     if pending[seq] is None:
                         pending[seq] = gpu_ns

@@ -169,6 +169,9 @@ def _rule_rows(captures):
 
 # ---- summary ----------------------------------------------------------------------------------
 
+_TIMING_SOURCE_WORDS = {"cupti": "CUPTI kernel records (the kernels' own start and end)",
+                        "events": "CUDA events recorded around each launch"}
+
 def _size(n):
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
@@ -389,6 +392,14 @@ def summary(captures, view=None):
         notes.append(f"Recorded: LAUNCH records written. The first {abi.DENIED_RECORDED} "
                      "denied launches of each kernel are recorded for audit, even when the "
                      "policy records nothing.")
+    sources = {}
+    for cap in captures:
+        for source, n in cap.timing_sources.items():
+            sources[source] = sources.get(source, 0) + n
+    if sources:
+        notes.append("GPU times: " + ", ".join(
+            f"{_TIMING_SOURCE_WORDS.get(s, f'source {s}')} ({n} launch{'es' if n != 1 else ''})"
+            for s, n in sources.items()) + ".")
     if partial:
         notes.append("* partial: the capture has no exit statistics for the kernel (see "
                      "above); counts come from its records alone, so launches that were not "
@@ -604,7 +615,8 @@ def _json_captures(captures):
         "write_errno": c.write_errno,
         "write_error": error_name(c.write_errno) if c.write_errno else None,
         "trailing_bytes": c.trailing_bytes, "launch_records": c.launch_records,
-        "timing_records": c.timing_records, "on_error_launches": c.on_error_launches,
+        "timing_records": c.timing_records, "timing_sources": c.timing_sources,
+        "on_error_launches": c.on_error_launches,
         "stats_partial": c.stats_partial, "ending": ending(c), "table_full": c.table_full,
         "truncated": c.truncated, "undecided_launches": c.undecided_launches,
         "run": c.run,

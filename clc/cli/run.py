@@ -23,6 +23,7 @@ import clc
 from clc.abi import CAPTURE_HEADER, CAPTURE_MAGIC
 from clc.capture.reader import CaptureError, scan_captures
 from clc.outputs import check_output
+from clc.runtime.cupti import MODES, timing_settings
 from clc.runtime.decider import Decider, decides_alone
 from clc.runtime.slurm import job_environment
 from clc.runtime.status import StatusListener
@@ -117,6 +118,13 @@ def _label(text):
     if not value or len(value) > 256 or "\0" in value:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a value of 1 to 256 characters")
     return name, value
+
+
+def _cupti_path(text):
+    """--cupti PATH: an existing file, by its absolute path."""
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: no such file (expected a libcupti.so)")
+    return os.path.abspath(text)
 
 
 def parse_size(text):
@@ -312,6 +320,13 @@ class RunCommand:
                             default=DEFAULT_CAPTURE_LIMIT,
                             help="largest capture file per process, e.g. 500M or 4G; records "
                                  "past it are dropped and counted (default: 2G; 0: no limit)")
+        parser.add_argument("--timing", choices=MODES, default="auto",
+                            help="where the GPU times of timed launches (time: true) come from: "
+                                 "CUPTI's kernel records, CUDA events around each launch, or "
+                                 "auto: CUPTI where libcupti is found, else events (default)")
+        parser.add_argument("--cupti", metavar="PATH", type=_cupti_path,
+                            help="the libcupti to load (default: one the program loads, else "
+                                 "one found under the CUDA toolkit or NVIDIA's pip package)")
         parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM ARGS",
                             help="the program to run and its arguments")
 
@@ -353,6 +368,7 @@ class RunCommand:
             raise ClcError(str(e)) from None
         settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
         settings["CLC_RUN"] = run_json
+        settings.update(timing_settings(args.timing, args.cupti))
         settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
         # held_share confines held launches as sm_share does: contexts the program makes
         # (cuCtxCreate) are then green contexts of their own too

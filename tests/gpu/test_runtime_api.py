@@ -75,16 +75,19 @@ def test_time_all(native, vecadd_bin, run_clc, tools, tmp_path):
     tools.assert_counts(report, out.counts, run=proc)
     tools.assert_all_timed(report, KERNELS, run=proc)
 
-    # clc's events sit inside the program's own events around each vecAdd launch: the two
-    # totals agree to within the small per-launch gap between them.
-    program_ms = out.event_ms["vecAdd"]
+    # The program's own events around each vecAdd launch, in a run without clc, hold the
+    # kernel: clc's totals agree with them to within the small per-launch gap. (Under clc the
+    # program's events read longer where CUPTI traces the kernels: measured +12 % on an H200,
+    # while the kernels' own times, CUPTI's, match the run without clc; docs/performance.md.)
+    program_ms = tools.parse(native.stdout).event_ms["vecAdd"]
     capture_ms = tools.kernel_total(report, "vecAdd", "gpu_ns_total") / 1e6
     per_launch = sorted(r.get("gpu_ns") or 0 for r in tools.launch_rows(report, "vecAdd"))
     spread = (f"per-launch gpu_ns min {per_launch[0]}, median {per_launch[len(per_launch) // 2]}, "
               f"max {per_launch[-1]}" if per_launch else "no launch records")
     assert program_ms > 0, tools.describe(proc)
     assert abs(capture_ms - program_ms) <= 0.10 * program_ms, (
-        f"vecAdd GPU time: capture {capture_ms:.3f} ms vs program's events {program_ms:.3f} ms "
+        f"vecAdd GPU time: capture {capture_ms:.3f} ms vs the program's events without clc "
+        f"{program_ms:.3f} ms "
         f"({(capture_ms / program_ms - 1) * 100:+.1f} %); {spread}\n"
         f"{tools.report_summary(report)}")
     # gpu_ns_mean is the total over the timed launches.

@@ -34,7 +34,8 @@ _CFLAGS = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror=implicit-func
 _PROGRAMS = ("prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
              "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
              "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program",
-             "prog_life", "prog_path", "prog_conditional", "prog_coop", "prog_priority")
+             "prog_life", "prog_path", "prog_conditional", "prog_coop", "prog_priority",
+             "prog_cupti_user")
 
 
 class BuildError(RuntimeError):
@@ -101,10 +102,12 @@ def _symlink(link: pathlib.Path, target: str) -> None:
 def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
     """Builds libcuda.so.1 and the programs into outdir; returns name -> path.
 
-    Keys: "libcuda", "prog_cudart", "prog_triton", "prog_linked", "prog_threads", "prog_fork",
-    "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap", "prog_reload",
-    "prog_stdin_thread", "prog_green", "prog_green_threads", "prog_green_program", "prog_life",
-    "prog_path", "prog_conditional", "prog_coop", "prog_priority", "liblife".
+    Keys: "libcuda", "libcupti", "prog_cudart", "prog_triton", "prog_linked", "prog_threads",
+    "prog_fork", "prog_teardown", "prog_graph_generic", "prog_params", "prog_wrap",
+    "prog_reload", "prog_stdin_thread", "prog_green", "prog_green_threads",
+    "prog_green_program", "prog_life",
+    "prog_path", "prog_conditional", "prog_coop", "prog_priority", "prog_cupti_user",
+    "liblife".
     """
     inc = cuda_include_dir()
     cc = _compiler()
@@ -123,7 +126,19 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
         )
     _symlink(outdir / "libcuda.so", "libcuda.so.1")
 
-    built = {"libcuda": lib}
+    # libcupti.so: the fake CUPTI (fake_cupti.c), loaded by clc-run --cupti only
+    cupti = outdir / "libcupti.so"
+    cupti_src = HERE / "fake_cupti.c"
+    if not _up_to_date(cupti, [cupti_src, HERE.parents[1] / "shim" / "cupti_abi.h",
+                               pathlib.Path(__file__).resolve()]):
+        _run_into(
+            cupti,
+            lambda tmp: [cc, "-shared", "-fPIC", *_CFLAGS, f"-I{HERE.parents[1] / 'shim'}",
+                         "-Wl,-soname,libcupti.so", "-o", str(tmp), str(cupti_src), "-ldl",
+                         "-lpthread"],
+        )
+
+    built = {"libcuda": lib, "libcupti": cupti}
     # liblife.so: a library of prog_life's whose constructor and destructor launch.
     life = outdir / "liblife.so"
     life_src = HERE / "lib_life.c"
@@ -147,6 +162,10 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
             if name == "prog_life":
                 link = [f"-L{outdir}", "-llife", *link]
                 inputs.append(life)
+        elif name == "prog_cupti_user":
+            # linked with the fake CUPTI too, as a program using CUPTI is with the real one
+            link = [f"-L{outdir}", "-lcupti", "-lcuda", f"-Wl,-rpath,{outdir}"]
+            inputs = [src, lib, cupti, *common]
         else:
             link = []
             inputs = [src, *common]

@@ -88,8 +88,8 @@ class CaptureWriter:
             seq, t_ns, stream, kernel_id, entry, *grid, *block, shared_mem, tid, action, rule,
             result, abi.LAUNCH_TIMED if timed else 0))
 
-    def timing(self, seq, kernel_id, gpu_ns):
-        return self.add(abi.REC_TIMING, abi.REC_TIMING_BODY.pack(seq, kernel_id, gpu_ns))
+    def timing(self, seq, kernel_id, gpu_ns, source=abi.TIMING_EVENTS):
+        return self.add(abi.REC_TIMING, abi.REC_TIMING_BODY.pack(seq, kernel_id, source, gpu_ns))
 
     def module(self, api=1, image_kind=5, handle=0xAB00, image_ptr=0, image_size=0,
                preserved=0, result=0, path="", t_ns=None):

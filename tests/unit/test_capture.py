@@ -546,3 +546,20 @@ def test_a_link_to_a_capture_is_read(tmp_path):
     link = tmp_path / "link.clc"
     link.symlink_to(target)
     assert scan_capture(link).complete
+
+
+def test_timing_records_are_counted_by_source(tmp_path):
+    # GIVEN TIMING records from events, from CUPTI, and from a source this reader does not know
+    w = CaptureWriter()
+    w.process("./p")
+    w.policy(POLICY)
+    w.kernel(0, VECADD, device=0)
+    for seq, source in enumerate((abi.TIMING_EVENTS, abi.TIMING_CUPTI, abi.TIMING_CUPTI, 7)):
+        w.launch(seq, 0)
+        w.timing(seq, 0, 1000 + seq, source=source)
+    w.end()
+    cap = read_capture(w.write(tmp_path / "a.clc"))
+    # THEN each counts under its source's name, the unknown one by its number, and every time
+    # reaches its launch whatever its source
+    assert cap.timing_sources == {"events": 1, "cupti": 2, "7": 1}
+    assert [ln.gpu_ns for ln in cap.launches] == [1000, 1001, 1002, 1003]

@@ -26,7 +26,8 @@ POLICY = {"rules": [{"name": "deny-scale"}, {"name": "time-vecadd"}]}
 
 CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_lost_bytes",
                 "capped_bytes", "write_errno", "write_error", "trailing_bytes",
-                "launch_records", "timing_records", "on_error_launches", "stats_partial",
+                "launch_records", "timing_records", "timing_sources", "on_error_launches",
+                "stats_partial",
                 "ending", "table_full", "truncated", "undecided_launches", "run", "holds"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
                "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial",
@@ -184,7 +185,8 @@ def test_json_schema(caps):
         "path": caps[0].path, "pid": 100, "ppid": 1, "command": "./app --size 4",
         "complete": True, "dropped": 4, "write_lost_bytes": 0, "capped_bytes": 0,
         "write_errno": 0, "write_error": None, "trailing_bytes": 0, "launch_records": 3,
-        "timing_records": 2, "on_error_launches": 0, "stats_partial": False, "ending": None,
+        "timing_records": 2, "timing_sources": {"events": 2}, "on_error_launches": 0,
+        "stats_partial": False, "ending": None,
         "table_full": False, "truncated": False, "undecided_launches": 0, "run": {},
         "holds": []}
     assert doc["captures"][1]["complete"] is False
