@@ -10,9 +10,11 @@ through SLURM_CONF alone: `AuthInfo=socket=` names the cluster's own munge socke
 daemons and the clients alike.
 """
 
+import glob
 import grp
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -49,6 +51,8 @@ class Cluster:
         self.nodes = [f"n{i + 1}" for i in range(nodes)]
         self.cpus = cpus
         self.env = {**os.environ, "SLURM_CONF": str(self.root / "slurm.conf")}
+        # cgroup.conf's lines, where this Slurm needs one (None: none written)
+        self.cgroup = _cgroup_conf()
 
     # ---- up and down --------------------------------------------------------------------
 
@@ -72,7 +76,7 @@ class Cluster:
             "SlurmctldDebug=info", "SlurmdDebug=info", f"PlugStackConfig={r}/plugstack.conf",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none",
-            "SwitchType=switch/none", "MailProg=/bin/true",
+            *_switch_none(), "MailProg=/bin/true",
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none", "ReturnToService=2", "InactiveLimit=0",
             "KillWait=5", "MinJobAge=300",
@@ -83,6 +87,9 @@ class Cluster:
             "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""]))
         self.set_plugstack(self.plugstack)
         os.chmod(r / "slurm.conf", 0o644)
+        if self.cgroup is not None:
+            (r / "cgroup.conf").write_text("".join(f"{line}\n" for line in self.cgroup))
+            os.chmod(r / "cgroup.conf", 0o644)
         for n in self.nodes:
             (r / "spool" / n).mkdir(exist_ok=True)
         for name, argv in (("slurmctld", ["slurmctld", "-D", "-i", "-f", f"{r}/slurm.conf"]),
@@ -183,6 +190,36 @@ class Cluster:
         job = proc.stdout.strip().split(";")[0]
         text = out.read_text(errors="replace") if out.exists() else ""
         return proc, job, text
+
+
+def slurm_version():
+    """(major, minor) of the installed slurmd, or None."""
+    try:
+        out = subprocess.run(["slurmd", "-V"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"(\d+)\.(\d+)", out)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def _cgroup_conf():
+    """From 23.11 slurmd sets up a cgroup for its steps whatever the plugins, through systemd's
+    dbus with cgroup/v2, and fails where there is none (a container); cgroup/v1's plugin, with
+    no cgroup plugin of the steps' configured, starts there (tried on Ubuntu 24.04's 23.11.4;
+    `CgroupPlugin=disabled` is not in 23.11)."""
+    version = slurm_version()
+    if version is None or version < (23, 11):
+        return None
+    return ["CgroupPlugin=cgroup/v1"]
+
+
+def _switch_none():
+    """SwitchType=switch/none where this Slurm has that plugin (23.11 dropped it: no
+    SwitchType is no switch)."""
+    dirs = glob.glob("/usr/lib/*/slurm-wlm") + glob.glob("/usr/lib*/slurm")
+    if dirs and not any(os.path.exists(os.path.join(d, "switch_none.so")) for d in dirs):
+        return []
+    return ["SwitchType=switch/none"]
 
 
 def _user_exists(name):

@@ -10,6 +10,25 @@ command -v srun >/dev/null 2>&1 || need="$need slurm-client"
 command -v munged >/dev/null 2>&1 || need="$need munge"
 [ -f /usr/include/slurm/spank.h ] || need="$need libslurm-dev"
 [ -z "$need" ] && exit 0
+# A machine without a package registry: CLC_SLURM_DEBS names a directory of .deb files (the
+# packages above and those of their dependencies this machine lacks, for its release), unpacked
+# as they are, without their maintainer scripts, and what those would do done here: the daemons'
+# names (Ubuntu's alternatives), munged's socket directory.
+if [ -n "$CLC_SLURM_DEBS" ] && [ "$(id -u)" = 0 ]; then
+    echo "tests/slurm: unpacking the .deb files of $CLC_SLURM_DEBS"
+    for f in "$CLC_SLURM_DEBS"/*.deb; do
+        name=$(dpkg-deb -f "$f" Package) || continue
+        dpkg -s "$name" 2>/dev/null | grep -q '^Status: install ok installed' && continue
+        dpkg-deb --fsys-tarfile "$f" | tar -x -C / --no-overwrite-dir --keep-directory-symlink ||
+            echo "tests/slurm: unpacking $f failed"
+    done
+    for d in slurmctld slurmd slurmstepd; do
+        [ -e /usr/sbin/$d ] || [ ! -x /usr/sbin/$d-wlm ] || ln -s $d-wlm /usr/sbin/$d
+    done
+    mkdir -p /run/munge
+    ldconfig
+    exit 0
+fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "tests/slurm: missing$need, and this machine cannot install them (not root, or no apt-get)"
     exit 0
