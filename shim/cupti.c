@@ -7,18 +7,23 @@
  * launch sets its number in a thread-local before the real call; CUPTI calls back inside that
  * call with the API call's correlation id, which the kernel's activity record will carry, and
  * the pair goes into a table. The kernel records come back in buffers, on CUPTI's own thread
- * (every FLUSH_MS or when a buffer fills) or at a forced flush; each one found in the table
- * makes one TIMING record and adds to its kernel's counts, as timing.c's events do. A launch
- * made through cudart carries the runtime call's id or the driver call's: both are entered.
- * Untimed launches pass CUPTI's callback too (a thread-local read) and CUPTI traces their
- * kernels (its cost, docs/performance.md), but nothing of clc's.
+ * (every FLUSH_MS or when a buffer fills) or at a flush; each one found in the table makes one
+ * TIMING record and adds to its kernel's counts, as timing.c's events do. A launch made through
+ * cudart carries the runtime call's id or the driver call's: both are entered. Untimed launches
+ * pass CUPTI's callback too (a thread-local read) and CUPTI traces their kernels (its cost,
+ * docs/performance.md), but nothing of clc's.
  *
  * CUPTI has room for one client. clc takes it only when nobody holds it (cuptiSubscribe says
  * so); a program that comes for it later (torch.profiler, Nsight Systems' injection) calls
  * cuptiSubscribe or cuptiActivityRegisterCallbacks through the exports below, and clc gives
  * CUPTI up to it, as the program would have found it without clc: later timed launches are
- * timed by timing.c's events. Where libcupti is missing or refuses, events time the launches
- * from the start, said once.
+ * timed by timing.c's events. So are they where libcupti is missing or refuses (said once), in
+ * a forked child (CUPTI does not follow a fork), and once CUPTI has been read for the last time
+ * at exit (before libcupti's own exit handlers run).
+ *
+ * No lock is waited for on the launch path: a launch that finds CUPTI being started by another
+ * thread is timed by events (its start loads libcupti, and a library's constructor launching
+ * from inside the loader must not wait for it).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -27,12 +32,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cupti_abi.h"
 #include "shim.h"
 
 #define FLUSH_MS 200
 #define BUFFER_BYTES (4u << 20)
+/* How long a drain waits for the records of timed launches still running, at most. */
+#define DRAIN_WAIT_NS 2000000000ull
 #define N_OF(a) (sizeof(a) / sizeof *(a))
 
 typedef clc_cupti_result result_t;
@@ -52,51 +61,56 @@ static struct {
     result_t (*next_record)(uint8_t *, size_t, clc_cupti_activity **);
     result_t (*dropped)(CUcontext, uint32_t, size_t *);
 } cupti;
-static void *g_subscriber;
+static void *g_subscriber, *g_own; /* clc's subscriber; the libcupti clc loaded itself */
 
-/* 0: not tried, 1: on, -1: not available (events time the launches), -2: given up to the
- * program */
+enum { OFF = -1, GIVEN_UP = -2, FINISHED = -3, ON = 1 };
+/* 0: not tried; ON; or why not: OFF (missing, refused, events asked for, a forked child),
+ * GIVEN_UP to the program, FINISHED at exit */
 static _Atomic int g_state;
 static pthread_mutex_t g_state_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Each timed launch's kernel by its number: written before the launch, read when its record
- * comes back. A slot taken again before then (more timed launches in flight than slots) loses
- * the older one's time, counted. */
+ * comes back, valid in the drain's generation it was written in (a drain forgets what it did
+ * not see come back: the kernel's entry may go after it). A slot taken again before then (more
+ * timed launches in flight than slots) loses the older one's time, counted. */
 #define LAUNCH_SLOTS (1u << 18)
 typedef struct {
-    _Atomic uint64_t seq; /* seq + 1; 0: empty, or being written */
-    clc_entry *_Atomic entry;
+    _Atomic uint64_t seq; /* seq + 1; 0: being written */
+    _Atomic uint32_t generation;
     _Atomic uint32_t kernel_id;
+    clc_entry *_Atomic entry;
 } launch_slot;
 static launch_slot *g_launches;
+static _Atomic uint32_t g_generation;
 
-/* CUPTI's correlation id of each timed launch's API call -> its seq + 1, direct-mapped: a slot
- * is taken again only after CORRELATION_SLOTS more API calls of the process. */
+/* CUPTI's correlation id of each timed launch's API call with the low half of its seq + 1, in
+ * one word (read whole, never torn), direct-mapped: a slot is taken again only after
+ * CORRELATION_SLOTS more API calls of the process. */
 #define CORRELATION_SLOTS (1u << 18)
-typedef struct {
-    _Atomic uint32_t correlation; /* 0: empty */
-    _Atomic uint64_t seq1;
-} correlation_slot;
-static correlation_slot *g_correlations;
+static _Atomic uint64_t *g_correlations;
 
-/* The timed launch this thread is making (seq + 1), and the runtime call it is inside */
-static CLC_TLS uint64_t t_timed;
+/* The timed launches this thread is inside, innermost last (a signal handler's launch inside a
+ * launch), seq + 1 each; and the runtime call it is inside (restored on its exit from the
+ * callback's own per-call word). */
+#define NESTED 8
+static CLC_TLS uint64_t t_timed[NESTED];
+static CLC_TLS uint32_t t_depth;
 static CLC_TLS uint32_t t_runtime_correlation;
 
 /* timed launches made and timed since the last drain; all timed */
 static _Atomic uint64_t g_launched, g_timed, g_timed_all;
-/* The contexts with timed launches since the last drain: synchronized before it flushes. */
-#define CONTEXTS 16
-static _Atomic(CUcontext) g_contexts[CONTEXTS];
 
-static void deliver(uint64_t seq1, uint64_t gpu_ns) {
-    launch_slot *s = &g_launches[(seq1 - 1) & (LAUNCH_SLOTS - 1)];
+static void deliver(uint32_t seq1_low, uint64_t gpu_ns) {
+    launch_slot *s = &g_launches[(seq1_low - 1) & (LAUNCH_SLOTS - 1)];
     /* read between two reads of its seq: a slot being taken again is seen as changed */
-    uint64_t before = atomic_load_explicit(&s->seq, memory_order_acquire);
-    clc_entry *e = atomic_load_explicit(&s->entry, memory_order_relaxed);
+    uint64_t seq1 = atomic_load_explicit(&s->seq, memory_order_acquire);
+    uint32_t generation = atomic_load_explicit(&s->generation, memory_order_relaxed);
     uint32_t kernel_id = atomic_load_explicit(&s->kernel_id, memory_order_relaxed);
+    clc_entry *e = atomic_load_explicit(&s->entry, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
-    if (before != seq1 || atomic_load_explicit(&s->seq, memory_order_relaxed) != seq1 || !e) return;
+    if ((uint32_t)seq1 != seq1_low || atomic_load_explicit(&s->seq, memory_order_relaxed) != seq1 ||
+        generation != atomic_load_explicit(&g_generation, memory_order_acquire) || !e)
+        return;
     atomic_fetch_add_explicit(&g_timed, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_timed_all, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
@@ -109,20 +123,24 @@ static void deliver(uint64_t seq1, uint64_t gpu_ns) {
 }
 
 static void correlate(uint32_t correlation, uint64_t seq1) {
-    correlation_slot *c = &g_correlations[correlation & (CORRELATION_SLOTS - 1)];
-    atomic_store_explicit(&c->correlation, 0, memory_order_relaxed);
-    atomic_store_explicit(&c->seq1, seq1, memory_order_relaxed);
-    atomic_store_explicit(&c->correlation, correlation, memory_order_release);
+    atomic_store_explicit(&g_correlations[correlation & (CORRELATION_SLOTS - 1)],
+                          (uint64_t)correlation << 32 | (uint32_t)seq1, memory_order_release);
 }
 
 /* CUPTI's callback, inside each launch call of the program (and of clc's own replacements). */
 static void on_launch(void *userdata, uint32_t domain, uint32_t cbid, const void *data) {
     const clc_cupti_callback_data *d = data;
     if (domain == CLC_CUPTI_DOMAIN_RUNTIME) {
-        t_runtime_correlation = d->site == CLC_CUPTI_API_ENTER ? d->correlation : 0;
+        if (d->site == CLC_CUPTI_API_ENTER) {
+            if (d->correlation_data) *d->correlation_data = t_runtime_correlation;
+            t_runtime_correlation = d->correlation;
+        } else {
+            t_runtime_correlation = d->correlation_data ? (uint32_t)*d->correlation_data : 0;
+        }
         return;
     }
-    uint64_t seq1 = t_timed;
+    uint32_t depth = t_depth;
+    uint64_t seq1 = depth && depth <= NESTED ? t_timed[depth - 1] : 0;
     if (!seq1 || d->site != CLC_CUPTI_API_ENTER) return;
     correlate(d->correlation, seq1);
     if (t_runtime_correlation) correlate(t_runtime_correlation, seq1);
@@ -140,52 +158,68 @@ static void buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, si
     while (buffer && cupti.next_record(buffer, valid, &r) == CLC_CUPTI_SUCCESS) {
         if (r->kind != CLC_CUPTI_KIND_CONCURRENT_KERNEL) continue;
         const clc_cupti_kernel *k = (const clc_cupti_kernel *)r;
-        correlation_slot *c = &g_correlations[k->correlation & (CORRELATION_SLOTS - 1)];
-        uint32_t expected = k->correlation;
-        if (!k->correlation || k->end < k->start ||
-            atomic_load_explicit(&c->correlation, memory_order_acquire) != expected)
-            continue;
-        uint64_t seq1 = atomic_load_explicit(&c->seq1, memory_order_relaxed);
+        /* a record without timestamps (CUPTI could not take them) times nothing */
+        if (!k->correlation || !k->start || k->end < k->start) continue;
+        _Atomic uint64_t *c = &g_correlations[k->correlation & (CORRELATION_SLOTS - 1)];
+        uint64_t word = atomic_load_explicit(c, memory_order_acquire);
         /* each launch's time once, even were a record handed over twice */
-        if (atomic_compare_exchange_strong(&c->correlation, &expected, 0))
-            deliver(seq1, k->end - k->start);
+        if ((uint32_t)(word >> 32) == k->correlation && atomic_compare_exchange_strong(c, &word, 0))
+            deliver((uint32_t)word, k->end - k->start);
     }
     free(buffer);
 }
 
 /* ---- libcupti ----------------------------------------------------------------------------- */
 
+typedef struct {
+    char path[4096];
+    const void *skip; /* an object's base address not to take (clc's own libcupti), or NULL */
+} found_object;
+
+/* No loader call from inside dl_iterate_phdr (it holds a loader lock another thread's dlopen
+ * may wait behind): the path is copied, and opened after. */
 static int find_loaded(struct dl_phdr_info *info, size_t size, void *arg) {
+    found_object *f = arg;
     const char *base = strrchr(info->dlpi_name, '/');
-    if (!strstr(base ? base : info->dlpi_name, "libcupti.so")) return 0;
-    *(void **)arg = clc_libc_dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
-    return *(void **)arg != NULL;
+    if (!strstr(base ? base : info->dlpi_name, "libcupti.so") ||
+        (f->skip && (const void *)info->dlpi_addr == f->skip))
+        return 0;
+    snprintf(f->path, sizeof f->path, "%s", info->dlpi_name);
+    return 1;
 }
 
-/* The libcupti the program has loaded (in any scope: Python loads extensions' libraries
- * locally), or NULL. */
-static void *loaded_cupti(void) {
-    void *h = NULL;
-    dl_iterate_phdr(find_loaded, &h);
-    return h;
+static const void *base_of(void *handle) {
+    struct link_map *map = NULL;
+    return handle && dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map ? (void *)map->l_addr : NULL;
+}
+
+/* A libcupti the process has loaded (in any scope: Python loads extensions' libraries
+ * locally), other than `skip`'s when there is another, or NULL. */
+static void *loaded_cupti(void *skip) {
+    found_object f = {.skip = base_of(skip)};
+    dl_iterate_phdr(find_loaded, &f);
+    if (!f.path[0] && skip) return skip;
+    return f.path[0] ? clc_libc_dlopen(f.path, RTLD_NOW | RTLD_NOLOAD) : NULL;
 }
 
 /* One the program loaded already, else the one clc-run found (CLC_CUPTI), else the loader's. */
 static void *open_cupti(const char **why) {
-    void *h = loaded_cupti();
+    void *h = loaded_cupti(NULL);
     const char *path = clc_setting("CLC_CUPTI");
-    if (!h && path && *path) h = clc_libc_dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) h = clc_libc_dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!h) h = clc_libc_dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h && path && *path) h = g_own = clc_libc_dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = g_own = clc_libc_dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = g_own = clc_libc_dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL);
     if (!h) *why = "libcupti not found";
     return h;
 }
+
+static void finish_at_exit(void);
 
 static int start(void) {
     const char *mode = clc_setting("CLC_TIMING"), *why = NULL;
     result_t r = CLC_CUPTI_SUCCESS;
     void *h;
-    if (mode && strcmp(mode, "events") == 0) return -1;
+    if (mode && strcmp(mode, "events") == 0) return OFF;
     if ((h = open_cupti(&why)) != NULL) {
         cupti.subscribe = clc_libc_dlsym(h, "cuptiSubscribe");
         cupti.unsubscribe = clc_libc_dlsym(h, "cuptiUnsubscribe");
@@ -202,7 +236,7 @@ static int start(void) {
             !cupti.next_record)
             why = "libcupti lacks the callback or activity API";
     }
-    if (!why) {
+    if (!why && !g_launches) {
         g_launches = calloc(LAUNCH_SLOTS, sizeof *g_launches);
         g_correlations = calloc(CORRELATION_SLOTS, sizeof *g_correlations);
         if (!g_launches || !g_correlations) why = "no memory";
@@ -231,83 +265,113 @@ static int start(void) {
                     why, code);
         else
             clc_debug("GPU times come from CUDA events around each launch: %s%s", why, code);
-        return -1;
+        return OFF;
     }
     if (cupti.flush_period) cupti.flush_period(FLUSH_MS);
+    /* registered after libcupti's own exit handlers (it is loaded by now), so run before them */
+    atexit(finish_at_exit);
     clc_debug("GPU times come from CUPTI's kernel records");
-    return 1;
+    return ON;
 }
 
 int clc_cupti_on(void) {
     int s = atomic_load_explicit(&g_state, memory_order_acquire);
-    if (likely(s)) return s > 0;
-    pthread_mutex_lock(&g_state_lock);
+    if (likely(s)) return s == ON;
+    if (pthread_mutex_trylock(&g_state_lock) != 0) return 0; /* being started: events */
     if (!(s = atomic_load_explicit(&g_state, memory_order_relaxed)))
         atomic_store_explicit(&g_state, s = start(), memory_order_release);
     pthread_mutex_unlock(&g_state_lock);
-    return s > 0;
-}
-
-static void note_context(void) {
-    CUcontext ctx = NULL;
-    if (g_drv.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx) return;
-    for (int i = 0; i < CONTEXTS; i++) {
-        CUcontext c = atomic_load_explicit(&g_contexts[i], memory_order_relaxed);
-        if (c == ctx) return;
-        if (!c) {
-            CUcontext none = NULL;
-            if (atomic_compare_exchange_strong(&g_contexts[i], &none, ctx) || none == ctx) return;
-        }
-    }
+    return s == ON;
 }
 
 void clc_cupti_begin(clc_entry *e, uint64_t seq) {
     launch_slot *s = &g_launches[seq & (LAUNCH_SLOTS - 1)];
     atomic_store_explicit(&s->seq, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&s->entry, e, memory_order_relaxed);
+    atomic_store_explicit(&s->generation, atomic_load(&g_generation), memory_order_relaxed);
     atomic_store_explicit(&s->kernel_id, e->kernel_id, memory_order_relaxed);
+    atomic_store_explicit(&s->entry, e, memory_order_relaxed);
     atomic_store_explicit(&s->seq, seq + 1, memory_order_release);
-    note_context();
-    t_timed = seq + 1;
+    if (t_depth < NESTED) t_timed[t_depth] = seq + 1;
+    t_depth++;
 }
 
 void clc_cupti_end(int launched) {
-    t_timed = 0;
+    if (t_depth) t_depth--;
     if (launched) atomic_fetch_add_explicit(&g_launched, 1, memory_order_relaxed);
 }
 
-/* At exit, or before a context or a module goes: the contexts with timed launches are
- * synchronized and every record CUPTI holds is read; the launch numbers still waiting are
- * forgotten then, so that no later record counts for an entry that may have gone. */
-void clc_cupti_drain(void) {
-    if (atomic_load_explicit(&g_state, memory_order_acquire) <= 0) return;
-    pthread_mutex_lock(&g_state_lock); /* not given up to the program meanwhile */
-    if (atomic_load_explicit(&g_state, memory_order_relaxed) <= 0) {
-        pthread_mutex_unlock(&g_state_lock);
-        return;
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Reads every record CUPTI holds, waiting up to `wait_ns` for those of timed launches still
+ * running (never for other work: a program's kernel that waits on its host may never end), and
+ * forgets what did not come (a new generation): said once where `say`. Under g_state_lock. */
+static void drain_locked(uint64_t wait_ns, int say) {
+    uint64_t deadline = now_ns() + wait_ns;
+    struct timespec pause = {0, 100000};
+    for (;;) {
+        cupti.flush_all(CLC_CUPTI_FLUSH_FORCED);
+        if (atomic_load(&g_timed) >= atomic_load(&g_launched) || now_ns() > deadline) break;
+        nanosleep(&pause, NULL);
+        if (pause.tv_nsec < 20000000) pause.tv_nsec *= 2;
     }
-    CUcontext mine = NULL;
-    g_drv.ctx_get_current(&mine);
-    for (int i = 0; i < CONTEXTS; i++) {
-        CUcontext c = atomic_exchange(&g_contexts[i], NULL);
-        if (c && g_drv.ctx_set_current && g_drv.ctx_synchronize &&
-            g_drv.ctx_set_current(c) == CUDA_SUCCESS)
-            g_drv.ctx_synchronize();
-    }
-    if (g_drv.ctx_set_current) g_drv.ctx_set_current(mine);
-    cupti.flush_all(CLC_CUPTI_FLUSH_FORCED);
-    for (uint32_t i = 0; i < LAUNCH_SLOTS; i++) atomic_store(&g_launches[i].seq, 0);
+    atomic_fetch_add(&g_generation, 1);
     uint64_t launched = atomic_exchange(&g_launched, 0), timed = atomic_exchange(&g_timed, 0);
     size_t dropped = 0;
     if (cupti.dropped) cupti.dropped(NULL, 0, &dropped);
-    if (launched > timed && CLC_FIRST_TIME())
+    if (say && launched > timed && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "%llu timed launches' GPU times did not come back from CUPTI (%llu did; CUPTI "
                 "dropped %zu records): their kernels' GPU totals are short",
                 (unsigned long long)(launched - timed),
                 (unsigned long long)atomic_load(&g_timed_all), dropped);
+}
+
+/* At exit, or before a context or a module goes. */
+void clc_cupti_drain(void) {
+    if (atomic_load_explicit(&g_state, memory_order_acquire) != ON) return;
+    pthread_mutex_lock(&g_state_lock);
+    if (atomic_load_explicit(&g_state, memory_order_relaxed) == ON) drain_locked(DRAIN_WAIT_NS, 1);
     pthread_mutex_unlock(&g_state_lock);
+}
+
+/* Takes clc off CUPTI, leaving it as the program would find it without clc. */
+static void leave_cupti_locked(int state, uint64_t wait_ns, int say) {
+    int in = t_in_clc;
+    t_in_clc = 1;
+    drain_locked(wait_ns, say);
+    cupti.disable(CLC_CUPTI_KIND_CONCURRENT_KERNEL);
+    cupti.unsubscribe(g_subscriber);
+    g_subscriber = NULL;
+    atomic_store(&g_state, state);
+    t_in_clc = in;
+}
+
+/* The last reading, before libcupti's own exit handlers: launches after it (in later exit
+ * handlers, destructors) are timed by events. */
+static void finish_at_exit(void) {
+    if (!g_cfg.pid || getpid() != g_cfg.pid) return;
+    pthread_mutex_lock(&g_state_lock);
+    if (atomic_load(&g_state) == ON) leave_cupti_locked(FINISHED, DRAIN_WAIT_NS, 1);
+    pthread_mutex_unlock(&g_state_lock);
+}
+
+/* CUPTI does not follow a fork: the child's launches are timed by events, and what the parent
+ * had in flight is not the child's. */
+void clc_cupti_after_fork_child(void) {
+    pthread_mutex_init(&g_state_lock, NULL);
+    if (atomic_load(&g_state) == ON || atomic_load(&g_state) == 0) atomic_store(&g_state, OFF);
+    g_subscriber = NULL;
+    atomic_store(&g_launched, 0);
+    atomic_store(&g_timed, 0);
+    atomic_store(&g_timed_all, 0);
+    atomic_fetch_add(&g_generation, 1);
+    t_depth = 0;
+    t_runtime_correlation = 0;
 }
 
 /* ---- the program's own use of CUPTI ----------------------------------------------------------
@@ -316,34 +380,29 @@ void clc_cupti_drain(void) {
 
 static void give_up(void) {
     pthread_mutex_lock(&g_state_lock);
-    int was = atomic_exchange(&g_state, -2);
-    if (was > 0) {
-        int in = t_in_clc;
-        t_in_clc = 1;
-        /* what CUPTI holds of clc's launches goes to clc first; then CUPTI as the program
-         * would find it without clc */
-        cupti.flush_all(CLC_CUPTI_FLUSH_FORCED);
-        cupti.disable(CLC_CUPTI_KIND_CONCURRENT_KERNEL);
-        cupti.unsubscribe(g_subscriber);
-        g_subscriber = NULL;
-        t_in_clc = in;
-        uint64_t left = atomic_load(&g_launched) - atomic_load(&g_timed);
+    int was = atomic_load(&g_state);
+    if (was == ON) {
+        /* what has come back is read; the program's own start is not held up for the rest */
+        leave_cupti_locked(GIVEN_UP, 0, 0);
         clc_debug("the program uses CUPTI itself: its later timed launches are timed by CUDA "
-                  "events%s",
-                  left ? " (launches still running then are left without a GPU time)" : "");
+                  "events (those still running then are left without a GPU time)");
+    } else if (was == 0) {
+        atomic_store(&g_state, GIVEN_UP);
     }
     pthread_mutex_unlock(&g_state_lock);
 }
 
+/* The program's libcupti: the next definition after the shim's, else one loaded in a local
+ * scope, not clc's own copy where the program has another. */
 static void *real_cupti(const char *name) {
     void *p = clc_next_symbol(name), *h;
-    if (!p && (h = loaded_cupti()) != NULL) p = clc_libc_dlsym(h, name);
+    if (!p && (h = loaded_cupti(g_own)) != NULL) p = clc_libc_dlsym(h, name);
     return p;
 }
 
 CLC_EXPORT result_t cuptiSubscribe(void **subscriber, callback_fn callback, void *userdata) {
     result_t (*real)(void **, callback_fn, void *) = real_cupti("cuptiSubscribe");
-    if (!real) return CLC_CUPTI_ERROR_UNKNOWN;
+    if (!real) return CLC_CUPTI_ERROR_NOT_INITIALIZED;
     give_up();
     return real(subscriber, callback, userdata);
 }
@@ -351,14 +410,14 @@ CLC_EXPORT result_t cuptiSubscribe(void **subscriber, callback_fn callback, void
 CLC_EXPORT result_t cuptiSubscribe_v2(void **subscriber, callback_fn callback, void *userdata,
                                       void *params) {
     result_t (*real)(void **, callback_fn, void *, void *) = real_cupti("cuptiSubscribe_v2");
-    if (!real) return CLC_CUPTI_ERROR_UNKNOWN;
+    if (!real) return CLC_CUPTI_ERROR_NOT_INITIALIZED;
     give_up();
     return real(subscriber, callback, userdata, params);
 }
 
 CLC_EXPORT result_t cuptiActivityRegisterCallbacks(requested_fn requested, completed_fn completed) {
     result_t (*real)(requested_fn, completed_fn) = real_cupti("cuptiActivityRegisterCallbacks");
-    if (!real) return CLC_CUPTI_ERROR_UNKNOWN;
+    if (!real) return CLC_CUPTI_ERROR_NOT_INITIALIZED;
     give_up();
     return real(requested, completed);
 }

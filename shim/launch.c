@@ -488,6 +488,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
                                                         : real(list, n, flags);
     }
     CUresult refused = CUDA_SUCCESS;
+    clc_timing_events_only(1);
     for (unsigned i = 0; i < n; i++) {
         const clc_launch_params *p = &list[i];
         gated[i] = (unsigned char)(t_in_clc ? clc_gate_reentrant : gate_enter)(
@@ -508,6 +509,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
             clc_gate_refuse(&g[i]) && refused == CUDA_SUCCESS)
             refused = CUDA_ERROR_NOT_PERMITTED;
     }
+    clc_timing_events_only(0);
     CUresult r = refused != CUDA_SUCCESS ? refused : real(list, n, flags);
     for (unsigned i = 0; i < n; i++) {
         if (!gated[i])

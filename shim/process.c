@@ -39,6 +39,7 @@ static void after_fork_child(void) {
     clc_cache_after_fork_child();
     clc_green_after_fork_child();
     clc_priority_after_fork_child();
+    clc_cupti_after_fork_child();
 }
 
 /* What a process needs before any hook may act: read a few settings and return (most processes

@@ -699,6 +699,10 @@ int clc_cupti_on(void);
 void clc_cupti_begin(clc_entry *e, uint64_t seq);
 void clc_cupti_end(int launched);
 void clc_cupti_drain(void);
+void clc_cupti_after_fork_child(void);
+/* timing.c: launches of this thread between on and off are timed by events (the several launches
+ * of one multi-device call, which CUPTI's launch callbacks do not tell apart) */
+void clc_timing_events_only(int on);
 
 /* ---- denied launches per deciding rule (decision_cache.c), counted by the launch gate ------ */
 #define CLC_RULE_COUNTERS 4096

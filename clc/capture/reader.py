@@ -630,12 +630,13 @@ class LaunchStream:
     A capture from read_capture gives its list. Otherwise the file is read again and launches
     come out in seq order as far as a window of `window` LAUNCH records can restore it. A timed
     launch (its LAUNCH record says a TIMING record follows) whose TIMING has not come by the time
-    it leaves the window waits for it, and comes out when it does: a thread writes its launches'
-    TIMING records at its later timed launches, so with many threads they can lie far apart in
-    the file. Such waiting launches are bounded by the timings a thread keeps pending (1024,
-    shim/timing.c) times the threads. Once iterated, `unmatched_timings` counts the TIMING
-    records that matched no launch: its LAUNCH record was lost (dropped, capped) or never
-    written.
+    it leaves the window waits for it, and comes out when it does: timed by events, a thread
+    writes its launches' TIMING records at its later timed launches, so with many threads they
+    can lie far apart in the file (waiting launches are then bounded by the timings a thread
+    keeps pending, 1024 in shim/timing.c, times the threads); timed by CUPTI, they come when
+    CUPTI hands its buffer back (every 200 ms, or a buffer's worth of launches). Once
+    iterated, `unmatched_timings` counts the TIMING records that matched no launch: its LAUNCH
+    record was lost (dropped, capped) or never written.
     """
 
     def __init__(self, cap, window=LAUNCH_WINDOW):

@@ -8,8 +8,15 @@ import ctypes.util
 import glob
 import importlib.util
 import os
+import re
 
 MODES = ("auto", "cupti", "events")
+
+
+def _version(path):
+    """(13, 0) of /usr/local/cuda-13.0, for newest first; () where it has none."""
+    m = re.search(r"-(\d+)\.(\d+)$", path)
+    return (int(m[1]), int(m[2])) if m else ()
 
 
 def _candidates():
@@ -19,14 +26,17 @@ def _candidates():
             yield os.path.join(root, "extras", "CUPTI", "lib64")
             yield os.path.join(root, "lib64")
             yield os.path.join(root, "lib")
-    # the pip package NVIDIA ships it in (PyTorch's dependency)
+    # NVIDIA's pip packages (PyTorch's dependencies): nvidia/cu13/lib, nvidia/cuda_cupti/lib;
+    # found without importing anything
     try:
-        spec = importlib.util.find_spec("nvidia.cuda_cupti")
+        spec = importlib.util.find_spec("nvidia")
     except (ImportError, ValueError):
         spec = None
     for root in (spec.submodule_search_locations or []) if spec else []:
-        yield os.path.join(root, "lib")
-    for root in ("/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)):
+        for sub in ("cu13", "cuda_cupti"):
+            yield os.path.join(root, sub, "lib")
+    tools = sorted(glob.glob("/usr/local/cuda-*"), key=_version, reverse=True)
+    for root in ("/usr/local/cuda", *tools):
         yield os.path.join(root, "extras", "CUPTI", "lib64")
         yield os.path.join(root, "lib64")
         yield os.path.join(root, "lib")

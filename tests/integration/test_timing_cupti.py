@@ -13,8 +13,6 @@ import sys
 import pytest
 from harness import TIME_ALL, nonzero
 
-from clc.capture.reader import gpu_times
-
 LOST = "did not come back from CUPTI"
 
 
@@ -65,13 +63,16 @@ def test_many_threads_lose_no_time(native, clc_run, cupti):
     run = clc_run(TIME_ALL, [native["prog_threads"], "8", "10000"], options=cupti, timeout=300)
     assert run.proc.returncode == 0, run.stderr
     cap = run.capture()
-    # THEN each one has its own launch's time
+    # THEN each one has its own launch's time: from CUPTI, but for the few launches of other
+    # threads while one thread started CUPTI (no launch waits for that: they are timed by
+    # events)
     by_seq = {ln.seq: ln for ln in cap.launches}
     assert len(by_seq) == 8 * 10000
-    assert all(ln.gpu_ns == fake_ns(ln) for ln in by_seq.values())
+    sources = timing_sources(run.output)
+    assert set(sources) <= {"cupti", "events"} and sources.get("events", 0) < 8, sources
+    assert sum(ln.gpu_ns == fake_ns(ln) for ln in by_seq.values()) == sources["cupti"]
+    assert all(ln.gpu_ns for ln in by_seq.values())
     assert sum(st.timed for st in cap.stats.values()) == len(by_seq)
-    assert sorted(ns for _, ns in gpu_times(cap)) == sorted(fake_ns(ln)
-                                                            for ln in by_seq.values())
     assert LOST not in run.stderr
 
 
@@ -110,9 +111,46 @@ def test_timing_events_never_loads_cupti(native, clc_run, cupti):
     # WHEN the run asks for events, a libcupti named all the same
     run = clc_run(TIME_ALL, [native["prog_cudart"]], options=[*cupti, "--timing", "events"])
     assert run.proc.returncode == 0, run.stderr
-    # THEN every time is an event's
+    # THEN every time is an event's, and libcupti was never loaded
     assert set(timing_sources(run.output)) == {"events"}
-    assert "CUPTI" not in run.stdout
+    assert "fake_cupti: loaded" not in run.stderr
+    # (as it is, by default)
+    loaded = clc_run(TIME_ALL, [native["prog_cudart"]], options=cupti)
+    assert "fake_cupti: loaded" in loaded.stderr
+
+
+def test_records_without_timestamps_time_nothing(native, clc_run, cupti):
+    # GIVEN a CUPTI that gives every third kernel record no timestamps
+    run = clc_run(TIME_ALL, [native["prog_threads"], "1", "300"], options=cupti,
+                  env={"FAKE_CUPTI_ZERO": "3"})
+    assert run.proc.returncode == 0, run.stderr
+    cap = run.capture()
+    # THEN those launches have no GPU time (not 0 ns), and clc says how many
+    assert sorted({ln.gpu_ns for ln in cap.launches}, key=str) == [fake_ns(cap.launches[0]),
+                                                                   None]
+    assert sum(st.timed for st in cap.stats.values()) == 200
+    assert run.stderr.count("clc: 100 timed launches' GPU times did not come back") == 1
+
+
+def test_a_forked_child_counts_nothing_of_its_parents_times(native, clc_run, cupti):
+    # WHEN a program timed by CUPTI forks children while a thread of its own keeps launching
+    # (a child of a process that started the driver cannot launch: the fake driver refuses as
+    # the real one does)
+    run = clc_run(TIME_ALL, [native["prog_fork"], "threaded", "2"], options=cupti)
+    assert run.proc.returncode == 0, run.stdout + run.stderr
+    caps = run.captures()
+    assert len(caps) == 3
+    pids = {c.pid for c in caps}
+    (parent,) = [c for c in caps if c.ppid not in pids]
+    # THEN the parent's launches are all timed, by CUPTI, and no child counts any time: what
+    # the parent had in flight at the fork is not the child's
+    assert sum(st.timed for st in parent.stats.values()) == sum(
+        st.launches - st.failed for st in parent.stats.values())
+    assert set(parent.timing_sources) <= {"cupti", "events"}
+    assert parent.timing_sources.get("cupti", 0) > 0
+    for child in (c for c in caps if c is not parent):
+        assert not child.timing_sources and not sum(st.timed for st in child.stats.values())
+    assert LOST not in run.stderr
 
 
 def test_cupti_names_a_file(native, clc_run, tmp_path):

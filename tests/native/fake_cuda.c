@@ -337,8 +337,11 @@ static atomic_ulong g_entry[E_COUNT];
 static atomic_ulong g_total_launches, g_total_graph;
 /* The fake CUPTI's (tests/native/fake_cupti.c): told of each launch that ran, inside the call,
  * as CUPTI's callbacks and kernel records are. */
-static void (*_Atomic g_cupti_launched)(unsigned gx, unsigned bx);
-void fake_cuda_set_cupti(void (*launched)(unsigned, unsigned)) { atomic_store(&g_cupti_launched, launched); }
+static void (*_Atomic g_cupti_launched)(unsigned gx, unsigned bx, int entry);
+void fake_cuda_set_cupti(void (*launched)(unsigned, unsigned, int))
+{
+    atomic_store(&g_cupti_launched, launched);
+}
 
 static void lock(void) { pthread_mutex_lock(&g_lock); }
 static void unlock(void) { pthread_mutex_unlock(&g_lock); }
@@ -2305,9 +2308,9 @@ static CUresult launch(enum entry e, CUfunction fn, unsigned gx, unsigned gy, un
     atomic_fetch_add(&g_total_launches, 1);
     atomic_fetch_add(&g_clock_ns, FAKE_NS_PER_LAUNCH);
     {
-        void (*cupti)(unsigned, unsigned) = atomic_load(&g_cupti_launched);
+        void (*cupti)(unsigned, unsigned, int) = atomic_load(&g_cupti_launched);
         if (cupti)
-            cupti(gx, bx);
+            cupti(gx, bx, (int)e);
     }
     return CUDA_SUCCESS;
 }

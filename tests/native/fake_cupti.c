@@ -4,15 +4,19 @@
  * API's kernel records), for the CPU tests, beside the fake driver (fake_cuda.c). Never a
  * stand-in for the GPU: tests/gpu checks clc against the real CUPTI.
  *
- * The fake driver tells it of each launch that ran, inside the call (fake_cuda_set_cupti).
- * Each gets a new correlation id; the subscriber, when it enabled a driver callback, is called
- * with it (enter, then exit); with kernel records enabled, a record of the same correlation id
- * and GPU time FAKE_CUPTI_NS + grid x + block x ns (default 1000 + ...) waits in a list until
- * a flush (cuptiActivityFlushAll, a buffer's worth waiting, or every FlushPeriod ms on a thread
- * of the fake's own, as CUPTI's worker does) hands it over in a buffer from the client.
+ * The fake driver tells it of each launch that ran, inside the call, and through which entry
+ * point (fake_cuda_set_cupti). Each gets a new correlation id; the subscriber, when it enabled
+ * the driver callback of that entry point's id (CUPTI_DRIVER_TRACE_CBID_*), is called with it
+ * (enter, then exit); with kernel records enabled, a record of the same correlation id and GPU
+ * time FAKE_CUPTI_NS + grid x + block x ns (default 1000 + ...) waits in a list until a flush
+ * (cuptiActivityFlushAll, a buffer's worth waiting, or every FlushPeriod ms on a thread of the
+ * fake's own, as CUPTI's worker does) hands it over in a buffer from the client. It says
+ * `fake_cupti: loaded` on stderr when loaded.
  *
  *   FAKE_CUPTI_REFUSE=1  cuptiSubscribe fails: another tool holds CUPTI
  *   FAKE_CUPTI_LOSE=N    every Nth kernel record is never delivered
+ *   FAKE_CUPTI_ZERO=N    every Nth kernel record has no timestamps (0), as CUPTI's when it could
+ *                        not take them
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -49,22 +53,34 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static rec *g_head, **g_tail = &g_head;
 static uint32_t g_correlation;
 static uint64_t g_clock = 1000000, g_made, g_pending;
-static int g_kernels, g_subscribed, g_driver_callbacks;
+static int g_kernels, g_subscribed;
+static unsigned char g_driver_callbacks[1024]; /* by driver callback id: enabled */
+/* fake_cuda.c's entry points, in its enum's order: their callback ids */
+static const int g_cbid_of_entry[] = {307, 442, 652, 653, 477, 478};
+
+__attribute__((constructor)) static void say_loaded(void)
+{
+    fputs("fake_cupti: loaded\n", stderr);
+}
 static callback_fn g_callback;
 static void *g_userdata;
 
 CUptiResult cuptiActivityFlushAll(uint32_t flag);
 
-static void launched(unsigned gx, unsigned bx)
+static void launched(unsigned gx, unsigned bx, int entry)
 {
     const char *base = getenv("FAKE_CUPTI_NS"), *lose = getenv("FAKE_CUPTI_LOSE");
+    const char *zero = getenv("FAKE_CUPTI_ZERO");
+    int cbid = entry >= 0 && entry < (int)(sizeof g_cbid_of_entry / sizeof *g_cbid_of_entry)
+                   ? g_cbid_of_entry[entry]
+                   : 0;
     uint64_t ns = (base ? strtoull(base, NULL, 10) : 1000) + gx + bx;
     pthread_mutex_lock(&g_lock);
     callback_data d = {.correlation = ++g_correlation, .function_name = "cuLaunchKernel"};
-    callback_fn callback = g_subscribed && g_driver_callbacks ? g_callback : NULL;
+    callback_fn callback = g_subscribed && cbid && g_driver_callbacks[cbid] ? g_callback : NULL;
     void *userdata = g_userdata;
     rec *k = NULL;
-    if (g_kernels && !(lose && ++g_made % strtoull(lose, NULL, 10) == 0)) {
+    if (g_kernels && !(lose && (g_made + 1) % strtoull(lose, NULL, 10) == 0)) {
         k = calloc(1, sizeof *k);
         k->k.k.kind = CLC_CUPTI_KIND_CONCURRENT_KERNEL;
         k->k.k.start = g_clock;
@@ -72,13 +88,17 @@ static void launched(unsigned gx, unsigned bx)
         k->k.k.grid[0] = (int32_t)gx;
         k->k.k.block[0] = (int32_t)bx;
         k->k.k.correlation = d.correlation;
+        if (zero && (g_made + 1) % strtoull(zero, NULL, 10) == 0)
+            k->k.k.start = k->k.k.end = 0;
     }
+    if (g_kernels)
+        g_made++;
     pthread_mutex_unlock(&g_lock);
     if (callback) {
         d.site = CLC_CUPTI_API_ENTER;
-        callback(userdata, 1, 307, &d);
+        callback(userdata, CLC_CUPTI_DOMAIN_DRIVER, (uint32_t)cbid, &d);
         d.site = CLC_CUPTI_API_EXIT;
-        callback(userdata, 1, 307, &d);
+        callback(userdata, CLC_CUPTI_DOMAIN_DRIVER, (uint32_t)cbid, &d);
     }
     if (!k)
         return;
@@ -96,8 +116,8 @@ static void launched(unsigned gx, unsigned bx)
 static void hook_driver(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    void (*set)(void (*)(unsigned, unsigned)) =
-        h ? (void (*)(void (*)(unsigned, unsigned)))dlsym(h, "fake_cuda_set_cupti") : NULL;
+    void (*set)(void (*)(unsigned, unsigned, int)) =
+        h ? (void (*)(void (*)(unsigned, unsigned, int)))dlsym(h, "fake_cuda_set_cupti") : NULL;
     if (set)
         set(launched);
 }
@@ -119,7 +139,7 @@ CUptiResult cuptiUnsubscribe(void *subscriber)
     if (subscriber != &g_subscribed || !g_subscribed)
         return 1;
     g_subscribed = 0;
-    g_driver_callbacks = 0;
+    memset(g_driver_callbacks, 0, sizeof g_driver_callbacks);
     return 0;
 }
 
@@ -127,8 +147,8 @@ CUptiResult cuptiEnableCallback(uint32_t enable, void *subscriber, uint32_t doma
 {
     if (subscriber != &g_subscribed || !g_subscribed)
         return 1;
-    if (domain == 1)
-        g_driver_callbacks = (int)enable;
+    if (domain == CLC_CUPTI_DOMAIN_DRIVER && cbid < sizeof g_driver_callbacks)
+        g_driver_callbacks[cbid] = (unsigned char)enable;
     return 0;
 }
 
