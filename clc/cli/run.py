@@ -486,7 +486,7 @@ def priority_settings(policy, argv, tenant, verbose=False):
     priority = policy.priority
     if priority is None or not priority.classes:
         return {}
-    from clc.runtime.engine import process_names
+    from clc.policy.names import process_names
     exe = shutil.which(argv[0]) or argv[0]
     info = KernelInfo(mangled="", demangled="", device=0,
                       process_names=process_names(argv, os.path.realpath(exe)), tenant=tenant,

@@ -29,7 +29,7 @@ The keys of a rule's `match` (every key given must hold; a list holds when any i
 - grid_blocks, block_threads, shared_mem: the launch's blocks, threads per block and dynamic
   shared memory: an integer, or a mapping of gt/ge/lt/le/eq to integers (0 to 2**64-1).
 - device: device ordinals (0 to 2**31-1).
-- process: globs on the program's names (clc.runtime.engine.process_names).
+- process: globs on the program's names (clc.policy.names.process_names).
 - tenant: globs on the tenant name, $CLC_TENANT or `clc-run --tenant`. Whoever starts the
   program chooses it: a label for accounting, not an identity to trust.
 - user: globs on the names and numeric ids of the process's real and effective user

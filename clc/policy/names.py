@@ -10,6 +10,7 @@ import grp
 import os
 import pwd
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -213,3 +214,48 @@ class KernelInfo:
 
 def _quoted(items) -> str:
     return ", ".join(f"'{item}'" for item in items)
+
+
+# ---- the program's names ------------------------------------------------------------------
+
+# Options of the python command whose value is the next argument.
+_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def process_names(argv=None, exe=None):
+    """The names a policy's `process` glob is tried against: the program as it was started,
+    the executable, and for a Python program the script or module it runs."""
+    if argv is None:
+        try:
+            with open("/proc/self/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            argv = list(sys.argv)
+    if exe is None:
+        try:
+            exe = os.readlink("/proc/self/exe")
+        except OSError:
+            exe = ""
+    names = []
+    if argv:
+        names.append(os.path.basename(argv[0]))
+    if exe:
+        names.append(os.path.basename(exe))
+    if names and names[0].startswith("python"):
+        args = iter(argv[1:])
+        for arg in args:
+            if arg == "-m" or arg.startswith("-m") and not arg.startswith("--"):
+                names.append(arg[2:] or next(args, ""))
+                break
+            if arg == "-c" or arg == "-" or arg.startswith("-c") and not arg.startswith("--"):
+                break
+            if arg in _PYTHON_OPTIONS_WITH_VALUE:
+                next(args, None)  # -W ignore: "ignore" is the option's, not a script
+                continue
+            if arg == "--":
+                names.append(os.path.basename(next(args, "")))
+                break
+            if not arg.startswith("-"):
+                names.append(os.path.basename(arg))
+                break
+    return tuple(dict.fromkeys(n for n in names if n))

@@ -29,8 +29,9 @@ import traceback
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.runtime.engine import (deny_announcements, describe, process_names, program_decision,
-                                rule_name)
+from clc.runtime.engine import program_decision
+from clc.policy.names import process_names
+from clc.runtime.wording import deny_announcements, describe, rule_name
 from clc.policy import Decision, KernelInfo, Outcome, identity_of_process
 
 __all__ = ["Decider", "decides_alone"]

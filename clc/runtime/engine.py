@@ -34,53 +34,12 @@ from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
 from clc.runtime.hooks import (ExitStats, QueryLaunch, checked_layout, import_hook_file,
                        load_hook_file, resolve_hook_ref)
-from clc.policy import ANY_RANGE, Decision, KernelInfo, Outcome, Policy, process_identity
+from clc.policy import Decision, KernelInfo, Outcome, Policy, process_identity
+from clc.policy.names import process_names
+from clc.runtime.wording import deny_announcements, describe, rule_name
 
 __all__ = ["Engine", "shim_settings", "bridge_decide", "bridge_launch", "bridge_module",
            "bridge_exit", "process_names", "rule_name", "deny_announcements", "describe"]
-
-
-# Options of the python command whose value is the next argument.
-_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
-
-
-def process_names(argv=None, exe=None):
-    """The names a policy's `process` glob is tried against: the program as it was started,
-    the executable, and for a Python program the script or module it runs."""
-    if argv is None:
-        try:
-            with open("/proc/self/cmdline", "rb") as f:
-                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        except OSError:
-            argv = list(sys.argv)
-    if exe is None:
-        try:
-            exe = os.readlink("/proc/self/exe")
-        except OSError:
-            exe = ""
-    names = []
-    if argv:
-        names.append(os.path.basename(argv[0]))
-    if exe:
-        names.append(os.path.basename(exe))
-    if names and names[0].startswith("python"):
-        args = iter(argv[1:])
-        for arg in args:
-            if arg == "-m" or arg.startswith("-m") and not arg.startswith("--"):
-                names.append(arg[2:] or next(args, ""))
-                break
-            if arg == "-c" or arg == "-" or arg.startswith("-c") and not arg.startswith("--"):
-                break
-            if arg in _PYTHON_OPTIONS_WITH_VALUE:
-                next(args, None)  # -W ignore: "ignore" is the option's, not a script
-                continue
-            if arg == "--":
-                names.append(os.path.basename(next(args, "")))
-                break
-            if not arg.startswith("-"):
-                names.append(os.path.basename(arg))
-                break
-    return tuple(dict.fromkeys(n for n in names if n))
 
 
 class _HookFailed(Exception):
@@ -685,78 +644,6 @@ class Engine:
                              f"{hook.total_ns / 1e6:.3f} ms in all, mean "
                              f"{hook.total_ns / hook.calls / 1e3:.1f} us, max "
                              f"{hook.max_ns / 1e3:.1f} us")
-
-
-def rule_name(policy, rule, cli_hooks=()):
-    """What decided: a rule's name, a --hooks hook, the default or on_error."""
-    rules = policy.rules
-    if 0 <= rule < len(rules):
-        return rules[rule].name
-    if rule >= len(rules) and rule - len(rules) < len(cli_hooks):
-        return f"hook {cli_hooks[rule - len(rules)].name}"
-    return "default" if rule == abi.RULE_DEFAULT else "on_error"
-
-
-def _shape_text(clause):
-    """The launches a shape clause holds, as a policy would say them ("grid_blocks >= 1000001")."""
-    top = ANY_RANGE[1]
-    parts = []
-    for name, (lo, hi) in (("grid_blocks", clause.grid_blocks),
-                           ("block_threads", clause.block_threads),
-                           ("shared_mem", clause.shared_mem)):
-        if lo == hi:
-            parts.append(f"{name} = {lo}")
-        elif lo > 0 and hi < top:
-            parts.append(f"{name} in [{lo}, {hi}]")
-        elif lo > 0:
-            parts.append(f"{name} >= {lo}")
-        elif hi < top:
-            parts.append(f"{name} <= {hi}")
-    return " and ".join(parts)
-
-
-def deny_announcements(policy, info, decision, announced, name_of, messages=None):
-    """The lines that say who refuses launches of a kernel and why, each once per (kernel,
-    decider) in `announced`; a rule that depends on the launch shape says which launches."""
-    lines = []
-    rules = policy.rules
-    shaped = [(c.outcome, _shape_text(c)) for c in decision.clauses]
-    for outcome, shape in shaped + [(decision.fallback, "")]:
-        if outcome.action != abi.ACTION_DENY or (info.mangled, outcome.rule) in announced:
-            continue
-        announced.add((info.mangled, outcome.rule))
-        message = (messages or {}).get(outcome.rule, "")
-        if 0 <= outcome.rule < len(rules):
-            rule = rules[outcome.rule]
-            why = f"rule '{rule.name}'" + (f" (hook {rule.hook.label})" if rule.hook else "")
-            message = message or rule.message
-        elif outcome.rule >= len(rules):
-            why = name_of(outcome.rule)
-        else:
-            why = f"the policy's {name_of(outcome.rule)}"
-        which = f" with {shape}" if shape else ""
-        lines.append(f"clc: launches of {info.demangled}{which} are denied by {why}"
-                     + (f": {message}" if message else "") + "\n")
-    return lines
-
-
-def describe(decision, mode, name_of):
-    """A decision in words, for -v."""
-    def one(outcome):
-        flags = [name for bit, name in ((abi.FLAG_RECORD, "record"), (abi.FLAG_TIME, "time"))
-                 if outcome.flags & bit]
-        return (f"{abi.ACTION_NAMES[outcome.action]}"
-                + (f" ({', '.join(flags)})" if flags else "")
-                + f" by {name_of(outcome.rule)}")
-    shaped = [f"{one(c.outcome)} when grid_blocks in {list(c.grid_blocks)}, block_threads "
-              f"in {list(c.block_threads)}, shared_mem in {list(c.shared_mem)}"
-              for c in decision.clauses]
-    text = "; ".join(shaped + [("else " if shaped else "") + one(decision.fallback)])
-    if mode == abi.MODE_PER_SHAPE:
-        text += " (this launch; asked again per shape)"
-    elif mode == abi.MODE_EVERY_LAUNCH:
-        text += " (this launch; asked at every launch)"
-    return text
 
 
 # Said of a hook that raised SystemExit, KeyboardInterrupt or another BaseException.
