@@ -32,8 +32,9 @@ from sys import getrefcount
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.runtime.hooks import (ExitStats, QueryLaunch, checked_layout, import_hook_file,
-                       load_hook_file, resolve_hook_ref)
+from clc.runtime.exit_stats import ExitStats
+from clc.runtime.hook_launch import QueryLaunch, checked_layout
+from clc.runtime.hooks import import_hook_file, load_hook_file, resolve_hook_ref
 from clc.policy import Decision, KernelInfo, Outcome, Policy, process_identity
 from clc.policy.names import process_names
 from clc.runtime.wording import deny_announcements, describe, rule_name

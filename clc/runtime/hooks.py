@@ -13,26 +13,21 @@ This module runs inside the traced program's Python (the engine imports it there
 the standard library only. Kernel matching is clc.policy's, so a hook's `kernel=` glob and a
 policy rule's `kernel:` glob can never disagree about a name.
 
-A Launch is read from the shim's query: the launch's fields and a copy of its arguments, made
-in C at the launch call, as one bytes object. Its params are valid only during the hook call:
-the engine reuses a kernel's Launch objects, so that a hook asked at every launch allocates
-almost nothing.
+The API is this module's; what a hook sees of a launch is clc.runtime.hook_launch's, hook files
+are loaded by this module, and what an exit function receives is clc.runtime.exit_stats':
+all re-exported here.
 """
 
 from __future__ import annotations
 
-import collections
-import collections.abc
 import difflib
 import importlib
 import importlib.machinery
 import importlib.util
 import itertools
-import operator
 import os
 import re
 import reprlib
-import struct
 import sys
 import threading
 import time
@@ -44,7 +39,12 @@ from clc.cuda_errors import CUDA_ERRORS, error_name
 # glob_problem is the policy loader's own glob check: sharing it keeps a glob that a policy
 # refuses from being accepted in a hook (and the other way round).
 from clc.policy import (KernelInfo, Outcome, PolicyError, Rule, WrapRequest, glob_problem,
-                        base_name, regex_problem)
+                        regex_problem)
+
+from clc.runtime.exit_stats import ExitStats, HookStats, KernelStats
+from clc.runtime.hook_errors import HookError, HookLoadError
+from clc.runtime.hook_launch import (Dim3, Launch, Param, Params, QueryLaunch,  # noqa: F401
+                                     checked_layout)
 
 __all__ = [
     "on_launch", "on_exit", "allow", "deny", "wrap", "HookDecision", "HookError",
@@ -56,19 +56,6 @@ __all__ = [
 _INT32_MAX = 2**31 - 1
 _HOOK_ATTR = "__clc_hook__"
 _EXIT_ATTR = "__clc_on_exit__"
-
-
-class HookError(Exception):
-    """A hook used wrongly: bad decorator options, a bad return value, a bad parameter read."""
-
-
-class HookLoadError(HookError):
-    """A hook file or hook reference that cannot be used; str() is `path: message`."""
-
-    def __init__(self, path: str, message: str):
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 # ---- decisions --------------------------------------------------------------------------------
@@ -184,328 +171,6 @@ def wrap(wrapper, *, on_unwrappable="allow", record=False, time=False, mechanism
     flags = (abi.FLAG_RECORD | abi.FLAG_TIME) if time else abi.FLAG_RECORD if record else 0
     request = WrapRequest(spec.name, spec.params, on_unwrappable, mechanism, spec.source)
     return HookDecision(request.outcome(0, 0).action, flags, 0, "", request)
-
-
-# ---- what a hook sees ---------------------------------------------------------------------------
-
-class Dim3(collections.namedtuple("Dim3", "x y z", defaults=(1, 1, 1))):
-    """A grid or block shape; `blocks` and `threads` are both x*y*z, so that `launch.grid.blocks`
-    and `launch.block.threads` read naturally."""
-
-    __slots__ = ()
-
-    @property
-    def blocks(self) -> int:
-        return self.x * self.y * self.z
-
-    @property
-    def threads(self) -> int:
-        return self.x * self.y * self.z
-
-
-def _dim3(value) -> Dim3:
-    # tuple.__new__ skips namedtuple's argument parsing; a query's shape is always 3 ints.
-    if type(value) is Dim3:
-        return value
-    if len(value) == 3:
-        return tuple.__new__(Dim3, value)
-    return Dim3(*value)
-
-
-_ENTRY_NAMES = dict(abi.ENTRY_NAMES)
-_BYTE_ORDER_CHARS = "@=<>!"
-
-# The shim's query (clc_kernel_query) and the launch's argument bytes after it, as one bytes
-# object: a Launch's fields are read from it, its arguments start at _HEAD.
-_QUERY = abi.KERNEL_QUERY
-_HEAD = _QUERY.size
-_U32 = struct.Struct("<I")
-_I32 = struct.Struct("<i")
-_U64 = struct.Struct("<Q")
-_DIM = struct.Struct("<3I")
-_STATUS_AT = abi.QUERY_ARGS_STATUS_AT  # clc_kernel_query.args_status, one byte
-
-_CLOSED_MESSAGE = ("the Launch's parameters were read after its hook returned: a Launch and its "
-                   "params are valid only during the hook call (keep param.raw or the values "
-                   "you need instead)")
-_ARGS_PROBLEMS = {
-    abi.ARGS_NONE: "the launch passed neither kernelParams nor extra",
-    abi.ARGS_NULL_ENTRY: "the launch's kernelParams holds a NULL pointer",
-    abi.ARGS_BAD_EXTRA: ("the launch's extra is malformed (an unknown key, no "
-                         "CU_LAUNCH_PARAM_END within 64 pairs, or no "
-                         "CU_LAUNCH_PARAM_BUFFER_POINTER)"),
-    abi.ARGS_NO_MEMORY: "clc could not allocate memory for a copy of the arguments",
-    abi.ARGS_NO_LAYOUT: "the driver gives no parameter layout",
-}
-
-
-class _Args:
-    """The bytes a launch's Params read: `blob` holds the arguments from `base` on while the
-    hook runs and is None after; `limit` is where the bytes given end (an `extra` buffer may
-    be shorter than the layout), -1 when the arguments cannot be read (`status` says why, or
-    blob is None: whoever clears blob sets limit to -1)."""
-
-    __slots__ = ("blob", "base", "limit", "status")
-
-    def __init__(self, blob=None, base=0, status=abi.ARGS_OK):
-        self.blob = blob
-        self.base = base
-        self.status = status
-        self.limit = len(blob) if blob is not None and status == abi.ARGS_OK else -1
-
-    def problem(self, param: Param) -> str:
-        if self.blob is None:
-            return _CLOSED_MESSAGE
-        if self.status != abi.ARGS_OK:
-            return f"param {param.index}: " + _ARGS_PROBLEMS.get(
-                self.status, f"the arguments cannot be read (status {self.status})")
-        return (f"param {param.index} (offset {param.offset}, {param.size} bytes) lies beyond "
-                f"the {self.limit - self.base}-byte argument buffer that `extra` gives")
-
-
-def _unpackers(formats):
-    return {struct.calcsize(f): struct.Struct("<" + f).unpack_from for f in formats}
-
-
-# The readers by argument size: struct's unpack_from reads at an offset without a slice.
-_INT_READERS = _unpackers("bhiq")
-_UINT_READERS = _unpackers("BHIQ")
-_FLOAT_READERS = _unpackers("fd")
-
-
-class Param:
-    """One kernel argument: where it lies in the kernel's parameter block, and its bytes as
-    the GPU receives them (the shim copies them at the launch call); the readers interpret
-    them as little-endian values."""
-
-    __slots__ = ("index", "offset", "size", "_args", "_start", "_end", "_int", "_uint")
-
-    def __init__(self, index: int, offset: int, size: int, args: _Args):
-        self.index = index
-        self.offset = offset
-        self.size = size
-        self._args = args
-        self._start = args.base + offset
-        self._end = self._start + size
-        self._int = _INT_READERS.get(size)
-        self._uint = _UINT_READERS.get(size)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, index: int = 0, offset: int = 0) -> Param:
-        """A Param over bytes already in hand (for tests of a hook outside a program)."""
-        data = bytes(data)
-        return cls(index, offset, len(data), _Args(bytes(offset) + data))
-
-    def _blob(self) -> bytes:
-        """The bytes the argument lies in, or HookError saying why it cannot be read."""
-        args = self._args
-        if self._end > args.limit:  # limit is -1 while blob is None
-            raise HookError(args.problem(self))
-        return args.blob
-
-    @property
-    def raw(self) -> bytes:
-        return self._blob()[self._start:self._end]
-
-    def _need_int_size(self, reader: str) -> None:
-        raise HookError(f"param {self.index}.{reader}(): the parameter is {self.size} bytes; "
-                        "integers are 1, 2, 4 or 8 bytes (use as_struct() or raw)")
-
-    def as_int(self) -> int:
-        """The argument as a signed integer (int8_t to int64_t)."""
-        read = self._int
-        if read is None:
-            self._need_int_size("as_int")
-        # _blob(), inlined: an every_launch hook reads this at every launch
-        args = self._args
-        if self._end > args.limit:  # limit is -1 while blob is None
-            raise HookError(args.problem(self))
-        return read(args.blob, self._start)[0]
-
-    def as_uint(self) -> int:
-        """The argument as an unsigned integer (uint8_t to uint64_t, size_t)."""
-        read = self._uint
-        if read is None:
-            self._need_int_size("as_uint")
-        return read(self._blob(), self._start)[0]
-
-    def as_float(self) -> float:
-        """The argument as a float (4 bytes) or a double (8 bytes)."""
-        read = _FLOAT_READERS.get(self.size)
-        if read is None:
-            raise HookError(f"param {self.index}.as_float(): the parameter is {self.size} bytes; "
-                            "a float is 4 bytes and a double 8")
-        return read(self._blob(), self._start)[0]
-
-    def as_ptr(self) -> int:
-        """The argument as a pointer (a device address, usually), as an int."""
-        if self.size != 8:
-            raise HookError(f"param {self.index}.as_ptr(): the parameter is {self.size} bytes; "
-                            "a pointer is 8 bytes")
-        return self._uint(self._blob(), self._start)[0]
-
-    def as_struct(self, fmt: str) -> tuple:
-        """The argument unpacked with struct.unpack(fmt); '<' (no padding) is prepended unless
-        fmt starts with a byte-order character, so write C padding with 'x' or use '@'."""
-        if not isinstance(fmt, str):
-            raise HookError(f"param {self.index}.as_struct(): the format must be a string, "
-                            f"got {type(fmt).__name__}")
-        full = fmt if fmt and fmt[0] in _BYTE_ORDER_CHARS else "<" + fmt
-        try:
-            size = struct.calcsize(full)
-        except struct.error as e:
-            raise HookError(f"param {self.index}.as_struct(): bad format '{fmt}': {e}") from None
-        if size != self.size:
-            raise HookError(f"param {self.index}.as_struct(): format '{fmt}' is {size} bytes but "
-                            f"the parameter is {self.size} bytes")
-        return struct.unpack_from(full, self._blob(), self._start)
-
-    def __repr__(self) -> str:
-        return f"Param(index={self.index}, offset={self.offset}, size={self.size})"
-
-
-class _Layout(tuple):
-    """A parameter layout already checked: ((offset, size), ...)."""
-
-    __slots__ = ()
-
-
-def _check_layout(layout) -> _Layout:
-    if type(layout) is _Layout:
-        return layout
-    checked = []
-    for entry in layout:
-        offset, size = (operator.index(v) for v in entry)
-        if offset < 0 or size < 0:
-            raise HookError(f"parameter layout entry {entry!r} is negative")
-        checked.append((offset, size))
-    return _Layout(checked)
-
-
-def checked_layout(layout) -> _Layout:
-    """A layout checked once, for Params built from it many times."""
-    return _check_layout(layout)
-
-
-class Params(tuple):
-    """The arguments of one launch, a tuple of Param: len(), params[i], slices, iteration."""
-
-    __slots__ = ()
-
-    def __new__(cls, params=()):
-        return tuple.__new__(cls, params)
-
-    @classmethod
-    def over(cls, layout, args: _Args) -> Params:
-        """One Param per (offset, size) of `layout`, reading `args`."""
-        return tuple.__new__(cls, [Param(i, offset, size, args)
-                                   for i, (offset, size) in enumerate(_check_layout(layout))])
-
-    @classmethod
-    def from_block(cls, layout, block: bytes) -> Params:
-        """The arguments in a parameter block as a kernel receives it (for tests of a hook
-        outside a program): argument i is block[offset_i:offset_i + size_i]."""
-        return cls.over(layout, _Args(bytes(block)))
-
-    def __repr__(self) -> str:
-        return f"Params({len(self)} parameters)"
-
-
-class Launch:
-    """One kernel launch as a hook sees it.
-
-    `params` is valid only during the hook call (clc reuses its memory for later launches);
-    keep the values you need (param.raw, as_int(), ...) rather than the Launch or its Params.
-    """
-
-    __slots__ = ("handle", "name", "mangled", "grid", "block", "shared_mem", "stream", "device",
-                 "context", "thread", "entry", "ptsz", "params")
-
-    def __init__(self, *, name: str = "", mangled: str = "", grid=(1, 1, 1), block=(1, 1, 1),
-                 shared_mem: int = 0, stream: int = 0, device: int = 0, context: int = 0,
-                 thread: int = 0, entry: str = "cuLaunchKernel", ptsz: bool = False,
-                 handle: int = 0, params=()):
-        """A Launch to call a hook with outside a program (a test of the hook); params is a
-        Params (Params.from_block(layout, bytes)) or a sequence of Param."""
-        self.handle = handle
-        self.name = name or mangled
-        self.mangled = mangled
-        self.grid = _dim3(grid)
-        self.block = _dim3(block)
-        self.shared_mem = shared_mem
-        self.stream = stream
-        self.device = device
-        self.context = context
-        self.thread = thread
-        self.entry = entry
-        self.ptsz = ptsz
-        self.params = params if isinstance(params, Params) else Params(params)
-
-    @property
-    def base(self) -> str:
-        """The kernel's name without return type and parameters (`vecAdd`)."""
-        return base_name(self.name)
-
-    def __repr__(self) -> str:
-        return (f"Launch({self.name!r}, grid={tuple(self.grid)}, block={tuple(self.block)}, "
-                f"shared_mem={self.shared_mem}, stream={self.stream:#x}, device={self.device}, "
-                f"entry={self.entry!r}{', ptsz' if self.ptsz else ''})")
-
-
-def _field(unpacker, at):
-    return property(lambda self: unpacker.unpack_from(self._blob, at)[0])
-
-
-class QueryLaunch(Launch):
-    """A Launch read from the shim's query (clc_kernel_query and the argument bytes after it,
-    as one bytes object): each field is unpacked when a hook reads it. The engine keeps a few
-    per kernel and reuses them (launch_view), so that a hook asked at every launch costs no
-    allocation beyond the bytes."""
-
-    __slots__ = ("_blob", "_names", "_args", "refs")
-
-    handle = _field(_U64, 0)
-    context = _field(_U64, 8)
-    device = _field(_I32, 16)
-    shared_mem = _field(_U32, 64)
-    thread = _field(_U32, 68)
-    stream = _field(_U64, 72)
-    mangled = property(lambda self: self._names[0])
-    name = property(lambda self: self._names[1] or self._names[0])
-    grid = property(lambda self: tuple.__new__(Dim3, _DIM.unpack_from(self._blob, 40)))
-    block = property(lambda self: tuple.__new__(Dim3, _DIM.unpack_from(self._blob, 52)))
-    ptsz = property(lambda self: bool(_U32.unpack_from(self._blob, 20)[0] & abi.ENTRY_PTSZ))
-
-    @property
-    def entry(self):
-        api = _U32.unpack_from(self._blob, 20)[0] & ~abi.ENTRY_PTSZ
-        return _ENTRY_NAMES.get(api) or f"entry {api}"
-
-    def __init__(self, mangled: str, demangled: str, layout):
-        """A reusable Launch of one kernel: set(blob) before each hook call, clear() after."""
-        self._names = (mangled, demangled)
-        self._blob = None
-        self._args = _Args(None, _HEAD)
-        self.params = Params.over(layout, self._args)
-
-    def set(self, blob: bytes) -> None:
-        self._blob = blob
-        args = self._args
-        args.blob = blob
-        status = args.status = blob[_STATUS_AT]
-        args.limit = len(blob) if not status else -1
-
-    def clear(self) -> None:
-        """After the hook: its params refuse reads (the fields stay readable)."""
-        args = self._args
-        args.blob, args.limit = None, -1
-
-    @staticmethod
-    def from_query(blob: bytes, mangled: str = "", demangled: str = "", layout=()) -> QueryLaunch:
-        """A QueryLaunch over one query block (clc_kernel_query, then args_size bytes)."""
-        launch = QueryLaunch(mangled, demangled, layout)
-        launch.set(blob)
-        return launch
 
 
 # ---- hooks ---------------------------------------------------------------------------------------
@@ -909,113 +574,3 @@ def resolve_hook_ref(ref: str, base_dir) -> Hook:
 
 
 _MISSING = object()
-
-
-# ---- the end of the program ---------------------------------------------------------------------
-
-@dataclass
-class KernelStats:
-    """One kernel's counts over the whole run (all contexts and devices)."""
-
-    name: str
-    launches: int = 0
-    denied: int = 0
-    failed: int = 0
-    recorded: int = 0
-    timed: int = 0
-    graph_nodes: int = 0
-    gpu_ns: int = 0
-
-
-_KERNEL_COUNTS = ("launches", "denied", "failed", "recorded", "timed", "graph_nodes", "gpu_ns")
-
-
-@dataclass
-class HookStats:
-    """The time one hook function took, over all its calls."""
-
-    name: str
-    calls: int = 0
-    total_ns: int = 0
-    max_ns: int = 0
-
-    @property
-    def mean_ns(self) -> float:
-        return self.total_ns / self.calls if self.calls else 0.0
-
-
-class ExitStats:
-    """What an @clc.on_exit function receives.
-
-    stats["vecAdd(float const*, float const*, float*, int)"] is that kernel's KernelStats
-    (by demangled name); iterating gives every KernelStats; `in` and len() work by name;
-    stats.hooks maps each hook's name to its HookStats.
-    """
-
-    def __init__(self, kernels=(), hooks=()):
-        self.kernels: dict[str, KernelStats] = {k.name: k for k in kernels}
-        self.hooks: dict[str, HookStats] = {h.name: h for h in hooks}
-
-    @classmethod
-    def from_rows(cls, kernel_rows=(), hook_rows=()) -> ExitStats:
-        """Kernel rows are (name, launches, denied, failed, recorded, timed, graph_nodes,
-        gpu_ns) tuples or mappings with those keys; rows of one name (several contexts) are
-        added up. Hook rows are Hook objects, (name, calls, total_ns, max_ns) or mappings."""
-        stats = cls()
-        for row in kernel_rows:
-            if isinstance(row, collections.abc.Mapping):
-                name, counts = row["name"], [row.get(key, 0) for key in _KERNEL_COUNTS]
-            else:
-                name, *counts = row
-                if len(counts) != len(_KERNEL_COUNTS):
-                    raise ValueError(f"a kernel row has {len(counts) + 1} fields, expected "
-                                     f"name and {', '.join(_KERNEL_COUNTS)}")
-            kernel = stats.kernels.setdefault(name, KernelStats(name))
-            for key, value in zip(_KERNEL_COUNTS, counts):
-                setattr(kernel, key, getattr(kernel, key) + int(value))
-        for row in hook_rows:
-            if isinstance(row, Hook):
-                name, calls, total_ns, max_ns = row.name, row.calls, row.total_ns, row.max_ns
-            elif isinstance(row, collections.abc.Mapping):
-                name, calls, total_ns, max_ns = (row["name"], row.get("calls", 0),
-                                                 row.get("total_ns", 0), row.get("max_ns", 0))
-            else:
-                name, calls, total_ns, max_ns = row
-            hook = stats.hooks.setdefault(name, HookStats(name))
-            hook.calls += int(calls)
-            hook.total_ns += int(total_ns)
-            hook.max_ns = max(hook.max_ns, int(max_ns))
-        return stats
-
-    @property
-    def total(self) -> KernelStats:
-        """All kernels added up."""
-        total = KernelStats("(all kernels)")
-        for kernel in self.kernels.values():
-            for key in _KERNEL_COUNTS:
-                setattr(total, key, getattr(total, key) + getattr(kernel, key))
-        return total
-
-    def __getitem__(self, name: str) -> KernelStats:
-        return self.kernels[name]
-
-    def get(self, name: str, default=None):
-        return self.kernels.get(name, default)
-
-    def __contains__(self, name) -> bool:
-        return name in self.kernels
-
-    def __len__(self) -> int:
-        return len(self.kernels)
-
-    def __iter__(self):
-        return iter(list(self.kernels.values()))
-
-    def names(self) -> list[str]:
-        return list(self.kernels)
-
-    def items(self):
-        return self.kernels.items()
-
-    def __repr__(self) -> str:
-        return f"ExitStats({len(self.kernels)} kernels, {len(self.hooks)} hooks)"
