@@ -5,9 +5,11 @@ The C side is shim/clc_abi.h; tests/unit/test_abi.py parses it and checks that e
 size here matches. Change both together.
 """
 
+import re
 import struct
 
 __all__ = [
+    "Fields", "KERNEL_QUERY_FIELDS", "REC_LAUNCH_FIELDS",
     "ACTION_ALLOW", "ACTION_DENY", "ACTION_REPLACE", "ACTION_CONFINE", "ACTION_NAMES",
     "CONFINE_KIND_SHIFT", "CONFINE_DENY", "CONFINE_LAST", "confine_word",
     "FLAG_RECORD", "FLAG_TIME",
@@ -100,12 +102,47 @@ LAUNCH_ARG = struct.Struct("<Q3IIII")
 # Each field's offset, as the splice reads them from the wrapped kernel's __clc_arg parameter.
 LAUNCH_ARG_AT = {"slot": 0, "grid": 8, "seq": 20, "share_sms": 24, "batch": 28}
 
-# clc_kernel_query: handle, ctx, device, entry, kernel_id, args_status, name, grid[3],
-# block[3], shared_mem, tid, stream, params, extra, layout, n_params, args_size; the launch's
-# argument bytes follow it
+
+
+class Fields:
+    """A layout's fields by name, in the header's order (tests/unit/test_abi.py holds them to
+    its member names and offsets): `at[name]` is a field's offset, `picker(*names)` a Struct
+    that reads those fields (in layout order) out of a buffer so laid out, skipping the rest.
+    One name per format item: an array (3I) is one field, pad bytes (x) have none."""
+
+    def __init__(self, layout, names):
+        items, at = [], 0
+        for count, code in re.findall(r"(\d*)([a-zA-Z?])", layout.format[1:]):
+            n = int(count or 1)
+            size = n if code in "xs" else n * struct.calcsize("<" + code)
+            if code != "x":
+                items.append((at, f"{count}{code}", size))
+            at += size
+        if len(items) != len(names):
+            raise ValueError(f"{len(names)} names for {len(items)} fields of {layout.format}")
+        self.layout = layout
+        self.names = tuple(names)
+        self._items = dict(zip(names, items))
+        self.at = {name: item[0] for name, item in self._items.items()}
+
+    def picker(self, *names):
+        fmt, pos = "<", 0
+        for name in names:
+            at, code, size = self._items[name]
+            if at < pos:
+                raise ValueError(f"{name} comes before the fields picked ahead of it")
+            fmt += (f"{at - pos}x" if at > pos else "") + code
+            pos = at + size
+        return struct.Struct(fmt)
+
+
+# clc_kernel_query; the launch's argument bytes follow it
 KERNEL_QUERY = struct.Struct("<QQiIIIQ3I3IIIQQQQII")
+KERNEL_QUERY_FIELDS = Fields(KERNEL_QUERY, (
+    "handle", "ctx", "device", "entry", "kernel_id", "args_status", "name", "grid", "block",
+    "shared_mem", "tid", "stream", "params", "extra", "layout", "n_params", "args_size"))
 # Where clc_kernel_query.args_status lies (a CLC_ARGS_* value, < 256: read as one byte).
-QUERY_ARGS_STATUS_AT = struct.calcsize("<QQiII")
+QUERY_ARGS_STATUS_AT = KERNEL_QUERY_FIELDS.at["args_status"]
 PARAM_INFO = struct.Struct("<II")  # clc_param_info: offset, size
 ARGS_OK = 0
 ARGS_NONE = 1
@@ -204,9 +241,10 @@ DENIED_RECORDED = 16
 
 REC_PROCESS_BODY = struct.Struct("<II")  # pid, ppid
 REC_KERNEL_BODY = struct.Struct("<IiQQQ")  # kernel_id, device, handle, ctx, t_ns
-# seq, t_ns, stream, kernel_id, entry, grid[3], block[3], shared_mem, tid, action, rule,
-# result, flags
 REC_LAUNCH_BODY = struct.Struct("<QQQII3I3IIIIiiI")
+REC_LAUNCH_FIELDS = Fields(REC_LAUNCH_BODY, (
+    "seq", "t_ns", "stream", "kernel_id", "entry", "grid", "block", "shared_mem", "tid",
+    "action", "rule", "result", "flags"))
 LAUNCH_TIMED = 1  # clc_rec_launch.flags
 REC_TIMING_BODY = struct.Struct("<QIIQ")  # seq, kernel_id, source, gpu_ns
 TIMING_EVENTS = 0  # clc_rec_timing.source: CUDA events around the launch

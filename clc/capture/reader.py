@@ -17,7 +17,6 @@ import heapq
 import json
 import os
 import stat
-import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
@@ -46,12 +45,11 @@ MAX_RECORD = 16 << 20
 # when CUPTI hands its buffer back (full, after about ten thousand launches, or every 200 ms).
 LAUNCH_WINDOW = 1 << 15
 
-# What the counts derived from LAUNCH records need: kernel_id, entry, action, rule, result.
-_LAUNCH_COUNTED = struct.Struct("<24xII32xIii")
-_SEQ = struct.Struct("<Q")
-# clc_rec_launch.flags, the body's last word.
-_FLAGS = struct.Struct("<I")
-_FLAGS_AT = abi.REC_LAUNCH_BODY.size - _FLAGS.size
+# What the counts derived from LAUNCH records need: kernel_id, entry, action, rule, result;
+# a record's seq; its flags.
+_LAUNCH_COUNTED = abi.REC_LAUNCH_FIELDS.picker("kernel_id", "entry", "action", "rule", "result")
+_SEQ = abi.REC_LAUNCH_FIELDS.picker("seq")
+_FLAGS = abi.REC_LAUNCH_FIELDS.picker("flags")
 
 
 class CaptureError(Exception):
@@ -682,7 +680,7 @@ class LaunchStream:
             """The launch leaving the window, or None when it waits for its GPU time."""
             seq, body = heapq.heappop(heap)
             gpu_ns = pending.pop(seq, None)
-            if gpu_ns is None and unpack_flags(body, _FLAGS_AT)[0] & abi.LAUNCH_TIMED:
+            if gpu_ns is None and unpack_flags(body)[0] & abi.LAUNCH_TIMED:
                 awaiting[seq] = body
                 return None
             return _launch(unpack_launch(body), gpu_ns)

@@ -22,7 +22,6 @@ import ctypes
 import dataclasses
 import json
 import os
-import struct
 import sys
 import threading
 import time
@@ -765,7 +764,7 @@ def _report_once():
 
 
 _QUERY_SIZE = abi.KERNEL_QUERY.size
-_query_key = struct.Struct("<QQ").unpack_from  # (handle, ctx) of a query block
+_query_key = abi.KERNEL_QUERY_FIELDS.picker("handle", "ctx").unpack_from
 
 
 def program_decision(policy, info):

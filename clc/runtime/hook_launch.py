@@ -52,10 +52,6 @@ _BYTE_ORDER_CHARS = "@=<>!"
 # object: a Launch's fields are read from it, its arguments start at _HEAD.
 _QUERY = abi.KERNEL_QUERY
 _HEAD = _QUERY.size
-_U32 = struct.Struct("<I")
-_I32 = struct.Struct("<i")
-_U64 = struct.Struct("<Q")
-_DIM = struct.Struct("<3I")
 _STATUS_AT = abi.QUERY_ARGS_STATUS_AT  # clc_kernel_query.args_status, one byte
 
 _CLOSED_MESSAGE = ("the Launch's parameters were read after its hook returned: a Launch and its "
@@ -285,8 +281,16 @@ class Launch:
                 f"entry={self.entry!r}{', ptsz' if self.ptsz else ''})")
 
 
-def _field(unpacker, at):
-    return property(lambda self: unpacker.unpack_from(self._blob, at)[0])
+_PICK = abi.KERNEL_QUERY_FIELDS.picker
+_GRID = _PICK("grid").unpack_from
+_BLOCK = _PICK("block").unpack_from
+_ENTRY = _PICK("entry").unpack_from
+
+
+def _field(name):
+    """A property reading the query's field of that name (clc_abi.h's)."""
+    unpack = _PICK(name).unpack_from
+    return property(lambda self: unpack(self._blob)[0])
 
 
 class QueryLaunch(Launch):
@@ -297,21 +301,21 @@ class QueryLaunch(Launch):
 
     __slots__ = ("_blob", "_names", "_args", "refs")
 
-    handle = _field(_U64, 0)
-    context = _field(_U64, 8)
-    device = _field(_I32, 16)
-    shared_mem = _field(_U32, 64)
-    thread = _field(_U32, 68)
-    stream = _field(_U64, 72)
+    handle = _field("handle")
+    context = _field("ctx")
+    device = _field("device")
+    shared_mem = _field("shared_mem")
+    thread = _field("tid")
+    stream = _field("stream")
     mangled = property(lambda self: self._names[0])
     name = property(lambda self: self._names[1] or self._names[0])
-    grid = property(lambda self: tuple.__new__(Dim3, _DIM.unpack_from(self._blob, 40)))
-    block = property(lambda self: tuple.__new__(Dim3, _DIM.unpack_from(self._blob, 52)))
-    ptsz = property(lambda self: bool(_U32.unpack_from(self._blob, 20)[0] & abi.ENTRY_PTSZ))
+    grid = property(lambda self: tuple.__new__(Dim3, _GRID(self._blob)))
+    block = property(lambda self: tuple.__new__(Dim3, _BLOCK(self._blob)))
+    ptsz = property(lambda self: bool(_ENTRY(self._blob)[0] & abi.ENTRY_PTSZ))
 
     @property
     def entry(self):
-        api = _U32.unpack_from(self._blob, 20)[0] & ~abi.ENTRY_PTSZ
+        api = _ENTRY(self._blob)[0] & ~abi.ENTRY_PTSZ
         return _ENTRY_NAMES.get(api) or f"entry {api}"
 
     def __init__(self, mangled: str, demangled: str, layout):

@@ -304,3 +304,30 @@ def test_launch_arg_offsets_are_the_headers(structs):
     # THEN they are clc_launch_arg's, field by field
     _, _, fields = structs["clc_launch_arg"]
     assert abi.LAUNCH_ARG_AT == {name: offset for name, offset, *_ in fields}
+
+
+FIELDS = {"KERNEL_QUERY_FIELDS": "clc_kernel_query", "REC_LAUNCH_FIELDS": "clc_rec_launch"}
+
+
+def test_every_fields_table_is_checked():
+    assert sorted(FIELDS) == sorted(n for n in abi.__all__ if n.endswith("_FIELDS"))
+
+
+@pytest.mark.parametrize("py_name", sorted(FIELDS))
+def test_field_names_and_offsets_are_the_headers(py_name, structs):
+    # GIVEN a layout Python reads fields of by name
+    fields = getattr(abi, py_name)
+    _, _, c_fields = structs[FIELDS[py_name]]
+    # THEN its names are the header's members, in order, at the header's offsets
+    assert fields.names == tuple(f[0] for f in c_fields)
+    assert fields.at == {f[0]: f[1] for f in c_fields}
+
+
+def test_a_picker_reads_the_named_fields_and_skips_the_rest():
+    body = abi.REC_LAUNCH_BODY.pack(7, 8, 9, 3, 1, 4, 1, 1, 256, 1, 1, 0, 55, 1, 2, -5, 1)
+    pick = abi.REC_LAUNCH_FIELDS.picker
+    assert pick("kernel_id", "entry", "action", "rule", "result").unpack_from(body) == (
+        3, 1, 1, 2, -5)
+    assert pick("grid", "flags").unpack_from(body) == (4, 1, 1, 1)
+    with pytest.raises(ValueError, match="before"):
+        pick("flags", "seq")
