@@ -20,7 +20,7 @@ def _abi_declarations():
     """clc_abi.h as cffi reads it: its numeric #defines and typedefs, without the other
     preprocessor lines (guards, includes, the string magic)."""
     text = (SHIM / "clc_abi.h").read_text()
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S).replace("\\\n", " ")
     numeric = re.compile(r"#define\s+\w+\s+\d+\s*$")
     return "\n".join(line for line in text.splitlines()
                      if not line.lstrip().startswith("#") or numeric.match(line.strip()))

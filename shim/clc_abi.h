@@ -14,6 +14,22 @@
 
 #include <stdint.h>
 
+/* ---- settings ----------------------------------------------------------------------------
+ * What clc-run seals for the shim and the engine: "KEY=VALUE\0" records in a sealed memfd named
+ * CLC_SETTINGS_NAME, whose descriptor the environment's CLC_SETTINGS_VAR names
+ * (shim/settings.c reads it; clc/runtime/shim.py writes it, refusing any other key). Every
+ * key, once: tests/unit/test_settings_keys.py holds the shim's and clc's uses to this list. */
+#define CLC_SETTINGS_NAME "clc-settings"
+#define CLC_SETTINGS_VAR "CLC_SETTINGS_FD"
+#define CLC_SETTING_KEYS \
+    "CLC_BRIDGE CLC_CACHE_DIR CLC_CACHE_MAX_BYTES CLC_CACHE_SHARED_DIR CLC_CAPTURE_MAX_BYTES " \
+    "CLC_CUPTI CLC_DECIDER CLC_DECIDER_PID CLC_DECIDER_UID CLC_FORCE CLC_ON_ERROR CLC_OUTPUT " \
+    "CLC_PKG_PATH CLC_POLICY CLC_POLICY_CONFINES CLC_POLICY_DECIDERS CLC_POLICY_PROGRAM " \
+    "CLC_POLICY_WRAPS CLC_PRIORITY CLC_PRIORITY_BOARD CLC_PRIORITY_FLOOR " \
+    "CLC_PRIORITY_HELD_SHARE CLC_PRIORITY_IDLE_MS CLC_PRIORITY_NAME CLC_PRIORITY_RUN_AHEAD " \
+    "CLC_PRIORITY_TRUST CLC_PYTHON_EXE CLC_PYTHON_LIB CLC_PYTHON_VERSION CLC_ROOT_PID " \
+    "CLC_RUN CLC_STATUS CLC_SYS_PATH CLC_TENANT CLC_TIMING CLC_VERBOSE"
+
 /* ---- decisions ------------------------------------------------------------------------ */
 
 #define CLC_ACTION_ALLOW 0

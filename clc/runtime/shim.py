@@ -9,11 +9,12 @@ import sys
 import sysconfig
 
 import clc
+from clc import abi
 
 __all__ = ["preload_path", "bridge_path", "libpython_path", "preload_environment", "settings_fd",
            "SETTINGS_VAR"]
 
-SETTINGS_VAR = "CLC_SETTINGS_FD"
+SETTINGS_VAR = abi.SETTINGS_VAR.decode()
 
 PACKAGE = pathlib.Path(clc.__file__).resolve().parent
 
@@ -85,10 +86,14 @@ def preload_environment(base, *, policy_json, on_error, output, force=False, ver
 def settings_fd(settings):
     """A sealed memfd holding `settings` as "KEY=VALUE\0" records (shim/settings.c reads it),
     inheritable: its number goes into the program's CLC_SETTINGS_FD."""
+    unknown = sorted(set(settings) - abi.SETTINGS)
+    if unknown:
+        raise ValueError(f"not a clc setting (shim/clc_abi.h's CLC_SETTING_KEYS): "
+                         f"{', '.join(unknown)}")
     block = b"".join(f"{k}={v}".encode() + b"\0" for k, v in settings.items())
     if block.count(b"\0") != len(settings):
         raise ValueError("a clc setting contains a NUL byte")
-    fd = os.memfd_create("clc-settings", os.MFD_ALLOW_SEALING)
+    fd = os.memfd_create(abi.SETTINGS_NAME.decode(), os.MFD_ALLOW_SEALING)
     try:
         view = memoryview(block)
         while view:

@@ -56,12 +56,14 @@ def strip_comments(text):
 
 
 def parse_defines(text):
-    """{name: int or bytes} for every #define with a value."""
+    """{name: int or bytes} for every #define with a value (continued over lines, adjacent
+    string literals joined)."""
     defines = {}
-    for name, value in re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(.+?)[ \t]*$",
-                                  strip_comments(text), flags=re.M):
+    text = strip_comments(text).replace("\\\n", " ")
+    for name, value in re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(.+?)[ \t]*$", text,
+                                  flags=re.M):
         if value.startswith('"'):
-            defines[name] = value.strip('"').encode()
+            defines[name] = "".join(re.findall(r'"([^"]*)"', value)).encode()
         else:
             defines[name] = int(value.strip("()"), 0)
     return defines
