@@ -117,7 +117,9 @@ def build_native(outdir: pathlib.Path) -> dict[str, pathlib.Path]:
 
     lib = outdir / "libcuda.so.1"
     fake_src = HERE / "fake_cuda.c"
-    if not _up_to_date(lib, [fake_src, inc / "cuda.h", pathlib.Path(__file__).resolve()]):
+    fake_parts = sorted((HERE / "fake").glob("*.c"))
+    if not _up_to_date(lib, [fake_src, *fake_parts, inc / "cuda.h",
+                             pathlib.Path(__file__).resolve()]):
         _run_into(
             lib,
             lambda tmp: [cc, "-shared", "-fPIC", *_CFLAGS, f"-I{inc}",
