@@ -29,7 +29,7 @@ import traceback
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
-from clc.runtime.engine import program_decision
+from clc.runtime.engine import program_scope_decision
 from clc.policy.names import process_names
 from clc.runtime.wording import deny_announcements, describe, rule_name
 from clc.policy import Decision, KernelInfo, Outcome, identity_of_process
@@ -175,7 +175,7 @@ class Decider:
         info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
                           process_names=peer.names, tenant=self.tenant, identity=peer.identity)
         if not mangled:  # no kernel: whether the process is confined program-wide on device
-            return abi.DECIDE_OK, program_decision(self.policy, info), ""
+            return abi.DECIDE_OK, program_scope_decision(self.policy, info), ""
         decision = self.policy.decide(info)
         outcomes = [c.outcome for c in decision.clauses] + [decision.fallback]
         if any(o.action == abi.ACTION_REPLACE for o in outcomes):

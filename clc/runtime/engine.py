@@ -56,6 +56,10 @@ class _Raised:
 
 
 _HOOK, _RULE, _HOOK_RULE = range(3)
+# One decider of a kernel's plan: its kind, its index (a rule's, or past the rules for a
+# --hooks hook), the rule, the hook, how often the hook is asked (a MODE_*), whether the rule
+# has shape conditions, and a plain rule's (Outcome, clc_outcome bytes).
+_Step = collections.namedtuple("_Step", "kind index rule hook mode has_shape outcome")
 
 
 class _Kernel:
@@ -157,7 +161,6 @@ class Engine:
         self.process_names = process_names()
         self._credentials = None
         self.identity = self._identity()  # from the kernel, never from the environment
-        self.modules = {}
         self.verbose = settings.get("CLC_VERBOSE", "0") not in ("", "0")
         self._announced = set()
         self._reported = set()
@@ -226,21 +229,22 @@ class Engine:
         return kernel
 
     def _plan(self, info):
-        """The deciders that can apply to a kernel, in order, each as (kind, index, rule, hook,
-        hook mode, rule has shape conditions, rule outcome): the --hooks hooks that match it,
+        """The deciders that can apply to a kernel, in order, each a _Step: the --hooks hooks that
+        match it,
         then the rules whose kernel, device, process and tenant conditions hold (their shape
         conditions are checked per launch)."""
         rules = self.policy.rules
-        plan = [(_HOOK, len(rules) + k, None, hook, hook.mode, False, None)
+        plan = [_Step(_HOOK, len(rules) + k, None, hook, hook.mode, False, None)
                 for k, hook in enumerate(self.cli_hooks) if hook.matches(info)]
         for index, rule in enumerate(rules):
             if rule.check_static(info)[0]:
                 if rule.hook is None:
-                    plan.append((_RULE, index, rule, None, 0, rule.has_shape,
-                                 _with_bytes(rule.outcome(index))))
+                    plan.append(_Step(_RULE, index, rule, None, 0, rule.has_shape,
+                                      _with_bytes(rule.outcome(index))))
                 else:
                     hook = self.rule_hooks[index]
-                    plan.append((_HOOK_RULE, index, rule, hook, hook.mode, rule.has_shape, None))
+                    plan.append(_Step(_HOOK_RULE, index, rule, hook, hook.mode, rule.has_shape,
+                                      None))
         return tuple(plan)
 
     def first_sight(self, kernel, blob):
@@ -262,11 +266,11 @@ class Engine:
         return decision, mode
 
     def program_decision(self, device):
-        """Whether this process is confined program-wide on `device` (program_decision)."""
+        """Whether this process is confined program-wide on `device` (program_scope_decision)."""
         info = KernelInfo(mangled="", demangled="", device=device,
                           process_names=self.process_names, tenant=self.tenant,
                           identity=self._identity())
-        return program_decision(self.policy, info)
+        return program_scope_decision(self.policy, info)
 
     def launch(self, kernel, blob):
         """One launch (its query block) of a kernel whose hooks are asked per shape or at
@@ -285,14 +289,15 @@ class Engine:
         launch pays for each frame and each attribute read). Never raises."""
         plan = kernel.plan
         first = plan[0] if plan else None
-        rest = plan[1][6] if len(plan) > 1 else self._default  # what "no opinion" gets
-        if first is None or first[3] is None or first[4] != _EVERY_LAUNCH or first[5] or any(
-                item[3] is not None or item[5] for item in plan[1:]) or rest[0].action != _ALLOW:
+        rest = plan[1].outcome if len(plan) > 1 else self._default  # what "no opinion" gets
+        if first is None or first.hook is None or first.mode != _EVERY_LAUNCH or \
+                first.has_shape or any(step.hook is not None or step.has_shape
+                                       for step in plan[1:]) or rest[0].action != _ALLOW:
             def generic(blob):
                 try:
                     return self.launch(kernel, blob)
                 except BaseException:
-                    _report_once()
+                    _report_engine_error()
                     return self._on_error[1]
             return generic
         _, index, _, hook, _, _, _ = first
@@ -326,7 +331,7 @@ class Engine:
                     return no_opinion
                 return answered(kernel, hook, index, answer, no_opinion)
             except BaseException:
-                _report_once()
+                _report_engine_error()
                 return on_error
         every_launch.hook = hook
         return every_launch
@@ -561,14 +566,11 @@ class Engine:
             self.kernels.pop((handle, ctx), None)
             return
         if abi.LOAD_NAMES.get(api, "").endswith("Unload"):
-            self.modules.pop(handle, None)
             if self._wrapping is not None:
                 self._wrapping.forget(handle)
             return
         if self.may_wrap:
             self.wrapping().note_load(handle, image_kind, image_ptr, image_size, preserved, path)
-        self.modules[handle] = {"api": api, "image": image_kind, "ptr": image_ptr,
-                                "size": image_size, "preserved": bool(preserved), "path": path}
 
     def forget_context(self, ctx):
         """Context `ctx` was destroyed: the shim's entries for it now carry CTX_DESTROYED, and
@@ -751,7 +753,7 @@ def _get():
     return _engine
 
 
-def _report_once():
+def _report_engine_error():
     """Report the exception being handled, once per kind and message: a broken engine is
     asked at every launch of some kernels, and a traceback is costly to format."""
     kind, value, _ = sys.exc_info()
@@ -767,7 +769,7 @@ _QUERY_SIZE = abi.KERNEL_QUERY.size
 _query_key = abi.KERNEL_QUERY_FIELDS.picker("handle", "ctx").unpack_from
 
 
-def program_decision(policy, info):
+def program_scope_decision(policy, info):
     """The answer to the shim's question without a kernel (an empty name), asked when the
     program retains a device's primary context: the outcome of the policy's first scope:
     program rule for this process and device (a confine), else an allow."""
@@ -810,7 +812,7 @@ def bridge_decide(ffi, query, out):
         _fill_outcome(ffi, ffi.addressof(out.fallback), decision.fallback)
         return 0
     except BaseException:
-        _report_once()
+        _report_engine_error()
         return -1
 
 
@@ -826,7 +828,7 @@ def bridge_launch(kernel_id, blob):
         dispatch = engine.dispatcher(kernel)
         return dispatch(blob), dispatch, engine.timed_by_bridge(kernel_id, kernel, dispatch)
     except BaseException:
-        _report_once()
+        _report_engine_error()
         return None
 
 
@@ -835,7 +837,7 @@ def bridge_slow(kernel_id, ns):
     try:
         _engine.slow_dispatch(kernel_id, ns)
     except Exception:
-        _report_once()
+        _report_engine_error()
 
 
 def bridge_exit():
@@ -847,7 +849,7 @@ def bridge_exit():
             _engine.run_exit()
         return 0
     except BaseException:
-        _report_once()
+        _report_engine_error()
         return -1
     finally:
         _flush_std()
@@ -860,5 +862,5 @@ def bridge_module(ffi, event):
                             event.image_size, event.preserved, path, event.ctx)
         return 0
     except Exception:
-        _report_once()
+        _report_engine_error()
         return -1
