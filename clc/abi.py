@@ -10,7 +10,7 @@ import struct
 
 __all__ = [
     "SETTINGS_NAME", "SETTINGS_VAR", "SETTING_KEYS", "SETTINGS", "Fields", "KERNEL_QUERY_FIELDS",
-    "REC_LAUNCH_FIELDS",
+    "REC_LAUNCH_FIELDS", "KERNEL_COUNTS_FIELDS", "REC_KERNEL_STATS_FIELDS",
     "ACTION_ALLOW", "ACTION_DENY", "ACTION_REPLACE", "ACTION_CONFINE", "ACTION_NAMES",
     "CONFINE_KIND_SHIFT", "CONFINE_DENY", "CONFINE_LAST", "confine_word",
     "FLAG_RECORD", "FLAG_TIME",
@@ -182,9 +182,10 @@ DECIDE_REPLY = struct.Struct("<IIII")  # magic, status, text_size, seq
 # clc_decision: n_clauses, mode, clauses[MAX_CLAUSES] (three clc_range, a clc_outcome), fallback
 _RANGES = struct.Struct("<6Q")
 OUTCOME = struct.Struct("<IIiiQ")  # clc_outcome: action, flags, error, rule, replacement
-# clc_kernel_counts: kernel_id, device, handle, ctx, launches, denied, failed, recorded, timed,
-# graph_nodes, gpu_ns
-KERNEL_COUNTS = struct.Struct("<IiQQ7QI4x")
+KERNEL_COUNTS = struct.Struct("<IiQQQQQQQQQI4x")  # clc_kernel_counts
+KERNEL_COUNTS_FIELDS = Fields(KERNEL_COUNTS, (
+    "kernel_id", "device", "handle", "ctx", "launches", "denied", "failed", "recorded", "timed",
+    "graph_nodes", "gpu_ns", "confined_sms"))
 SLOW_HOOK_NS = 1_000_000
 
 
@@ -270,8 +271,10 @@ TIMING_CUPTI = 1  # CUPTI's kernel activity record
 TIMING_SOURCES = {TIMING_EVENTS: "events", TIMING_CUPTI: "cupti"}
 # t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result
 REC_MODULE_BODY = struct.Struct("<QIIQQQIi")
-# kernel_id, launches, denied, recorded, timed, graph_nodes, gpu_ns, failed
 REC_KERNEL_STATS_BODY = struct.Struct("<IIQQQQQQQ")
+REC_KERNEL_STATS_FIELDS = Fields(REC_KERNEL_STATS_BODY, (
+    "kernel_id", "confined_sms", "launches", "denied", "recorded", "timed", "graph_nodes",
+    "gpu_ns", "failed"))
 REC_MESSAGE_BODY = struct.Struct("<I4xQ")  # level, t_ns
 # t_ns, dropped, write_lost_bytes, capped_bytes, write_errno, how, status, flags, undecided
 REC_END_BODY = struct.Struct("<QQQQiIiIQ")

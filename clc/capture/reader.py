@@ -504,7 +504,8 @@ def _other_record(cap, rtype, body, rule_stats):
     elif rtype == abi.REC_KERNEL_STATS:
         # Counts so far: a kernel's last record holds.
         if len(body) >= abi.REC_KERNEL_STATS_BODY.size:
-            st = KernelStatsRecord(*abi.REC_KERNEL_STATS_BODY.unpack_from(body))
+            st = KernelStatsRecord(**dict(zip(abi.REC_KERNEL_STATS_FIELDS.names,
+                                              abi.REC_KERNEL_STATS_BODY.unpack_from(body))))
             cap.stats[st.kernel_id] = st
     elif rtype == abi.REC_RULE_STATS:
         if len(body) >= abi.REC_RULE_STATS_BODY.size:

@@ -706,9 +706,7 @@ def _answer_outcome(kernel, answer, index):
 
 # ---- the shim's own functions, for messages and counts (exported by stage 1) -------------------
 
-_KernelCounts = collections.namedtuple(
-    "_KernelCounts", "kernel_id device handle ctx launches denied failed recorded timed "
-    "graph_nodes gpu_ns confined_sms")  # clc_kernel_counts (abi.KERNEL_COUNTS)
+_KernelCounts = collections.namedtuple("_KernelCounts", abi.KERNEL_COUNTS_FIELDS.names)
 
 
 def _shim():
