@@ -594,7 +594,7 @@ def _derive(cap, launch_counts, timing_sums, rule_stats):
     if rule_stats:
         cap.rule_stats = rule_stats
     elif denied_by_rule:
-        # No RULE_STATS (the program died before exit, or an older writer): the denied
+        # No RULE_STATS (the program died before its exit counts were written): the denied
         # launches that were recorded, a lower bound.
         cap.rule_stats = denied_by_rule
         cap.rule_stats_partial = True
