@@ -24,6 +24,9 @@ __all__ = ["StatusListener", "RunStatus", "Unseen"]
 
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_MESSAGE = 8192
+# What clc-run sends its own listener when the program has ended: the receiving thread stops
+# once it has recorded every message queued before it. Only clc-run's own pid can say it.
+_STOP = b"stop"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +103,8 @@ class StatusListener:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS \
                     and len(payload) >= _CREDENTIALS.size:
                 pid = _CREDENTIALS.unpack_from(payload)[0]
+        if pid == os.getpid() and data == _STOP:
+            return False
         if pid:
             word, _, text = data.decode("utf-8", "replace").partition(" ")
             with self._lock:
@@ -107,7 +112,11 @@ class StatusListener:
         return True
 
     def finish(self):
-        """The RunStatus of everything said so far, after the messages still queued."""
+        """The RunStatus of everything said so far, after the messages still queued. The
+        receiving thread is stopped first, behind every message queued before the stop: a
+        message it had taken but not yet recorded would otherwise be missed."""
+        if self._thread is not None and self._thread.is_alive():
+            self._stop_receiving()
         try:
             while self._receive(block=False):
                 pass
@@ -116,6 +125,15 @@ class StatusListener:
         with self._lock:
             events = list(self._events)
         return _status_of(events)
+
+    def _stop_receiving(self):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.settimeout(2)  # the queue may be full for a moment: the thread is emptying it
+            try:
+                s.sendto(_STOP, self.path)
+            except OSError:
+                return
+        self._thread.join(timeout=10)
 
     def close(self):
         try:
