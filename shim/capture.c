@@ -729,6 +729,16 @@ void clc_capture_kernel(const clc_entry *e, const char *name) {
     if (clc_capture_enabled()) write_kernel_record(e, name);
 }
 
+void clc_capture_gpu_time(clc_entry *e, uint64_t seq, uint64_t gpu_ns, uint32_t source) {
+    atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->gpu_ns, gpu_ns, memory_order_relaxed);
+    if (clc_capture_enabled()) {
+        clc_rec_timing rec = {
+            .seq = seq, .kernel_id = e->kernel_id, .source = source, .gpu_ns = gpu_ns};
+        clc_capture_write(CLC_REC_TIMING, &rec, sizeof rec, NULL, 0);
+    }
+}
+
 static void rewrite_known_kernel(clc_entry *e, void *arg) {
     (void)arg;
     write_kernel_record(e, clc_kernel_name(e->handle));

@@ -77,7 +77,6 @@ static pthread_mutex_t g_state_lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct {
     _Atomic uint64_t seq; /* seq + 1; 0: being written */
     _Atomic uint32_t generation;
-    _Atomic uint32_t kernel_id;
     clc_entry *_Atomic entry;
 } launch_slot;
 static launch_slot *g_launches;
@@ -105,7 +104,6 @@ static void deliver(uint32_t seq1_low, uint64_t gpu_ns) {
     /* read between two reads of its seq: a slot being taken again is seen as changed */
     uint64_t seq1 = atomic_load_explicit(&s->seq, memory_order_acquire);
     uint32_t generation = atomic_load_explicit(&s->generation, memory_order_relaxed);
-    uint32_t kernel_id = atomic_load_explicit(&s->kernel_id, memory_order_relaxed);
     clc_entry *e = atomic_load_explicit(&s->entry, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
     if ((uint32_t)seq1 != seq1_low || atomic_load_explicit(&s->seq, memory_order_relaxed) != seq1 ||
@@ -113,13 +111,7 @@ static void deliver(uint32_t seq1_low, uint64_t gpu_ns) {
         return;
     atomic_fetch_add_explicit(&g_timed, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_timed_all, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&e->timed, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&e->gpu_ns, gpu_ns, memory_order_relaxed);
-    if (clc_capture_enabled()) {
-        clc_rec_timing rec = {
-            .seq = seq1 - 1, .kernel_id = kernel_id, .source = CLC_TIMING_CUPTI, .gpu_ns = gpu_ns};
-        clc_capture_write(CLC_REC_TIMING, &rec, sizeof rec, NULL, 0);
-    }
+    clc_capture_gpu_time(e, seq1 - 1, gpu_ns, CLC_TIMING_CUPTI);
 }
 
 static void correlate(uint32_t correlation, uint64_t seq1) {
@@ -289,7 +281,6 @@ void clc_cupti_begin(clc_entry *e, uint64_t seq) {
     atomic_store_explicit(&s->seq, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&s->generation, atomic_load(&g_generation), memory_order_relaxed);
-    atomic_store_explicit(&s->kernel_id, e->kernel_id, memory_order_relaxed);
     atomic_store_explicit(&s->entry, e, memory_order_relaxed);
     atomic_store_explicit(&s->seq, seq + 1, memory_order_release);
     if (t_depth < NESTED) t_timed[t_depth] = seq + 1;
@@ -301,21 +292,15 @@ void clc_cupti_end(int launched) {
     if (launched) atomic_fetch_add_explicit(&g_launched, 1, memory_order_relaxed);
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Reads every record CUPTI holds, waiting up to `wait_ns` for those of timed launches still
  * running (never for other work: a program's kernel that waits on its host may never end), and
  * forgets what did not come (a new generation): said once where `say`. Under g_state_lock. */
 static void drain_locked(uint64_t wait_ns, int say) {
-    uint64_t deadline = now_ns() + wait_ns;
+    uint64_t deadline = clc_now_ns() + wait_ns;
     struct timespec pause = {0, 100000};
     for (;;) {
         cupti.flush_all(CLC_CUPTI_FLUSH_FORCED);
-        if (atomic_load(&g_timed) >= atomic_load(&g_launched) || now_ns() > deadline) break;
+        if (atomic_load(&g_timed) >= atomic_load(&g_launched) || clc_now_ns() > deadline) break;
         nanosleep(&pause, NULL);
         if (pause.tv_nsec < 20000000) pause.tv_nsec *= 2;
     }

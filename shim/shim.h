@@ -680,6 +680,9 @@ void *clc_capture_begin(uint16_t type, size_t body_size); /* a record's body, fi
 void clc_capture_commit(void);                            /* publishes it */
 void clc_capture_message(int level, const char *text, size_t len); /* a MESSAGE record */
 void clc_capture_kernel(const clc_entry *e, const char *name);
+/* A timed launch's GPU time (CLC_TIMING_* source): added to its kernel's counts, and its TIMING
+ * record written. */
+void clc_capture_gpu_time(clc_entry *e, uint64_t seq, uint64_t gpu_ns, uint32_t source);
 /* The counts (KERNEL_STATS, RULE_STATS) and an END record (CLC_END_* `how`, `status`), written
  * to the file at once; again at each call (the last one holds). `in_signal`: from a fatal
  * signal's handler (locks waited for a bounded time). */

@@ -75,12 +75,8 @@ static void finish(tstate *s, clc_timing *t, int wait) {
     CUresult r = wait ? g_drv.event_synchronize(t->end) : CUDA_SUCCESS;
     if (r == CUDA_SUCCESS) r = g_drv.event_elapsed(&ms, t->start, t->end);
     if (r == CUDA_SUCCESS && t->entry) {
-        clc_rec_timing rec = {.seq = t->seq,
-                              .kernel_id = t->entry->kernel_id,
-                              .gpu_ns = (uint64_t)((double)ms * 1e6 + 0.5)};
-        atomic_fetch_add_explicit(&t->entry->timed, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&t->entry->gpu_ns, rec.gpu_ns, memory_order_relaxed);
-        if (clc_capture_enabled()) clc_capture_write(CLC_REC_TIMING, &rec, sizeof rec, NULL, 0);
+        clc_capture_gpu_time(t->entry, t->seq, (uint64_t)((double)ms * 1e6 + 0.5),
+                             CLC_TIMING_EVENTS);
     } else if (r != CUDA_SUCCESS) {
         if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING, "a launch's GPU time was lost (CUresult %d)", r);
