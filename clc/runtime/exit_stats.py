@@ -61,6 +61,8 @@ class ExitStats:
         gpu_ns) tuples or mappings with those keys; rows of one name (several contexts) are
         added up. Hook rows are Hook objects (clc.runtime.hooks), (name, calls, total_ns, max_ns)
         or mappings."""
+        from clc.runtime.hooks import Hook  # imports this module: asked for when called
+
         stats = cls()
         for row in kernel_rows:
             if isinstance(row, collections.abc.Mapping):
@@ -74,7 +76,7 @@ class ExitStats:
             for key, value in zip(_KERNEL_COUNTS, counts):
                 setattr(kernel, key, getattr(kernel, key) + int(value))
         for row in hook_rows:
-            if hasattr(row, "total_ns") and not isinstance(row, tuple):  # a Hook
+            if isinstance(row, Hook):
                 name, calls, total_ns, max_ns = row.name, row.calls, row.total_ns, row.max_ns
             elif isinstance(row, collections.abc.Mapping):
                 name, calls, total_ns, max_ns = (row["name"], row.get("calls", 0),
