@@ -10,7 +10,7 @@ import struct
 
 __all__ = [
     "SETTINGS_NAME", "SETTINGS_VAR", "SETTING_KEYS", "SETTINGS", "Fields", "KERNEL_QUERY_FIELDS",
-    "REC_LAUNCH_FIELDS", "KERNEL_COUNTS_FIELDS", "REC_KERNEL_STATS_FIELDS",
+    "REC_LAUNCH_FIELDS", "KERNEL_COUNTERS", "KERNEL_COUNTS_FIELDS", "REC_KERNEL_STATS_FIELDS",
     "ACTION_ALLOW", "ACTION_DENY", "ACTION_REPLACE", "ACTION_CONFINE", "ACTION_NAMES",
     "CONFINE_KIND_SHIFT", "CONFINE_DENY", "CONFINE_LAST", "confine_word",
     "FLAG_RECORD", "FLAG_TIME",
@@ -26,7 +26,8 @@ __all__ = [
     "END_TABLE_FULL", "END_TRUNCATED", "REC_RULE_STATS", "DENIED_RECORDED",
     "REC_PROCESS_BODY", "REC_KERNEL_BODY", "REC_LAUNCH_BODY", "REC_TIMING_BODY",
     "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
-    "REC_RULE_STATS_BODY", "LAUNCH_TIMED",
+    "REC_RULE_STATS_BODY", "REC_WRAP_STATS", "REC_WRAP_STATS_BODY", "REC_WRAP_STATS_FIELDS",
+    "LAUNCH_TIMED", "SHIM_EXPORTS",
     "TIMING_EVENTS", "TIMING_CUPTI", "TIMING_SOURCES", "REC_HOLD", "REC_RUN", "REC_HOLD_BODY",
     "HOLD_BUSY",
     "HOLD_NO_BOARD", "HOLD_FLOOR", "HOLD_SHARED",
@@ -36,7 +37,8 @@ __all__ = [
     "STATS_BYTES", "STATS", "DEVICE_DEFINES",
     "REPLACEMENT", "LAUNCH_ARG", "LAUNCH_ARG_AT", "KERNEL_QUERY", "PARAM_INFO", "ARGS_OK",
     "ARGS_NONE",
-    "ARGS_NULL_ENTRY", "ARGS_BAD_EXTRA", "ARGS_NO_MEMORY", "ARGS_NO_LAYOUT",
+    "ARGS_NULL_ENTRY", "ARGS_BAD_EXTRA", "ARGS_NO_MEMORY", "ARGS_NO_LAYOUT", "ASK_KERNEL",
+    "ASK_PROGRAM",
     "DECIDE_MAGIC", "DECIDE_MAX_NAME", "DECIDE_MAX_TEXT", "DECIDE_OK", "DECIDE_ENGINE",
     "DECIDE_FAILED",
     "DECIDE_REQUEST", "DECIDE_REPLY", "pack_decision", "OUTCOME", "KERNEL_COUNTS",
@@ -155,10 +157,11 @@ class Fields:
 
 
 # clc_kernel_query; the launch's argument bytes follow it
-KERNEL_QUERY = struct.Struct("<QQiIIIQ3I3IIIQQQQII")
+KERNEL_QUERY = struct.Struct("<QQiIIIQ3I3IIIQQQQIII4x")
 KERNEL_QUERY_FIELDS = Fields(KERNEL_QUERY, (
     "handle", "ctx", "device", "entry", "kernel_id", "args_status", "name", "grid", "block",
-    "shared_mem", "tid", "stream", "params", "extra", "layout", "n_params", "args_size"))
+    "shared_mem", "tid", "stream", "params", "extra", "layout", "n_params", "args_size",
+    "question"))
 # Where clc_kernel_query.args_status lies (a CLC_ARGS_* value, < 256: read as one byte).
 QUERY_ARGS_STATUS_AT = KERNEL_QUERY_FIELDS.at["args_status"]
 PARAM_INFO = struct.Struct("<II")  # clc_param_info: offset, size
@@ -168,6 +171,9 @@ ARGS_NULL_ENTRY = 2
 ARGS_BAD_EXTRA = 3
 ARGS_NO_MEMORY = 4
 ARGS_NO_LAYOUT = 5
+# clc_kernel_query.question and clc_decide_request.question: a kernel, or the process as a whole
+ASK_KERNEL = 0
+ASK_PROGRAM = 1
 
 # The decider's messages (clc/runtime/decider.py answers the shim's shim/decider.c)
 DECIDE_MAGIC = 0x44434C43
@@ -176,16 +182,17 @@ DECIDE_MAX_TEXT = 4096
 DECIDE_OK = 0
 DECIDE_ENGINE = 1
 DECIDE_FAILED = 2
-DECIDE_REQUEST = struct.Struct("<IiII")  # magic, device, name_size, seq
+DECIDE_REQUEST = struct.Struct("<IiIII4x")  # magic, device, name_size, seq, question
 DECIDE_REPLY = struct.Struct("<IIII")  # magic, status, text_size, seq
 
 # clc_decision: n_clauses, mode, clauses[MAX_CLAUSES] (three clc_range, a clc_outcome), fallback
 _RANGES = struct.Struct("<6Q")
 OUTCOME = struct.Struct("<IIiiQ")  # clc_outcome: action, flags, error, rule, replacement
-KERNEL_COUNTS = struct.Struct("<IiQQQQQQQQQI4x")  # clc_kernel_counts
-KERNEL_COUNTS_FIELDS = Fields(KERNEL_COUNTS, (
-    "kernel_id", "device", "handle", "ctx", "launches", "denied", "failed", "recorded", "timed",
-    "graph_nodes", "gpu_ns", "confined_sms"))
+# CLC_KERNEL_COUNTERS: a kernel's counters, in the order both layouts that hold them keep them
+KERNEL_COUNTERS = ("launches", "denied", "failed", "recorded", "timed", "graph_nodes", "gpu_ns")
+KERNEL_COUNTS = struct.Struct("<IiQQ" + "Q" * len(KERNEL_COUNTERS) + "I4x")  # clc_kernel_counts
+KERNEL_COUNTS_FIELDS = Fields(
+    KERNEL_COUNTS, ("kernel_id", "device", "handle", "ctx", *KERNEL_COUNTERS, "confined_sms"))
 SLOW_HOOK_NS = 1_000_000
 
 
@@ -235,7 +242,7 @@ CTX_DESTROYED = 1 << 63
 IMAGE_NAMES = {0: "unknown", 1: "fatbin-wrapper", 2: "fatbin", 3: "cubin", 4: "ptx", 5: "file"}
 
 CAPTURE_MAGIC = b"CLCCAPT1"
-CAPTURE_VERSION = 2
+CAPTURE_VERSION = 3
 
 # clc_capture_header: magic, version, header_size, pid, ppid, start_monotonic_ns,
 # start_realtime_ns, reserved[2]
@@ -256,6 +263,7 @@ REC_END = 9
 REC_RULE_STATS = 10
 REC_HOLD = 11
 REC_RUN = 12
+REC_WRAP_STATS = 13
 DENIED_RECORDED = 16
 
 REC_PROCESS_BODY = struct.Struct("<II")  # pid, ppid
@@ -271,10 +279,9 @@ TIMING_CUPTI = 1  # CUPTI's kernel activity record
 TIMING_SOURCES = {TIMING_EVENTS: "events", TIMING_CUPTI: "cupti"}
 # t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result
 REC_MODULE_BODY = struct.Struct("<QIIQQQIi")
-REC_KERNEL_STATS_BODY = struct.Struct("<IIQQQQQQQ")
-REC_KERNEL_STATS_FIELDS = Fields(REC_KERNEL_STATS_BODY, (
-    "kernel_id", "confined_sms", "launches", "denied", "recorded", "timed", "graph_nodes",
-    "gpu_ns", "failed"))
+REC_KERNEL_STATS_BODY = struct.Struct("<II" + "Q" * len(KERNEL_COUNTERS))
+REC_KERNEL_STATS_FIELDS = Fields(REC_KERNEL_STATS_BODY,
+                                 ("kernel_id", "confined_sms", *KERNEL_COUNTERS))
 REC_MESSAGE_BODY = struct.Struct("<I4xQ")  # level, t_ns
 # t_ns, dropped, write_lost_bytes, capped_bytes, write_errno, how, status, flags, undecided
 REC_END_BODY = struct.Struct("<QQQQiIiIQ")
@@ -286,6 +293,9 @@ END_TABLE_FULL = 1
 END_TRUNCATED = 2
 REC_RULE_STATS_BODY = struct.Struct("<i4xQ")  # rule, denied
 REC_HOLD_BODY = struct.Struct("<QQQiI")  # t_ns, held_ns, lag_ns, device, why
+REC_WRAP_STATS_BODY = struct.Struct("<QQQQII")
+REC_WRAP_STATS_FIELDS = Fields(REC_WRAP_STATS_BODY, (
+    "t_ns", "blocks", "threads", "skipped", "max_resident", "share_sms"))
 # clc_rec_hold.why: the hold's cause, with HOLD_FLOOR when the floor let it go
 HOLD_BUSY = 0
 HOLD_NO_BOARD = 1
@@ -295,3 +305,13 @@ HOLD_SHARED = 32  # not a wait: a busy period whose launches ran on the held sha
 MSG_INFO = 0
 MSG_WARNING = 1
 MSG_ERROR = 2
+
+
+# Stage 1's exports the engine calls through ctypes (clc_abi.h's prototypes): name ->
+# (result, parameters), each type as the header spells it.
+SHIM_EXPORTS = {
+    "clc_shim_setting": ("const char *", ("const char *",)),
+    "clc_shim_message": ("void", ("int", "const char *")),
+    "clc_shim_kernel_counts": ("int", ("clc_kernel_counts *", "int")),
+    "clc_shim_wrap_stats": ("void", ("const clc_rec_wrap_stats *", "const char *", "const char *")),
+}

@@ -59,16 +59,16 @@ __attribute__((visibility("default"))) int clc_bridge_start(const char *executab
  * cdata per argument and a buffer to read the query through). The query and the arguments
  * after it become one bytes object, given to the kernel's dispatcher, which returns the
  * clc_outcome's 24 bytes (or None when it cannot answer). The first time, the shim's kernel
- * id and the bytes go to clc.runtime.engine.bridge_launch, which answers (bytes, the kernel's
+ * id and the bytes go to clc.runtime.bridge_entry.bridge_launch, which answers (bytes, the kernel's
  * dispatcher, whether to time it here): kept here by kernel id, under the GIL. Only called
  * for kernels the engine already decided through clc_bridge_decide, so the cffi embedding
- * (and clc.runtime.engine) is initialized. */
+ * (and clc.runtime.bridge_entry) is initialized. */
 static PyObject *clc_launch_fn;
 static PyObject **clc_dispatchers; /* by kernel id; NULL: not asked yet */
 static size_t clc_n_dispatchers;
 /* Dispatchers that do not time their hook themselves (the engine's folded every_launch ones)
  * are timed here, per kernel id: calls, total ns, max ns; a call over CLC_SLOW_HOOK_NS is told to
- * clc.runtime.engine.bridge_slow(kernel_id, ns) at once. All under the GIL. */
+ * clc.runtime.bridge_entry.bridge_slow(kernel_id, ns) at once. All under the GIL. */
 typedef struct {
     unsigned char timed;
     uint64_t calls, total_ns, max_ns;
@@ -104,27 +104,27 @@ int clc_bridge_dispatch_time(uint32_t kernel_id, uint64_t out[3]) {
     return 0;
 }
 
-static PyObject *clc_engine_fn(const char *name) {
-    PyObject *engine = PyImport_ImportModule("clc.runtime.engine");
-    if (!engine) return NULL;
-    PyObject *fn = PyObject_GetAttrString(engine, name);
-    Py_DECREF(engine);
+static PyObject *clc_entry_fn(const char *name) {
+    PyObject *entry = PyImport_ImportModule("clc.runtime.bridge_entry");
+    if (!entry) return NULL;
+    PyObject *fn = PyObject_GetAttrString(entry, name);
+    Py_DECREF(entry);
     return fn;
 }
 
 static void clc_report_slow(uint32_t kernel_id, uint64_t ns) {
     static PyObject *slow_fn;
-    if (!slow_fn && !(slow_fn = clc_engine_fn("bridge_slow"))) return;
+    if (!slow_fn && !(slow_fn = clc_entry_fn("bridge_slow"))) return;
     PyObject *r =
         PyObject_CallFunction(slow_fn, "IK", (unsigned int)kernel_id, (unsigned long long)ns);
     Py_XDECREF(r);
 }
 
-/* The first launch of a kernel asked about: clc.runtime.engine.bridge_launch(kernel_id, blob)
+/* The first launch of a kernel asked about: clc.runtime.bridge_entry.bridge_launch(kernel_id, blob)
  * answers (bytes, dispatcher, timed_here) and the dispatcher is kept for the kernel's later
  * launches. */
 static PyObject *clc_first_launch(uint32_t kernel_id, PyObject *blob) {
-    if (!clc_launch_fn && !(clc_launch_fn = clc_engine_fn("bridge_launch"))) return NULL;
+    if (!clc_launch_fn && !(clc_launch_fn = clc_entry_fn("bridge_launch"))) return NULL;
     PyObject *id = PyLong_FromUnsignedLong(kernel_id);
     if (!id) return NULL;
     PyObject *args[2] = {id, blob};

@@ -21,6 +21,8 @@ def _abi_declarations():
     preprocessor lines (guards, includes, the string magic)."""
     text = (SHIM / "clc_abi.h").read_text()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S).replace("\\\n", " ")
+    # Stage 1's exports: the engine calls them through ctypes (clc.abi.SHIM_EXPORTS).
+    text = re.sub(r"^[^\n;#{}]*\bclc_shim_\w+\([^;]*\);", "", text, flags=re.M)
     numeric = re.compile(r"#define\s+\w+\s+\d+\s*$")
     return "\n".join(line for line in text.splitlines()
                      if not line.lstrip().startswith("#") or numeric.match(line.strip()))
@@ -63,24 +65,24 @@ if _get is not None:
         sys.path.append(_path)
 
 from clc.runtime._bridge import ffi, lib
-from clc.runtime import engine
+from clc.runtime import bridge_entry
 
 @ffi.def_extern(error=-1)
 def clc_bridge_decide(query, out):
-    return engine.bridge_decide(ffi, query, out)
+    return bridge_entry.bridge_decide(ffi, query, out)
 
 @ffi.def_extern(error=-1)
 def clc_bridge_module(event):
-    return engine.bridge_module(ffi, event)
+    return bridge_entry.bridge_module(ffi, event)
 
 # The end of a C or C++ program (its atexit), whose interpreter clc started and never
 # finalizes: the program's C stdio is flushed first and Python's stdout and stderr last
-# (engine.bridge_exit), so that what the exit hooks print reaches a pipe or a file, after what
+# (bridge_entry.bridge_exit), so that what the exit hooks print reaches a pipe or a file, after what
 # the program printed.
 @ffi.def_extern(error=-1)
 def clc_bridge_exit():
     lib.clc_bridge_flush_stdio()
-    return engine.bridge_exit()
+    return bridge_entry.bridge_exit()
 """
 )
 

@@ -725,6 +725,19 @@ CLC_EXPORT void clc_shim_message(int level, const char *text) {
         clc_capture_message(level, text, strlen(text));
 }
 
+CLC_EXPORT void clc_shim_wrap_stats(const clc_rec_wrap_stats *stats, const char *kernel,
+                                    const char *wrapper) {
+    if (!clc_capture_enabled() || !stats || !kernel || !wrapper) return;
+    char text[8192];
+    size_t k = strnlen(kernel, sizeof text / 2 - 1), w = strnlen(wrapper, sizeof text / 2 - 1);
+    memcpy(text, kernel, k);
+    text[k] = '\0';
+    memcpy(text + k + 1, wrapper, w); /* write_record ends it */
+    clc_rec_wrap_stats body = *stats;
+    body.t_ns = clc_now_ns();
+    clc_capture_write(CLC_REC_WRAP_STATS, &body, sizeof body, text, k + 1 + w);
+}
+
 void clc_capture_kernel(const clc_entry *e, const char *name) {
     if (clc_capture_enabled()) write_kernel_record(e, name);
 }
@@ -803,17 +816,10 @@ static void out_record(out_buf *o, uint16_t type, const void *body, size_t size)
 }
 
 static void out_stats(const clc_kernel_counts *c, void *arg) {
-    clc_rec_kernel_stats s = {
-        .kernel_id = c->kernel_id,
-        .confined_sms = c->confined_sms,
-        .launches = c->launches,
-        .denied = c->denied,
-        .recorded = c->recorded,
-        .timed = c->timed,
-        .graph_nodes = c->graph_nodes,
-        .gpu_ns = c->gpu_ns,
-        .failed = c->failed,
-    };
+    clc_rec_kernel_stats s = {.kernel_id = c->kernel_id, .confined_sms = c->confined_sms};
+#define COPY(name) s.name = c->name;
+    CLC_KERNEL_COUNTERS(COPY)
+#undef COPY
     out_record(arg, CLC_REC_KERNEL_STATS, &s, sizeof s);
 }
 

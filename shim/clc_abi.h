@@ -175,6 +175,11 @@ typedef struct clc_param_info {
 #define CLC_ARGS_NO_MEMORY 4    /* the shim could not allocate the copy */
 #define CLC_ARGS_NO_LAYOUT 5    /* the driver gives no parameter layout (before CUDA 12.4) */
 
+/* What a question to the engine (clc_kernel_query) or to clc-run (clc_decide_request) is about. */
+#define CLC_ASK_KERNEL 0  /* a kernel: its first sight in a context, or one launch of it */
+#define CLC_ASK_PROGRAM 1 /* the process: whether it is confined program-wide on the device (a
+                             rule with scope: program); no kernel, and an empty name */
+
 /* What the engine is told at the first sight of a kernel in a context, and at each launch it
  * is asked about (modes PER_SHAPE and EVERY_LAUNCH). The argument pointers are the program's
  * and valid only during the call. The shim copies the launch's arguments, laid out as the
@@ -198,7 +203,9 @@ typedef struct clc_kernel_query {
     const clc_param_info *layout; /* n_params entries; valid during the call */
     uint32_t n_params;
     uint32_t args_size; /* bytes of arguments after the query (an `extra` buffer may be short) */
-} clc_kernel_query; /* 112 bytes */
+    uint32_t question;  /* CLC_ASK_* */
+    uint32_t reserved;
+} clc_kernel_query; /* 120 bytes */
 
 /* ---- the decider: first sights answered by clc-run, outside the program ----------------- */
 /* For a policy without Python hooks, clc-run answers the first sight of each kernel itself
@@ -223,7 +230,9 @@ typedef struct clc_decide_request {
     int32_t device;     /* device ordinal, -1 when unknown */
     uint32_t name_size; /* at most CLC_DECIDE_MAX_NAME */
     uint32_t seq;       /* the question's number in its connection, echoed by the reply */
-} clc_decide_request; /* 16 bytes */
+    uint32_t question;  /* CLC_ASK_* */
+    uint32_t reserved;
+} clc_decide_request; /* 24 bytes */
 
 typedef struct clc_decide_reply {
     uint32_t magic;
@@ -232,13 +241,25 @@ typedef struct clc_decide_reply {
     uint32_t seq; /* the question's */
 } clc_decide_reply; /* 16 bytes */
 
+/* A kernel's counters, in the order clc_kernel_counts and clc_rec_kernel_stats hold them (each
+ * a uint64_t), for code that does the same to every one: X(name) once per counter.
+ *   launches     direct launches seen, denied ones included
+ *   denied       launches refused by the policy
+ *   failed       launches the driver itself refused (denies not counted)
+ *   recorded     LAUNCH records written
+ *   timed        TIMING records written
+ *   graph_nodes  kernel nodes created or updated in graphs
+ *   gpu_ns       sum of the TIMING records' gpu_ns */
+#define CLC_KERNEL_COUNTERS(X) \
+    X(launches) X(denied) X(failed) X(recorded) X(timed) X(graph_nodes) X(gpu_ns)
+
 /* One kernel's counts so far, for the engine (clc_shim_kernel_counts, exported by stage 1). */
 typedef struct clc_kernel_counts {
     uint32_t kernel_id;
     int32_t device;
     uint64_t handle;
     uint64_t ctx;
-    uint64_t launches, denied, failed, recorded, timed, graph_nodes, gpu_ns;
+    uint64_t launches, denied, failed, recorded, timed, graph_nodes, gpu_ns; /* the counters */
     uint32_t confined_sms; /* as clc_rec_kernel_stats.confined_sms */
     uint32_t reserved;
 } clc_kernel_counts; /* 88 bytes */
@@ -300,7 +321,7 @@ typedef struct clc_module_event {
 /* ---- the capture file --------------------------------------------------------------------- */
 
 #define CLC_CAPTURE_MAGIC "CLCCAPT1" /* 8 bytes, no terminator in the file */
-#define CLC_CAPTURE_VERSION 2
+#define CLC_CAPTURE_VERSION 3
 
 typedef struct clc_capture_header {
     char magic[8];
@@ -338,6 +359,9 @@ typedef struct clc_record_header {
 #define CLC_REC_HOLD 11        /* body: clc_rec_hold; a best-effort launch held */
 #define CLC_REC_RUN 12         /* body: what clc-run says of the run as JSON text (the tenant, the
                                   user's uid, labels such as a Slurm job's), after POLICY */
+#define CLC_REC_WRAP_STATS 13  /* body: clc_rec_wrap_stats, then the kernel's name and the wrapper
+                                  (its file and parameters), each NUL-terminated; one per wrapped
+                                  kernel, at exit */
 
 typedef struct clc_rec_process {
     uint32_t pid;
@@ -397,14 +421,19 @@ typedef struct clc_rec_kernel_stats {
     uint32_t kernel_id;
     uint32_t confined_sms; /* the SMs of the green context its launches ran on (sm_share by a
                               green context); 0: never confined */
-    uint64_t launches;    /* direct launches seen, denied ones included */
-    uint64_t denied;
-    uint64_t recorded;    /* LAUNCH records written */
-    uint64_t timed;       /* TIMING records written */
-    uint64_t graph_nodes; /* kernel nodes created or updated in graphs */
-    uint64_t gpu_ns;      /* sum of the TIMING records' gpu_ns */
-    uint64_t failed;      /* launches the driver itself refused (denies not counted) */
+    uint64_t launches, denied, failed, recorded, timed, graph_nodes, gpu_ns; /* the counters */
 } clc_rec_kernel_stats; /* 64 bytes */
+
+/* A wrapped kernel's counts, as its wrapper counted them on the GPU (clc_stats) over the
+ * process. */
+typedef struct clc_rec_wrap_stats {
+    uint64_t t_ns;
+    uint64_t blocks;       /* virtual blocks run */
+    uint64_t threads;      /* the threads of those blocks */
+    uint64_t skipped;      /* virtual blocks the deadline wrapper skipped */
+    uint32_t max_resident; /* the most blocks resident at once */
+    uint32_t share_sms;    /* sm_share: the SMs of its share (the last launch's); 0: none */
+} clc_rec_wrap_stats; /* 40 bytes */
 
 #define CLC_MSG_INFO 0
 #define CLC_MSG_WARNING 1
@@ -465,6 +494,19 @@ typedef struct clc_rec_hold {
 #define CLC_HOLD_FLOOR 16   /* let go by the floor, not by the GPU going idle */
 #define CLC_HOLD_SHARED 32  /* not a wait: a busy period whose launches ran on the held share
                                (held_share), from its first launch to the first found idle */
+
+/* ---- stage 1's exports, called by the engine in the program's Python --------------------- */
+/* Python calls them through ctypes with the types clc.abi.SHIM_EXPORTS gives, held to these
+ * prototypes by tests/unit/test_abi.py. */
+
+/* A sealed setting's value (CLC_SETTING_KEYS), or NULL when clc-run gave none. */
+const char *clc_shim_setting(const char *key);
+/* A message (CLC_MSG_*) into the capture, and on stderr from warnings up. */
+void clc_shim_message(int level, const char *text);
+/* Every kernel's counts so far into out[max]; returns how many. */
+int clc_shim_kernel_counts(clc_kernel_counts *out, int max);
+/* A WRAP_STATS record (t_ns is the shim's) of the wrapped kernel `kernel` and its `wrapper`. */
+void clc_shim_wrap_stats(const clc_rec_wrap_stats *stats, const char *kernel, const char *wrapper);
 
 /* The first CLC_DENIED_RECORDED denied launches of each kernel get a LAUNCH record even when
  * their outcome does not ask for one (an audit trail in allow-all captures). */

@@ -198,8 +198,8 @@ static uint64_t kernel_owner(uint64_t handle) {
  * another user's process, ...). CLC_DECIDE_OK when *d holds the answer. */
 static int ask_decision(const clc_kernel_query *q, clc_decision *d) {
     int substitute = 0;
-    int asked = clc_decider_configured() ? clc_decider_decide(q->name, q->device, d, &substitute)
-                                         : CLC_DECIDE_ENGINE;
+    int asked =
+        clc_decider_configured() ? clc_decider_decide(q, d, &substitute) : CLC_DECIDE_ENGINE;
     if (asked != CLC_DECIDE_OK) {
         clc_decision without_engine = *d;
         memset(d, 0, sizeof *d);
@@ -253,7 +253,6 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info
     query_buf b;
     clc_entry id_only = {.kernel_id = atomic_fetch_add(&g_next_id, 1)};
     clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
-                                     /* "" is the program question's (clc_program_scope) */
                                      name && *name ? name : "<unnamed>", layout, n_params, end);
     /* A kernel the driver cannot name (its module unloaded under it, the driver shutting down at
      * exit, a child forked after the driver started) cannot be matched by any rule: clc could
@@ -312,7 +311,7 @@ void clc_identity_follow(void) {
 
 /* Whether this process is confined program-wide on `device` (a rule with scope: program), with
  * the rule's outcome word: asked once per device of clc-run, else of the program's engine, as
- * a question without a kernel (an empty name). */
+ * a question about the program (CLC_ASK_PROGRAM). */
 int clc_program_scope(int device, uint64_t *word) {
     /* Per device: 0 not asked yet; 1 not confined; else the word with bit 63 set. */
     static _Atomic uint64_t answers[64];
@@ -325,6 +324,7 @@ int clc_program_scope(int device, uint64_t *word) {
         clc_entry none = {.kernel_id = CLC_KERNEL_UNCACHED};
         query_buf b;
         clc_kernel_query *q = fill_query(&b, &none, 0, 0, device, &l, "", NULL, 0, 0);
+        q->question = CLC_ASK_PROGRAM;
         int asked = ask_decision(q, &d);
         free_query(&b);
         if (asked != CLC_DECIDE_OK && CLC_FIRST_TIME())

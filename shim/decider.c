@@ -164,13 +164,16 @@ static int acceptable(const clc_decision *d) {
 }
 
 /* One question and its answer; -1 with errno on failure. */
-static int ask(const char *name, size_t name_size, int device, clc_decide_reply *head,
-               clc_decision *d, char *text, size_t text_cap) {
+static int ask(const clc_kernel_query *q, size_t name_size, clc_decide_reply *head, clc_decision *d,
+               char *text, size_t text_cap) {
     long long deadline = now_ms() + TIMEOUT_MS;
     uint32_t seq = ++g_seq;
-    clc_decide_request req = {
-        .magic = CLC_DECIDE_MAGIC, .device = device, .name_size = (uint32_t)name_size, .seq = seq};
-    struct iovec out[2] = {{&req, sizeof req}, {(void *)name, name_size}};
+    clc_decide_request req = {.magic = CLC_DECIDE_MAGIC,
+                              .device = q->device,
+                              .name_size = (uint32_t)name_size,
+                              .seq = seq,
+                              .question = q->question};
+    struct iovec out[2] = {{&req, sizeof req}, {(void *)q->name, name_size}};
     struct msghdr m = {.msg_iov = out, .msg_iovlen = 2};
     ssize_t n;
     for (;;) {
@@ -198,9 +201,9 @@ static int ask(const char *name, size_t name_size, int device, clc_decide_reply 
     return 0;
 }
 
-int clc_decider_decide(const char *name, int device, clc_decision *out, int *substitute) {
+int clc_decider_decide(const clc_kernel_query *q, clc_decision *out, int *substitute) {
     *substitute = 0;
-    size_t name_size = strlen(name);
+    size_t name_size = strlen(q->name);
     if (name_size > CLC_DECIDE_MAX_NAME) return CLC_DECIDE_ENGINE;
     clc_decide_reply head;
     char text[CLC_DECIDE_MAX_TEXT];
@@ -210,7 +213,7 @@ int clc_decider_decide(const char *name, int device, clc_decision *out, int *sub
         g_fd = -1; /* not this process's, or not the socket any more: never closed here */
         if (connect_decider() != 0) failed = 1;
     }
-    if (!failed && ask(name, name_size, device, &head, out, text, sizeof text) != 0) {
+    if (!failed && ask(q, name_size, &head, out, text, sizeof text) != 0) {
         failed = 1;
         err = errno;
         drop(); /* a half-read answer must not be taken for the next question's */

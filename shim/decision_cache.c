@@ -137,14 +137,17 @@ static clc_kernel_counts *g_archive;
 static size_t g_archived, g_archive_cap;
 static size_t g_archive_snapped; /* archived counts before this index are in a snapshot */
 
+/* An entry's counters set to 0 (confined_sms is not a counter: what it says still holds). */
+static void zero_counters(clc_entry *e) {
+#define ZERO(name) atomic_store(&e->name, 0);
+    CLC_KERNEL_COUNTERS(ZERO)
+#undef ZERO
+}
+
 static void add_counts_of(const clc_entry *e, clc_kernel_counts *c) {
-    c->launches += atomic_load(&e->launches);
-    c->denied += atomic_load(&e->denied);
-    c->failed += atomic_load(&e->failed);
-    c->recorded += atomic_load(&e->recorded);
-    c->timed += atomic_load(&e->timed);
-    c->graph_nodes += atomic_load(&e->graph_nodes);
-    c->gpu_ns += atomic_load(&e->gpu_ns);
+#define ADD(name) c->name += atomic_load(&e->name);
+    CLC_KERNEL_COUNTERS(ADD)
+#undef ADD
     uint32_t sms = atomic_load(&e->confined_sms);
     if (sms > c->confined_sms) c->confined_sms = sms;
 }
@@ -157,8 +160,11 @@ static void entry_counts(const clc_entry *e, clc_kernel_counts *c) {
 
 /* What tells one snapshot's counts from the next: every count only grows. */
 static uint64_t counts_sum(const clc_kernel_counts *c) {
-    return c->launches + c->denied + c->failed + c->recorded + c->timed + c->graph_nodes +
-           c->gpu_ns + c->confined_sms;
+    uint64_t sum = c->confined_sms;
+#define SUM(name) sum += c->name;
+    CLC_KERNEL_COUNTERS(SUM)
+#undef SUM
+    return sum;
 }
 
 /* A forgotten entry whose counts found no room in the archive: said once (its counts are then
@@ -307,13 +313,7 @@ static int rebuild(void) {
         while (t[j].ready) j = (j + 1) & (CLC_CACHE_SIZE - 1);
         clc_entry *c = &t[j];
         memcpy(c, e, sizeof *c);
-        atomic_store(&c->launches, 0);
-        atomic_store(&c->denied, 0);
-        atomic_store(&c->recorded, 0);
-        atomic_store(&c->timed, 0);
-        atomic_store(&c->graph_nodes, 0);
-        atomic_store(&c->gpu_ns, 0);
-        atomic_store(&c->failed, 0);
+        zero_counters(c);
         c->prev = e;
         live++;
     }
@@ -457,14 +457,8 @@ clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
         e->clauses = NULL;
         e->snapshot_sum = 0;
         atomic_store_explicit(&e->shapes, NULL, memory_order_relaxed);
-        atomic_store(&e->launches, 0);
-        atomic_store(&e->denied, 0);
-        atomic_store(&e->recorded, 0);
-        atomic_store(&e->timed, 0);
+        zero_counters(e);
         atomic_store(&e->confined_sms, 0);
-        atomic_store(&e->graph_nodes, 0);
-        atomic_store(&e->gpu_ns, 0);
-        atomic_store(&e->failed, 0);
         layout = NULL; /* the entry's now */
         if (d->n_clauses && d->mode == CLC_MODE_CACHED) {
             clc_clause *clauses = malloc(sizeof(clc_clause) * d->n_clauses);
@@ -540,15 +534,7 @@ void clc_cache_counts(void (*fn)(const clc_kernel_counts *, void *), void *arg, 
 static void reset_counts(clc_entry *e, void *arg) {
     (void)arg;
     e->snapshot_sum = 0;
-    for (; e; e = e->prev) {
-        atomic_store(&e->launches, 0);
-        atomic_store(&e->denied, 0);
-        atomic_store(&e->recorded, 0);
-        atomic_store(&e->timed, 0);
-        atomic_store(&e->graph_nodes, 0);
-        atomic_store(&e->gpu_ns, 0);
-        atomic_store(&e->failed, 0);
-    }
+    for (; e; e = e->prev) zero_counters(e);
 }
 
 /* The decisions stay valid in a forked child; the counts are the parent's and are not. */

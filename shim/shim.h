@@ -510,7 +510,8 @@ typedef struct clc_entry {
     struct clc_shape_cache *_Atomic shapes; /* mode CLC_MODE_PER_SHAPE: answers so far */
     const clc_param_info *layout;       /* the parameters (n_params), or NULL when unknown */
     uint32_t n_params, args_end;        /* args_end: the parameter block's size in bytes */
-    _Atomic uint64_t denied, recorded, timed, graph_nodes, gpu_ns, failed;
+    _Atomic uint64_t denied, failed, recorded, timed, graph_nodes, gpu_ns; /* CLC_KERNEL_COUNTERS
+                                                                           but launches */
     _Atomic uint32_t confined_sms; /* the SMs its confined launches last ran on (green.c) */
     uint64_t owner;         /* the CUlibrary or CUmodule the kernel came from; 0: unknown */
     uint64_t snapshot_sum;  /* its counts' sum when the capture last wrote them (under the
@@ -657,7 +658,7 @@ int clc_decider_configured(void);
 /* CLC_DECIDE_OK with `out` filled; CLC_DECIDE_ENGINE (the program's engine must decide: a wrap),
  * `out` then what to do without that engine (wraps as their on_unwrappable) when *substitute;
  * or CLC_DECIDE_FAILED (said once; the program's engine decides). */
-int clc_decider_decide(const char *name, int device, clc_decision *out, int *substitute);
+int clc_decider_decide(const clc_kernel_query *q, clc_decision *out, int *substitute);
 /* Whether the process's user or groups changed since the last call (the first call notes
  * them): then the connection to clc-run is dropped, to be made again with the new
  * credentials (decider.c). */

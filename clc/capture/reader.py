@@ -26,7 +26,7 @@ from clc.demangle import demangle
 
 __all__ = [
     "CaptureError", "Capture", "Kernel", "LaunchRecord", "Module", "Message",
-    "KernelStatsRecord",
+    "KernelStatsRecord", "WrapStats",
     "LEVEL_NAMES", "gpu_times", "read_capture", "read_captures", "scan_capture", "scan_captures",
     "launch_stream", "LaunchStream", "LAUNCH_WINDOW", "error_name", "file_kind",
 ]
@@ -130,6 +130,20 @@ class Hold:
 
 
 @dataclass(slots=True)
+class WrapStats:
+    """A wrapped kernel's counts, as its wrapper counted them on the GPU over the process."""
+
+    kernel: str  # the kernel's name (demangled)
+    wrapper: str  # the wrapper's file and parameters ("sm_share share=0.25")
+    t_ns: int
+    blocks: int  # virtual blocks run
+    threads: int  # the threads of those blocks
+    skipped: int  # virtual blocks the deadline wrapper skipped
+    max_resident: int  # the most blocks resident at once
+    share_sms: int  # sm_share: the SMs of its share; 0: none
+
+
+@dataclass(slots=True)
 class KernelStatsRecord:
     kernel_id: int
     # the SMs of the green context its launches ran on (sm_share by a green context); 0: none
@@ -165,6 +179,7 @@ class Capture:
     modules: list = field(default_factory=list)
     messages: list = field(default_factory=list)
     holds: list = field(default_factory=list)  # Hold records (a best-effort process's)
+    wrap_stats: list = field(default_factory=list)  # WrapStats, one per wrapped kernel
     stats: dict = field(default_factory=dict)
     # rule -> launches it denied: the RULE_STATS records, else counted from denied LAUNCH
     # records (rule_stats_partial).
@@ -522,6 +537,13 @@ def _other_record(cap, rtype, body, rule_stats):
             t_ns, held, lag, device, why = abi.REC_HOLD_BODY.unpack_from(body)
             cap.holds.append(Hold(t_ns, held, lag, device, (why & 15) == abi.HOLD_NO_BOARD,
                                   bool(why & abi.HOLD_FLOOR), bool(why & abi.HOLD_SHARED)))
+    elif rtype == abi.REC_WRAP_STATS:
+        s = abi.REC_WRAP_STATS_BODY
+        if len(body) >= s.size:
+            kernel, _, wrapper = bytes(body[s.size:]).partition(b"\0")
+            cap.wrap_stats.append(WrapStats(
+                kernel.decode("utf-8", "replace"), _text(wrapper),
+                **dict(zip(abi.REC_WRAP_STATS_FIELDS.names, s.unpack_from(body)))))
     elif rtype == abi.REC_END:
         if len(body) >= abi.REC_END_BODY.size:
             (_, cap.dropped, cap.write_lost_bytes, cap.capped_bytes, cap.write_errno,

@@ -307,23 +307,15 @@ def _hold_line(cap):
     return text
 
 
-WRAP_STATS_PREFIX = "wrap stats: "  # clc.runtime.engine's message of a wrapped kernel's counts
+_WRAP_WORDS = (("blocks", "blocks run"), ("threads", "threads"), ("skipped", "blocks skipped"),
+               ("max_resident", "most resident"), ("share_sms", "SMs"))
 
 
-def _readable(text):
-    """A message as a person reads it: a wrapped kernel's counts (JSON in the capture, for
-    programs) in words; any other message as it is."""
-    if not text.startswith(WRAP_STATS_PREFIX):
-        return text
-    try:
-        d = json.loads(text[len(WRAP_STATS_PREFIX):])
-        kernel, wrapper = d.pop("kernel"), d.pop("wrapper")
-    except (ValueError, KeyError, AttributeError, TypeError):
-        return text
-    words = {"blocks": "blocks run", "threads": "threads", "skipped": "blocks skipped",
-             "share_sms": "SMs"}
-    parts = [f"{v} {words.get(k, k.replace('_', ' '))}" for k, v in sorted(d.items())]
-    return f"wrapped {kernel} ({wrapper}): " + ", ".join(parts)
+def _wrap_line(w):
+    """A wrapped kernel's counts in words."""
+    parts = [f"{getattr(w, key)} {words}" for key, words in _WRAP_WORDS
+             if key != "share_sms" or w.share_sms]
+    return f"{_shown(w.kernel)} ({_shown(w.wrapper)}): " + ", ".join(parts)
 
 
 def summary(captures, view=None):
@@ -437,6 +429,12 @@ def summary(captures, view=None):
         for cap in held:
             out.append("  " + _hold_line(cap))
 
+    wrapped = [w for cap in captures for w in cap.wrap_stats]
+    if wrapped:
+        out.append("")
+        out.append("Wrapped kernels (their wrappers' counts on the GPU):")
+        out.extend("  " + _wrap_line(w) for w in wrapped)
+
     on_error = sum(c.on_error_launches for c in captures)
     if on_error:
         out.append("")
@@ -454,7 +452,7 @@ def summary(captures, view=None):
         out.append("Messages:")
         for (level, text), n in counts.items():
             # A traceback was shown when it happened and stays in the JSON report.
-            first, _, rest = _readable(text).partition("\n")
+            first, _, rest = text.partition("\n")
             more = " (traceback: clc report --format json)" if rest else ""
             out.append(f"  {level}: {_shown(first)}{more}" + (f" (x{n})" if n > 1 else ""))
     return "\n".join(out) + "\n"
@@ -689,6 +687,13 @@ def _json_modules(captures):
     } for cap in captures for m in cap.modules]
 
 
+def _json_wrapped(captures):
+    return [{"pid": cap.pid, "kernel": w.kernel, "wrapper": w.wrapper, "blocks": w.blocks,
+             "threads": w.threads, "skipped": w.skipped, "max_resident": w.max_resident,
+             "share_sms": w.share_sms}
+            for cap in captures for w in cap.wrap_stats]
+
+
 def _json_messages(captures):
     return [{"pid": cap.pid, "level": m.level_name, "text": m.text}
             for cap in captures for m in cap.messages]
@@ -712,6 +717,7 @@ def to_json(captures):
     doc["launches"] = [d for cap, s in zip(captures, streams) for d in _json_launches(cap, s)]
     doc["unmatched_timings"] = _unmatched(streams)
     doc["modules"] = _json_modules(captures)
+    doc["wrapped"] = _json_wrapped(captures)
     doc["messages"] = _json_messages(captures)
     return doc
 
@@ -747,6 +753,7 @@ def write_json(captures, out):
     unmatched = _unmatched(streams)
     item("unmatched_timings", unmatched)
     item("modules", _json_modules(captures))
+    item("wrapped", _json_wrapped(captures))
     item("messages", _json_messages(captures), last=True)
     out.write("}\n")
     return unmatched

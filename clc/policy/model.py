@@ -475,7 +475,14 @@ def _verdict_outcome(verdict: str, rule: int) -> Outcome:
 _TUPLE_FIELDS = ("kernel", "device", "process", "tenant", "user", "group", "cgroup")
 
 
+_RULE_FIELDS = frozenset(f.name for f in dataclasses.fields(Rule))
+
+
 def _rule_from_dict(fields: dict) -> Rule:
+    """A rule of to_json's: every field of Rule, none missing (no older layout is read)."""
+    missing = _RULE_FIELDS - set(fields)
+    if missing:
+        raise KeyError(f"a rule without {', '.join(sorted(missing))}")
     fields = dict(fields)
     for key in _TUPLE_FIELDS:
         if fields.get(key) is not None:
@@ -488,8 +495,7 @@ def _rule_from_dict(fields: dict) -> Rule:
     if fields.get("wrap") is not None:
         wrap = fields["wrap"]
         fields["wrap"] = WrapRequest(wrap["wrapper"], tuple(tuple(p) for p in wrap["params"]),
-                                     wrap["on_unwrappable"], wrap.get("mechanism", "splice"),
-                                     wrap.get("source"))
+                                     wrap["on_unwrappable"], wrap["mechanism"], wrap["source"])
     return Rule(**fields)
 
 
@@ -795,10 +801,13 @@ class Policy:
     def from_json(cls, text: str) -> Policy:
         try:
             data = json.loads(text)
-            # Captures written before hooks existed have no "hooks".
+            if isinstance(data, dict) and "version" in data and \
+                    data["version"] != _SUPPORTED_VERSION:  # a layout this clc does not read
+                raise PolicyError("<json>", 1, 1,
+                                  f"unsupported policy version {data['version']!r}")
             policy = cls(data["path"], data["version"], data["default"], data["on_error"],
                          [_rule_from_dict(rule) for rule in data["rules"]],
-                         [HookRef(**ref) for ref in data.get("hooks", [])],
+                         [HookRef(**ref) for ref in data["hooks"]],
                          priority=_priority_from_dict(data.get("priority")))
         except json.JSONDecodeError as e:
             raise PolicyError("<json>", e.lineno, e.colno, f"invalid policy JSON: {e.msg}") \

@@ -154,12 +154,13 @@ class Decider:
         asks the program's own engine)."""
         status, decision, text, seq = abi.DECIDE_FAILED, None, "", 0
         try:
-            magic, device, size, seq = abi.DECIDE_REQUEST.unpack_from(data)
-            if magic != abi.DECIDE_MAGIC or len(data) != abi.DECIDE_REQUEST.size + size:
+            magic, device, size, seq, question = abi.DECIDE_REQUEST.unpack_from(data)
+            if magic != abi.DECIDE_MAGIC or len(data) != abi.DECIDE_REQUEST.size + size or \
+                    question not in (abi.ASK_KERNEL, abi.ASK_PROGRAM):
                 raise ValueError(f"a malformed question ({len(data)} bytes)")
             if peer is not None:
                 mangled = data[abi.DECIDE_REQUEST.size:].decode("utf-8", "replace")
-                status, decision, text = self._decide(mangled, device, peer)
+                status, decision, text = self._decide(mangled, device, peer, question)
         except Exception:
             kind, value, _ = sys.exc_info()
             self._report(("raised", kind, str(value)), "clc-run could not decide a kernel (the "
@@ -171,10 +172,10 @@ class Decider:
         raw = text.encode("utf-8", "replace")[:abi.DECIDE_MAX_TEXT]
         return abi.DECIDE_REPLY.pack(abi.DECIDE_MAGIC, status, len(raw), seq) + body + raw
 
-    def _decide(self, mangled, device, peer):
+    def _decide(self, mangled, device, peer, question):
         info = KernelInfo(mangled=mangled, demangled=demangle(mangled), device=device,
                           process_names=peer.names, tenant=self.tenant, identity=peer.identity)
-        if not mangled:  # no kernel: whether the process is confined program-wide on device
+        if question == abi.ASK_PROGRAM:  # whether the process is confined program-wide
             return abi.DECIDE_OK, program_scope_decision(self.policy, info), ""
         decision = self.policy.decide(info)
         outcomes = [c.outcome for c in decision.clauses] + [decision.fallback]

@@ -18,12 +18,9 @@ falls back to the policy's on_error.
 
 import atexit
 import collections
-import ctypes
 import dataclasses
-import json
 import os
 import sys
-import threading
 import time
 import traceback
 from sys import getrefcount
@@ -34,12 +31,14 @@ from clc.demangle import demangle
 from clc.runtime.exit_stats import ExitStats
 from clc.runtime.hook_launch import QueryLaunch, checked_layout
 from clc.runtime.hooks import import_hook_file, load_hook_file, resolve_hook_ref
+from clc.runtime.shim_calls import CACHE_SETTINGS as _CACHE_SETTINGS
+from clc.runtime.shim_calls import shim_kernel_counts, shim_message, shim_settings, shim_wrap_stats
 from clc.policy import Decision, KernelInfo, Outcome, Policy, process_identity
 from clc.policy.names import process_names
 from clc.runtime.wording import deny_announcements, describe, rule_name
 
-__all__ = ["Engine", "shim_settings", "bridge_decide", "bridge_launch", "bridge_module",
-           "bridge_exit", "process_names", "rule_name", "deny_announcements", "describe"]
+__all__ = ["Engine", "shim_settings", "program_scope_decision", "report_engine_error",
+           "process_names", "rule_name", "deny_announcements", "describe"]
 
 
 class _HookFailed(Exception):
@@ -113,9 +112,6 @@ class _Kernel:
 
 
 _NOT_PERMITTED = CUDA_ERRORS["CUDA_ERROR_NOT_PERMITTED"]
-# The prefix of the capture messages that carry a wrapped kernel's counts (JSON after it).
-WRAP_STATS_PREFIX = "wrap stats: "
-
 # A hook slower than this is reported once: every launch that asks it waits for it.
 SLOW_HOOK_NS = abi.SLOW_HOOK_NS
 
@@ -126,27 +122,6 @@ _SLOW = SLOW_HOOK_NS
 _STATUS_AT = abi.QUERY_ARGS_STATUS_AT  # clc_kernel_query.args_status, one byte
 
 
-# The wrap disk cache's place, shared place and cap, as clc-run sealed them
-# (clc.wrapping.cache.CACHE_SETTINGS, not imported: a program that wraps nothing loads no
-# part of clc.wrapping).
-_CACHE_SETTINGS = ("CLC_CACHE_DIR", "CLC_CACHE_SHARED_DIR", "CLC_CACHE_MAX_BYTES")
-
-
-def shim_settings():
-    """The settings clc-run gave the program, as the shim copied them when the process started
-    (a program's own changes to its environment do not reach them)."""
-    shim = _shim()
-    fn = getattr(shim, "clc_shim_setting", None) if shim is not None else None
-    if fn is None:
-        return {}
-    fn.restype = ctypes.c_char_p
-    fn.argtypes = [ctypes.c_char_p]
-    out = {}
-    for key in ("CLC_POLICY", "CLC_TENANT", "CLC_VERBOSE") + _CACHE_SETTINGS:
-        value = fn(key.encode())
-        if value is not None:
-            out[key] = value.decode("utf-8", "replace")
-    return out
 
 
 class Engine:
@@ -192,10 +167,10 @@ class Engine:
         # leave it to the environment.
         cache = {key: settings[key] for key in _CACHE_SETTINGS if key in settings}
         self._cache_settings = cache if cache or sealed else None
-        self._default = _with_bytes(self.policy.default_outcome())
+        self._default = outcome_with_bytes(self.policy.default_outcome())
         self.walk = self._walk  # bound once: used at every launch asked about
         self._bridge_timed = {}  # kernel id -> (kernel, hook) of dispatchers the bridge times
-        self._on_error = _with_bytes(self.policy.on_error_outcome())
+        self._on_error = outcome_with_bytes(self.policy.on_error_outcome())
 
     def _add_exit_functions(self, hook_file):
         for fn in hook_file.exit_functions:
@@ -240,7 +215,7 @@ class Engine:
             if rule.check_static(info)[0]:
                 if rule.hook is None:
                     plan.append(_Step(_RULE, index, rule, None, 0, rule.has_shape,
-                                      _with_bytes(rule.outcome(index))))
+                                      outcome_with_bytes(rule.outcome(index))))
                 else:
                     hook = self.rule_hooks[index]
                     plan.append(_Step(_HOOK_RULE, index, rule, hook, hook.mode, rule.has_shape,
@@ -297,7 +272,7 @@ class Engine:
                 try:
                     return self.launch(kernel, blob)
                 except BaseException:
-                    _report_engine_error()
+                    report_engine_error()
                     return self._on_error[1]
             return generic
         _, index, _, hook, _, _, _ = first
@@ -331,7 +306,7 @@ class Engine:
                     return no_opinion
                 return answered(kernel, hook, index, answer, no_opinion)
             except BaseException:
-                _report_engine_error()
+                report_engine_error()
                 return on_error
         every_launch.hook = hook
         return every_launch
@@ -382,7 +357,7 @@ class Engine:
     def _not_allowed(self, kernel, outcome, data):
         if outcome.action == _REPLACE:
             outcome = self.resolve_wrap(kernel, outcome)
-            data = _with_bytes(outcome)[1]
+            data = outcome_with_bytes(outcome)[1]
         if outcome.action == _DENY:
             self._announce_denies(kernel, Decision([], outcome))
         return data
@@ -533,7 +508,7 @@ class Engine:
 
     def message(self, level, text, stderr=False):
         """Into the capture (through the shim), and on stderr from warnings up."""
-        if not _shim_message(level, text) or stderr and level == abi.MSG_INFO:
+        if not shim_message(level, text) or stderr and level == abi.MSG_INFO:
             sys.stderr.write(f"clc: {text}\n")
 
     def _report_once(self, key, text):
@@ -595,8 +570,10 @@ class Engine:
             self.message(abi.MSG_WARNING, f"the wrapped kernels' counts could not be read: {e}")
         for name, spec, counts in rows:
             label = os.path.basename(spec.name) + "".join(f" {k}={v}" for k, v in spec.params)
-            self.message(abi.MSG_INFO, WRAP_STATS_PREFIX + json.dumps(
-                {"kernel": name, "wrapper": label, **counts}, sort_keys=True))
+            if not shim_wrap_stats(name, label, counts):  # no capture: said here
+                sys.stderr.write(f"clc: wrapped {name} ({label}): "
+                                 + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                                 + "\n")
             if counts["skipped"]:
                 total = counts["skipped"] + counts["blocks"]
                 self.message(abi.MSG_WARNING, f"{name}: the deadline wrapper skipped "
@@ -623,9 +600,9 @@ class Engine:
         self._exited = True
         self._bridge_times()
         names = self.names
-        rows = [(names.get(c.kernel_id, f"<kernel {c.kernel_id}>"), c.launches, c.denied,
-                 c.failed, c.recorded, c.timed, c.graph_nodes, c.gpu_ns)
-                for c in _shim_kernel_counts()]
+        rows = [(names.get(c.kernel_id, f"<kernel {c.kernel_id}>"),
+                 *(getattr(c, counter) for counter in abi.KERNEL_COUNTERS))
+                for c in shim_kernel_counts()]
         if self._wrapping is not None:
             self._wrap_exit()
         hooks = list(dict.fromkeys(self.cli_hooks + list(self.rule_hooks.values())))
@@ -639,7 +616,7 @@ class Engine:
                              + "".join(traceback.format_exception(e, limit=-3)))
         # What the exit hooks printed: in a C or C++ program nothing else flushes clc's Python
         # (its interpreter is never finalized), and a pipe or a file buffers it.
-        _flush_std()
+        flush_std()
         for hook in hooks:
             if hook.calls:
                 self.message(abi.MSG_INFO, f"hook {hook.name}: {hook.calls} calls, "
@@ -673,7 +650,7 @@ def _exit_hook_name(fn):
     return f"{os.path.basename(code.co_filename)}:{name}" if code is not None else name
 
 
-def _flush_std():
+def flush_std():
     """Flush Python's sys.stdout and sys.stderr (what hooks printed); never raises."""
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -683,7 +660,7 @@ def _flush_std():
             pass
 
 
-def _with_bytes(outcome):
+def outcome_with_bytes(outcome):
     return outcome, abi.OUTCOME.pack(outcome.action, outcome.flags, outcome.error, outcome.rule,
                                   outcome.replacement)
 
@@ -698,60 +675,16 @@ def _answer_outcome(kernel, answer, index):
         if answer.action == abi.ACTION_DENY and answer.message:
             kernel.messages.setdefault(index, answer.message)
         outcome = answer.outcome(index)
-        hit = kernel.outcomes[key] = (answer,) + _with_bytes(outcome)
+        hit = kernel.outcomes[key] = (answer,) + outcome_with_bytes(outcome)
         if len(kernel.outcomes) > 1024:  # answers made afresh at each launch: keep a few
             kernel.outcomes.clear()
     return hit[1:]
 
 
-# ---- the shim's own functions, for messages and counts (exported by stage 1) -------------------
-
-_KernelCounts = collections.namedtuple("_KernelCounts", abi.KERNEL_COUNTS_FIELDS.names)
-
-
-def _shim():
-    try:
-        return ctypes.CDLL(None)
-    except OSError:
-        return None
-
-
-def _shim_message(level, text):
-    shim = _shim()
-    fn = getattr(shim, "clc_shim_message", None) if shim is not None else None
-    if fn is None:
-        return False
-    fn(ctypes.c_int(level), text.encode("utf-8", "replace"))
-    return True
-
-
-def _shim_kernel_counts():
-    shim = _shim()
-    fn = getattr(shim, "clc_shim_kernel_counts", None) if shim is not None else None
-    if fn is None:
-        return []
-    most = 65536
-    rows = ctypes.create_string_buffer(abi.KERNEL_COUNTS.size * most)
-    n = fn(rows, ctypes.c_int(most))
-    return [_KernelCounts(*row) for row in
-            abi.KERNEL_COUNTS.iter_unpack(rows.raw[:n * abi.KERNEL_COUNTS.size])]
-
-
-_engine = None
-_engine_lock = threading.Lock()
 _reported = set()
 
 
-def _get():
-    global _engine
-    if _engine is None:
-        with _engine_lock:
-            if _engine is None:
-                _engine = Engine()
-    return _engine
-
-
-def _report_engine_error():
+def report_engine_error():
     """Report the exception being handled, once per kind and message: a broken engine is
     asked at every launch of some kernels, and a traceback is costly to format."""
     kind, value, _ = sys.exc_info()
@@ -763,102 +696,10 @@ def _report_engine_error():
                      f"{traceback.format_exc(limit=4)}\n")
 
 
-_QUERY_SIZE = abi.KERNEL_QUERY.size
-_query_key = abi.KERNEL_QUERY_FIELDS.picker("handle", "ctx").unpack_from
-
-
 def program_scope_decision(policy, info):
-    """The answer to the shim's question without a kernel (an empty name), asked when the
+    """The answer to the shim's question about the program (ASK_PROGRAM), asked when the
     program retains a device's primary context: the outcome of the policy's first scope:
     program rule for this process and device (a confine), else an allow."""
     outcome = policy.program_scope(info)
     return Decision([], outcome if outcome is not None else
                     Outcome(abi.ACTION_ALLOW, 0, 0, abi.RULE_DEFAULT))
-
-
-def _fill_outcome(ffi, out, outcome):
-    ffi.memmove(out, _with_bytes(outcome)[1], abi.OUTCOME.size)
-
-
-def bridge_decide(ffi, query, out):
-    """clc_bridge_decide: 0 with `out` filled, or -1 for "no opinion" (the shim's on_error)."""
-    try:
-        name = ffi.string(query.name).decode("utf-8", "replace")
-        blob = ffi.buffer(query, _QUERY_SIZE + query.args_size)[:]  # the arguments follow
-        n = query.n_params
-        layout = [] if not n or not query.layout else list(abi.PARAM_INFO.iter_unpack(
-            ffi.buffer(query.layout, n * abi.PARAM_INFO.size)))
-        engine = _get()
-        if not name:  # no kernel: the program-wide question (engine.program_decision)
-            decision, mode = engine.program_decision(query.device), abi.MODE_CACHED
-        else:
-            kernel = engine.kernel(query.handle, query.ctx, name, query.device, layout,
-                                   query.kernel_id)
-            decision, mode = engine.first_sight(kernel, blob)
-            decision = engine.resolve_decision(kernel, decision)
-        if len(decision.clauses) > abi.MAX_CLAUSES:
-            raise RuntimeError(f"{len(decision.clauses)} shape clauses for {name}, "
-                               f"at most {abi.MAX_CLAUSES} fit")
-        out.n_clauses = len(decision.clauses)
-        out.mode = mode
-        for i, clause in enumerate(decision.clauses):
-            dst = out.clauses[i]
-            dst.grid_blocks.lo, dst.grid_blocks.hi = clause.grid_blocks
-            dst.block_threads.lo, dst.block_threads.hi = clause.block_threads
-            dst.shared_mem.lo, dst.shared_mem.hi = clause.shared_mem
-            _fill_outcome(ffi, ffi.addressof(dst.outcome), clause.outcome)
-        _fill_outcome(ffi, ffi.addressof(out.fallback), decision.fallback)
-        return 0
-    except BaseException:
-        _report_engine_error()
-        return -1
-
-
-def bridge_launch(kernel_id, blob):
-    """clc_bridge_launch (shim/bridge.c, through Python's C API), the first time a
-    kernel's launch is asked about per shape or at every launch: (the clc_outcome bytes, the
-    kernel's dispatcher, whether the bridge times it), which the bridge keeps under the shim's
-    kernel id and calls with the query block of each later launch; None for "no opinion" (the
-    shim's on_error)."""
-    try:
-        engine = _engine
-        kernel = engine.kernels[_query_key(blob)]
-        dispatch = engine.dispatcher(kernel)
-        return dispatch(blob), dispatch, engine.timed_by_bridge(kernel_id, kernel, dispatch)
-    except BaseException:
-        _report_engine_error()
-        return None
-
-
-def bridge_slow(kernel_id, ns):
-    """The bridge timed a dispatcher of kernel `kernel_id` over SLOW_HOOK_NS."""
-    try:
-        _engine.slow_dispatch(kernel_id, ns)
-    except Exception:
-        _report_engine_error()
-
-
-def bridge_exit():
-    """clc_bridge_exit, in a C or C++ program only (a Python program's interpreter runs
-    Engine.run_exit from atexit, and flushes its own streams when it finalizes): the exit work,
-    then Python's stdout and stderr flushed, since that interpreter is never finalized."""
-    try:
-        if _engine is not None:
-            _engine.run_exit()
-        return 0
-    except BaseException:
-        _report_engine_error()
-        return -1
-    finally:
-        _flush_std()
-
-
-def bridge_module(ffi, event):
-    try:
-        path = ffi.string(event.path).decode("utf-8", "replace") if event.path else None
-        _get().module_event(event.api, event.handle, event.image_kind, event.image_ptr,
-                            event.image_size, event.preserved, path, event.ctx)
-        return 0
-    except Exception:
-        _report_engine_error()
-        return -1

@@ -7,6 +7,8 @@ from __future__ import annotations
 import collections.abc
 from dataclasses import dataclass
 
+from clc import abi
+
 __all__ = ["KernelStats", "HookStats", "ExitStats"]
 
 
@@ -26,7 +28,7 @@ class KernelStats:
     gpu_ns: int = 0
 
 
-_KERNEL_COUNTS = ("launches", "denied", "failed", "recorded", "timed", "graph_nodes", "gpu_ns")
+_KERNEL_COUNTS = abi.KERNEL_COUNTERS  # KernelStats's fields but the name
 
 
 @dataclass

@@ -395,13 +395,8 @@ def kernel_table(report):
 
 
 def wrap_stats(report):
-    """The wrapped kernels' counts: the JSON of each `wrap stats: ` message of a report."""
-    out = []
-    for m in report.get("messages", []):
-        text = m["text"] if isinstance(m, dict) else str(m)
-        if text.startswith("wrap stats: "):
-            out.append(json.loads(text[len("wrap stats: "):]))
-    return out
+    """The wrapped kernels' counts (the report's "wrapped": one per kernel and process)."""
+    return report.get("wrapped", [])
 
 
 def report_summary(report):

@@ -18,7 +18,6 @@ import pytest
 
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
-from clc.runtime.engine import WRAP_STATS_PREFIX
 from clc.wrapping.build import build, wrapper_spec
 from clc.wrapping.engine import N_SLOTS
 
@@ -414,16 +413,14 @@ def test_exit_says_each_wrapped_kernels_counts(run_wrap):
     # WHEN a program with wrapped kernels exits
     run = run_wrap(wrap_policy("sm_share", {"share": 0.25}))
     ok(run)
-    # THEN the capture has one "wrap stats" message per wrapped kernel, JSON after the prefix
-    # (all zero: the fake driver runs no code, and its clc_stats stays as loaded)
-    stats = [json.loads(text[len(WRAP_STATS_PREFIX):])
-             for text in messages(run, WRAP_STATS_PREFIX)]
-    assert sorted(s["kernel"] for s in stats) == sorted(WRAPPABLE)
+    # THEN the capture has one WRAP_STATS record per wrapped kernel (all counts zero: the fake
+    # driver runs no code, and its clc_stats stays as loaded)
+    stats = run.capture().wrap_stats
+    assert sorted(s.kernel for s in stats) == sorted(WRAPPABLE)
     for s in stats:
-        assert s.pop("wrapper") == "sm_share share=0.25"
-        s.pop("kernel")
-        assert {"blocks", "threads"} <= set(s)
-        assert set(s.values()) == {0}
+        assert s.wrapper == "sm_share share=0.25"
+        assert (s.blocks, s.threads, s.skipped, s.max_resident, s.share_sms) == (0, 0, 0, 0, 0)
+    assert not messages(run, "wrap stats")
     (libs,) = messages(run, "wrap libraries: ")
     assert libs == "wrap libraries: 2 cuLibraryLoadData calls, 1 contexts, 2 unloaded at exit"
 

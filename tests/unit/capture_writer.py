@@ -98,11 +98,24 @@ class CaptureWriter:
             t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result)
             + _cstr(path))
 
-    def kernel_stats(self, kernel_id, launches=0, denied=0, recorded=0, timed=0,
-                     graph_nodes=0, gpu_ns=0, failed=0, confined_sms=0):
+    def kernel_stats(self, kernel_id, confined_sms=0, **counters):
+        """A KERNEL_STATS record; counters by name (abi.KERNEL_COUNTERS), 0 when not given."""
+        unknown = set(counters) - set(abi.KERNEL_COUNTERS)
+        if unknown:
+            raise TypeError(f"not counters: {sorted(unknown)}")
         return self.add(abi.REC_KERNEL_STATS, abi.REC_KERNEL_STATS_BODY.pack(
-            kernel_id, confined_sms, launches, denied, recorded, timed, graph_nodes, gpu_ns,
-            failed))
+            kernel_id, confined_sms, *(counters.get(name, 0) for name in abi.KERNEL_COUNTERS)))
+
+    def wrap_stats(self, kernel, wrapper, t_ns=None, **counts):
+        """A WRAP_STATS record; counts by name (abi.REC_WRAP_STATS_FIELDS), 0 when not given."""
+        t_ns = self.start_monotonic_ns + 9 if t_ns is None else t_ns
+        names = abi.REC_WRAP_STATS_FIELDS.names[1:]
+        unknown = set(counts) - set(names)
+        if unknown:
+            raise TypeError(f"not wrap counts: {sorted(unknown)}")
+        return self.add(abi.REC_WRAP_STATS, abi.REC_WRAP_STATS_BODY.pack(
+            t_ns, *(counts.get(name, 0) for name in names))
+            + kernel.encode() + b"\0" + _cstr(wrapper))
 
     def message(self, text, level=abi.MSG_WARNING, t_ns=None):
         t_ns = self.start_monotonic_ns + 1 if t_ns is None else t_ns

@@ -310,7 +310,8 @@ def test_launch_arg_offsets_are_the_headers(structs):
 
 FIELDS = {"KERNEL_QUERY_FIELDS": "clc_kernel_query", "REC_LAUNCH_FIELDS": "clc_rec_launch",
           "KERNEL_COUNTS_FIELDS": "clc_kernel_counts",
-          "REC_KERNEL_STATS_FIELDS": "clc_rec_kernel_stats"}
+          "REC_KERNEL_STATS_FIELDS": "clc_rec_kernel_stats",
+          "REC_WRAP_STATS_FIELDS": "clc_rec_wrap_stats"}
 
 
 def test_every_fields_table_is_checked():
@@ -336,3 +337,77 @@ def test_a_picker_reads_the_named_fields_and_skips_the_rest():
     assert pick("grid", "flags").unpack_from(body) == (4, 1, 1, 1)
     with pytest.raises(ValueError, match="before"):
         pick("flags", "seq")
+
+
+def test_the_counter_list_is_the_headers(header_text, structs):
+    # GIVEN the header's one list of a kernel's counters (CLC_KERNEL_COUNTERS)
+    macro = re.search(r"#define\s+CLC_KERNEL_COUNTERS\(X\)((?:[^\n]*\\\n)*[^\n]*)", header_text)
+    assert macro, "CLC_KERNEL_COUNTERS is not in the header"
+    counters = tuple(re.findall(r"X\((\w+)\)", macro.group(1)))
+    # THEN Python's is the same, and both layouts that hold counters hold them in that order
+    assert abi.KERNEL_COUNTERS == counters
+    for name in ("clc_kernel_counts", "clc_rec_kernel_stats"):
+        members = [f[0] for f in structs[name][2]]
+        first = members.index(counters[0])
+        assert tuple(members[first:first + len(counters)]) == counters, name
+
+
+def test_exit_statistics_have_every_counter():
+    # GIVEN what an on_exit hook gets for a kernel
+    from dataclasses import fields
+
+    from clc.runtime.exit_stats import KernelStats
+    # THEN it has the name and every counter, in the header's order
+    assert tuple(f.name for f in fields(KernelStats)) == ("name", *abi.KERNEL_COUNTERS)
+
+
+def _prototypes(text):
+    """{name: (result, (parameter types...))} of the header's clc_shim_* prototypes, each type
+    as written, without the parameter's name."""
+    out = {}
+    for result, name, params in re.findall(r"^([\w ]+?\s*\**)\s*(clc_shim_\w+)\(([^)]*)\);",
+                                           strip_comments(text), re.M):
+        types = []
+        for param in params.split(","):
+            param = " ".join(param.split())
+            types.append(re.sub(r"\s*\b\w+$", "", param).replace(" *", " *").strip())
+        out[name] = (" ".join(result.split()), tuple(types))
+    return out
+
+
+def test_the_shims_exports_are_the_headers_prototypes(header_text):
+    # GIVEN the functions stage 1 exports to the engine, as the header declares them
+    declared = _prototypes(header_text)
+    assert declared, "no clc_shim_ prototype in the header"
+    # THEN Python calls exactly those, with the header's types
+    assert {n: (r, p) for n, (r, p) in abi.SHIM_EXPORTS.items()} == declared
+    # AND shim_calls knows how each of those types crosses
+    from clc.runtime import shim_calls
+    for result, params in abi.SHIM_EXPORTS.values():
+        assert {result, *params} <= set(shim_calls._CTYPES)
+
+
+def test_every_export_the_engine_calls_is_declared():
+    # GIVEN every clc_shim_ function the shim exports, and every one Python names
+    shim = HEADER.parent
+    exported = set()
+    for src in shim.glob("*.c"):
+        exported |= set(re.findall(r"CLC_EXPORT\s[^;{(]*?\b(clc_shim_\w+)\(", src.read_text()))
+    named = set()
+    for src in (shim.parent / "clc").rglob("*.py"):
+        named |= set(re.findall(r"\bclc_shim_\w+", src.read_text()))
+    # THEN each is one of the declared exports
+    assert exported == set(abi.SHIM_EXPORTS)
+    assert named <= set(abi.SHIM_EXPORTS)
+
+
+def test_the_bridges_first_call_types_the_setting_as_declared():
+    # GIVEN the bridge's embedding code, which reads CLC_PKG_PATH before clc can be imported
+    code = (HEADER.parent / "bridge_build.py").read_text()
+    from clc.runtime import shim_calls
+    result, params = abi.SHIM_EXPORTS["clc_shim_setting"]
+    # THEN it types clc_shim_setting as the header declares it
+    assert '"clc_shim_setting"' in code
+    assert f"_get.restype = ctypes.{shim_calls._CTYPES[result].__name__}" in code
+    assert ("_get.argtypes = [" + ", ".join(f"ctypes.{shim_calls._CTYPES[p].__name__}"
+                                            for p in params) + "]") in code

@@ -345,7 +345,8 @@ def query(args=BLOCK, *, status=abi.ARGS_OK, entry=abi.ENTRY_LAUNCH, layout=LAYO
     """A query block as the shim hands it to the engine: clc_kernel_query, then the launch's
     argument bytes laid out as the kernel's parameter block."""
     head = abi.KERNEL_QUERY.pack(0x1234, 0x5000, 1, entry, 3, status, 0, 1024, 2, 1, 256, 1, 1,
-                                 4096, 4242, 0x77, 0, 0, 0, len(layout), len(args))
+                                 4096, 4242, 0x77, 0, 0, 0, len(layout), len(args),
+                                 abi.ASK_KERNEL)
     return head + args
 
 

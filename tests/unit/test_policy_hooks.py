@@ -357,20 +357,32 @@ def test_json_round_trip_with_hooks(hook_dir):
     assert data["rules"][0]["hook"] is None
 
 
-def test_from_json_reads_policies_from_before_hooks(hook_dir):
-    # GIVEN the JSON of a policy without hooks, as clc wrote it before hooks existed, and
-    # with names clc-run may add for the hooks
+def test_from_json_reads_what_clc_run_adds(hook_dir):
+    # GIVEN the JSON of a policy, with names clc-run may add for the hooks
     plain = policy(SHAPES)
     data = json.loads(plain.to_json())
-    del data["hooks"]
-    for rule in data["rules"]:
-        del rule["hook"]
     data["hook_deciders"] = ["h.py:first"]
     # WHEN it is read
     again = Policy.from_json(json.dumps(data))
-    # THEN it has no hooks and is the same policy
+    # THEN it is the same policy
     assert again.hooks == [] and all(rule.hook is None for rule in again.rules)
     assert again == plain
+
+
+@pytest.mark.parametrize("drop", ["hooks", "rule hook", "rule wrap"])
+def test_from_json_refuses_json_without_a_field(drop):
+    # GIVEN the JSON of a policy, one of its fields taken away (a layout no clc writes)
+    data = json.loads(policy(SHAPES).to_json())
+    if drop == "hooks":
+        del data["hooks"]
+    else:
+        del data["rules"][0][drop.split()[1]]
+    # WHEN it is read
+    with pytest.raises(PolicyError) as caught:
+        Policy.from_json(json.dumps(data))
+    # THEN a PolicyError names what is missing
+    assert "invalid policy JSON" in str(caught.value)
+    assert drop.split()[-1] in str(caught.value)
 
 
 @pytest.mark.parametrize("hooks", ['[{"path": "/h.py"}]', '[{"path": "/h.py", "function": '

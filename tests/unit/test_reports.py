@@ -172,7 +172,7 @@ def test_summary_of_nothing():
 def test_json_schema(caps):
     doc = json.loads(json.dumps(to_json(caps)))
     assert set(doc) == {"version", "captures", "kernels", "denied_by_rule", "launches",
-                        "unmatched_timings", "modules", "messages"}
+                        "unmatched_timings", "modules", "wrapped", "messages"}
     assert doc["version"] == 1
     assert all(set(c) == CAPTURE_KEYS for c in doc["captures"])
     assert all(set(k) == KERNEL_KEYS for k in doc["kernels"])
@@ -514,13 +514,22 @@ def test_confined_kernels_are_said_with_their_sms(tmp_path):
 def test_a_wrapped_kernels_counts_read_as_words(tmp_path):
     w = CaptureWriter(pid=5)
     w.process("./app")
-    w.message('wrap stats: {"blocks": 1024, "kernel": "vecAdd", "launches": 4, "skipped": 0, '
-              '"threads": 262144, "wrapper": "block_count"}', level=abi.MSG_INFO)
+    w.wrap_stats("vecAdd", "block_count", blocks=1024, threads=262144, max_resident=132)
+    w.wrap_stats("scale", "sm_share share=0.25", blocks=64, threads=8192, skipped=3,
+                 max_resident=33, share_sms=33)
     w.end()
-    text = summary([read_capture(w.write(tmp_path / "w.clc"))])
-    assert ("info: wrapped vecAdd (block_count): 1024 blocks run, 4 launches, 0 blocks skipped, "
-            "262144 threads") in text
-    assert "{" not in text.split("Messages:")[1]
+    cap = read_capture(w.write(tmp_path / "w.clc"))
+    text = summary([cap])
+    assert ("  vecAdd (block_count): 1024 blocks run, 262144 threads, 0 blocks skipped, "
+            "132 most resident\n") in text
+    assert ("  scale (sm_share share=0.25): 64 blocks run, 8192 threads, 3 blocks skipped, "
+            "33 most resident, 33 SMs\n") in text
+    assert "{" not in text.split("Wrapped kernels")[1]
+    assert to_json([cap])["wrapped"] == [
+        {"pid": 5, "kernel": "vecAdd", "wrapper": "block_count", "blocks": 1024,
+         "threads": 262144, "skipped": 0, "max_resident": 132, "share_sms": 0},
+        {"pid": 5, "kernel": "scale", "wrapper": "sm_share share=0.25", "blocks": 64,
+         "threads": 8192, "skipped": 3, "max_resident": 33, "share_sms": 33}]
 
 
 def test_control_characters_of_a_capture_do_not_reach_the_terminal(tmp_path):
