@@ -92,7 +92,7 @@ typedef struct {
 } query_buf;
 
 static clc_kernel_query *fill_query(query_buf *b, const clc_entry *e, uint64_t handle, uint64_t ctx,
-                                    int device, const clc_launch_info *l, const char *name,
+                                    int device, const clc_launch *l, const char *name,
                                     const clc_param_info *layout, uint32_t n_params, uint32_t end) {
     b->heap = NULL;
     clc_kernel_query *q = &b->small.q;
@@ -130,7 +130,7 @@ static clc_kernel_query *fill_query(query_buf *b, const clc_entry *e, uint64_t h
 static void free_query(query_buf *b) { free(b->heap); }
 
 /* Asks the engine about one launch; the policy's on_error when it cannot answer. */
-static void ask(clc_entry *e, const clc_launch_info *l, clc_outcome *out) {
+static void ask(clc_entry *e, const clc_launch *l, clc_outcome *out) {
     query_buf b;
     clc_kernel_query *q =
         fill_query(&b, e, e->handle, e->ctx, e->device, l, "", e->layout, e->n_params, e->args_end);
@@ -140,7 +140,7 @@ static void ask(clc_entry *e, const clc_launch_info *l, clc_outcome *out) {
     free_query(&b);
 }
 
-const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_outcome *scratch) {
+const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch *l, clc_outcome *scratch) {
     if (e->mode == CLC_MODE_CACHED) {
         uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
         uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
@@ -239,7 +239,7 @@ static int launched_as_is(clc_decision *d, uint64_t program_word) {
 
 /* The slow path, once per (kernel, context): name the kernel, ask the engine, publish (the
  * capture gets the new kernel's record). */
-clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
+clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch *l,
                             clc_outcome *answer) {
     clc_identity_follow();
     uint64_t epoch = clc_cache_epoch(); /* before the kernel is named: see clc_cache_insert */
@@ -320,7 +320,7 @@ int clc_program_scope(int device, uint64_t *word) {
     if (!a) {
         clc_decision d;
         memset(&d, 0, sizeof d);
-        clc_launch_info l = {.entry_point = CLC_ENTRY_LAUNCH};
+        clc_launch l = {.entry_point = CLC_ENTRY_LAUNCH};
         clc_entry none = {.kernel_id = CLC_KERNEL_UNCACHED};
         query_buf b;
         clc_kernel_query *q = fill_query(&b, &none, 0, 0, device, &l, "", NULL, 0, 0);

@@ -47,13 +47,13 @@ struct clc_shape_cache {
     clc_shape shapes[SHAPES_MAX];
 };
 
-static int same_shape(const clc_shape *s, const clc_launch_info *l) {
+static int same_shape(const clc_shape *s, const clc_launch *l) {
     return s->shmem == l->shmem && s->grid[0] == l->grid[0] && s->grid[1] == l->grid[1] &&
            s->grid[2] == l->grid[2] && s->block[0] == l->block[0] && s->block[1] == l->block[1] &&
            s->block[2] == l->block[2];
 }
 
-const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch_info *l) {
+const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch *l) {
     struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_acquire);
     uint32_t n = c ? atomic_load_explicit(&c->count, memory_order_acquire) : 0;
     for (uint32_t i = 0; i < n; i++)
@@ -62,7 +62,7 @@ const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch_info *l) {
 }
 
 /* Keeps the engine's answer for this shape; NULL when the kernel has too many shapes. */
-const clc_outcome *clc_add_shape(clc_entry *e, const clc_launch_info *l, const clc_outcome *o) {
+const clc_outcome *clc_add_shape(clc_entry *e, const clc_launch *l, const clc_outcome *o) {
     const clc_outcome *kept = NULL;
     pthread_mutex_lock(&g_insert_lock);
     struct clc_shape_cache *c = atomic_load_explicit(&e->shapes, memory_order_relaxed);
@@ -428,8 +428,7 @@ void clc_cache_unload_end(void) {
 /* A first sight's kernel published (decide.c): its entry; the thread's own when the table is
  * full of live kernels, or when an unload began or ended since the first sight named the kernel
  * (k->epoch); NULL only when there is no memory for either. */
-clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
-                            const clc_launch_info *l,
+clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d, const clc_launch *l,
                             void (*published)(const clc_entry *, const char *)) {
     uint64_t handle = k->handle, ctx = k->ctx;
     clc_param_info *layout = k->layout;

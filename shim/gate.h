@@ -12,9 +12,7 @@
 typedef struct {
     clc_entry *entry;
     const clc_outcome *outcome;
-    uint32_t entry_point;
-    uint32_t grid[3], block[3], shmem;
-    CUstream stream;
+    const clc_launch *launch; /* the hook's, for as long as the gate (set by clc_gate_setup) */
     uint64_t t_ns, seq;
     clc_timing *timing;
     int record; /* write a LAUNCH record: the outcome asks, or one of a kernel's first denies */
@@ -23,20 +21,12 @@ typedef struct {
     clc_outcome scratch; /* the engine's answer for this launch (modes other than cached) */
 } gate;
 
-/* The gate's out-of-line parts (launch.c): a first sight, an outcome that depends on the
- * launch, everything a launch that is not a plain allow needs (a launch of a process in a
- * priority class too: clc_gate_setup returns 0 for it when it is a plain allow after all), and
- * what follows the call. */
-clc_entry *clc_first_sight(gate *g, uint64_t f, uint64_t ctx, uint32_t entry_point, unsigned gx,
-                           unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                           unsigned shmem, CUstream stream, void **params, void **extra);
-const clc_outcome *clc_shaped_outcome(gate *g, clc_entry *e, uint32_t entry_point, unsigned gx,
-                                      unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                      unsigned bz, unsigned shmem, CUstream stream, void **params,
-                                      void **extra);
-int clc_gate_setup(gate *g, const clc_outcome *o, uint32_t entry_point, unsigned gx, unsigned gy,
-                   unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                   CUstream stream, int reentrant);
+/* The gate's out-of-line parts (launch.c): a first sight, everything a launch that is not a
+ * plain allow needs (a launch of a process in a priority class too: clc_gate_setup returns 0
+ * for it when it is a plain allow after all), and what follows the call. `l` lives in the
+ * hook's frame until clc_gate_exit. */
+clc_entry *clc_first_sight(gate *g, uint64_t f, uint64_t ctx, const clc_launch *l);
+int clc_gate_setup(gate *g, const clc_outcome *o, const clc_launch *l, int reentrant);
 CUresult clc_gate_exit(gate *g, CUresult result);
 /* A launch its rule's on_unwrappable refuses (it cannot be confined): counted and recorded as
  * denied by the rule; returns CUDA_ERROR_NOT_PERMITTED. */
@@ -45,12 +35,9 @@ CUresult clc_gate_refuse(gate *g);
  * clc's own work, or a Python hook's own launch. It is decided all the same, from the decision
  * cache alone (a first sight would wait for locks the interrupted code may hold): a kernel not
  * decided yet gets on_error, a confine the rule's on_unwrappable, said once. */
-int clc_gate_reentrant(gate *g, CUfunction f, CUcontext ctx, uint32_t entry_point, unsigned gx,
-                       unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                       unsigned shmem, CUstream stream, void **params, void **extra);
+int clc_gate_reentrant(gate *g, CUfunction f, CUcontext ctx, const clc_launch *l);
 /* No driver could be placed: the launch gets on_error, counted in the capture's END record. */
-int clc_gate_unplaced(gate *g, uint32_t entry_point, unsigned gx, unsigned gy, unsigned gz,
-                      unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream);
+int clc_gate_unplaced(gate *g, const clc_launch *l);
 /* Graph slots used up (CLC_GRAPH_SLOTS in one context): said once, for launches captured into
  * graphs and kernel nodes alike. */
 void clc_graph_slots_used_up(void);
@@ -63,45 +50,41 @@ static inline void count_launch(clc_entry *e, uint32_t entry_point) {
         atomic_fetch_add_explicit(&e->launches, 1, memory_order_relaxed);
 }
 
-/* The fast path, inlined into each hook: find the (kernel, context) entry, count the launch,
- * pick its outcome. Returns 0 when the launch is a plain allow with nothing to record, the
- * common case; it then touches one cache line of the table and one of g_hot. */
-static inline __attribute__((always_inline)) int gate_enter(gate *g, CUfunction f, CUcontext ctx,
-                                                            uint32_t entry_point, unsigned gx,
-                                                            unsigned gy, unsigned gz, unsigned bx,
-                                                            unsigned by, unsigned bz,
-                                                            unsigned shmem, CUstream stream,
-                                                            void **params, void **extra) {
-    g->entry = NULL;
-    if (unlikely(!clc_hook_ready()))
-        return clc_gate_unplaced(g, entry_point, gx, gy, gz, bx, by, bz, shmem, stream);
-    if (!ctx) ctx = current_ctx();
-    clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
-    int first = 0;
-    if (unlikely(!e)) {
-        e = clc_first_sight(g, (uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx, entry_point, gx,
-                            gy, gz, bx, by, bz, shmem, stream, params, extra);
-        first = 1;
+/* The fast path, inlined into each hook, in two steps so that the hook builds its clc_launch
+ * only when the gate needs it. gate_enter finds the (kernel, context) entry and, for a kernel
+ * whose outcome does not depend on the launch, counts the launch and picks its outcome: 0 when
+ * the launch is a plain allow with nothing to record, the common case (it then touches one
+ * cache line of the table and one of g_hot, and the launch is counted to g->entry); 1 when
+ * clc_gate_decide is to finish the work with the launch (a first sight, an outcome that depends
+ * on the launch, anything but a plain allow, no driver placed). *ctx is the launch's context
+ * (NULL: the current one, looked up here). */
+static inline __attribute__((always_inline)) int gate_enter(gate *g, CUfunction f, CUcontext *ctx,
+                                                            uint32_t entry_point) {
+    g->outcome = NULL;
+    if (unlikely(!clc_hook_ready())) {
+        g->entry = NULL;
+        return 1;
     }
-    const clc_outcome *o;
-    if (likely(e != NULL)) {
-        /* At first sight the engine has just answered for this very launch (in the cached
-         * mode the entry's answer holds for every launch, whichever thread made it). */
-        if (likely(e->shaped == 0))
-            o = &e->fallback;
-        else if (first && e->mode != CLC_MODE_CACHED)
-            o = &g->scratch;
-        else
-            o = clc_shaped_outcome(g, e, entry_point, gx, gy, gz, bx, by, bz, shmem, stream, params,
-                                   extra);
-        count_launch(e, entry_point);
-    } else {
-        o = &g_cfg.on_error;
-    }
+    if (!*ctx) *ctx = current_ctx();
+    clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)*ctx);
     g->entry = e;
+    if (unlikely(!e || e->shaped)) return 1;
+    count_launch(e, entry_point);
+    const clc_outcome *o = &e->fallback;
     /* A process of a priority class takes the out-of-line path (clc_gate_setup) */
     if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0 && !g_hot.priority)) return 0;
-    return clc_gate_setup(g, o, entry_point, gx, gy, gz, bx, by, bz, shmem, stream, 0);
+    g->outcome = o;
+    return 1;
+}
+
+/* The rest of the gate, for a launch gate_enter returned 1 for, with the launch `l`: the same
+ * answer (0 for a plain allow after all). */
+int clc_gate_decide(gate *g, CUfunction f, CUcontext ctx, const clc_launch *l);
+
+/* Both steps, for callers that have built the launch anyway (graph nodes, several devices'
+ * cooperative launches). */
+static inline int gate_launch(gate *g, CUfunction f, CUcontext ctx, const clc_launch *l) {
+    return gate_enter(g, f, &ctx, l->entry_point) && clc_gate_decide(g, f, ctx, l);
 }
 
 /* A launch the driver refused: counted apart, so that `launches - denied - failed` is what

@@ -11,17 +11,19 @@
 
 /* ---- graph kernel nodes: the same decision, taken when the node is made or changed ---------- */
 
-static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uint32_t entry_point,
-                           const CUDA_KERNEL_NODE_PARAMS_v1 *p, int wraps, int confines) {
+/* The node's launch is `l` (the hook's: it lives until clc_gate_exit). */
+static CUresult graph_gate(gate *g, clc_launch *l, int *gated, CUfunction f, CUcontext ctx,
+                           uint32_t entry_point, const CUDA_KERNEL_NODE_PARAMS_v1 *p, int wraps,
+                           int confines) {
     *gated = 0;
     if (!p || !f) return CUDA_SUCCESS;
-    *gated = unlikely(t_in_clc)
-                 ? clc_gate_reentrant(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ,
-                                      p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes,
-                                      NULL, p->kernelParams, p->extra)
-                 : gate_enter(g, f, ctx, entry_point, p->gridDimX, p->gridDimY, p->gridDimZ,
-                              p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, NULL,
-                              p->kernelParams, p->extra);
+    *l = (clc_launch){.entry_point = entry_point,
+                      .grid = {p->gridDimX, p->gridDimY, p->gridDimZ},
+                      .block = {p->blockDimX, p->blockDimY, p->blockDimZ},
+                      .shmem = p->sharedMemBytes,
+                      .params = p->kernelParams,
+                      .extra = p->extra};
+    *gated = unlikely(t_in_clc) ? clc_gate_reentrant(g, f, ctx, l) : gate_launch(g, f, ctx, l);
     if (*gated && g->outcome->action == CLC_ACTION_DENY) return clc_gate_exit(g, g->outcome->error);
     /* In a program context of scope: program (a partition's) the node runs on the partition as
      * it is made, as a launch there does: nothing to rewrite. */
@@ -61,13 +63,10 @@ static CUresult graph_gate(gate *g, int *gated, CUfunction f, CUcontext ctx, uin
  * argument; a wrapper that uses its slot gets a graph slot of its own (each replay of the node
  * starts it afresh, see CLC_GRAPH_SEQ). 1 when `r` holds the rewrite (clc_replace_end after
  * the call); 0: the node keeps the original (said once). */
-static int node_replace(const gate *g, clc_replaced *r, const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+static int node_replace(const gate *g, clc_replaced *r) {
     const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
-    CUresult e =
-        rep ? clc_replace_begin(r, rep, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX,
-                                p->blockDimY, p->blockDimZ, p->sharedMemBytes, p->kernelParams,
-                                p->extra, (rep->flags & CLC_REPLACE_SLOT) != 0)
-            : CUDA_ERROR_INVALID_HANDLE;
+    CUresult e = rep ? clc_replace_begin(r, rep, g->launch, (rep->flags & CLC_REPLACE_SLOT) != 0)
+                     : CUDA_ERROR_INVALID_HANDLE;
     if (e == CUDA_SUCCESS) return 1;
     if (e == CLC_NO_GRAPH_SLOT)
         clc_graph_slots_used_up();
@@ -175,8 +174,9 @@ __attribute__((noinline)) static void node_rewrite_refused(CUresult e) {
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
         gate g;                                                                                  \
+        clc_launch l;                                                                            \
         int gated;                                                                               \
-        CUresult r = graph_gate(&g, &gated, fn_of, ctx_of, entry_point,                          \
+        CUresult r = graph_gate(&g, &l, &gated, fn_of, ctx_of, entry_point,                      \
                                 (const CUDA_KERNEL_NODE_PARAMS_v1 *)p, 1, confine);              \
         if (r != CUDA_SUCCESS) return r;                                                         \
         clc_replaced rr;                                                                         \
@@ -190,7 +190,7 @@ __attribute__((noinline)) static void node_rewrite_refused(CUresult e) {
             CLC_CONFINED_NODE_CALL(real call)                                                    \
         }                                                                                        \
         int swapped = gated && g.outcome->action == CLC_ACTION_REPLACE &&                        \
-                      node_replace(&g, &rr, (const CUDA_KERNEL_NODE_PARAMS_v1 *)p);              \
+                      node_replace(&g, &rr);                                                     \
         if (swapped) {                                                                           \
             copy = *p;                                                                           \
             copy.func = rr.f;                                                                    \
@@ -390,9 +390,10 @@ CLC_INSTANTIATE_HOOK(cuGraphInstantiateWithParams_ptsz,
     CLC_EXPORT CUresult name plist {                                                            \
         CLC_REAL_OR_FAIL(name)                                                                   \
         gate g;                                                                                  \
+        clc_launch l;                                                                            \
         int gated;                                                                               \
         const CUDA_KERNEL_NODE_PARAMS_v2 *k = CLC_NODE_KERNEL(p);                                \
-        CUresult r = graph_gate(&g, &gated, CLC_V2_KERNEL(k), CLC_V2_CTX(k), entry_point,         \
+        CUresult r = graph_gate(&g, &l, &gated, CLC_V2_KERNEL(k), CLC_V2_CTX(k), entry_point,     \
                                 (const CUDA_KERNEL_NODE_PARAMS_v1 *)k, 0, 1);                    \
         if (r != CUDA_SUCCESS) return r;                                                         \
         if (gated && g.outcome->action == CLC_ACTION_CONFINE) {                                  \

@@ -37,49 +37,6 @@
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
-typedef struct {
-    int type;
-    unsigned char internal_padding[92];
-    union {
-        struct {
-            unsigned sm_count, min_partition, coscheduled_alignment;
-        } sm;
-        unsigned char oversize[48]; /* RESOURCE_ABI_EXTERNAL_BYTES */
-    };
-} cu_dev_resource; /* CUdevResource_v1 */
-_Static_assert(sizeof(cu_dev_resource) == 144, "CUdevResource_v1 is 144 bytes (cuda.h 13.0)");
-
-typedef void *CUgreenCtx;
-typedef void *CUdevResourceDesc;
-
-static struct {
-    CUresult (*get_resource)(CUdevice, cu_dev_resource *, int);
-    CUresult (*split)(cu_dev_resource *, unsigned *, const cu_dev_resource *, cu_dev_resource *,
-                      unsigned, unsigned);
-    CUresult (*generate_desc)(CUdevResourceDesc *, cu_dev_resource *, unsigned);
-    CUresult (*create)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned);
-    CUresult (*destroy)(CUgreenCtx);
-    CUresult (*stream_create)(CUstream *, CUgreenCtx, unsigned, int);
-    CUresult (*stream_sync)(CUstream);
-    CUresult (*stream_destroy)(CUstream);
-    CUresult (*stream_priority)(CUstream, int *);
-    CUresult (*stream_priority_ptsz)(CUstream, int *);
-    CUresult (*wait_event)(CUstream, CUevent, unsigned);
-    CUresult (*wait_event_ptsz)(CUstream, CUevent, unsigned);
-    CUresult (*exchange_mode)(int *);
-    CUresult (*ctx_from_green)(CUcontext *, CUgreenCtx);
-    CUresult (*ctx_push)(CUcontext);
-    CUresult (*ctx_pop)(CUcontext *);
-    CUresult (*ctx_set_flags)(unsigned);
-    /* cuStreamGetCaptureInfo_v3 (CUDA 12.3+, as conditional nodes are: edge data before the
-     * count). */
-    CUresult (*capture_info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                             const void **, size_t *);
-    CUresult (*capture_info_ptsz)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                                  const void **, size_t *);
-    int loaded; /* 1: all found; -1: this driver has no green contexts */
-} drv;
-
 /* ---- partitions ------------------------------------------------------------------------- */
 
 #define MAX_PARTITIONS 32
@@ -128,42 +85,21 @@ static green_stream g_streams[STREAM_SLOTS];
 static unsigned g_nstreams;
 static _Atomic unsigned g_live; /* g_nstreams, read without the lock by stream teardown */
 
-static void *sym(void *h, const char *name) { return clc_libc_dlsym(h, name); }
+/* Whether the driver has green contexts (the calls in g_drv.green, and the events): 1 yes, -1
+ * no, 0 not looked at yet. */
+static int g_green;
 
 static int load_driver(void) {
-    if (drv.loaded) return drv.loaded > 0;
-    void *h = clc_libcuda_handle();
-    if (h) {
-        drv.get_resource = sym(h, "cuDeviceGetDevResource");
-        drv.split = sym(h, "cuDevSmResourceSplitByCount");
-        drv.generate_desc = sym(h, "cuDevResourceGenerateDesc");
-        drv.create = sym(h, "cuGreenCtxCreate");
-        drv.destroy = sym(h, "cuGreenCtxDestroy");
-        drv.stream_create = sym(h, "cuGreenCtxStreamCreate");
-        drv.stream_sync = sym(h, "cuStreamSynchronize");
-        drv.stream_destroy = sym(h, "cuStreamDestroy_v2");
-        drv.stream_priority = sym(h, "cuStreamGetPriority");
-        drv.stream_priority_ptsz = sym(h, "cuStreamGetPriority_ptsz");
-        drv.wait_event = sym(h, "cuStreamWaitEvent");
-        drv.wait_event_ptsz = sym(h, "cuStreamWaitEvent_ptsz");
-        drv.exchange_mode = sym(h, "cuThreadExchangeStreamCaptureMode");
-        drv.ctx_from_green = sym(h, "cuCtxFromGreenCtx");
-        drv.ctx_push = sym(h, "cuCtxPushCurrent_v2");
-        drv.ctx_pop = sym(h, "cuCtxPopCurrent_v2");
-        drv.ctx_set_flags = sym(h, "cuCtxSetFlags");
-        drv.capture_info = sym(h, "cuStreamGetCaptureInfo_v3");
-        drv.capture_info_ptsz = sym(h, "cuStreamGetCaptureInfo_v3_ptsz");
-        if (!drv.capture_info_ptsz) drv.capture_info_ptsz = drv.capture_info;
-        if (!drv.stream_priority_ptsz) drv.stream_priority_ptsz = drv.stream_priority;
-        if (!drv.wait_event_ptsz) drv.wait_event_ptsz = drv.wait_event;
-    }
-    drv.loaded = (h && drv.get_resource && drv.split && drv.generate_desc && drv.create &&
-                  drv.destroy && drv.stream_create && drv.stream_sync && drv.stream_destroy &&
-                  drv.stream_priority && drv.wait_event && g_drv.event_create &&
-                  g_drv.event_record && g_drv.event_destroy && g_drv.ctx_get_device)
-                     ? 1
-                     : -1;
-    return drv.loaded > 0;
+    if (g_green) return g_green > 0;
+    if (!clc_driver_ready()) clc_driver_load();
+    const typeof(g_drv.green) *d = &g_drv.green;
+    g_green = (d->get_resource && d->split && d->generate_desc && d->create && d->destroy &&
+               d->stream_create && d->stream_sync && d->stream_destroy && d->stream_priority &&
+               d->wait_event && g_drv.event_create && g_drv.event_record && g_drv.event_destroy &&
+               g_drv.ctx_get_device)
+                  ? 1
+                  : -1;
+    return g_green > 0;
 }
 
 /* The SMs a share asks for on a device of `total` SMs, rounded to the partition step (at least
@@ -211,7 +147,7 @@ static void note_node_context(CUcontext ctx) { /* under g_lock */
 static CUresult make_partition(partition *p) {
     cu_dev_resource all, group, rest;
     CUdevResourceDesc desc;
-    CUresult r = drv.get_resource(p->device, &all, CU_DEV_RESOURCE_TYPE_SM);
+    CUresult r = g_drv.green.get_resource(p->device, &all, CU_DEV_RESOURCE_TYPE_SM);
     if (r != CUDA_SUCCESS) return r;
     unsigned step = all.sm.min_partition ? all.sm.min_partition : 1;
     unsigned sms = share_sms(p->share, all.sm.sm_count, step);
@@ -223,20 +159,21 @@ static CUresult make_partition(partition *p) {
     groups = all.sm.sm_count / sms;
     cu_dev_resource *each = calloc(groups ? groups : 1, sizeof *each);
     if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
-    r = drv.split(each, &groups, &all, &rest, 0, sms);
+    r = g_drv.green.split(each, &groups, &all, &rest, 0, sms);
     if (r == CUDA_SUCCESS && groups == 0) r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS) group = each[last ? groups - 1 : 0];
     free(each);
     if (r != CUDA_SUCCESS) return r;
-    if ((r = drv.generate_desc(&desc, &group, 1)) != CUDA_SUCCESS) return r;
-    if ((r = drv.create(&p->green, desc, p->device, CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS) {
+    if ((r = g_drv.green.generate_desc(&desc, &group, 1)) != CUDA_SUCCESS) return r;
+    if ((r = g_drv.green.create(&p->green, desc, p->device, CU_GREEN_CTX_DEFAULT_STREAM)) !=
+        CUDA_SUCCESS) {
         p->green = NULL;
         return r;
     }
     p->sms = group.sm.sm_count;
     p->group = group;
     CUcontext as_ctx;
-    if (drv.ctx_from_green && drv.ctx_from_green(&as_ctx, p->green) == CUDA_SUCCESS)
+    if (g_drv.green.ctx_from_green && g_drv.green.ctx_from_green(&as_ctx, p->green) == CUDA_SUCCESS)
         note_node_context(as_ctx); /* what a launch captured on its streams names */
     char what[64];
     if (((p->share >> CLC_CONFINE_KIND_SHIFT) & 0xff) == CLC_CAP_SHARE)
@@ -275,9 +212,9 @@ static CUresult partition_ready(int device, uint64_t share, int *part) {
     partition *p = &g_parts[i];
     if (p->failed != CUDA_SUCCESS || p->green) return p->failed;
     int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (drv.exchange_mode) drv.exchange_mode(&mode);
+    if (g_drv.exchange_capture_mode) g_drv.exchange_capture_mode(&mode);
     CUresult r = make_partition(p);
-    if (drv.exchange_mode) drv.exchange_mode(&mode);
+    if (g_drv.exchange_capture_mode) g_drv.exchange_capture_mode(&mode);
     if (r != CUDA_SUCCESS) p->failed = r;
     return r;
 }
@@ -327,18 +264,18 @@ static CUresult stream_for(CUcontext ctx, CUstream stream, int ptsz, int part, g
     CUresult r;
     int priority = 0;
     if (stream != NULL && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
-        (ptsz ? drv.stream_priority_ptsz : drv.stream_priority)(stream, &priority);
+        (ptsz ? g_drv.green.stream_priority_ptsz : g_drv.green.stream_priority)(stream, &priority);
     green_stream *s = &g_streams[free_at];
-    if ((r = drv.stream_create(&s->green, p->green, CU_STREAM_NON_BLOCKING, priority)) !=
+    if ((r = g_drv.green.stream_create(&s->green, p->green, CU_STREAM_NON_BLOCKING, priority)) !=
         CUDA_SUCCESS)
         return r;
     if ((r = g_drv.event_create(&s->in, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
-        drv.stream_destroy(s->green);
+        g_drv.green.stream_destroy(s->green);
         return r;
     }
     if ((r = g_drv.event_create(&s->out, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
         g_drv.event_destroy(s->in);
-        drv.stream_destroy(s->green);
+        g_drv.green.stream_destroy(s->green);
         return r;
     }
     s->stream = stream;
@@ -375,9 +312,9 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
     CUresult r = partition_ready(device, share, &part);
     if (r == CUDA_SUCCESS) {
         int mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        if (drv.exchange_mode) drv.exchange_mode(&mode);
+        if (g_drv.exchange_capture_mode) g_drv.exchange_capture_mode(&mode);
         r = stream_for(ctx, stream, ptsz, part, &s);
-        if (drv.exchange_mode) drv.exchange_mode(&mode);
+        if (g_drv.exchange_capture_mode) g_drv.exchange_capture_mode(&mode);
     }
     pthread_mutex_unlock(&g_lock);
     if (r != CUDA_SUCCESS) return r;
@@ -388,9 +325,10 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
         return clc_green_begin(gl, word, stream, ptsz);
     }
     CUresult (*record)(CUevent, CUstream) = ptsz ? g_drv.event_record_ptsz : g_drv.event_record;
-    CUresult (*wait)(CUstream, CUevent, unsigned) = ptsz ? drv.wait_event_ptsz : drv.wait_event;
+    CUresult (*wait)(CUstream, CUevent, unsigned) =
+        ptsz ? g_drv.green.wait_event_ptsz : g_drv.green.wait_event;
     if ((r = record(s->in, stream)) != CUDA_SUCCESS ||
-        (r = drv.wait_event(s->green, s->in, 0)) != CUDA_SUCCESS) {
+        (r = g_drv.green.wait_event(s->green, s->in, 0)) != CUDA_SUCCESS) {
         pthread_mutex_unlock(&s->lock);
         return r;
     }
@@ -404,14 +342,14 @@ CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, i
 }
 
 CUresult clc_green_context(uint64_t word, CUcontext *out, unsigned *sms) {
-    if (!load_driver() || !drv.ctx_from_green) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!load_driver() || !g_drv.green.ctx_from_green) return CUDA_ERROR_NOT_SUPPORTED;
     CUdevice device = 0;
     if (g_drv.ctx_get_device(&device) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&g_lock);
     int part = -1;
     CUresult r = partition_ready(device, word & ~(uint64_t)CLC_CONFINE_DENY, &part);
     if (r == CUDA_SUCCESS) {
-        r = drv.ctx_from_green(out, g_parts[part].green);
+        r = g_drv.green.ctx_from_green(out, g_parts[part].green);
         *sms = g_parts[part].sms;
     }
     pthread_mutex_unlock(&g_lock);
@@ -635,7 +573,7 @@ int clc_green_capturing_into_body(CUstream stream, int ptsz) {
     int status = 0;
     CUgraph graph = NULL;
     CUresult (*info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **, const void **,
-                     size_t *) = ptsz ? drv.capture_info_ptsz : drv.capture_info;
+                     size_t *) = ptsz ? g_drv.green.capture_info_ptsz : g_drv.green.capture_info;
     CUresult r =
         info ? info(stream, &status, NULL, &graph, NULL, NULL, NULL) : CUDA_ERROR_NOT_SUPPORTED;
     /* A capture that cannot be asked about is taken for one into a body: unconfined, never a
@@ -696,7 +634,8 @@ static int created_part(CUcontext ctx) {
 #define CTX_SETTABLE_FLAGS 0x1fu
 
 CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, CUcontext *out) {
-    if (!load_driver() || !drv.ctx_from_green || !drv.ctx_push) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!load_driver() || !g_drv.green.ctx_from_green || !g_drv.green.ctx_push)
+        return CUDA_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&g_lock);
     unsigned slot = MAX_CREATED;
     for (unsigned i = 0; i < MAX_CREATED && slot == MAX_CREATED; i++)
@@ -709,25 +648,25 @@ CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, C
         r = partition_ready(dev, word & ~(uint64_t)CLC_CONFINE_DENY, &part);
         if (r == CUDA_SUCCESS) group = &g_parts[part].group;
     } else if (r == CUDA_SUCCESS) {
-        r = drv.get_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM);
+        r = g_drv.green.get_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM);
     }
     CUdevResourceDesc desc;
     CUgreenCtx green = NULL;
     CUcontext ctx = NULL;
-    if (r == CUDA_SUCCESS) r = drv.generate_desc(&desc, group, 1);
-    if (r == CUDA_SUCCESS) r = drv.create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
-    if (r == CUDA_SUCCESS) r = drv.ctx_from_green(&ctx, green);
-    if (r == CUDA_SUCCESS) r = drv.ctx_push(ctx);
+    if (r == CUDA_SUCCESS) r = g_drv.green.generate_desc(&desc, group, 1);
+    if (r == CUDA_SUCCESS) r = g_drv.green.create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (r == CUDA_SUCCESS) r = g_drv.green.ctx_from_green(&ctx, green);
+    if (r == CUDA_SUCCESS) r = g_drv.green.ctx_push(ctx);
     if (r == CUDA_SUCCESS) {
         g_created[slot].ctx = ctx;
         g_created[slot].green = green;
         g_created[slot].part = part;
         /* What the driver cannot apply (a flag of a later driver) is left as it is. */
-        if (drv.ctx_set_flags && (flags & CTX_SETTABLE_FLAGS))
-            drv.ctx_set_flags(flags & CTX_SETTABLE_FLAGS);
+        if (g_drv.green.ctx_set_flags && (flags & CTX_SETTABLE_FLAGS))
+            g_drv.green.ctx_set_flags(flags & CTX_SETTABLE_FLAGS);
         *out = ctx;
     } else if (green) {
-        drv.destroy(green);
+        g_drv.green.destroy(green);
     }
     pthread_mutex_unlock(&g_lock);
     if (r == CUDA_SUCCESS)
@@ -737,7 +676,7 @@ CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, C
 }
 
 int clc_green_destroy_created(CUcontext ctx, CUresult *result) {
-    if (drv.loaded <= 0 || !ctx) return -1;
+    if (g_green <= 0 || !ctx) return -1;
     pthread_mutex_lock(&g_lock);
     unsigned slot = MAX_CREATED;
     for (unsigned i = 0; i < MAX_CREATED && slot == MAX_CREATED; i++)
@@ -752,9 +691,9 @@ int clc_green_destroy_created(CUcontext ctx, CUresult *result) {
         if (live(&g_streams[i]) && g_streams[i].ctx == ctx) drop_stream(&g_streams[i], 1, 1);
     CUcontext current = NULL;
     if (g_hot.ctx_get_current && g_hot.ctx_get_current(&current) == CUDA_SUCCESS &&
-        current == ctx && drv.ctx_pop)
-        drv.ctx_pop(&current);
-    *result = drv.destroy(g_created[slot].green);
+        current == ctx && g_drv.green.ctx_pop)
+        g_drv.green.ctx_pop(&current);
+    *result = g_drv.green.destroy(g_created[slot].green);
     g_created[slot].ctx = NULL;
     g_created[slot].green = NULL;
     pthread_mutex_unlock(&g_lock);
@@ -771,12 +710,12 @@ int clc_green_destroy_created(CUcontext ctx, CUresult *result) {
 
 CUresult clc_green_program_retain(CUdevice device, uint64_t word, CUcontext *out) {
     if (device < 0 || device >= MAX_DEVICES) return CUDA_ERROR_NOT_SUPPORTED;
-    if (!load_driver() || !drv.ctx_from_green) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!load_driver() || !g_drv.green.ctx_from_green) return CUDA_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&g_lock);
     int part = -1;
     CUresult r = partition_ready(device, word & ~(uint64_t)CLC_CONFINE_DENY, &part);
     if (r == CUDA_SUCCESS && !g_parts[part].program)
-        r = drv.ctx_from_green(&g_parts[part].program, g_parts[part].green);
+        r = g_drv.green.ctx_from_green(&g_parts[part].program, g_parts[part].green);
     if (r == CUDA_SUCCESS) {
         *out = g_parts[part].program;
         g_program[device].part = part + 1;
@@ -788,7 +727,7 @@ CUresult clc_green_program_retain(CUdevice device, uint64_t word, CUcontext *out
 
 unsigned clc_green_program_sms(CUcontext ctx, uint64_t *word) {
     unsigned sms = 0;
-    if (drv.loaded <= 0 || !ctx) return 0;
+    if (g_green <= 0 || !ctx) return 0;
     pthread_mutex_lock(&g_lock);
     int part = program_part(ctx);
     if (part >= 0) {
@@ -803,7 +742,7 @@ static void forget_device(CUdevice device);
 
 int clc_green_release(CUdevice device, CUcontext *program) {
     *program = NULL;
-    if (drv.loaded <= 0) return 1;
+    if (g_green <= 0) return 1;
     pthread_mutex_lock(&g_lock);
     if (device >= 0 && device < MAX_DEVICES) {
         if (g_program[device].refs > 1) {
@@ -825,7 +764,7 @@ int clc_green_release(CUdevice device, CUcontext *program) {
 
 void clc_green_reset(CUdevice device, CUcontext *program) {
     *program = NULL;
-    if (drv.loaded <= 0) return;
+    if (g_green <= 0) return;
     pthread_mutex_lock(&g_lock);
     if (device >= 0 && device < MAX_DEVICES && g_program[device].part)
         *program = g_parts[g_program[device].part - 1].program;
@@ -841,12 +780,12 @@ void clc_green_reset(CUdevice device, CUcontext *program) {
  * its events unless their context is gone (`events`). */
 static void drop_stream(green_stream *s, int sync, int events) {
     pthread_mutex_lock(&s->lock);
-    if (sync) drv.stream_sync(s->green);
+    if (sync) g_drv.green.stream_sync(s->green);
     if (events) {
         g_drv.event_destroy(s->in);
         g_drv.event_destroy(s->out);
     }
-    drv.stream_destroy(s->green);
+    g_drv.green.stream_destroy(s->green);
     s->ctx = DROPPED;
     pthread_mutex_unlock(&s->lock);
     atomic_store(&g_live, --g_nstreams);
@@ -855,7 +794,7 @@ static void drop_stream(green_stream *s, int sync, int events) {
 static int live(const green_stream *s) { return s->ctx && s->ctx != DROPPED; }
 
 void clc_green_forget_context(CUcontext ctx) {
-    if (drv.loaded <= 0 || !ctx) return;
+    if (g_green <= 0 || !ctx) return;
     pthread_mutex_lock(&g_lock);
     /* The context's events died with it; its green streams are the green contexts'. */
     for (unsigned i = 0; i < STREAM_SLOTS; i++)
@@ -864,7 +803,7 @@ void clc_green_forget_context(CUcontext ctx) {
 }
 
 void clc_green_forget_stream(CUstream stream) {
-    if (drv.loaded <= 0 || !atomic_load_explicit(&g_live, memory_order_relaxed) || !stream ||
+    if (g_green <= 0 || !atomic_load_explicit(&g_live, memory_order_relaxed) || !stream ||
         stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
         return;
     pthread_mutex_lock(&g_lock);
@@ -881,7 +820,7 @@ static void forget_device(CUdevice device) {
             drop_stream(&g_streams[i], 1, 1);
     for (unsigned i = 0; i < g_nparts; i++)
         if (g_parts[i].device == device && g_parts[i].green) {
-            drv.destroy(g_parts[i].green);
+            g_drv.green.destroy(g_parts[i].green);
             g_parts[i].green = NULL;
             g_parts[i].program = NULL;
         }

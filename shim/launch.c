@@ -14,23 +14,13 @@
 
 static _Atomic uint64_t g_seq;
 
-#define CLC_LAUNCH_INFO(entry_point)                                                          \
-    {                                                                                        \
-        .entry_point = entry_point, .grid = {gx, gy, gz}, .block = {bx, by, bz}, .shmem = shmem, \
-        .stream = stream, .params = params, .extra = extra                                    \
-    }
-
 /* A kernel's first launch in this context: the exit work is registered (process.c; once, at the
  * first CUDA activity), then decide.c asks for the decision. */
 __attribute__((noinline)) clc_entry *clc_first_sight(gate *g, uint64_t f, uint64_t ctx,
-                                                     uint32_t entry_point, unsigned gx, unsigned gy,
-                                                     unsigned gz, unsigned bx, unsigned by,
-                                                     unsigned bz, unsigned shmem, CUstream stream,
-                                                     void **params, void **extra) {
-    clc_launch_info l = CLC_LAUNCH_INFO(entry_point);
+                                                     const clc_launch *l) {
     t_in_clc = 1;
     clc_ensure_exit_handler();
-    clc_entry *e = clc_cache_decide(f, ctx, &l, &g->scratch);
+    clc_entry *e = clc_cache_decide(f, ctx, l, &g->scratch);
     t_in_clc = 0;
     return e;
 }
@@ -38,11 +28,7 @@ __attribute__((noinline)) clc_entry *clc_first_sight(gate *g, uint64_t f, uint64
 /* A launch made inside clc's own work on this thread (see gate.h): its kernel's cached
  * decision, or on_error; nothing that takes a lock. */
 __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontext ctx,
-                                                 uint32_t entry_point, unsigned gx, unsigned gy,
-                                                 unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                                                 unsigned shmem, CUstream stream, void **params,
-                                                 void **extra) {
-    clc_launch_info l = CLC_LAUNCH_INFO(entry_point);
+                                                 const clc_launch *l) {
     const clc_outcome *o = NULL;
     clc_entry *e = NULL;
     g->entry = NULL;
@@ -56,10 +42,10 @@ __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontex
         if (e->shaped == 0)
             o = &e->fallback;
         else if (e->mode == CLC_MODE_CACHED)
-            o = clc_outcome_for(e, &l, &g->scratch);
+            o = clc_outcome_for(e, l, &g->scratch);
         else if (e->mode == CLC_MODE_PER_SHAPE)
-            o = clc_find_shape(e, &l);
-        count_launch(e, entry_point);
+            o = clc_find_shape(e, l);
+        count_launch(e, l->entry_point);
     }
     if (!o) {
         o = &g_cfg.on_error;
@@ -84,30 +70,55 @@ __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontex
     }
     g->entry = e;
     if (o->action == CLC_ACTION_ALLOW && o->flags == 0) return 0;
-    return clc_gate_setup(g, o, entry_point, gx, gy, gz, bx, by, bz, shmem, stream, 1);
+    return clc_gate_setup(g, o, l, 1);
 }
 
 /* No driver placed: on_error, said once (clc_start_driver), counted. */
-__attribute__((noinline)) int clc_gate_unplaced(gate *g, uint32_t entry_point, unsigned gx,
-                                                unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                                unsigned bz, unsigned shmem, CUstream stream) {
+__attribute__((noinline)) int clc_gate_unplaced(gate *g, const clc_launch *l) {
     clc_capture_undecided();
-    return clc_gate_setup(g, &g_cfg.on_error, entry_point, gx, gy, gz, bx, by, bz, shmem, stream,
-                          0);
+    return clc_gate_setup(g, &g_cfg.on_error, l, 0);
 }
 
-/* An entry whose outcome depends on the launch: shape clauses, or the engine's hooks. */
-__attribute__((noinline)) const clc_outcome *clc_shaped_outcome(
-    gate *g, clc_entry *e, uint32_t entry_point, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-    unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params, void **extra) {
-    clc_launch_info l = CLC_LAUNCH_INFO(entry_point);
-    return clc_outcome_for(e, &l, &g->scratch);
+__attribute__((noinline)) int clc_gate_decide(gate *g, CUfunction f, CUcontext ctx,
+                                              const clc_launch *l) {
+    if (g->outcome) return clc_gate_setup(g, g->outcome, l, 0); /* counted by gate_enter */
+    clc_entry *e = g->entry;
+    if (!e) {
+        /* Not found, or no driver placed when gate_enter looked (it may be now). */
+        if (!clc_hook_ready()) return clc_gate_unplaced(g, l);
+        if (!ctx) ctx = current_ctx();
+        e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
+    }
+    int first = 0;
+    if (!e) {
+        e = clc_first_sight(g, (uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx, l);
+        first = 1;
+    }
+    const clc_outcome *o;
+    if (likely(e != NULL)) {
+        /* At first sight the engine has just answered for this very launch (in the cached
+         * mode the entry's answer holds for every launch, whichever thread made it). */
+        if (e->shaped == 0)
+            o = &e->fallback;
+        else if (first && e->mode != CLC_MODE_CACHED)
+            o = &g->scratch;
+        else
+            o = clc_outcome_for(e, l, &g->scratch); /* shape clauses, or the engine's hooks */
+        count_launch(e, l->entry_point);
+    } else {
+        o = &g_cfg.on_error;
+    }
+    g->entry = e;
+    if (o->action == CLC_ACTION_ALLOW && o->flags == 0 && !g_hot.priority) return 0;
+    return clc_gate_setup(g, o, l, 0);
 }
 
 /* A launch of a process in a priority class: a latency-critical one marks its GPU busy, a
  * best-effort one may wait, or (held_share) be confined: then the CLC_ACTION_CONFINE word it is
  * to run under is returned. Graph nodes made or changed are not launches. */
-static uint64_t gate_priority(const clc_entry *e, uint32_t entry_point, CUstream stream) {
+static uint64_t gate_priority(const clc_entry *e, const clc_launch *l) {
+    uint32_t entry_point = l->entry_point;
+    CUstream stream = l->stream;
     if ((entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) >= CLC_ENTRY_GRAPH_ADD_NODE) return 0;
     if (g_hot.priority == CLC_PRIORITY_LC) {
         clc_priority_lc_launch(e->device, stream, (entry_point & CLC_ENTRY_PTSZ) != 0);
@@ -118,13 +129,12 @@ static uint64_t gate_priority(const clc_entry *e, uint32_t entry_point, CUstream
 }
 
 /* Everything a launch that is not a plain allow needs: kept out of the inlined fast path. */
-__attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint32_t entry_point,
-                                             unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                             unsigned by, unsigned bz, unsigned shmem,
-                                             CUstream stream, int reentrant) {
+__attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, const clc_launch *l,
+                                             int reentrant) {
     clc_entry *e = g->entry;
+    uint32_t entry_point = l->entry_point;
     if (g_hot.priority && !reentrant && e && o->action != CLC_ACTION_DENY) {
-        uint64_t held = gate_priority(e, entry_point, stream);
+        uint64_t held = gate_priority(e, l);
         if (held && o->action == CLC_ACTION_ALLOW) {
             /* held to a share: confined as an sm_share rule would (a launch that cannot be
              * confined runs as it was made, said once) */
@@ -137,13 +147,9 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint
         }
     }
     g->outcome = o;
+    g->launch = l;
     g->reentrant = reentrant;
     g->refused = 0;
-    g->entry_point = entry_point;
-    g->grid[0] = gx, g->grid[1] = gy, g->grid[2] = gz;
-    g->block[0] = bx, g->block[1] = by, g->block[2] = bz;
-    g->shmem = shmem;
-    g->stream = stream;
     g->timing = NULL;
     g->seq = atomic_fetch_add_explicit(&g_seq, 1, memory_order_relaxed);
     g->record = (o->flags & CLC_FLAG_RECORD) != 0;
@@ -158,7 +164,7 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, uint
     if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e && !reentrant &&
         (entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) < CLC_ENTRY_GRAPH_ADD_NODE) {
         t_in_clc = 1;
-        clc_timing_begin(&g->timing, stream, (entry_point & CLC_ENTRY_PTSZ) != 0, e, g->seq);
+        clc_timing_begin(&g->timing, l->stream, (entry_point & CLC_ENTRY_PTSZ) != 0, e, g->seq);
         t_in_clc = 0;
     }
     return 1;
@@ -177,13 +183,14 @@ CUresult clc_gate_refuse(gate *g) {
 CUresult clc_gate_exit(gate *g, CUresult result) {
     clc_entry *e = g->entry;
     const clc_outcome *o = g->outcome;
+    const clc_launch *l = g->launch;
     int denied = o->action == CLC_ACTION_DENY || g->refused;
     if (!denied) count_failure(g, result);
     int was = t_in_clc;
     t_in_clc = 1;
     if (g->timing) {
         if (result == CUDA_SUCCESS)
-            clc_timing_end(g->timing, g->stream, (g->entry_point & CLC_ENTRY_PTSZ) != 0, e, g->seq);
+            clc_timing_end(g->timing, l->stream, (l->entry_point & CLC_ENTRY_PTSZ) != 0, e, g->seq);
         else
             clc_timing_end(g->timing, NULL, 0, NULL, 0);
     }
@@ -193,12 +200,12 @@ CUresult clc_gate_exit(gate *g, CUresult result) {
         *r = (clc_rec_launch){
             .seq = g->seq,
             .t_ns = g->t_ns,
-            .stream = (uint64_t)(uintptr_t)g->stream,
+            .stream = (uint64_t)(uintptr_t)l->stream,
             .kernel_id = e->kernel_id,
-            .entry = g->entry_point,
-            .grid = {g->grid[0], g->grid[1], g->grid[2]},
-            .block = {g->block[0], g->block[1], g->block[2]},
-            .shared_mem = g->shmem,
+            .entry = l->entry_point,
+            .grid = {l->grid[0], l->grid[1], l->grid[2]},
+            .block = {l->block[0], l->block[1], l->block[2]},
+            .shared_mem = l->shmem,
             .tid = clc_tid(),
             .action = denied ? CLC_ACTION_DENY : o->action,
             .rule = o->rule,
@@ -234,20 +241,16 @@ static int stream_captured(CUstream stream, int ptsz) {
 /* A wrapped kernel's launch that cannot be rewritten runs the original: said once. A kernel
  * that uses its slot, launched into a graph under stream capture, gets a graph slot, zeroed
  * by a memset captured just before it (so each replay starts afresh). */
-__attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r, unsigned gx,
-                                                   unsigned gy, unsigned gz, unsigned bx,
-                                                   unsigned by, unsigned bz, unsigned shmem,
-                                                   void **params, void **extra) {
+__attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r) {
     const clc_replacement *rep = (const clc_replacement *)(uintptr_t)g->outcome->replacement;
-    int ptsz = (g->entry_point & CLC_ENTRY_PTSZ) != 0;
-    int graph = rep && (rep->flags & CLC_REPLACE_SLOT) && stream_captured(g->stream, ptsz);
-    CUresult e =
-        rep ? clc_replace_begin(r, rep, gx, gy, gz, bx, by, bz, shmem, params, extra, graph)
-            : CUDA_ERROR_INVALID_HANDLE;
+    const clc_launch *l = g->launch;
+    int ptsz = (l->entry_point & CLC_ENTRY_PTSZ) != 0;
+    int graph = rep && (rep->flags & CLC_REPLACE_SLOT) && stream_captured(l->stream, ptsz);
+    CUresult e = rep ? clc_replace_begin(r, rep, l, graph) : CUDA_ERROR_INVALID_HANDLE;
     if (e == CUDA_SUCCESS && graph) {
         CUresult (*zero)(CUdeviceptr, unsigned char, size_t, CUstream) =
             ptsz ? g_drv.memset_d8_async_ptsz : g_drv.memset_d8_async;
-        e = zero ? zero((CUdeviceptr)r->arg.slot, 0, CLC_SLOT_BYTES, g->stream)
+        e = zero ? zero((CUdeviceptr)r->arg.slot, 0, CLC_SLOT_BYTES, l->stream)
                  : CUDA_ERROR_NOT_FOUND;
         if (e != CUDA_SUCCESS) clc_replace_end(r);
     }
@@ -280,59 +283,30 @@ static inline void confined_on(const gate *g, unsigned sms) {
         atomic_store_explicit(&g->entry->confined_sms, sms, memory_order_relaxed);
 }
 
-/* A confined launch: on the green stream, in the program's stream order. One that cannot be
- * confined, or that the driver refuses there, gets its rule's on_unwrappable: launched as the
- * program made it, or refused (counted and recorded as denied by the rule; a launch the driver
- * refused keeps the driver's error). A launch captured into a conditional node's body is not
- * confined: the driver requires the body's kernels to be in the conditional node's context.
- * `launch_on` makes the program's launch of `f` (`cooperative`: a grid that must be resident at
- * once) on a given stream. The partition's stream is
- * held under a lock from begin to end: inside clc's own work for this thread, so that a signal
- * handler's launch there does not wait for it. */
-typedef CUresult (*launch_on_fn)(const void *launch, CUstream stream);
-__attribute__((noinline)) static CUresult confined_launch(gate *g, CUfunction f, CUstream stream,
-                                                          int cooperative, launch_on_fn launch_on,
-                                                          const void *launch) {
-    clc_green_launch gl;
-    int was = t_in_clc;
-    int ptsz = (g->entry_point & CLC_ENTRY_PTSZ) != 0;
-    t_in_clc = 1;
-    if (clc_green_capturing_into_body(stream, ptsz)) {
-        t_in_clc = was;
-        if (clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
-                                 CLC_UNCONFINED_CONDITIONAL))
-            return clc_gate_refuse(g);
-        return launch_on(launch, stream);
-    }
-    CUresult why = clc_green_begin(&gl, g->outcome->replacement, stream, ptsz);
-    if (why != CUDA_SUCCESS) {
-        t_in_clc = was;
-        if (clc_green_unconfined(g->outcome->replacement, why, CLC_UNCONFINED_NO_PARTITION))
-            return clc_gate_refuse(g);
-        return launch_on(launch, stream);
-    }
-    CUresult res = launch_on(launch, gl.stream);
-    clc_green_end(&gl, res);
-    t_in_clc = was;
-    if (res == CUDA_SUCCESS) {
-        confined_on(g, gl.sms);
-    } else if (gl.entry) { /* not when it ran as it was made (a program context) */
-        int reason = CLC_UNCONFINED_REFUSED;
-        if (cooperative && res == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) {
-            int per_sm = 0;
-            if (g_drv.occupancy)
-                g_drv.occupancy(&per_sm, f, (int)(g->block[0] * g->block[1] * g->block[2]),
-                                g->shmem);
-            clc_green_cooperative_too_large(g->grid[0] * g->grid[1] * g->grid[2], gl.sms,
-                                            per_sm > 0 ? (unsigned)per_sm : 0);
-            reason = CLC_UNCONFINED_COOPERATIVE;
-        }
-        if (clc_green_unconfined(g->outcome->replacement, res, reason))
-            clc_gate_refuse(g);
-        else
-            res = launch_on(launch, stream);
-    }
-    return res;
+/* How an entry point's driver function is called for the launch `l` of kernel `f` on `stream`:
+ * the program's launch, a rewritten one (replace path) or one moved to a green context's
+ * stream (confined). */
+typedef CUresult (*launch_call)(void *real, CUfunction f, const clc_launch *l, CUstream stream);
+
+static CUresult call_kernel(void *real, CUfunction f, const clc_launch *l, CUstream stream) {
+    return ((pfn_cuLaunchKernel)real)(f, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                                      l->block[1], l->block[2], l->shmem, stream, l->params,
+                                      l->extra);
+}
+
+static CUresult call_cooperative(void *real, CUfunction f, const clc_launch *l, CUstream stream) {
+    return ((pfn_cuLaunchCooperativeKernel)real)(f, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                                                 l->block[1], l->block[2], l->shmem, stream,
+                                                 l->params);
+}
+
+/* cuLaunchKernelEx: the program's configuration (its attributes), with the launch's grid and
+ * stream. */
+static CUresult call_ex(void *real, CUfunction f, const clc_launch *l, CUstream stream) {
+    CUlaunchConfig c = *l->config;
+    c.gridDimX = l->grid[0], c.gridDimY = l->grid[1], c.gridDimZ = l->grid[2];
+    c.hStream = stream;
+    return ((pfn_cuLaunchKernelEx)real)(&c, f, l->params, l->extra);
 }
 
 /* CUlaunchAttribute: an id, then a 64-byte value whose first int is `cooperative` for
@@ -348,126 +322,166 @@ typedef struct {
 _Static_assert(sizeof(launch_attribute) == 72, "CUlaunchAttribute is 72 bytes (cuda.h 13.0)");
 #define CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2
 
-static int launch_is_cooperative(const CUlaunchConfig *c) {
-    const launch_attribute *a = c->attrs;
+/* Whether the launch's grid must be resident at once (a cooperative launch). */
+static int launch_is_cooperative(const clc_launch *l) {
+    if ((l->entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) == CLC_ENTRY_LAUNCH_COOPERATIVE) return 1;
+    const CUlaunchConfig *c = l->config;
+    const launch_attribute *a = c ? c->attrs : NULL;
     for (unsigned i = 0; a && i < c->numAttrs; i++)
         if (a[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a[i].value.cooperative) return 1;
     return 0;
 }
 
-/* The replace path of each launch entry point has a function of its own, out of line: its
- * rewritten arguments live in that function's frame, not in the hook's fast path. */
-#define CLC_LAUNCH_HOOK(name, entry_point)                                                       \
-    __attribute__((noinline)) static CUresult name##_replaced(                                  \
-        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
-        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,   \
-        void **extra) {                                                                          \
-        clc_replaced r;                                                                          \
-        if (!replace_begin(g, &r, gx, gy, gz, bx, by, bz, shmem, params, extra))                 \
-            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                \
-        CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream,     \
-                            r.params, r.extra);                                                  \
-        clc_replace_end(&r);                                                                     \
-        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
-            replaced_launch_failed(res);                                                         \
-            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                 \
-        }                                                                                        \
-        return res;                                                                              \
-    }                                                                                            \
-    typedef struct {                                                                             \
-        pfn_##name real;                                                                         \
-        CUfunction f;                                                                            \
-        unsigned grid[3], block[3], shmem;                                                       \
-        void **params, **extra;                                                                  \
-    } name##_launch;                                                                             \
-    static CUresult name##_on(const void *launch, CUstream stream) {                             \
-        const name##_launch *l = launch;                                                         \
-        return l->real(l->f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],       \
-                       l->block[2], l->shmem, stream, l->params, l->extra);                      \
-    }                                                                                            \
-    __attribute__((noinline)) static CUresult name##_confined(                                  \
-        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
-        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,   \
-        void **extra) {                                                                          \
-        name##_launch l = {real, f, {gx, gy, gz}, {bx, by, bz}, shmem, params, extra};           \
-        return confined_launch(g, f, stream, 0, name##_on, &l);                                  \
-    }                                                                                            \
-    CLC_EXPORT CUresult name CLC_LAUNCH_PARAMS {                                                 \
-        pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
-        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
-        gate g;                                                                                  \
-        if (likely(!(unlikely(t_in_clc)                                                          \
-                         ? clc_gate_reentrant(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz,  \
-                                              shmem, stream, params, extra)                      \
-                         : gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem,   \
-                                      stream, params, extra))))                                  \
-            return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
-        if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
-        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
-            return clc_gate_exit(&g, name##_replaced(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
-                                                     stream, params, extra));                    \
-        if (g.outcome->action == CLC_ACTION_CONFINE)                                             \
-            return clc_gate_exit(&g, name##_confined(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
-                                                     stream, params, extra));                    \
-        return clc_gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)); \
+/* A wrapped kernel's launch: the wrapped kernel with its grid and arguments; the original when
+ * it cannot be rewritten (replace_begin says why, once) or the driver refuses the rewrite. Out
+ * of line: the rewritten arguments live in this frame, not in the hook's. A cooperative launch
+ * without kernelParams has nothing to rewrite. */
+__attribute__((noinline)) static CUresult launch_replaced(gate *g, void *real, launch_call call,
+                                                          CUfunction f) {
+    const clc_launch *l = g->launch;
+    clc_replaced r;
+    int cooperative = (l->entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) == CLC_ENTRY_LAUNCH_COOPERATIVE;
+    if ((cooperative && !l->params) || !replace_begin(g, &r)) return call(real, f, l, l->stream);
+    clc_launch w = *l;
+    w.grid[0] = r.grid[0], w.grid[1] = r.grid[1], w.grid[2] = r.grid[2];
+    w.params = r.params;
+    w.extra = r.extra;
+    CUresult res = call(real, r.f, &w, l->stream);
+    clc_replace_end(&r);
+    if (unlikely(res != CUDA_SUCCESS)) {
+        replaced_launch_failed(res);
+        res = call(real, f, l, l->stream);
     }
-CLC_LAUNCH_HOOK(cuLaunchKernel, CLC_ENTRY_LAUNCH)
-CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ)
+    return res;
+}
 
-#define CLC_COOP_HOOK(name, entry_point)                                                         \
-    __attribute__((noinline)) static CUresult name##_replaced(                                  \
-        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
-        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params) { \
-        clc_replaced r;                                                                          \
-        if (!params || !replace_begin(g, &r, gx, gy, gz, bx, by, bz, shmem, params, NULL))       \
-            return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                       \
-        CUresult res = real(r.f, r.grid[0], r.grid[1], r.grid[2], bx, by, bz, shmem, stream,     \
-                            r.params);                                                           \
-        clc_replace_end(&r);                                                                     \
-        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
-            replaced_launch_failed(res);                                                         \
-            res = real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);                        \
-        }                                                                                        \
-        return res;                                                                              \
+/* A confined launch: on the green stream, in the program's stream order. One that cannot be
+ * confined, or that the driver refuses there, gets its rule's on_unwrappable: launched as the
+ * program made it, or refused (counted and recorded as denied by the rule; a launch the driver
+ * refused keeps the driver's error). A launch captured into a conditional node's body is not
+ * confined: the driver requires the body's kernels to be in the conditional node's context.
+ * The partition's stream is held under a lock from begin to end: inside clc's own work for this
+ * thread, so that a signal handler's launch there does not wait for it. */
+__attribute__((noinline)) static CUresult launch_confined(gate *g, void *real, launch_call call,
+                                                          CUfunction f) {
+    const clc_launch *l = g->launch;
+    CUstream stream = l->stream;
+    clc_green_launch gl;
+    int was = t_in_clc;
+    int ptsz = (l->entry_point & CLC_ENTRY_PTSZ) != 0;
+    t_in_clc = 1;
+    if (clc_green_capturing_into_body(stream, ptsz)) {
+        t_in_clc = was;
+        if (clc_green_unconfined(g->outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,
+                                 CLC_UNCONFINED_CONDITIONAL))
+            return clc_gate_refuse(g);
+        return call(real, f, l, stream);
+    }
+    CUresult why = clc_green_begin(&gl, g->outcome->replacement, stream, ptsz);
+    if (why != CUDA_SUCCESS) {
+        t_in_clc = was;
+        if (clc_green_unconfined(g->outcome->replacement, why, CLC_UNCONFINED_NO_PARTITION))
+            return clc_gate_refuse(g);
+        return call(real, f, l, stream);
+    }
+    CUresult res = call(real, f, l, gl.stream);
+    clc_green_end(&gl, res);
+    t_in_clc = was;
+    if (res == CUDA_SUCCESS) {
+        confined_on(g, gl.sms);
+    } else if (gl.entry) { /* not when it ran as it was made (a program context) */
+        int reason = CLC_UNCONFINED_REFUSED;
+        if (launch_is_cooperative(l) && res == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) {
+            int per_sm = 0;
+            if (g_drv.occupancy)
+                g_drv.occupancy(&per_sm, f, (int)(l->block[0] * l->block[1] * l->block[2]),
+                                l->shmem);
+            clc_green_cooperative_too_large(l->grid[0] * l->grid[1] * l->grid[2], gl.sms,
+                                            per_sm > 0 ? (unsigned)per_sm : 0);
+            reason = CLC_UNCONFINED_COOPERATIVE;
+        }
+        if (clc_green_unconfined(g->outcome->replacement, res, reason))
+            clc_gate_refuse(g);
+        else
+            res = call(real, f, l, stream);
+    }
+    return res;
+}
+
+/* A launch the gate did not let through as a plain allow: denied, wrapped, confined, or let
+ * through with a record or a GPU time to take. */
+__attribute__((noinline)) static CUresult launch_gated(gate *g, void *real, launch_call call,
+                                                       CUfunction f) {
+    switch (g->outcome->action) {
+    case CLC_ACTION_DENY: return g->outcome->error;
+    case CLC_ACTION_REPLACE: return launch_replaced(g, real, call, f);
+    case CLC_ACTION_CONFINE: return launch_confined(g, real, call, f);
+    default: return call(real, f, g->launch, g->launch->stream);
+    }
+}
+
+/* The launch entry points: each builds its clc_launch (`launch`), and its fast path (a plain
+ * allow) calls the driver with the program's own arguments (`original`); everything else goes
+ * through launch_gated with the entry point's `call`. `precheck` runs first (a NULL
+ * cuLaunchKernelEx configuration goes to the driver as it is). */
+/* The launch entry points. The fast path (gate_enter's plain allow) calls the driver with the
+ * program's own arguments (`original`); any other launch goes out of line to name_gated, which
+ * builds the launch's clc_launch (`launch`) for the rest of the gate: what is not a plain allow
+ * after all goes through launch_gated with the entry point's `call`. `precheck` runs first (a
+ * NULL cuLaunchKernelEx configuration goes to the driver as it is). */
+#define CLC_UNPAREN(...) __VA_ARGS__
+#define CLC_LAUNCH_HOOK(name, entry, params_, precheck, launch, call, original)                 \
+    __attribute__((noinline)) static CUresult name##_gated(gate *g, pfn_##name real,             \
+                                                           CUcontext ctx, CLC_UNPAREN params_) { \
+        const clc_launch l = launch(entry);                                                      \
+        if (!(unlikely(t_in_clc) ? clc_gate_reentrant(g, f, NULL, &l)                            \
+                                 : clc_gate_decide(g, f, ctx, &l)))                              \
+            return count_failure(g, real original);                                              \
+        return clc_gate_exit(g, launch_gated(g, (void *)real, call, f));                         \
     }                                                                                            \
-    typedef struct {                                                                             \
-        pfn_##name real;                                                                         \
-        CUfunction f;                                                                            \
-        unsigned grid[3], block[3], shmem;                                                       \
-        void **params;                                                                           \
-    } name##_launch;                                                                             \
-    static CUresult name##_on(const void *launch, CUstream stream) {                             \
-        const name##_launch *l = launch;                                                         \
-        return l->real(l->f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],       \
-                       l->block[2], l->shmem, stream, l->params);                                \
-    }                                                                                            \
-    __attribute__((noinline)) static CUresult name##_confined(                                  \
-        gate *g, pfn_##name real, CUfunction f, unsigned gx, unsigned gy, unsigned gz,           \
-        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params) { \
-        name##_launch l = {real, f, {gx, gy, gz}, {bx, by, bz}, shmem, params};                  \
-        return confined_launch(g, f, stream, 1, name##_on, &l);                                  \
-    }                                                                                            \
-    CLC_EXPORT CUresult name CLC_COOP_PARAMS {                                                   \
+    CLC_EXPORT CUresult name params_ {                                                           \
         pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
         if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
+        precheck;                                                                                \
         gate g;                                                                                  \
-        if (likely(!(unlikely(t_in_clc)                                                          \
-                         ? clc_gate_reentrant(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz,  \
-                                              shmem, stream, params, NULL)                       \
-                         : gate_enter(&g, f, NULL, entry_point, gx, gy, gz, bx, by, bz, shmem,   \
-                                      stream, params, NULL))))                                   \
-            return count_failure(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));    \
-        if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
-        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
-            return clc_gate_exit(&g, name##_replaced(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
-                                                     stream, params));                           \
-        if (g.outcome->action == CLC_ACTION_CONFINE)                                             \
-            return clc_gate_exit(&g, name##_confined(&g, real, f, gx, gy, gz, bx, by, bz, shmem, \
-                                                     stream, params));                           \
-        return clc_gate_exit(&g, real(f, gx, gy, gz, bx, by, bz, shmem, stream, params));        \
+        CUcontext ctx = NULL;                                                                    \
+        if (likely(!t_in_clc) && likely(!gate_enter(&g, f, &ctx, entry)))                        \
+            return count_failure(&g, real original);                                             \
+        return name##_gated(&g, real, ctx, CLC_UNPAREN original);                                \
     }
-CLC_COOP_HOOK(cuLaunchCooperativeKernel, CLC_ENTRY_LAUNCH_COOPERATIVE)
-CLC_COOP_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC_ENTRY_PTSZ)
+#define CLC_KERNEL_LAUNCH(entry)                                                                 \
+    {.entry_point = (entry), .grid = {gx, gy, gz}, .block = {bx, by, bz}, .shmem = shmem,        \
+     .stream = stream, .params = params, .extra = extra}
+#define CLC_COOP_LAUNCH(entry)                                                                   \
+    {.entry_point = (entry), .grid = {gx, gy, gz}, .block = {bx, by, bz}, .shmem = shmem,        \
+     .stream = stream, .params = params}
+#define CLC_EX_LAUNCH(entry)                                                                     \
+    {.entry_point = (entry),                                                                     \
+     .grid = {config->gridDimX, config->gridDimY, config->gridDimZ},                             \
+     .block = {config->blockDimX, config->blockDimY, config->blockDimZ},                         \
+     .shmem = config->sharedMemBytes,                                                            \
+     .stream = config->hStream,                                                                  \
+     .params = params,                                                                           \
+     .extra = extra,                                                                             \
+     .config = config}
+#define CLC_EX_PRECHECK                                                                          \
+    if (unlikely(!config)) return real(config, f, params, extra)
+
+CLC_LAUNCH_HOOK(cuLaunchKernel, CLC_ENTRY_LAUNCH, CLC_LAUNCH_PARAMS, (void)0, CLC_KERNEL_LAUNCH,
+                call_kernel, (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra))
+CLC_LAUNCH_HOOK(cuLaunchKernel_ptsz, CLC_ENTRY_LAUNCH | CLC_ENTRY_PTSZ, CLC_LAUNCH_PARAMS, (void)0,
+                CLC_KERNEL_LAUNCH, call_kernel,
+                (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra))
+CLC_LAUNCH_HOOK(cuLaunchCooperativeKernel, CLC_ENTRY_LAUNCH_COOPERATIVE, CLC_COOP_PARAMS, (void)0,
+                CLC_COOP_LAUNCH, call_cooperative,
+                (f, gx, gy, gz, bx, by, bz, shmem, stream, params))
+CLC_LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, CLC_ENTRY_LAUNCH_COOPERATIVE | CLC_ENTRY_PTSZ,
+                CLC_COOP_PARAMS, (void)0, CLC_COOP_LAUNCH, call_cooperative,
+                (f, gx, gy, gz, bx, by, bz, shmem, stream, params))
+CLC_LAUNCH_HOOK(cuLaunchKernelEx, CLC_ENTRY_LAUNCH_EX, CLC_LAUNCH_EX_PARAMS, CLC_EX_PRECHECK,
+                CLC_EX_LAUNCH, call_ex, (config, f, params, extra))
+CLC_LAUNCH_HOOK(cuLaunchKernelEx_ptsz, CLC_ENTRY_LAUNCH_EX | CLC_ENTRY_PTSZ, CLC_LAUNCH_EX_PARAMS,
+                CLC_EX_PRECHECK, CLC_EX_LAUNCH, call_ex, (config, f, params, extra))
 
 /* Several devices' cooperative launches at once: each decided as a cooperative launch; when one
  * is denied, none is launched (the call is all or nothing, as the driver's is). Wrapped kernels
@@ -480,9 +494,11 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
     if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
     if (!list || n == 0) return real(list, n, flags);
     gate small[8], *g = n <= 8 ? small : malloc(n * sizeof *g);
+    clc_launch small_launches[8], *l = n <= 8 ? small_launches : malloc(n * sizeof *l);
     unsigned char small_gated[8], *gated = n <= 8 ? small_gated : malloc(n);
-    if (!g || !gated) {
+    if (!g || !l || !gated) {
         if (g != small) free(g);
+        if (l != small_launches) free(l);
         if (gated != small_gated) free(gated);
         return g_cfg.on_error.action == CLC_ACTION_DENY ? g_cfg.on_error.error
                                                         : real(list, n, flags);
@@ -491,10 +507,14 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
     clc_timing_events_only(1);
     for (unsigned i = 0; i < n; i++) {
         const clc_launch_params *p = &list[i];
-        gated[i] = (unsigned char)(t_in_clc ? clc_gate_reentrant : gate_enter)(
-            &g[i], p->function, NULL, CLC_ENTRY_LAUNCH_COOPERATIVE, p->gridDimX, p->gridDimY,
-            p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes, p->hStream,
-            p->kernelParams, NULL);
+        l[i] = (clc_launch){.entry_point = CLC_ENTRY_LAUNCH_COOPERATIVE,
+                            .grid = {p->gridDimX, p->gridDimY, p->gridDimZ},
+                            .block = {p->blockDimX, p->blockDimY, p->blockDimZ},
+                            .shmem = p->sharedMemBytes,
+                            .stream = p->hStream,
+                            .params = p->kernelParams};
+        gated[i] = (unsigned char)(t_in_clc ? clc_gate_reentrant(&g[i], p->function, NULL, &l[i])
+                                            : gate_launch(&g[i], p->function, NULL, &l[i]));
         if (!gated[i]) continue;
         if (g[i].outcome->action == CLC_ACTION_DENY && refused == CUDA_SUCCESS)
             refused = g[i].outcome->error;
@@ -520,70 +540,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
                                                                          : r);
     }
     if (g != small) free(g);
+    if (l != small_launches) free(l);
     if (gated != small_gated) free(gated);
     return r;
 }
-
-#define CLC_LAUNCH_EX_HOOK(name, entry_point)                                                    \
-    __attribute__((noinline)) static CUresult name##_replaced(                                  \
-        gate *g, pfn_##name real, const CUlaunchConfig *config, CUfunction f, void **params,     \
-        void **extra) {                                                                          \
-        clc_replaced r;                                                                          \
-        if (!replace_begin(g, &r, config->gridDimX, config->gridDimY, config->gridDimZ,          \
-                           config->blockDimX, config->blockDimY, config->blockDimZ,              \
-                           config->sharedMemBytes, params, extra))                               \
-            return real(config, f, params, extra);                                               \
-        CUlaunchConfig c = *config;                                                              \
-        c.gridDimX = r.grid[0], c.gridDimY = r.grid[1], c.gridDimZ = r.grid[2];                  \
-        CUresult res = real(&c, r.f, r.params, r.extra);                                         \
-        clc_replace_end(&r);                                                                     \
-        if (unlikely(res != CUDA_SUCCESS)) {                                                     \
-            replaced_launch_failed(res);                                                         \
-            res = real(config, f, params, extra);                                                \
-        }                                                                                        \
-        return res;                                                                              \
-    }                                                                                            \
-    typedef struct {                                                                             \
-        pfn_##name real;                                                                         \
-        const CUlaunchConfig *config;                                                            \
-        CUfunction f;                                                                            \
-        void **params, **extra;                                                                  \
-    } name##_launch;                                                                             \
-    static CUresult name##_on(const void *launch, CUstream stream) {                             \
-        const name##_launch *l = launch;                                                         \
-        CUlaunchConfig c = *l->config;                                                           \
-        c.hStream = stream;                                                                      \
-        return l->real(&c, l->f, l->params, l->extra);                                           \
-    }                                                                                            \
-    __attribute__((noinline)) static CUresult name##_confined(                                  \
-        gate *g, pfn_##name real, const CUlaunchConfig *config, CUfunction f, void **params,     \
-        void **extra) {                                                                          \
-        name##_launch l = {real, config, f, params, extra};                                      \
-        return confined_launch(g, f, config->hStream, launch_is_cooperative(config), name##_on,  \
-                               &l);                                                              \
-    }                                                                                            \
-    CLC_EXPORT CUresult name CLC_LAUNCH_EX_PARAMS {                                              \
-        pfn_##name real = (pfn_##name)clc_real(CLC_SYM_##name);                                 \
-        if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;                                  \
-        gate g;                                                                                  \
-        if (unlikely(!config)) return real(config, f, params, extra);                            \
-        if (likely(!(unlikely(t_in_clc)                                                          \
-                         ? clc_gate_reentrant(&g, f, NULL, entry_point, config->gridDimX,        \
-                                              config->gridDimY, config->gridDimZ,                \
-                                              config->blockDimX, config->blockDimY,              \
-                                              config->blockDimZ, config->sharedMemBytes,         \
-                                              config->hStream, params, extra)                    \
-                         : gate_enter(&g, f, NULL, entry_point, config->gridDimX,                \
-                                      config->gridDimY, config->gridDimZ, config->blockDimX,     \
-                                      config->blockDimY, config->blockDimZ,                      \
-                                      config->sharedMemBytes, config->hStream, params, extra)))) \
-            return count_failure(&g, real(config, f, params, extra));                            \
-        if (g.outcome->action == CLC_ACTION_DENY) return clc_gate_exit(&g, g.outcome->error);    \
-        if (g.outcome->action == CLC_ACTION_REPLACE)                                             \
-            return clc_gate_exit(&g, name##_replaced(&g, real, config, f, params, extra));       \
-        if (g.outcome->action == CLC_ACTION_CONFINE)                                             \
-            return clc_gate_exit(&g, name##_confined(&g, real, config, f, params, extra));       \
-        return clc_gate_exit(&g, real(config, f, params, extra));                                \
-    }
-CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx, CLC_ENTRY_LAUNCH_EX)
-CLC_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, CLC_ENTRY_LAUNCH_EX | CLC_ENTRY_PTSZ)

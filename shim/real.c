@@ -178,6 +178,27 @@ int clc_driver_load(void) {
             g_drv.graph_kernel_node_get = driver_sym(h, "cuGraphKernelNodeGetParams_v2", NULL);
             g_drv.device_get_uuid = driver_sym(h, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
             g_drv.exchange_capture_mode = driver_sym(h, "cuThreadExchangeStreamCaptureMode", NULL);
+            g_drv.green.get_resource = driver_sym(h, "cuDeviceGetDevResource", NULL);
+            g_drv.green.split = driver_sym(h, "cuDevSmResourceSplitByCount", NULL);
+            g_drv.green.generate_desc = driver_sym(h, "cuDevResourceGenerateDesc", NULL);
+            g_drv.green.create = driver_sym(h, "cuGreenCtxCreate", NULL);
+            g_drv.green.destroy = driver_sym(h, "cuGreenCtxDestroy", NULL);
+            g_drv.green.stream_create = driver_sym(h, "cuGreenCtxStreamCreate", NULL);
+            g_drv.green.stream_sync = driver_sym(h, "cuStreamSynchronize", NULL);
+            g_drv.green.stream_destroy = driver_sym(h, "cuStreamDestroy_v2", NULL);
+            g_drv.green.stream_priority = driver_sym(h, "cuStreamGetPriority", NULL);
+            g_drv.green.stream_priority_ptsz =
+                driver_sym(h, "cuStreamGetPriority_ptsz", "cuStreamGetPriority");
+            g_drv.green.wait_event = driver_sym(h, "cuStreamWaitEvent", NULL);
+            g_drv.green.wait_event_ptsz =
+                driver_sym(h, "cuStreamWaitEvent_ptsz", "cuStreamWaitEvent");
+            g_drv.green.ctx_from_green = driver_sym(h, "cuCtxFromGreenCtx", NULL);
+            g_drv.green.ctx_push = driver_sym(h, "cuCtxPushCurrent_v2", NULL);
+            g_drv.green.ctx_pop = driver_sym(h, "cuCtxPopCurrent_v2", NULL);
+            g_drv.green.ctx_set_flags = driver_sym(h, "cuCtxSetFlags", NULL);
+            g_drv.green.capture_info = driver_sym(h, "cuStreamGetCaptureInfo_v3", NULL);
+            g_drv.green.capture_info_ptsz =
+                driver_sym(h, "cuStreamGetCaptureInfo_v3_ptsz", "cuStreamGetCaptureInfo_v3");
             g_hot.ctx_get_current = g_drv.ctx_get_current;
             /* Without a current context or a kernel's name nothing can be decided: the driver
              * is not placed (its launches get on_error). */

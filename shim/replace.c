@@ -41,10 +41,11 @@ static unsigned launch_blocks(clc_replacement *rep, uint64_t total, unsigned thr
     return (unsigned)(cap < total ? cap : total);
 }
 
-CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigned gx, unsigned gy,
-                           unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                           void **params, void **extra, int graph) {
+CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, const clc_launch *l,
+                           int graph) {
     clc_replacement *rep = (clc_replacement *)crep;
+    unsigned gx = l->grid[0], gy = l->grid[1], gz = l->grid[2];
+    void **params = l->params, **extra = l->extra;
     r->heap = NULL;
     r->f = (CUfunction)(uintptr_t)rep->function;
     uint64_t total = (uint64_t)gx * gy * gz;
@@ -65,7 +66,7 @@ CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *crep, unsigne
                                   .grid = {gx, gy, gz},
                                   .seq = (uint32_t)(i / rep->n_slots) + 1};
     }
-    unsigned n = launch_blocks(rep, total, bx * by * bz, shmem);
+    unsigned n = launch_blocks(rep, total, l->block[0] * l->block[1] * l->block[2], l->shmem);
     if (n) {
         r->grid[0] = n, r->grid[1] = 1, r->grid[2] = 1;
     } else {

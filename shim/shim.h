@@ -272,6 +272,22 @@ void *clc_next_symbol(const char *name);
     if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
 
 /* Driver helpers stage 1 calls itself, resolved from the same libcuda. */
+/* The driver's green-context types, by layout (cuda.h, CUDA 13.0). */
+typedef struct {
+    int type;
+    unsigned char internal_padding[92];
+    union {
+        struct {
+            unsigned sm_count, min_partition, coscheduled_alignment;
+        } sm;
+        unsigned char oversize[48]; /* RESOURCE_ABI_EXTERNAL_BYTES */
+    };
+} cu_dev_resource; /* CUdevResource_v1 */
+_Static_assert(sizeof(cu_dev_resource) == 144, "CUdevResource_v1 is 144 bytes (cuda.h 13.0)");
+
+typedef void *CUgreenCtx;
+typedef void *CUdevResourceDesc;
+
 typedef struct {
     CUresult (*ctx_get_current)(CUcontext *);
     CUresult (*ctx_set_current)(CUcontext);
@@ -309,6 +325,32 @@ typedef struct {
      * stream capture mode, set to relaxed around its own event calls */
     CUresult (*device_get_uuid)(unsigned char *, CUdevice);
     CUresult (*exchange_capture_mode)(int *);
+    /* green.c: SM partitions (green contexts) and what confining a launch takes */
+    struct {
+        CUresult (*get_resource)(CUdevice, cu_dev_resource *, int);
+        CUresult (*split)(cu_dev_resource *, unsigned *, const cu_dev_resource *, cu_dev_resource *,
+                          unsigned, unsigned);
+        CUresult (*generate_desc)(CUdevResourceDesc *, cu_dev_resource *, unsigned);
+        CUresult (*create)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned);
+        CUresult (*destroy)(CUgreenCtx);
+        CUresult (*stream_create)(CUstream *, CUgreenCtx, unsigned, int);
+        CUresult (*stream_sync)(CUstream);
+        CUresult (*stream_destroy)(CUstream);
+        CUresult (*stream_priority)(CUstream, int *);
+        CUresult (*stream_priority_ptsz)(CUstream, int *);
+        CUresult (*wait_event)(CUstream, CUevent, unsigned);
+        CUresult (*wait_event_ptsz)(CUstream, CUevent, unsigned);
+        CUresult (*ctx_from_green)(CUcontext *, CUgreenCtx);
+        CUresult (*ctx_push)(CUcontext);
+        CUresult (*ctx_pop)(CUcontext *);
+        CUresult (*ctx_set_flags)(unsigned);
+        /* cuStreamGetCaptureInfo_v3 (CUDA 12.3+, as conditional nodes are: edge data before the
+         * count). */
+        CUresult (*capture_info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                                 const void **, size_t *);
+        CUresult (*capture_info_ptsz)(CUstream, int *, cuuint64_t *, CUgraph *,
+                                      const CUgraphNode **, const void **, size_t *);
+    } green;
 } clc_driver;
 extern CLC_HIDDEN clc_driver g_drv;
 
@@ -321,6 +363,17 @@ static inline CUresult clc_stream_capture_status(CUstream stream, int ptsz, int 
     return is_capturing ? is_capturing(stream, status) : CUDA_SUCCESS;
 }
 int clc_driver_load(void); /* fills g_drv; 1 when done */
+
+/* A launch as the program made it, or a graph kernel node as it made or changed it, beyond the
+ * kernel: built once by the hook and passed by pointer to the gate (gate.h), the decision
+ * (decide.c) and the replace path (replace.c). */
+typedef struct {
+    uint32_t entry_point; /* CLC_ENTRY_* */
+    uint32_t grid[3], block[3], shmem;
+    CUstream stream;
+    void **params, **extra;
+    const CUlaunchConfig *config; /* cuLaunchKernelEx's (its attributes), else NULL */
+} clc_launch;
 
 /* A wrapped kernel's launch (replace.c): the function, grid and arguments to give the driver
  * instead of the program's. clc_replace_begin returns CUDA_SUCCESS, or an error for a launch
@@ -338,9 +391,8 @@ typedef struct {
     void *extra_pairs[5];
     void *small[33];
 } clc_replaced;
-CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *rep, unsigned gx, unsigned gy,
-                           unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem,
-                           void **params, void **extra, int graph);
+CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *rep, const clc_launch *l,
+                           int graph);
 /* clc_replace_begin's answer when a captured launch finds the context's graph slots used up. */
 #define CLC_NO_GRAPH_SLOT CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 /* An attribute the program set on a kernel (cuFuncSetAttribute / cuKernelSetAttribute) after
@@ -520,14 +572,6 @@ typedef struct clc_entry {
                                (launches in flight then may still count there): counted too */
 } __attribute__((aligned(64))) clc_entry;
 
-/* A launch as the engine is asked about it, beyond the kernel. */
-typedef struct {
-    uint32_t entry_point;
-    uint32_t grid[3], block[3], shmem;
-    CUstream stream;
-    void **params, **extra;
-} clc_launch_info;
-
 /* What every launch reads, together in one cache line. */
 typedef struct {
     _Atomic int driver_ready;
@@ -587,11 +631,11 @@ const char *clc_kernel_name(uint64_t handle);
 /* Asks the engine about a new (kernel, context) and publishes its entry; `answer` gets the
  * engine's outcome for this very launch (another thread's entry may have won the insert).
  * decide.c, as is clc_outcome_for. */
-clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch_info *l,
+clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch *l,
                             clc_outcome *answer);
 /* The outcome of a launch of an entry whose `shaped` is not 0: shape clauses, or the engine
  * asked per shape (answers cached here) or at every launch (answer in *scratch). */
-const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch_info *l, clc_outcome *scratch);
+const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch *l, clc_outcome *scratch);
 /* What a first sight found of a kernel (decide.c), for its entry: the layout is malloc'd and
  * becomes the entry's. */
 typedef struct {
@@ -608,8 +652,7 @@ typedef struct {
  * may have won. When the table is full, or an unload began or ended since k->epoch, the
  * launch is decided alone, in an entry of the thread's (kernel id CLC_KERNEL_UNCACHED). NULL
  * only without memory. */
-clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d,
-                            const clc_launch_info *l,
+clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d, const clc_launch *l,
                             void (*published)(const clc_entry *, const char *));
 /* Unloads and context teardowns: between begin and end no entry is published (see
  * decision_cache.c); the epoch tells a first sight whether one began or ended meanwhile. */
@@ -620,8 +663,8 @@ void clc_cache_unload_end(void);
 int clc_cache_table_full(void);
 /* An entry's answers per launch shape (mode CLC_MODE_PER_SHAPE): the one for l's shape, or
  * NULL; the engine's answer `o` kept for it (NULL when the kernel has too many shapes). */
-const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch_info *l);
-const clc_outcome *clc_add_shape(clc_entry *e, const clc_launch_info *l, const clc_outcome *o);
+const clc_outcome *clc_find_shape(clc_entry *e, const clc_launch *l);
+const clc_outcome *clc_add_shape(clc_entry *e, const clc_launch *l, const clc_outcome *o);
 /* Each outcome an entry holds (fallback, shape clauses, per-shape answers). */
 void clc_entry_outcomes(clc_entry *e, void (*fn)(const clc_outcome *, void *), void *arg);
 typedef void (*clc_entry_fn)(clc_entry *, void *);
