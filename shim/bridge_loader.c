@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "deciding.h"
 
 enum { BRIDGE_UNTRIED, BRIDGE_READY, BRIDGE_OFF, BRIDGE_OFF_IN_CHILD };
 

@@ -24,7 +24,7 @@
 #include <x86intrin.h>
 #endif
 
-#include "shim.h"
+#include "records.h"
 
 #define BUF_SIZE (256u * 1024u)
 #define FLUSH_MS 100

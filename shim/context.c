@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "shim.h"
+#include "hooks.h"
 
 /* ---- context teardown: read back pending GPU times while their events still exist --------- */
 

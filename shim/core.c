@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "core.h"
 
 clc_settings g_cfg;
 CLC_TLS int t_in_clc;

@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "cupti_abi.h"
-#include "shim.h"
+#include "records.h"
 
 #define FLUSH_MS 200
 #define BUFFER_BYTES (4u << 20)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim.h"
+#include "deciding.h"
 
 static _Atomic uint32_t g_next_id;
 

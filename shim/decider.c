@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "deciding.h"
 
 /* Longer than any first sight should take in clc-run; past it the question has failed. */
 #define TIMEOUT_MS 30000

@@ -2,7 +2,7 @@
  *
  * decision_cache.c: one entry per (kernel handle, context), found without a lock.
  *
- * Readers probe an open-addressing table (clc_cache_find, inline in shim.h) and trust an entry
+ * Readers probe an open-addressing table (clc_cache_find, inline in records.h) and trust an entry
  * once its `ready` flag is set and its context matches (acquire); writers fill every field
  * first and publish the key last (release). Inserting takes a mutex, but only on the slow path
  * of a kernel's first launch, and never while Python runs: a thread holding the GIL may be
@@ -28,7 +28,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "shim.h"
+#include "records.h"
 
 #define CACHE_MAX_FILL (CLC_CACHE_SIZE / 4 * 3)
 

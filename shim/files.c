@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "core.h"
 
 /* As the kernel's own limit on links in one lookup. */
 #define MAX_LINKS 40

@@ -7,7 +7,7 @@
 #ifndef CLC_GATE_H
 #define CLC_GATE_H
 
-#include "shim.h"
+#include "hooks.h"
 
 typedef struct {
     clc_entry *entry;

@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "shim.h"
+#include "hooks.h"
 
 static uint64_t elf_size(const unsigned char *p) {
     if (p[4] != 2) return 0; /* ELFCLASS64 only: cubins are */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * interpose.c: the shim's hooks handed out. Every symbol of shim.h's table is exported (by the
+ * interpose.c: the shim's hooks handed out. Every symbol of core.h's table is exported (by the
  * hook files: launch.c, graph.c, load.c, context.c) and substituted when a program gets it
  * through dlsym, dlvsym or cuGetProcAddress; the real pointer it came with is kept (real.c).
  * Deep-bound libraries get the hooks through dlopen.c.

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "hooks.h"
 
 typedef void (*exit_fn)(int);
 typedef long (*syscall_fn)(long, ...);

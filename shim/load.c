@@ -8,7 +8,7 @@
 
 #include <pthread.h>
 
-#include "shim.h"
+#include "hooks.h"
 
 /* ---- module and library loads ---------------------------------------------------------------- */
 

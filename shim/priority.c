@@ -50,7 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "deciding.h"
 
 #define BOARD_MAGIC 0x3144524f42434c43ull /* "CLCBORD1" */
 #define BOARD_VERSION 1

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "hooks.h"
 
 /* ---- settings and start-up ------------------------------------------------------------------- */
 

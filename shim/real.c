@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * real.c: the real functions behind the shim's own: libc's dlsym (the shim exports one), the
- * driver's entry points behind the hooks (g_real, one per symbol of shim.h's table), and the
+ * driver's entry points behind the hooks (g_real, one per symbol of core.h's table), and the
  * driver helpers the shim calls itself (g_drv). The shim's own lookups and loads go to libc
  * directly, never through its hooks of dlsym and dlopen.
  */
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "elf_dynamic.h"
-#include "shim.h"
+#include "core.h"
 
 void *_Atomic g_real[CLC_N_SYMBOLS] __attribute__((aligned(64)));
 clc_driver g_drv;

@@ -11,7 +11,7 @@
  * launch's block size and shared memory: asked of the driver once per shape and kept in a
  * small lock-free cache in the replacement (a race only asks twice).
  */
-#include "shim.h"
+#include "deciding.h"
 
 #include <string.h>
 

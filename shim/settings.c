@@ -33,7 +33,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "core.h"
 
 #define SETTINGS_NAME CLC_SETTINGS_NAME
 #define SETTINGS_VAR CLC_SETTINGS_VAR

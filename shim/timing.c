@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim.h"
+#include "records.h"
 
 #define FIFO_SIZE 1024
 #define POOL_SIZE 64

@@ -132,3 +132,37 @@ def test_calls_go_down_the_layers(calls):
     upward = [describe(calls, a, b) for a in sorted(calls) for b in sorted(calls[a])
               if layer[b] > layer[a]]
     assert not upward, "calls up the layers of shim/shim.h: " + "; ".join(upward)
+
+
+# Each layer's header: it includes the one below it, and each file of the layer includes it
+# (the entry layer's is shim.h, which includes them all).
+LAYER_HEADERS = {"core": "core.h", "records": "records.h", "deciding": "deciding.h",
+                 "hooks": "hooks.h", "entry": "shim.h"}
+INCLUDE = re.compile(r'^#include "(\w+\.h)"', re.M)
+
+
+def test_each_file_includes_its_layers_header():
+    # GIVEN each file's layer, by name, and each header of the project each file includes
+    named = {f: name for name, files in LAYER_LINE.findall((SHIM / "shim.h").read_text())
+             for f in files.split()}
+    layer_of = {header: name for name, header in LAYER_HEADERS.items()}
+    order = list(LAYER_HEADERS)
+    for f, name in sorted(named.items()):
+        includes = set(INCLUDE.findall((SHIM / f).read_text())) - {"clc_abi.h"}
+        # the launch gate's header stands for the hooks layer's (it includes hooks.h)
+        includes = {"hooks.h" if h == "gate.h" else h for h in includes}
+        layered = {h for h in includes if h in layer_of}
+        # THEN it includes its own layer's header, and none of a layer above its own
+        assert LAYER_HEADERS[name] in layered, f"{f} does not include {LAYER_HEADERS[name]}"
+        above = [h for h in layered if order.index(layer_of[h]) > order.index(name)]
+        assert not above, f"{f} ({name}) includes {above}"
+
+
+def test_each_layers_header_includes_the_one_below():
+    order = list(LAYER_HEADERS.values())
+    for below, header in zip(order, order[1:]):
+        includes = INCLUDE.findall((SHIM / header).read_text())
+        assert below in includes, f"{header} does not include {below}"
+        assert not set(includes) & set(order[order.index(header) + 1:]), header
+    assert "gate.h" in (SHIM / "launch.c").read_text()
+    assert '#include "hooks.h"' in (SHIM / "gate.h").read_text()

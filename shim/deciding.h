@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * deciding.h: the deciding layer of stage 1 (decide.c decider.c bridge_loader.c replace.c
+ * green.c priority.c): first sights decided, the bridge to Python, clc-run's decider, wrapped
+ * kernels' launches, green contexts, priority classes.
+ */
+#ifndef CLC_DECIDING_H
+#define CLC_DECIDING_H
+
+#include "records.h"
+
+/* A wrapped kernel's launch (replace.c): the function, grid and arguments to give the driver
+ * instead of the program's. clc_replace_begin returns CUDA_SUCCESS, or an error for a launch
+ * it cannot rewrite (the caller then applies on_error); clc_replace_end frees what it made.
+ * `graph`: the launch is being captured into a CUDA graph (it gets a graph slot, see
+ * CLC_GRAPH_SLOTS, which the caller zeroes in the stream before the launch). */
+typedef struct {
+    CUfunction f;
+    unsigned grid[3];
+    void **params;
+    void **extra;
+    void *heap;
+    clc_launch_arg arg;
+    size_t extra_size;
+    void *extra_pairs[5];
+    void *small[33];
+} clc_replaced;
+CUresult clc_replace_begin(clc_replaced *r, const clc_replacement *rep, const clc_launch *l,
+                           int graph);
+/* clc_replace_begin's answer when a captured launch finds the context's graph slots used up. */
+#define CLC_NO_GRAPH_SLOT CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+/* An attribute the program set on a kernel (cuFuncSetAttribute / cuKernelSetAttribute) after
+ * its launches in the current context were wrapped: set on the replacements too. */
+void clc_replace_set_attribute(uint64_t handle, int attrib, int value, int device);
+static inline void clc_replace_end(clc_replaced *r) {
+    if (r->heap) free(r->heap);
+}
+
+/* ---- confined kernels: launched on a green context's stream (green.c) --------------------- */
+typedef struct {
+    void *entry;            /* the green stream's entry, locked until clc_green_end */
+    CUstream stream;        /* where to launch */
+    unsigned sms;           /* the partition's SMs */
+    CUstream program_stream;
+    CUresult (*record)(CUevent, CUstream);
+    CUresult (*wait)(CUstream, CUevent, unsigned);
+} clc_green_launch;
+/* Orders the green stream after the program's `stream` for a launch confined as `word`
+ * (clc_outcome.replacement); CUDA_SUCCESS, or why the launch cannot be confined. */
+CUresult clc_green_begin(clc_green_launch *gl, uint64_t word, CUstream stream, int ptsz);
+/* The context of the green context a graph kernel node confined as `word` runs in (the v2
+ * node parameters' ctx), made if need be. */
+CUresult clc_green_context(uint64_t word, CUcontext *out, unsigned *sms);
+/* Orders the program's stream after the launch (made or refused). */
+CUresult clc_green_end(clc_green_launch *gl, CUresult launched);
+/* A launch that cannot be confined, for one of these reasons: 1 when it is to be denied (the
+ * rule's on_unwrappable), else it runs on the whole GPU; said once per reason. */
+#define CLC_UNCONFINED_NO_PARTITION 0 /* the partition or its stream could not be made (`why`) */
+#define CLC_UNCONFINED_GRAPH_NODE 1   /* a graph kernel node made with the graph API */
+#define CLC_UNCONFINED_MULTI_DEVICE 2 /* cuLaunchCooperativeKernelMultiDevice */
+#define CLC_UNCONFINED_REFUSED 3      /* the driver refused the launch on the green stream */
+#define CLC_UNCONFINED_CONDITIONAL 4  /* a node or captured launch in a conditional node's body */
+#define CLC_UNCONFINED_COOPERATIVE 5  /* a cooperative grid larger than the partition holds */
+int clc_green_unconfined(uint64_t word, CUresult why, int reason);
+/* Cooperative grids: the numbers of one the partition cannot hold, said once with them. */
+void clc_green_cooperative_too_large(unsigned blocks, unsigned sms, unsigned per_sm);
+/* Conditional nodes' bodies: every kernel in one must be in the conditional node's context, so
+ * a green context's cannot be there. The bodies the driver made for a new conditional node
+ * (graph.c) are noted; whether `graph` is one (1 too when the table filled and it cannot be
+ * told); whether a launch on `stream` is being captured into one. */
+void clc_green_note_bodies(CUgraphNode parent, CUgraph owner, CUgraph *bodies, unsigned n);
+/* A graph the program destroys: the bodies it holds (and theirs) are dropped. */
+void clc_green_forget_graph(CUgraph graph);
+int clc_green_is_body(CUgraph graph);
+/* The bodies noted for a conditional or child graph node (at most `max`). */
+unsigned clc_green_bodies_of(CUgraphNode parent, CUgraph *out, unsigned max);
+/* A confined graph node's kernel and its outcome word (clc_green_note_node_kernel), and whether
+ * its nodes may be put back in the program's context when the driver will not have them
+ * confined: not where its rule's on_unwrappable is deny, nor for a kernel never noted. */
+void clc_green_note_node_kernel(CUkernel kern, uint64_t word);
+int clc_green_node_kernel_movable(CUkernel kern);
+/* Whether `ctx` is a partition's context that clc put graph nodes in (clc_green_context). */
+int clc_green_is_node_context(CUcontext ctx);
+int clc_green_any_node_context(void);
+int clc_green_capturing_into_body(CUstream stream, int ptsz);
+/* Contexts the program makes (cuCtxCreate) under a policy that confines: a green context of
+ * their own, over the partition (`word`, scope: program) or all the device's SMs (word 0),
+ * made current as cuCtxCreate's is. CUDA_SUCCESS with *out, or why not. */
+CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, CUcontext *out);
+/* The program destroys a context: -1 when clc did not make it, else the green context's
+ * destruction's result. */
+int clc_green_destroy_created(CUcontext ctx, CUresult *result);
+void clc_green_forget_context(CUcontext ctx);
+void clc_green_forget_stream(CUstream stream);
+/* scope: program. The partition's context (cuCtxFromGreenCtx) handed to the program as the
+ * device's primary context, counted as one of the program's retains. */
+CUresult clc_green_program_retain(CUdevice device, uint64_t word, CUcontext *out);
+/* The SMs of the partition whose program context `ctx` is, with its word; 0 when it is none. */
+unsigned clc_green_program_sms(CUcontext ctx, uint64_t *word);
+/* The program releases the device's primary context: 1 when the device's green contexts were
+ * destroyed (its last release, or no program context: the release goes on as without green
+ * contexts), with *program the program context that died with them (NULL: none); 0 when the
+ * program still holds its program context. */
+int clc_green_release(CUdevice device, CUcontext *program);
+/* The device's primary context is reset: its green contexts are destroyed (*program as above). */
+void clc_green_reset(CUdevice device, CUcontext *program);
+void clc_green_after_fork_child(void);
+
+/* ---- first sights (decide.c) ------------------------------------------------------------- */
+/* Asks the engine about a new (kernel, context) and publishes its entry; `answer` gets the
+ * engine's outcome for this very launch (another thread's entry may have won the insert).
+ * decide.c, as is clc_outcome_for. */
+clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch *l,
+                            clc_outcome *answer);
+/* The outcome of a launch of an entry whose `shaped` is not 0: shape clauses, or the engine
+ * asked per shape (answers cached here) or at every launch (answer in *scratch). */
+const clc_outcome *clc_outcome_for(clc_entry *e, const clc_launch *l, clc_outcome *scratch);
+/* ---- the bridge to Python (stage 2) ------------------------------------------------------ */
+int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out); /* 0: decided */
+int clc_bridge_launch(const clc_kernel_query *q, clc_outcome *out);  /* 0: decided */
+void clc_bridge_module(const clc_module_event *ev);
+void clc_bridge_exit(void); /* the engine's exit work (on_exit hooks), if Python still runs */
+void clc_bridge_after_fork_child(void);
+
+/* ---- the decider: clc-run answers first sights for policies without Python hooks ---------- */
+int clc_decider_configured(void);
+/* CLC_DECIDE_OK with `out` filled; CLC_DECIDE_ENGINE (the program's engine must decide: a wrap),
+ * `out` then what to do without that engine (wraps as their on_unwrappable) when *substitute;
+ * or CLC_DECIDE_FAILED (said once; the program's engine decides). */
+int clc_decider_decide(const clc_kernel_query *q, clc_decision *out, int *substitute);
+/* Whether the process's user or groups changed since the last call (the first call notes
+ * them): then the connection to clc-run is dropped, to be made again with the new
+ * credentials (decider.c). */
+int clc_identity_changed(void);
+/* After a change of user or groups, every decision is forgotten (decide.c). */
+void clc_identity_follow(void);
+/* Whether the process is confined program-wide on `device` (scope: program), and by which
+ * CLC_ACTION_CONFINE word (less CLC_CONFINE_DENY): asked once per device (decide.c). */
+int clc_program_scope(int device, uint64_t *word);
+void clc_decider_after_fork_child(void);
+
+/* ---- priority classes (priority.c) --------------------------------------------------------- */
+#define CLC_PRIORITY_LC 1 /* latency-critical: its launches mark its GPU busy on the board */
+#define CLC_PRIORITY_BE 2 /* best-effort: its launches wait while a latency-critical GPU is busy */
+/* The class clc-run gave the process (CLC_PRIORITY), with its board opened (and, for a
+ * latency-critical process, its slot made): 0 when it has none. Once, at start. */
+int clc_priority_start(void);
+/* A latency-critical launch on `device`, and the stream it went to (`ptsz`: by a per-thread
+ * entry point). */
+void clc_priority_lc_launch(int device, CUstream stream, int ptsz);
+/* A best-effort launch: held while a latency-critical process is busy on the GPU (down to the
+ * floor), and kept from running far ahead of it while one runs on the machine. With held_share,
+ * a held launch does not wait: the CLC_ACTION_CONFINE word it is to run under is returned
+ * (else 0). */
+uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread);
+/* Around a synchronization of a latency-critical process (its GPU counts as busy meanwhile):
+ * what was launched before it (begin); settled once it returned (end, `done`: successfully)
+ * for the whole context, or for `stream` when every launch since the GPU went busy was on it. */
+uint64_t clc_priority_sync_begin(int device, int *counted);
+void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
+                           int ptsz, int counted, int done);
+/* A context torn down, a stream destroyed: the run-ahead events kept for them are forgotten. */
+void clc_priority_forget_context(CUcontext ctx);
+void clc_priority_forget_stream(CUstream stream);
+/* The process is leaving: its slot removed (from a fatal signal's handler too). */
+void clc_priority_leave(int in_signal);
+void clc_priority_after_fork_child(void);
+
+#endif /* CLC_DECIDING_H */
