@@ -16,6 +16,15 @@
 #include <time.h>
 #include "clc_abi.h"
 
+/* Stage 2's exports, declared with the contract's types (clc_abi.h): cffi's definitions of the
+ * embedding API's (after this file) and this file's own must have them. */
+#define CLC_STAGE2_EXPORT(type, name) extern __typeof__(*(type)0) name;
+CLC_STAGE2_EXPORT(clc_bridge_decide_fn, clc_bridge_decide)
+CLC_STAGE2_EXPORT(clc_bridge_launch_fn, clc_bridge_launch)
+CLC_STAGE2_EXPORT(clc_bridge_module_fn, clc_bridge_module)
+CLC_STAGE2_EXPORT(clc_bridge_exit_fn, clc_bridge_exit)
+CLC_STAGE2_EXPORT(clc_bridge_start_fn, clc_bridge_start)
+
 static PyStatus clc_search_path(PyConfig *config, const char *joined) {
     PyStatus st = PyStatus_Ok();
     char *copy = strdup(joined), *save = NULL;

@@ -23,10 +23,10 @@ enum { BRIDGE_UNTRIED, BRIDGE_READY, BRIDGE_OFF, BRIDGE_OFF_IN_CHILD };
 
 static _Atomic int g_bridge = BRIDGE_UNTRIED;
 static pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
-static int (*p_decide)(const clc_kernel_query *, clc_decision *);
-static int (*p_launch)(const clc_kernel_query *, clc_outcome *);
-static int (*p_module)(const clc_module_event *);
-static int (*p_exit)(void);
+static clc_bridge_decide_fn p_decide; /* stage 2's exports (clc_abi.h) */
+static clc_bridge_launch_fn p_launch;
+static clc_bridge_module_fn p_module;
+static clc_bridge_exit_fn p_exit;
 static int (*p_is_initialized)(void); /* Py_IsInitialized of the host, NULL in a C host */
 
 static void bridge_off(const char *why) {
@@ -90,7 +90,7 @@ static void load(void) {
     p_launch = clc_libc_dlsym(h, "clc_bridge_launch");
     p_module = clc_libc_dlsym(h, "clc_bridge_module");
     p_exit = clc_libc_dlsym(h, "clc_bridge_exit");
-    int (*start)(const char *, const char *) = clc_libc_dlsym(h, "clc_bridge_start");
+    clc_bridge_start_fn start = clc_libc_dlsym(h, "clc_bridge_start");
     if (!p_decide || !p_launch || !p_module || !p_exit || !start) {
         bridge_off("the bridge lacks its entry points (rebuild clc)");
         return;

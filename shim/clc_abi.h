@@ -508,6 +508,16 @@ int clc_shim_kernel_counts(clc_kernel_counts *out, int max);
 /* A WRAP_STATS record (t_ns is the shim's) of the wrapped kernel `kernel` and its `wrapper`. */
 void clc_shim_wrap_stats(const clc_rec_wrap_stats *stats, const char *kernel, const char *wrapper);
 
+/* ---- stage 2's exports (clc.runtime._bridge), which stage 1 finds with dlsym --------------- */
+/* bridge_loader.c calls them through these types, and shim/bridge.c declares them with them:
+ * cffi's definitions of the embedding API's three (shim/bridge_build.py) and bridge.c's own
+ * two must agree with them, or stage 2 does not compile. Each returns 0 when done. */
+typedef int (*clc_bridge_decide_fn)(const clc_kernel_query *q, clc_decision *out);
+typedef int (*clc_bridge_launch_fn)(const clc_kernel_query *q, clc_outcome *out);
+typedef int (*clc_bridge_module_fn)(const clc_module_event *ev);
+typedef int (*clc_bridge_exit_fn)(void);
+typedef int (*clc_bridge_start_fn)(const char *executable, const char *search_path);
+
 /* The first CLC_DENIED_RECORDED denied launches of each kernel get a LAUNCH record even when
  * their outcome does not ask for one (an audit trail in allow-all captures). */
 #define CLC_DENIED_RECORDED 16

@@ -411,3 +411,17 @@ def test_the_bridges_first_call_types_the_setting_as_declared():
     assert f"_get.restype = ctypes.{shim_calls._CTYPES[result].__name__}" in code
     assert ("_get.argtypes = [" + ", ".join(f"ctypes.{shim_calls._CTYPES[p].__name__}"
                                             for p in params) + "]") in code
+
+
+def test_stage_twos_exports_are_declared_with_the_headers_types(header_text):
+    # GIVEN the functions stage 2 exports to stage 1, typed in the header
+    names = re.findall(r"typedef int \(\*clc_bridge_(\w+)_fn\)", header_text)
+    assert sorted(names) == ["decide", "exit", "launch", "module", "start"]
+    bridge = (HEADER.parent / "bridge.c").read_text()
+    loader = (HEADER.parent / "bridge_loader.c").read_text()
+    for name in names:
+        # THEN stage 2 declares each with its type (its definition must then agree, or it does
+        # not compile), and stage 1 looks each up by that name into a pointer of that type
+        assert f"CLC_STAGE2_EXPORT(clc_bridge_{name}_fn, clc_bridge_{name})" in bridge, name
+        assert f'"clc_bridge_{name}"' in loader, name
+        assert f"clc_bridge_{name}_fn " in loader, name
