@@ -3,7 +3,7 @@
 
     python3 benchmarks/bench_wrap.py [--rounds 3] [--json FILE]
 
-1. Build: for each kernel of the zoo (tests/zoo), splice + link (the wrapper runtime
+1. Build: for each kernel of the zoo (tests/fixtures/zoo), splice + link (the wrapper runtime
    compiled by NVRTC once, then reused) and the full cold build with NVRTC; a warm load: the
    disk cache's read plus cuLibraryLoadData. Targets: cold build per kernel <= 150 ms, warm
    load <= 2 ms.
@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 EXAMPLES = REPO / "examples"
-ZOO = REPO / "tests" / "zoo"
+ZOO = REPO / "tests" / "fixtures" / "zoo"
 
 from benchmarks.bench_launch import device_name, find_nvcc, find_script  # noqa: E402
 from benchmarks.mps import MpsUnavailable, mps_daemon  # noqa: E402

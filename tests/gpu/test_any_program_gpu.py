@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, _build, assert_capture_ok, program_policy, write_policy
+from gpu_runs import EXAMPLES, build_or_fail, assert_capture_ok, program_policy, write_policy
 
 pytestmark = pytest.mark.gpu
 
@@ -44,7 +44,7 @@ def messages(report):
 @pytest.fixture(scope="module")
 def conditional_bin(nvcc, cuda_arch, build_dir):
     exe = build_dir / "conditional_graphs"
-    _build("conditional_graphs", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
+    build_or_fail("conditional_graphs", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
                                    EXAMPLES / "conditional_graphs.cu"]])
     return exe
 
@@ -103,7 +103,7 @@ def test_conditional_bodies_refused_by_deny(conditional_bin, run_clc, tmp_path, 
 @pytest.fixture(scope="module")
 def contexts_bin(nvcc, build_dir):
     exe = build_dir / "contexts"
-    _build("contexts", [[nvcc, "-O2", "-o", exe, EXAMPLES / "contexts.c", "-lcuda"]])
+    build_or_fail("contexts", [[nvcc, "-O2", "-o", exe, EXAMPLES / "contexts.c", "-lcuda"]])
     return exe
 
 
@@ -130,7 +130,7 @@ def test_contexts_the_program_makes_are_confined(contexts_bin, driver_api_bin, r
 @pytest.fixture(scope="module")
 def coop_bin(nvcc, cuda_arch, build_dir):
     exe = build_dir / "coop_grid"
-    _build("coop_grid", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
+    build_or_fail("coop_grid", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
                           EXAMPLES / "coop_grid.cu"]])
     return exe
 
@@ -160,11 +160,12 @@ def test_cooperative_grids(coop_bin, run_clc, tmp_path, tools, how):
 @pytest.fixture(scope="module")
 def short_bins(nvcc, build_dir):
     exe = build_dir / "short_lived"
-    _build("short_lived", [[nvcc, "-O2", "-gencode", "arch=compute_90,code=sm_90", "-rdc=true",
-                            "-o", exe, EXAMPLES / "short_lived.cu", "-lcudadevrt"]])
+    build_or_fail("short_lived", [[nvcc, "-O2", "-gencode", "arch=compute_90,code=sm_90",
+                                   "-rdc=true", "-o", exe, EXAMPLES / "short_lived.cu",
+                                   "-lcudadevrt"]])
     nvrtc = build_dir / "short_nvrtc"
     home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
-    _build("short_nvrtc", [["g++", "-O2", "-o", nvrtc, EXAMPLES / "short_nvrtc.cpp",
+    build_or_fail("short_nvrtc", [["g++", "-O2", "-o", nvrtc, EXAMPLES / "short_nvrtc.cpp",
                             f"-I{home / 'include'}", f"-L{home / 'lib64'}", "-lnvrtc",
                             "-lcuda"]])
     return {"lived": exe, "nvrtc": nvrtc}

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The fake driver checked against the real one. The programs of tests/native, which the CPU
-tests run over the fake libcuda.so.1, run here over the real driver too, natively and under
+"""The fake driver checked against the real one. The programs of tests/fixtures/native, which
+the CPU tests run over the fake libcuda.so.1, run here over the real driver too, natively and under
 clc-run, and what they observe through the CUDA API (each call's CUresult, the names they are
 given, the lines they print) must be what they observe over the fake.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, _run, describe
+from gpu_runs import REPO, run_program, describe
 
 pytestmark = pytest.mark.gpu
 
@@ -76,7 +76,7 @@ def difference(fake, real):
 
 @pytest.fixture(scope="module")
 def native_dir(tmp_path_factory):
-    sys.path.insert(0, str(REPO / "tests" / "native"))
+    sys.path.insert(0, str(REPO / "tests" / "fixtures" / "native"))
     try:
         from build import build_native
     finally:
@@ -111,10 +111,10 @@ def over_real():
 
 def run(argv, env=None, tmp=None, policy=None):
     if policy is None:
-        return _run(argv, env=env)
+        return run_program(argv, env=env)
     clc_run = Path(sys.executable).parent / "clc-run"
-    return _run([clc_run, "--policy", policy, "-o", tmp / "cap.clc", "--force", "--no-report",
-                 "-q", "--", *argv], env=env)
+    return run_program([clc_run, "--policy", policy, "-o", tmp / "cap.clc", "--force",
+                        "--no-report", "-q", "--", *argv], env=env)
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: "-".join(p))

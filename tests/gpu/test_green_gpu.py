@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, _build, program_policy, write_policy
+from gpu_runs import EXAMPLES, build_or_fail, program_policy, write_policy
 
 pytestmark = pytest.mark.gpu
 
@@ -44,9 +44,9 @@ def results(stdout):
 @pytest.fixture(scope="module")
 def smid_bins(nvcc, cuda_arch, build_dir):
     plain, ptsz = build_dir / "green_smid", build_dir / "green_smid_ptsz"
-    _build("green_smid", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", plain,
+    build_or_fail("green_smid", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", plain,
                            EXAMPLES / "green_smid.cu"]])
-    _build("green_smid_ptsz", [[nvcc, "-O2", f"-arch={cuda_arch}", "--default-stream",
+    build_or_fail("green_smid_ptsz", [[nvcc, "-O2", f"-arch={cuda_arch}", "--default-stream",
                                 "per-thread", "-o", ptsz, EXAMPLES / "green_smid.cu"]])
     return {"plain": plain, "ptsz": ptsz}
 
@@ -166,7 +166,7 @@ def test_program_scope_keeps_every_launch_on_the_partition(smid_bins, run_clc, t
 @pytest.fixture(scope="module")
 def threads_bin(nvcc, cuda_arch, build_dir):
     exe = build_dir / "green_threads"
-    _build("green_threads", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
+    build_or_fail("green_threads", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
                               EXAMPLES / "green_threads.cu"]])
     return exe
 

@@ -2,7 +2,7 @@
 """A policy over a program's whole life, on the real driver: launches from a library's
 constructor and destructor and from exit handlers, from a signal handler that interrupts clc's
 own work, an unload racing a load; and captures that keep every record however the process
-leaves (_exit workers, a crash, SIGKILL). The programs are tests/native's prog_life and
+leaves (_exit workers, a crash, SIGKILL). The programs are tests/fixtures/native's prog_life and
 liblife, built against the driver (their kernels are PTX that the driver compiles)."""
 
 import re
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, _build, assert_capture_ok, describe, probe_driver
+from gpu_runs import REPO, build_or_fail, assert_capture_ok, describe, probe_driver
 
-NATIVE = REPO / "tests" / "native"
+NATIVE = REPO / "tests" / "fixtures" / "native"
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +28,9 @@ def life(nvcc, build_dir):
         pytest.skip("no C compiler, or the driver library's path is unknown")
     lib = build_dir / "liblife.so"
     exe = build_dir / "prog_life"
-    _build("liblife.so", [[cc, "-O2", "-shared", "-fPIC", f"-I{include}", "-I", NATIVE, "-o",
+    build_or_fail("liblife.so", [[cc, "-O2", "-shared", "-fPIC", f"-I{include}", "-I", NATIVE, "-o",
                            lib, NATIVE / "lib_life.c", info.libcuda, "-ldl"]])
-    _build("prog_life", [[cc, "-O2", f"-I{include}", "-I", NATIVE, "-o", exe,
+    build_or_fail("prog_life", [[cc, "-O2", f"-I{include}", "-I", NATIVE, "-o", exe,
                           NATIVE / "prog_life.c", f"-L{build_dir}", "-llife", info.libcuda,
                           f"-Wl,-rpath,{build_dir}", "-lpthread", "-ldl"]])
     return exe

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import (assert_all_timed, assert_capture_ok, probe_driver, program_policy,
+from gpu_runs import (assert_all_timed, assert_capture_ok, probe_driver, program_policy,
                       write_policy)
 
 pytestmark = pytest.mark.gpu

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, _build
+from gpu_runs import REPO, build_or_fail
 
 sys.path.insert(0, str(REPO / "tests" / "slurm"))
 from cluster import Cluster, missing  # noqa: E402
@@ -54,7 +54,7 @@ def site(nvcc, cuda_arch):
         (top / d).mkdir()
         os.chmod(top / d, 0o755)
     vecadd = top / "bin" / "vecadd"
-    _build("vecadd", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", vecadd,
+    build_or_fail("vecadd", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", vecadd,
                        REPO / "examples" / "vecadd.cu"]])
     (top / "etc" / "policy.yaml").write_text(POLICY)
     line = (f"required {PLUGIN} policy={top / 'etc' / 'policy.yaml'} python={sys.executable} "

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import _build
+from gpu_runs import build_or_fail
 
 pytestmark = pytest.mark.gpu
 
@@ -19,7 +19,7 @@ SHORT_US, LONG_US, N = 20, 1000, 200
 @pytest.fixture(scope="module")
 def spin_bin(nvcc, cuda_arch, build_dir, tools):
     exe = build_dir / "spin_timed"
-    _build("spin_timed", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
+    build_or_fail("spin_timed", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
                            tools.examples / "spin_timed.cu"]])
     return exe
 

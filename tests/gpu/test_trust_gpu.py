@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import EXAMPLES, _build, build_driver_program, wrap_stats
+from gpu_runs import EXAMPLES, build_or_fail, build_driver_program, wrap_stats
 
 pytestmark = pytest.mark.gpu
 
@@ -31,8 +31,8 @@ def reload_bin(nvcc, cuda_arch, build_dir):
     kernels = EXAMPLES / "reload_kernels.cu"
     ok_ptx = build_dir / "reload_ok.ptx"
     debug_ptx = build_dir / "reload_debug.ptx"
-    _build("reload_ok.ptx", [[nvcc, "-ptx", f"-arch={cuda_arch}", "-o", ok_ptx, kernels]])
-    _build("reload_debug.ptx", [[nvcc, "-ptx", f"-arch={cuda_arch}", "-DRELOAD_DEBUG",
+    build_or_fail("reload_ok.ptx", [[nvcc, "-ptx", f"-arch={cuda_arch}", "-o", ok_ptx, kernels]])
+    build_or_fail("reload_debug.ptx", [[nvcc, "-ptx", f"-arch={cuda_arch}", "-DRELOAD_DEBUG",
                                  "-o", debug_ptx, kernels]])
     return SimpleNamespace(exe=build_driver_program(nvcc, build_dir, "reload"), ok_ptx=ok_ptx,
                            debug_ptx=debug_ptx)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, REPO, _build, describe, report_summary, wrap_stats
+from gpu_runs import EXAMPLES, build_or_fail, describe, report_summary, wrap_stats
+from kernel_zoo import ZOO
 
-ZOO = REPO / "tests" / "zoo"
 ZOO_PROGRAMS = sorted(p.stem for p in ZOO.glob("*.cu"))
 WRAPPERS = {"sm_share": {"share": 0.25}, "block_count": {}, "deadline": {"ms": 10000}}
 # Kernels the splice refuses, with the reason the run must give (on_unwrappable: allow lets
@@ -52,7 +52,7 @@ def zoo_bins(nvcc, cuda_arch, build_dir):
     bins = {}
     for name in ZOO_PROGRAMS:
         exe = build_dir / f"zoo_{name}"
-        _build(name, [[nvcc, "-O2", f"-arch={cuda_arch}", "-I", ZOO, "-o", exe,
+        build_or_fail(name, [[nvcc, "-O2", f"-arch={cuda_arch}", "-I", ZOO, "-o", exe,
                        ZOO / f"{name}.cu"]])
         bins[name] = exe
     return bins
@@ -61,7 +61,7 @@ def zoo_bins(nvcc, cuda_arch, build_dir):
 @pytest.fixture(scope="session")
 def contexts_bin(nvcc, build_dir):
     exe = build_dir / "contexts"
-    _build("contexts", [[nvcc, "-O2", "-o", exe, EXAMPLES / "contexts.c", "-lcuda"]])
+    build_or_fail("contexts", [[nvcc, "-O2", "-o", exe, EXAMPLES / "contexts.c", "-lcuda"]])
     return exe
 
 
@@ -127,7 +127,7 @@ def test_wrapped_kernel_is_set_up_again_after_a_device_reset(nvcc, cuda_arch, bu
     # device_reset launches reset_scale twice, calls cudaDeviceReset(), and launches it twice
     # more in the new primary context (the same CUcontext handle)
     exe = build_dir / "device_reset"
-    _build("device_reset", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
+    build_or_fail("device_reset", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
                              EXAMPLES / "device_reset.cu"]])
     policy = _policy(tmp_path / "r.yaml", wrapper, WRAPPERS[wrapper])
     proc, report = run_clc(policy, [exe], tmp_path, env=cache_env)

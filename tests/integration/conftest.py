@@ -2,26 +2,15 @@
 """Fixtures for the shim tests: the fake driver and programs, built once, and runners."""
 
 import concurrent.futures
-import os
-import pathlib
-import shutil
 import subprocess
 
 import pytest
 
 from clc.runtime.shim import bridge_path, preload_path
 from harness import Run, clc_command, env_for
+from kernel_zoo import FILES, ZOO, cuda_tool
 
-from build import build_native  # tests/native, put on sys.path by harness
-
-ZOO = pathlib.Path(__file__).resolve().parents[1] / "zoo"
-FILES = sorted(p.name for p in ZOO.glob("*.cu"))
-
-
-def cuda_tool(name):
-    path = shutil.which(name) or f"/usr/local/cuda/bin/{name}"
-    return path if os.access(path, os.X_OK) else None
-
+from build import build_native  # tests/fixtures/native, put on sys.path by harness
 
 @pytest.fixture(scope="session")
 def zoo_ptx(tmp_path_factory):
@@ -40,15 +29,6 @@ def zoo_ptx(tmp_path_factory):
     present = [f for f in FILES if (ZOO / f).exists()]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(present) or 1)) as pool:
         return dict(pool.map(build, present))
-
-
-def zoo_ptx_text(zoo_ptx, name):
-    if name not in zoo_ptx:
-        pytest.skip(f"tests/zoo/{name} does not exist (yet)")
-    ptx = zoo_ptx[name]
-    if not isinstance(ptx, str):
-        pytest.fail(f"nvcc -ptx -arch=sm_90 {name} failed:\n{ptx.stderr}")
-    return ptx
 
 
 @pytest.fixture(scope="session")

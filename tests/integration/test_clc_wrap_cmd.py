@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import FILES, ZOO, cuda_tool, zoo_ptx_text
+from kernel_zoo import FILES, ZOO, cuda_tool, zoo_ptx_text
 from clc.cli.main import main
 from clc.wrapping.fatbin import cubin_kernels
 

@@ -32,7 +32,7 @@ def deepbind(native, tmp_path_factory):
     out = tmp_path_factory.mktemp("deepbind")
     lib_dir = out / "lib"
     lib_dir.mkdir()
-    src = ROOT / "tests" / "native"
+    src = ROOT / "tests" / "fixtures" / "native"
     cflags = ["gcc", "-O2", f"-I{CUDA_INCLUDE}", f"-I{src}"]
     driver = [f"-L{native['libcuda'].parent}", "-lcuda", "-ldl"]
     # Bound at load, its GOT read-only once relocated (RELRO); and one bound lazily, at first call.

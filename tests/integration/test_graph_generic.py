@@ -3,9 +3,9 @@
 (cuGraphAddNode in its 12.2 and 12.3 ABIs, cuGraphNodeSetParams, cuGraphExecNodeSetParams):
 the same decision as a launch, taken when the node is made or changed; other node types pass.
 
-prog_graph_generic (tests/native) makes, in one graph, a vecAdd node (A, through the 12.3 ABI),
-a debug_kernel node (B, 12.2 ABI) and a memset node; sets A to debug_kernel then scale, and
-in the executable graph to debug_kernel then vecAdd; launches the graph once."""
+prog_graph_generic (tests/fixtures/native) makes, in one graph, a vecAdd node (A, through the
+12.3 ABI), a debug_kernel node (B, 12.2 ABI) and a memset node; sets A to debug_kernel then
+scale, and in the executable graph to debug_kernel then vecAdd; launches the graph once."""
 
 import collections
 import re

@@ -4,7 +4,7 @@ green context's stream of the right SMs, in the program's stream order, on every
 and entry point, through stream capture, stream reuse, context destruction and a reset; what
 cannot be confined gets its rule's on_unwrappable.
 
-The fake driver (tests/native/fake_cuda.c, "green contexts") splits 132 SMs in steps of 8,
+The fake driver (tests/fixtures/native/fake_cuda.c, "green contexts") splits 132 SMs in steps of 8,
 records on which SMs each launch ran, and counts every break of stream order: a green launch
 not ordered after the program's stream, or program work queued before it waited for the
 launch."""

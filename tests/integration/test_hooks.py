@@ -4,7 +4,7 @@ over the fake driver: every answer a hook can give, the arguments it reads (kern
 extra), how often it is asked, its failures, its place among the policy's rules, and the
 examples of examples/hooks.
 
-Most tests run prog_params (tests/native/prog_params.c), which prints an `arg` line before
+Most tests run prog_params (tests/fixtures/native/prog_params.c), which prints an `arg` line before
 every launch saying what it passed; the hooks write what they read into a file named by
 $CLC_TEST_OUT, and the tests compare the two.
 """

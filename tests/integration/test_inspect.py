@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from clc.cli.main import build_parser
-from conftest import zoo_ptx_text
+from kernel_zoo import zoo_ptx_text
 
 SOURCE = r"""
 template <typename T> __global__ void scale(T *x, T a, int n) {

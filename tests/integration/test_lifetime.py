@@ -166,7 +166,7 @@ def own_drivers(native, tmp_path_factory):
     """A copy of the driver without its SONAME, and a library with a cuLaunchKernel and
     nothing else of a driver's, in a folder the loader does not search."""
     out = tmp_path_factory.mktemp("drivers")
-    src = os.path.join(os.path.dirname(__file__), "..", "native", "fake_cuda.c")
+    src = os.path.join(os.path.dirname(__file__), "..", "fixtures", "native", "fake_cuda.c")
     subprocess.run(["gcc", "-shared", "-fPIC", "-std=gnu11", "-O1", f"-I{CUDA_INCLUDE}", "-o",
                     out / "libgpu.so", src, "-ldl", "-lpthread"], check=True)
     (out / "stub.c").write_text("int cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c,"

@@ -3,7 +3,7 @@
 latency-critical process is busy on the same GPU, down to the floor, and the board they meet on
 trusts only what the policy allows.
 
-Each test drives two copies of tests/native/prog_priority under clc-run, one per class (the
+Each test drives two copies of tests/fixtures/native/prog_priority under clc-run, one per class (the
 tenant decides the class), line by line: the time a command's "done" line comes back is when
 its launches returned. The fake GPU runs work at once; busy and idle are what the
 latency-critical process's launches and synchronizations say, as on a real GPU.

@@ -1,14 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""clc.wrapping.ptx on the kernel zoo (tests/zoo): nvcc's PTX of each program is parsed,
+"""clc.wrapping.ptx on the kernel zoo (tests/fixtures/zoo): nvcc's PTX of each program is parsed,
 printed back (ptxas must still take it), and each kernel gets the loop verdict that
-tests/zoo/README.md promises. No GPU needed; skipped without nvcc."""
+tests/fixtures/zoo/README.md promises. No GPU needed; skipped without nvcc."""
 
 import os
 import subprocess
 
 import pytest
 
-from conftest import FILES, cuda_tool, zoo_ptx_text
+from kernel_zoo import FILES, cuda_tool, zoo_ptx_text
 from clc.wrapping.ptx import (barriers, calls, cluster_directives, ctaid_reads, envreg_reads,
                      loop_verdict, nctaid_reads, parse, remap_verdict)
 

@@ -9,10 +9,8 @@ import struct
 import subprocess
 import sys
 import termios
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from capture_writer import big_capture  # noqa: E402
+from capture_writer import big_capture
 
 
 def run_on_a_terminal(argv):

@@ -50,7 +50,7 @@ def prog_lookup(native, tmp_path_factory):
         pytest.skip(f"no cuda.h under {CUDA_INCLUDE}")
     out = tmp_path_factory.mktemp("lookup")
     lib_dir = native["libcuda"].parent
-    src = ROOT / "tests" / "native"
+    src = ROOT / "tests" / "fixtures" / "native"
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o",
                     out / "liblookup.so", src / "lib_lookup.c", f"-L{lib_dir}", "-lcuda", "-ldl"],
                    check=True)
@@ -86,7 +86,7 @@ def test_an_interposer_loaded_after_clc_gets_its_own_next(native, clc_run, tmp_p
     # launch on to what dlsym(RTLD_NEXT) gives it
     lib = tmp_path / "libinterpose.so"
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o", lib,
-                    ROOT / "tests" / "native" / "lib_interpose.c", "-ldl"], check=True)
+                    ROOT / "tests" / "fixtures" / "native" / "lib_interpose.c", "-ldl"], check=True)
     # WHEN a program linked with -lcuda runs under a policy that denies debug kernels
     alone = clc_run(DENY_DEBUG, [native["prog_linked"]])
     run = clc_run(DENY_DEBUG, [native["prog_linked"]], env={"LD_PRELOAD": str(lib)})
@@ -107,7 +107,7 @@ def prog_escape(native, tmp_path_factory):
         pytest.skip(f"no cuda.h under {CUDA_INCLUDE}")
     out = tmp_path_factory.mktemp("escape")
     lib_dir = native["libcuda"].parent
-    src = ROOT / "tests" / "native"
+    src = ROOT / "tests" / "fixtures" / "native"
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o",
                     out / "libescape.so", src / "lib_escape.c", f"-L{lib_dir}",
                     "-Wl,--no-as-needed", "-lcuda", "-ldl"],

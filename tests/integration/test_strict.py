@@ -134,7 +134,7 @@ if __name__ == "__main__":
 def test_workers_that_leave_with_exit_pass_strict(native, clc_run, tmp_path):
     # GIVEN a Python program whose multiprocessing workers launch, then leave with os._exit
     script = tmp_path / "workers.py"
-    script.write_text(PYWORKERS.format(native=str(ROOT / "tests" / "native")))
+    script.write_text(PYWORKERS.format(native=str(ROOT / "tests" / "fixtures" / "native")))
     run = clc_run(AUDIT, [sys.executable, script], options=["--strict"])
     # THEN every worker's capture is complete and counts its launches, and --strict passes
     assert "workers 40" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]

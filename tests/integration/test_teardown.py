@@ -14,7 +14,7 @@ from harness import TIME_ALL, Run, executed, nonzero
 
 LAZY = {"FAKE_CUDA_LAZY_EVENTS": "1"}
 LAUNCHES = 10
-FAKE_NS_PER_LAUNCH = 5000  # tests/native/fake_cuda.c: the fake GPU clock's step per launch
+FAKE_NS_PER_LAUNCH = 5000  # tests/fixtures/native/fake_cuda.c: the fake GPU clock's step per launch
 LOST = "GPU time was lost"
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Timed launches (`time: true`) timed from CUPTI's kernel records: over the fake driver and the
-fake CUPTI of tests/native/fake_cupti.c, which gives each launch a kernel record of
+fake CUPTI of tests/fixtures/native/fake_cupti.c, which gives each launch a kernel record of
 1000 + grid x + block x ns, and calls its subscriber back inside each launch. What is checked
 here is clc's side: each record joined to its own launch, whatever the thread, the source said,
 CUPTI given up to a program that comes for it, the fallback to events; tests/gpu checks the

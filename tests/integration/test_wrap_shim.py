@@ -3,8 +3,8 @@
 into a cubin inside the traced program, loaded into the fake driver, and launched by the shim
 in place of the originals, with the clc_launch_arg appended and, for sm_share, a capped grid.
 
-The tests run prog_wrap (tests/native/prog_wrap.c), which prints after every launch what the
-fake driver really received (`seen` lines): the function (the program's, or one from a
+The tests run prog_wrap (tests/fixtures/native/prog_wrap.c), which prints after every launch
+what the fake driver really received (`seen` lines): the function (the program's, or one from a
 cubin), the grid, the program's own arguments and the 32-byte argument a wrapped launch
 carries. The fake's occupancy rule (blocks per SM = min(32, 2048 / block threads,
 232448 / shared memory), 132 SMs) lets a test compute the grid sm_share must launch.
@@ -31,7 +31,7 @@ LAUNCHES = {"vec_add": 8, "scale": 2, "bump_counter": 2}
 SLOT_BYTES = 32
 RING = N_SLOTS * SLOT_BYTES   # a context's slot ring; its graph slots follow it
 
-# The fake GPU (tests/native/fake_cuda.c): an H100-like part.
+# The fake GPU (tests/fixtures/native/fake_cuda.c): an H100-like part.
 SMS, SM_THREADS, SM_BLOCKS, SM_SHARED = 132, 2048, 32, 232448
 
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Every kernel of the zoo (tests/zoo), spliced with every built-in wrapper and linked
+"""Every kernel of the zoo (tests/fixtures/zoo), spliced with every built-in wrapper and linked
 by nvJitLink for sm_90, or refused with the reason the design expects; the user policies of
 examples/wrappers built the same way. No GPU needed: NVRTC and nvJitLink run on the CPU
 (cuda-bindings and the nvidia-cuda-nvrtc / nvidia-nvjitlink wheels)."""
@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from conftest import zoo_ptx_text
+from kernel_zoo import zoo_ptx_text
 from clc.wrapping.fatbin import cubin_kernels
 from clc.wrapping.ptx import parse
 from clc.wrapping.splice import ARG_SIZE, Unwrappable, splice

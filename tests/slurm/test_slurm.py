@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every task of every job step under clc, through the SPANK plugin, on a real Slurm cluster
 (munged, slurmctld and two slurmd, nodes n1 and n2, started here on localhost) over the fake
-driver of tests/native.
+driver of tests/fixtures/native.
 
-The programs are tests/native's: prog_cudart launches vecAdd 5 times, scale twice and
+The programs are tests/fixtures/native's: prog_cudart launches vecAdd 5 times, scale twice and
 debug_kernel once (the fake driver prints its own counts at exit: `fake: NAME launches=N`);
 prog_linked, linked with an rpath to the fake, launches debug_kernel twice.
 """
@@ -22,8 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tests" / "native"))
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "native"))
 
 from build import build_native  # noqa: E402
 from cluster import Cluster, ensure_user, missing  # noqa: E402

@@ -159,7 +159,6 @@ def test_the_priority_policy_classes_the_two_programs(tmp_path):
 
 
 def test_holds_are_read_from_the_training_capture(tmp_path):
-    sys.path.insert(0, str(REPO / "tests" / "unit"))
     from capture_writer import CaptureWriter
     from clc import abi
     w = CaptureWriter(pid=9)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The capture reader, on files built by tests/unit/capture_writer.py."""
+"""The capture reader, on files built by tests/helpers/capture_writer.py."""
 
 import errno
 import os

@@ -6,13 +6,11 @@ import os
 import pwd
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from capture_writer import CaptureWriter  # noqa: E402
+from capture_writer import CaptureWriter
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 

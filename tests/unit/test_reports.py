@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Reports over captures built by tests/unit/capture_writer.py."""
+"""Reports over captures built by tests/helpers/capture_writer.py."""
 
 import errno
 import io

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Helpers for running the shim in small C programs over the fake libcuda of tests/native.
+"""Helpers for running the shim in small C programs over the fake libcuda of tests/fixtures/native.
 
 The fake driver only stands in for the GPU in CI, to exercise the shim's logic; everything
 that touches a real driver is proven by tests/gpu on a GPU machine.
@@ -18,7 +18,7 @@ from clc.cli.run import capture_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
-sys.path.insert(0, str(ROOT / "tests" / "native"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "native"))
 
 
 
