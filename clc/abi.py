@@ -5,12 +5,14 @@ The C side is shim/clc_abi.h; tests/unit/test_abi.py parses it and checks that e
 size here matches. Change both together.
 """
 
+import dataclasses
 import re
 import struct
 
 __all__ = [
     "SETTINGS_NAME", "SETTINGS_VAR", "SETTING_KEYS", "SETTINGS", "Fields", "KERNEL_QUERY_FIELDS",
-    "REC_LAUNCH_FIELDS", "KERNEL_COUNTERS", "KERNEL_COUNTS_FIELDS", "REC_KERNEL_STATS_FIELDS",
+    "REC_LAUNCH_FIELDS", "KERNEL_COUNTERS", "Counters", "KERNEL_COUNTS_FIELDS",
+    "REC_KERNEL_STATS_FIELDS",
     "ACTION_ALLOW", "ACTION_DENY", "ACTION_REPLACE", "ACTION_CONFINE", "ACTION_NAMES",
     "CONFINE_KIND_SHIFT", "CONFINE_DENY", "CONFINE_LAST", "confine_word",
     "FLAG_RECORD", "FLAG_TIME",
@@ -190,6 +192,12 @@ _RANGES = struct.Struct("<6Q")
 OUTCOME = struct.Struct("<IIiiQ")  # clc_outcome: action, flags, error, rule, replacement
 # CLC_KERNEL_COUNTERS: a kernel's counters, in the order both layouts that hold them keep them
 KERNEL_COUNTERS = ("launches", "denied", "failed", "recorded", "timed", "graph_nodes", "gpu_ns")
+# The counters as a dataclass's fields, each an int from 0: what Python's kernel rows (the
+# reader's KERNEL_STATS, the report's rows) take them from.
+Counters = dataclasses.make_dataclass(
+    "Counters", [(name, int, 0) for name in KERNEL_COUNTERS], slots=True)
+Counters.__module__ = __name__
+Counters.__doc__ = "A kernel's counters (KERNEL_COUNTERS), each from 0."
 KERNEL_COUNTS = struct.Struct("<IiQQ" + "Q" * len(KERNEL_COUNTERS) + "I4x")  # clc_kernel_counts
 KERNEL_COUNTS_FIELDS = Fields(
     KERNEL_COUNTS, ("kernel_id", "device", "handle", "ctx", *KERNEL_COUNTERS, "confined_sms"))

@@ -143,18 +143,14 @@ class WrapStats:
     share_sms: int  # sm_share: the SMs of its share; 0: none
 
 
-@dataclass(slots=True)
-class KernelStatsRecord:
+@dataclass(slots=True, kw_only=True)
+class KernelStatsRecord(abi.Counters):
+    """A kernel's counts (abi.KERNEL_COUNTERS) in a capture: its last KERNEL_STATS record, or
+    what its other records say when it has none."""
+
     kernel_id: int
     # the SMs of the green context its launches ran on (sm_share by a green context); 0: none
-    confined_sms: int
-    launches: int
-    denied: int
-    recorded: int
-    timed: int
-    graph_nodes: int
-    gpu_ns: int
-    failed: int
+    confined_sms: int = 0
     # True when the shim never wrote this kernel's KERNEL_STATS (it died before exit, or the
     # file refused the record) and the counts were derived from the records that exist:
     # launches it did not record are missing.
@@ -574,7 +570,7 @@ def _derive(cap, launch_counts, timing_sums, rule_stats):
             return None
         st = derived.get(kid)
         if st is None:
-            st = derived[kid] = KernelStatsRecord(kid, 0, 0, 0, 0, 0, 0, 0, 0, partial=True)
+            st = derived[kid] = KernelStatsRecord(kernel_id=kid, partial=True)
         return st
 
     for kid in cap.kernels:

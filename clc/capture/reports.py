@@ -37,18 +37,13 @@ GPU_TID_BASE = 0x40000000
 WRITE_BUFFER = 1 << 20
 
 
-@dataclass
-class _Row:
+@dataclass(kw_only=True)
+class _Row(abi.Counters):
+    """A kernel's row: its counters (abi.Counters) summed over the captures, and the rest."""
+
     name: str
     mangled: str
     devices: set = field(default_factory=set)
-    launches: int = 0
-    denied: int = 0
-    recorded: int = 0
-    timed: int = 0
-    graph_nodes: int = 0
-    gpu_ns: int = 0
-    failed: int = 0
     confined_sms: set = field(default_factory=set)  # green contexts' SM counts it ran on
     rules: set = field(default_factory=set)
     partial: bool = False
@@ -121,18 +116,13 @@ def _kernel_rows(captures, times=False):
             keys[kid] = key
             row = rows.get(key)
             if row is None:
-                row = rows[key] = _Row(k.name, k.mangled, key=key)
+                row = rows[key] = _Row(name=k.name, mangled=k.mangled, key=key)
             if k.device >= 0:
                 row.devices.add(k.device)
         for kid, st in cap.stats.items():
             row = rows[keys[kid]]
-            row.launches += st.launches
-            row.denied += st.denied
-            row.recorded += st.recorded
-            row.timed += st.timed
-            row.graph_nodes += st.graph_nodes
-            row.gpu_ns += st.gpu_ns
-            row.failed += st.failed
+            for counter in abi.KERNEL_COUNTERS:
+                setattr(row, counter, getattr(row, counter) + getattr(st, counter))
             if st.confined_sms:
                 row.confined_sms.add(st.confined_sms)
             row.partial |= st.partial

@@ -5,6 +5,7 @@ hook took (docs/hooks.md). Standard library only: it runs in the traced program'
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 from dataclasses import dataclass
 
 from clc import abi
@@ -14,19 +15,13 @@ __all__ = ["KernelStats", "HookStats", "ExitStats"]
 
 # ---- the end of the program ---------------------------------------------------------------------
 
-@dataclass
-class KernelStats:
-    """One kernel's counts over the whole run (all contexts and devices)."""
-
-    name: str
-    launches: int = 0
-    denied: int = 0
-    failed: int = 0
-    recorded: int = 0
-    timed: int = 0
-    graph_nodes: int = 0
-    gpu_ns: int = 0
-
+# One kernel's counts over the whole run (all contexts and devices): its name, then its counters
+# (abi.KERNEL_COUNTERS: launches, denied, failed, recorded, timed, graph_nodes, gpu_ns), each an
+# int from 0.
+KernelStats = dataclasses.make_dataclass(
+    "KernelStats", [("name", str), *((name, int, 0) for name in abi.KERNEL_COUNTERS)])
+KernelStats.__module__ = __name__
+KernelStats.__doc__ = "One kernel's counts over the whole run (all contexts and devices)."
 
 _KERNEL_COUNTS = abi.KERNEL_COUNTERS  # KernelStats's fields but the name
 
