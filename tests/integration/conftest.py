@@ -8,6 +8,7 @@ import pytest
 
 from clc.runtime.shim import bridge_path, preload_path
 from harness import Run, clc_command, env_for
+from hook_runs import COUNT
 from kernel_zoo import FILES, ZOO, cuda_tool
 
 from build import build_native  # tests/fixtures/native, put on sys.path by harness
@@ -66,3 +67,14 @@ def run_native(native):
     return run
 
 
+@pytest.fixture
+def run_params(clc_run, native, tmp_path):
+    """prog_params COUNT under clc-run with the policy text and hook files given; the hooks'
+    log is tmp_path/hooks.log ($CLC_TEST_OUT)."""
+
+    def run(policy, hooks=(), env=None, count=COUNT, options=()):
+        opts = [o for h in hooks for o in ("--hooks", str(h))] + list(options)
+        return clc_run(policy, [native["prog_params"], str(count)], options=opts,
+                       env={"CLC_TEST_OUT": str(tmp_path / "hooks.log"), **(env or {})})
+
+    return run
