@@ -408,8 +408,8 @@ __attribute__((noinline)) static CUresult launch_confined(gate *g, void *real, l
     return res;
 }
 
-/* A launch the gate did not let through as a plain allow: denied, wrapped, confined, or let
- * through with a record or a GPU time to take. */
+/* A launch the gate did not let through as it was made: denied, wrapped or confined (any other
+ * is made as `call` makes it). */
 __attribute__((noinline)) static CUresult launch_gated(gate *g, void *real, launch_call call,
                                                        CUfunction f) {
     switch (g->outcome->action) {
@@ -420,23 +420,23 @@ __attribute__((noinline)) static CUresult launch_gated(gate *g, void *real, laun
     }
 }
 
-/* The launch entry points: each builds its clc_launch (`launch`), and its fast path (a plain
- * allow) calls the driver with the program's own arguments (`original`); everything else goes
- * through launch_gated with the entry point's `call`. `precheck` runs first (a NULL
- * cuLaunchKernelEx configuration goes to the driver as it is). */
 /* The launch entry points. The fast path (gate_enter's plain allow) calls the driver with the
  * program's own arguments (`original`); any other launch goes out of line to name_gated, which
- * builds the launch's clc_launch (`launch`) for the rest of the gate: what is not a plain allow
- * after all goes through launch_gated with the entry point's `call`. `precheck` runs first (a
- * NULL cuLaunchKernelEx configuration goes to the driver as it is). */
+ * builds the launch's clc_launch (`launch`) for the rest of the gate. A launch let through as
+ * it was made (recorded, timed, or a plain allow after all) is made with `original` too; the
+ * rest (denied, wrapped, confined) goes through launch_gated with the entry point's `call`.
+ * `precheck` runs first (a NULL cuLaunchKernelEx configuration goes to the driver as it is). */
 #define CLC_UNPAREN(...) __VA_ARGS__
 #define CLC_LAUNCH_HOOK(name, entry, params_, precheck, launch, call, original)                 \
     __attribute__((noinline)) static CUresult name##_gated(gate *g, pfn_##name real,             \
                                                            CUcontext ctx, CLC_UNPAREN params_) { \
         const clc_launch l = launch(entry);                                                      \
-        if (!(unlikely(t_in_clc) ? clc_gate_reentrant(g, f, NULL, &l)                            \
-                                 : clc_gate_decide(g, f, ctx, &l)))                              \
-            return count_failure(g, real original);                                              \
+        int gated = unlikely(t_in_clc) ? clc_gate_reentrant(g, f, NULL, &l)                      \
+                    : g->outcome       ? clc_gate_setup(g, g->outcome, &l, 0)                    \
+                                       : clc_gate_decide(g, f, ctx, &l);                         \
+        if (!gated) return count_failure(g, real original);                                      \
+        if (g->outcome->action == CLC_ACTION_ALLOW) /* recorded or timed: as the program made it */ \
+            return clc_gate_exit(g, real original);                                              \
         return clc_gate_exit(g, launch_gated(g, (void *)real, call, f));                         \
     }                                                                                            \
     CLC_EXPORT CUresult name params_ {                                                           \
