@@ -10,7 +10,9 @@ import re
 import struct
 
 __all__ = [
-    "SETTINGS_NAME", "SETTINGS_VAR", "SETTING_KEYS", "SETTINGS", "Fields", "KERNEL_QUERY_FIELDS",
+    "SETTINGS_NAME", "SETTINGS_VAR", "SETTING_KEYS", "SETTINGS", "STATUS_START", "STATUS_EXEC",
+    "STATUS_EXEC_FAILED", "STATUS_SPAWN", "STATUS_CAPTURE", "STATUS_CAPTURE_FAILED", "Fields",
+    "KERNEL_QUERY_FIELDS",
     "REC_LAUNCH_FIELDS", "KERNEL_COUNTERS", "Counters", "KERNEL_COUNTS_FIELDS",
     "REC_KERNEL_STATS_FIELDS",
     "ACTION_ALLOW", "ACTION_DENY", "ACTION_REPLACE", "ACTION_CONFINE", "ACTION_NAMES",
@@ -124,6 +126,14 @@ SETTING_KEYS = (
     b"CLC_TENANT CLC_TIMING CLC_VERBOSE"
 )
 SETTINGS = frozenset(SETTING_KEYS.decode().split())
+
+# The status socket's words (clc_abi.h's CLC_STATUS_*): what each process tells clc-run.
+STATUS_START = b"start"
+STATUS_EXEC = b"exec"
+STATUS_EXEC_FAILED = b"exec-failed"
+STATUS_SPAWN = b"spawn"
+STATUS_CAPTURE = b"capture"
+STATUS_CAPTURE_FAILED = b"capture-failed"
 
 
 class Fields:

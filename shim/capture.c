@@ -480,7 +480,7 @@ static void open_capture(void) {
                                "a folder others can write"
                 : e == EEXIST && g_cfg.force ? "it exists and is not this user's regular file"
                                              : strerror(e));
-        clc_announce("capture-failed", path);
+        clc_announce(CLC_STATUS_CAPTURE_FAILED, path);
         return;
     }
     memcpy(g_path, path, sizeof path);
@@ -503,7 +503,7 @@ static void open_capture(void) {
     atomic_store(&g_claimed, sizeof h);
     keep(fd);
     append(g_fd, (const char *)&h, sizeof h);
-    clc_announce("capture", path);
+    clc_announce(CLC_STATUS_CAPTURE, path);
     atomic_store(&g_state, 1);
     write_preamble();
     check_tsc();

@@ -495,6 +495,15 @@ typedef struct clc_rec_hold {
 #define CLC_HOLD_SHARED 32  /* not a wait: a busy period whose launches ran on the held share
                                (held_share), from its first launch to the first found idle */
 
+/* ---- the status socket: what each process tells clc-run (CLC_STATUS) ------------------------ */
+/* One datagram per message: a word below, a space, then the text (clc/runtime/status.py). */
+#define CLC_STATUS_START "start"                   /* the shim started: the process's name */
+#define CLC_STATUS_EXEC "exec"                     /* it is about to execute: the path */
+#define CLC_STATUS_EXEC_FAILED "exec-failed"       /* the execution failed: why */
+#define CLC_STATUS_SPAWN "spawn"                   /* it spawned a child: "PID PATH" */
+#define CLC_STATUS_CAPTURE "capture"               /* it opened its capture: the path */
+#define CLC_STATUS_CAPTURE_FAILED "capture-failed" /* it could not: the path */
+
 /* ---- stage 1's exports, called by the engine in the program's Python --------------------- */
 /* Python calls them through ctypes with the types clc.abi.SHIM_EXPORTS gives, held to these
  * prototypes by tests/unit/test_abi.py. */

@@ -158,7 +158,7 @@ static void announce_start(void) {
         close(c);
         comm[strcspn(comm, "\n")] = '\0';
     }
-    clc_announce("start", comm);
+    clc_announce(CLC_STATUS_START, comm);
 }
 
 int clc_settings_load(void) {
@@ -283,13 +283,13 @@ static size_t preload_length(char *const *envp) {
 
 /* The process is about to become `path`: said to clc-run, which then expects the new image's
  * shim to start (and hears of a failed exec). */
-static void announce_exec(const char *path) { clc_announce("exec", path); }
+static void announce_exec(const char *path) { clc_announce(CLC_STATUS_EXEC, path); }
 
 static int exec_failed(int r) {
     char e[16];
     int saved = errno;
     snprintf(e, sizeof e, "%d", saved);
-    clc_announce("exec-failed", e);
+    clc_announce(CLC_STATUS_EXEC_FAILED, e);
     errno = saved;
     return r;
 }
@@ -299,7 +299,7 @@ static int spawned(int r, const pid_t *pid, const char *path) {
     if (r == 0 && pid) {
         char text[4200];
         snprintf(text, sizeof text, "%d %s", (int)*pid, path);
-        clc_announce("spawn", text);
+        clc_announce(CLC_STATUS_SPAWN, text);
     }
     return r;
 }

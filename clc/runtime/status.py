@@ -20,6 +20,8 @@ import struct
 import tempfile
 import threading
 
+from clc import abi
+
 __all__ = ["StatusListener", "RunStatus", "Unseen"]
 
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -144,27 +146,32 @@ class StatusListener:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+_START, _EXEC, _EXEC_FAILED, _SPAWN, _CAPTURE, _CAPTURE_FAILED = (word.decode() for word in (
+    abi.STATUS_START, abi.STATUS_EXEC, abi.STATUS_EXEC_FAILED, abi.STATUS_SPAWN,
+    abi.STATUS_CAPTURE, abi.STATUS_CAPTURE_FAILED))
+
+
 def _status_of(events):
     status = RunStatus()
     pending = {}  # pid -> the path it executed, until its new image starts or the exec fails
     spawned = {}  # pid of a spawned child -> its path
     for pid, word, text in events:
-        if word == "start":
+        if word == _START:
             status.started[pid] = text
             pending.pop(pid, None)
-        elif word == "exec":
+        elif word == _EXEC:
             pending[pid] = text
-        elif word == "exec-failed":
+        elif word == _EXEC_FAILED:
             pending.pop(pid, None)
-        elif word == "spawn":
+        elif word == _SPAWN:
             child, _, path = text.partition(" ")
             if child.isdigit():
                 spawned[int(child)] = path
-        elif word == "capture":
+        elif word == _CAPTURE:
             status.captures[text] = pid
-        elif word == "capture-failed":
+        elif word == _CAPTURE_FAILED:
             status.failed_captures[text] = pid
-    status.unseen = [Unseen(pid, path, "exec") for pid, path in sorted(pending.items())]
-    status.unseen += [Unseen(pid, path, "spawn") for pid, path in sorted(spawned.items())
+    status.unseen = [Unseen(pid, path, _EXEC) for pid, path in sorted(pending.items())]
+    status.unseen += [Unseen(pid, path, _SPAWN) for pid, path in sorted(spawned.items())
                       if pid not in status.started]
     return status

@@ -425,3 +425,18 @@ def test_stage_twos_exports_are_declared_with_the_headers_types(header_text):
         assert f"CLC_STAGE2_EXPORT(clc_bridge_{name}_fn, clc_bridge_{name})" in bridge, name
         assert f'"clc_bridge_{name}"' in loader, name
         assert f"clc_bridge_{name}_fn " in loader, name
+
+
+def test_the_status_words_are_the_headers(defines):
+    # GIVEN the words a process tells clc-run over the status socket, in the header
+    words = {name: value for name, value in defines.items() if name.startswith("CLC_STATUS_")}
+    assert words
+    # THEN the shim sends only those (never a word spelled in place)
+    sent = set()
+    for src in HEADER.parent.glob("*.c"):
+        sent |= set(re.findall(r"clc_announce\((\w+|\"[^\"]*\")", src.read_text()))
+    assert sent - {"const"} == set(words), sent  # less the definition's parameter
+    # AND clc-run's listener reads each of them
+    status = (HEADER.parents[1] / "clc" / "runtime" / "status.py").read_text()
+    for name in words:
+        assert f"abi.{name[len('CLC_'):]}" in status, name
