@@ -18,6 +18,7 @@ typedef struct {
     int record; /* write a LAUNCH record: the outcome asks, or one of a kernel's first denies */
     int reentrant; /* made while this thread was inside clc (a signal handler's): no locks */
     int refused; /* refused by its rule's on_unwrappable: counted and recorded as denied */
+    int unplaced; /* gate_enter found no driver placed (read only when it found no outcome) */
     clc_outcome scratch; /* the engine's answer for this launch (modes other than cached) */
 } gate;
 
@@ -63,12 +64,16 @@ static inline __attribute__((always_inline)) int gate_enter(gate *g, CUfunction 
     g->outcome = NULL;
     if (unlikely(!clc_hook_ready())) {
         g->entry = NULL;
+        g->unplaced = 1;
         return 1;
     }
     if (!*ctx) *ctx = current_ctx();
     clc_entry *e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)*ctx);
     g->entry = e;
-    if (unlikely(!e || e->shaped)) return 1;
+    if (unlikely(!e || e->shaped)) {
+        g->unplaced = 0;
+        return 1;
+    }
     count_launch(e, entry_point);
     const clc_outcome *o = &e->fallback;
     /* A process of a priority class takes the out-of-line path (clc_gate_setup) */

@@ -82,13 +82,8 @@ __attribute__((noinline)) int clc_gate_unplaced(gate *g, const clc_launch *l) {
 __attribute__((noinline)) int clc_gate_decide(gate *g, CUfunction f, CUcontext ctx,
                                               const clc_launch *l) {
     if (g->outcome) return clc_gate_setup(g, g->outcome, l, 0); /* counted by gate_enter */
-    clc_entry *e = g->entry;
-    if (!e) {
-        /* Not found, or no driver placed when gate_enter looked (it may be now). */
-        if (!clc_hook_ready()) return clc_gate_unplaced(g, l);
-        if (!ctx) ctx = current_ctx();
-        e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
-    }
+    if (g->unplaced) return clc_gate_unplaced(g, l);
+    clc_entry *e = g->entry; /* NULL: not in the cache when gate_enter looked */
     int first = 0;
     if (!e) {
         e = clc_first_sight(g, (uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx, l);
@@ -432,7 +427,6 @@ __attribute__((noinline)) static CUresult launch_gated(gate *g, void *real, laun
                                                            CUcontext ctx, CLC_UNPAREN params_) { \
         const clc_launch l = launch(entry);                                                      \
         int gated = unlikely(t_in_clc) ? clc_gate_reentrant(g, f, NULL, &l)                      \
-                    : g->outcome       ? clc_gate_setup(g, g->outcome, &l, 0)                    \
                                        : clc_gate_decide(g, f, ctx, &l);                         \
         if (!gated) return count_failure(g, real original);                                      \
         if (g->outcome->action == CLC_ACTION_ALLOW) /* recorded or timed: as the program made it */ \
