@@ -106,6 +106,21 @@ def find_nvcc():
     return None
 
 
+def build_inproc(nvcc, out):
+    """examples/bench_inproc.c and its helper library, built into out; returns the program."""
+    exe = Path(out) / "bench_inproc"
+    build = subprocess.run([nvcc, "-O2", "-shared", "-Xcompiler", "-fPIC", "-o",
+                            str(Path(out) / "libbench_real.so"), str(EXAMPLES / "bench_real.c"),
+                            "-ldl"], capture_output=True, text=True)
+    if build.returncode == 0:
+        build = subprocess.run([nvcc, "-O2", "-o", str(exe), str(EXAMPLES / "bench_inproc.c"),
+                                f"-L{out}", "-lbench_real", "-lcuda", "-ldl", "-Xlinker",
+                                f"-rpath={out}"], capture_output=True, text=True)
+    if build.returncode != 0:
+        sys.exit(f"bench_launch: building bench_inproc failed\n{build.stdout}{build.stderr}")
+    return exe
+
+
 def device_name():
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
@@ -219,17 +234,7 @@ def main():
             return [clc_run, "--policy", policies[config], *OPTIONS.get(config, []), "-o",
                     tmp / f"{config}.clc", "--force", "--no-report", "--", *program]
 
-        inproc_exe = tmp / "bench_inproc"
-        build = subprocess.run([nvcc, "-O2", "-shared", "-Xcompiler", "-fPIC", "-o",
-                                str(tmp / "libbench_real.so"), str(EXAMPLES / "bench_real.c"),
-                                "-ldl"], capture_output=True, text=True)
-        if build.returncode == 0:
-            build = subprocess.run([nvcc, "-O2", "-o", str(inproc_exe),
-                                    str(EXAMPLES / "bench_inproc.c"), f"-L{tmp}", "-lbench_real",
-                                    "-lcuda", "-ldl", "-Xlinker", f"-rpath={tmp}"],
-                                   capture_output=True, text=True)
-        if build.returncode != 0:
-            sys.exit(f"bench_launch: building bench_inproc failed\n{build.stdout}{build.stderr}")
+        inproc_exe = build_inproc(nvcc, tmp)
 
         device = device_name()
         print(f"device: {device}")

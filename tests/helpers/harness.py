@@ -21,6 +21,18 @@ CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "inc
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "native"))
 
 
+def gcc(out, source, name, *flags, shared=False):
+    """source compiled against CUDA's cuda.h into out/name (a shared library if shared);
+    skips the test where cuda.h is missing."""
+    if not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")):
+        import pytest
+
+        pytest.skip(f"no cuda.h under {CUDA_INCLUDE}")
+    target = pathlib.Path(out) / name
+    subprocess.run(["gcc", "-O2", *(["-shared", "-fPIC"] if shared else []), f"-I{CUDA_INCLUDE}",
+                    "-o", target, source, *flags], check=True)
+    return target
+
 
 def clc_command():
     script = pathlib.Path(sys.executable).parent / "clc-run"

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from clc.runtime.shim import bridge_path, preload_path
-from harness import Run, clc_command, env_for
+from harness import ROOT, Run, clc_command, env_for, gcc
 from hook_runs import COUNT
 from kernel_zoo import FILES, ZOO, cuda_tool
 
@@ -30,6 +30,16 @@ def zoo_ptx(tmp_path_factory):
     present = [f for f in FILES if (ZOO / f).exists()]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(present) or 1)) as pool:
         return dict(pool.map(build, present))
+
+
+@pytest.fixture(scope="session")
+def bench_inproc(native, tmp_path_factory):
+    """examples/bench_inproc built against the fake driver."""
+    out = tmp_path_factory.mktemp("inproc")
+    gcc(out, ROOT / "examples" / "bench_real.c", "libbench_real.so", "-ldl", shared=True)
+    return gcc(out, ROOT / "examples" / "bench_inproc.c", "bench_inproc", f"-L{out}",
+               "-lbench_real", f"-L{native['libcuda'].parent}", "-lcuda", "-ldl",
+               f"-Wl,-rpath,{out}")
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,7 @@ import subprocess
 import pytest
 
 from harness import DENY_DEBUG_ONLY as DENY_DEBUG
-from harness import ROOT
-
-CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
-
+from harness import CUDA_INCLUDE, ROOT
 
 WAYS = ("direct", "table", "address", "dlsym", "saved", "libc")
 

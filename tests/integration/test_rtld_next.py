@@ -6,30 +6,14 @@ lookups as a tail call. examples/bench_inproc relies on it: its helper library, 
 libcuda, asks for RTLD_NEXT's cuLaunchKernel and must get the driver's own, past the shim.
 """
 
-import os
 import re
-import subprocess
 
 import pytest
 
-from harness import AUDIT, ROOT, kernel_launches
+from harness import AUDIT, ROOT, gcc, kernel_launches
 from harness import DENY_DEBUG_ONLY as DENY_DEBUG
 
-CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
-
-
-@pytest.fixture(scope="module")
-def bench_inproc(native, tmp_path_factory):
-    if not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")):
-        pytest.skip(f"no cuda.h under {CUDA_INCLUDE}")
-    out = tmp_path_factory.mktemp("inproc")
-    lib_dir = native["libcuda"].parent
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", out / "libbench_real.so",
-                    ROOT / "examples" / "bench_real.c", "-ldl"], check=True)
-    subprocess.run(["gcc", "-O2", f"-I{CUDA_INCLUDE}", "-o", out / "bench_inproc",
-                    ROOT / "examples" / "bench_inproc.c", f"-L{out}", "-lbench_real",
-                    f"-L{lib_dir}", "-lcuda", "-ldl", f"-Wl,-rpath,{out}"], check=True)
-    return out / "bench_inproc"
+SRC = ROOT / "tests" / "fixtures" / "native"
 
 
 def test_rtld_next_lookup_from_a_later_library_finds_the_driver(bench_inproc, clc_run):
@@ -46,18 +30,11 @@ def test_rtld_next_lookup_from_a_later_library_finds_the_driver(bench_inproc, cl
 
 @pytest.fixture(scope="module")
 def prog_lookup(native, tmp_path_factory):
-    if not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")):
-        pytest.skip(f"no cuda.h under {CUDA_INCLUDE}")
     out = tmp_path_factory.mktemp("lookup")
     lib_dir = native["libcuda"].parent
-    src = ROOT / "tests" / "fixtures" / "native"
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o",
-                    out / "liblookup.so", src / "lib_lookup.c", f"-L{lib_dir}", "-lcuda", "-ldl"],
-                   check=True)
-    subprocess.run(["gcc", "-O2", f"-I{CUDA_INCLUDE}", "-o", out / "prog_lookup",
-                    src / "prog_lookup.c", f"-L{out}", "-llookup", f"-L{lib_dir}", "-lcuda",
-                    "-ldl", f"-Wl,-rpath,{out}"], check=True)
-    return out / "prog_lookup"
+    gcc(out, SRC / "lib_lookup.c", "liblookup.so", f"-L{lib_dir}", "-lcuda", "-ldl", shared=True)
+    return gcc(out, SRC / "prog_lookup.c", "prog_lookup", f"-L{out}", "-llookup", f"-L{lib_dir}",
+               "-lcuda", "-ldl", f"-Wl,-rpath,{out}")
 
 
 def test_a_library_that_looks_the_driver_up_itself_is_still_decided(prog_lookup, clc_run,
@@ -84,9 +61,7 @@ def test_a_library_that_looks_the_driver_up_itself_is_still_decided(prog_lookup,
 def test_an_interposer_loaded_after_clc_gets_its_own_next(native, clc_run, tmp_path):
     # GIVEN another interposer of cuLaunchKernel, preloaded after clc's shim, that passes each
     # launch on to what dlsym(RTLD_NEXT) gives it
-    lib = tmp_path / "libinterpose.so"
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o", lib,
-                    ROOT / "tests" / "fixtures" / "native" / "lib_interpose.c", "-ldl"], check=True)
+    lib = gcc(tmp_path, SRC / "lib_interpose.c", "libinterpose.so", "-ldl", shared=True)
     # WHEN a program linked with -lcuda runs under a policy that denies debug kernels
     alone = clc_run(DENY_DEBUG, [native["prog_linked"]])
     run = clc_run(DENY_DEBUG, [native["prog_linked"]], env={"LD_PRELOAD": str(lib)})
@@ -103,18 +78,11 @@ def test_an_interposer_loaded_after_clc_gets_its_own_next(native, clc_run, tmp_p
 
 @pytest.fixture(scope="module")
 def prog_escape(native, tmp_path_factory):
-    if not os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")):
-        pytest.skip(f"no cuda.h under {CUDA_INCLUDE}")
     out = tmp_path_factory.mktemp("escape")
     lib_dir = native["libcuda"].parent
-    src = ROOT / "tests" / "fixtures" / "native"
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{CUDA_INCLUDE}", "-o",
-                    out / "libescape.so", src / "lib_escape.c", f"-L{lib_dir}",
-                    "-Wl,--no-as-needed", "-lcuda", "-ldl"],
-                   check=True)
-    subprocess.run(["gcc", "-O2", f"-I{CUDA_INCLUDE}", "-o", out / "prog_escape",
-                    src / "prog_escape.c", f"-L{lib_dir}", "-lcuda", "-ldl"], check=True)
-    return out / "prog_escape", out / "libescape.so"
+    lib = gcc(out, SRC / "lib_escape.c", "libescape.so", f"-L{lib_dir}", "-Wl,--no-as-needed",
+              "-lcuda", "-ldl", shared=True)
+    return gcc(out, SRC / "prog_escape.c", "prog_escape", f"-L{lib_dir}", "-lcuda", "-ldl"), lib
 
 
 def test_the_loaders_ordinary_ways_around_the_shim_are_closed(prog_escape, clc_run, run_native):
