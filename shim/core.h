@@ -64,6 +64,8 @@ typedef uint64_t CUdeviceptr;
 #define CU_LIBRARY_BINARY_IS_PRESERVED 1
 #define CU_EVENT_DEFAULT 0
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 #define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
 #define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
 
@@ -286,6 +288,9 @@ typedef struct {
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*ctx_get_device)(CUdevice *);
     CUresult (*ctx_synchronize)(void);
+    CUresult (*ctx_push)(CUcontext);
+    CUresult (*ctx_pop)(CUcontext *);
+    CUresult (*stream_get_ctx)(CUstream, CUcontext *);
     CUresult (*kernel_get_name)(const char **, CUkernel);
     CUresult (*func_get_name)(const char **, CUfunction);
     CUresult (*kernel_get_param_info)(CUkernel, size_t, size_t *, size_t *);
@@ -334,8 +339,6 @@ typedef struct {
         CUresult (*wait_event)(CUstream, CUevent, unsigned);
         CUresult (*wait_event_ptsz)(CUstream, CUevent, unsigned);
         CUresult (*ctx_from_green)(CUcontext *, CUgreenCtx);
-        CUresult (*ctx_push)(CUcontext);
-        CUresult (*ctx_pop)(CUcontext *);
         CUresult (*ctx_set_flags)(unsigned);
         /* cuStreamGetCaptureInfo_v3 (CUDA 12.3+, as conditional nodes are: edge data before the
          * count). */

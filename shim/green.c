@@ -34,8 +34,6 @@
 #define CU_STREAM_NON_BLOCKING 1
 #define CU_EVENT_DISABLE_TIMING 2
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
-#define CU_STREAM_LEGACY ((CUstream)0x1)
-#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 /* ---- partitions ------------------------------------------------------------------------- */
 
@@ -634,7 +632,7 @@ static int created_part(CUcontext ctx) {
 #define CTX_SETTABLE_FLAGS 0x1fu
 
 CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, CUcontext *out) {
-    if (!load_driver() || !g_drv.green.ctx_from_green || !g_drv.green.ctx_push)
+    if (!load_driver() || !g_drv.green.ctx_from_green || !g_drv.ctx_push)
         return CUDA_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&g_lock);
     unsigned slot = MAX_CREATED;
@@ -656,7 +654,7 @@ CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, C
     if (r == CUDA_SUCCESS) r = g_drv.green.generate_desc(&desc, group, 1);
     if (r == CUDA_SUCCESS) r = g_drv.green.create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
     if (r == CUDA_SUCCESS) r = g_drv.green.ctx_from_green(&ctx, green);
-    if (r == CUDA_SUCCESS) r = g_drv.green.ctx_push(ctx);
+    if (r == CUDA_SUCCESS) r = g_drv.ctx_push(ctx);
     if (r == CUDA_SUCCESS) {
         g_created[slot].ctx = ctx;
         g_created[slot].green = green;
@@ -691,8 +689,8 @@ int clc_green_destroy_created(CUcontext ctx, CUresult *result) {
         if (live(&g_streams[i]) && g_streams[i].ctx == ctx) drop_stream(&g_streams[i], 1, 1);
     CUcontext current = NULL;
     if (g_hot.ctx_get_current && g_hot.ctx_get_current(&current) == CUDA_SUCCESS &&
-        current == ctx && g_drv.green.ctx_pop)
-        g_drv.green.ctx_pop(&current);
+        current == ctx && g_drv.ctx_pop)
+        g_drv.ctx_pop(&current);
     *result = g_drv.green.destroy(g_created[slot].green);
     g_created[slot].ctx = NULL;
     g_created[slot].green = NULL;

@@ -477,9 +477,29 @@ CLC_LAUNCH_HOOK(cuLaunchKernelEx, CLC_ENTRY_LAUNCH_EX, CLC_LAUNCH_EX_PARAMS, CLC
 CLC_LAUNCH_HOOK(cuLaunchKernelEx_ptsz, CLC_ENTRY_LAUNCH_EX | CLC_ENTRY_PTSZ, CLC_LAUNCH_EX_PARAMS,
                 CLC_EX_PRECHECK, CLC_EX_LAUNCH, call_ex, (config, f, params, extra))
 
-/* Several devices' cooperative launches at once: each decided as a cooperative launch; when one
- * is denied, none is launched (the call is all or nothing, as the driver's is). Wrapped kernels
- * run unwrapped here (said once): their replacement is made for one context. */
+/* A multi-device call's launch belongs to its stream's context, which one thread launching on
+ * every device has current for one of them at most: that context is made current around the
+ * launch's gate, so that the launch is decided, said and timed (its events made and recorded)
+ * in its own context. Returns the context pushed; NULL when none was needed or none could be. */
+static CUcontext push_stream_ctx(CUstream stream) {
+    CUcontext own = NULL, current = NULL;
+    if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD ||
+        !g_drv.stream_get_ctx || !g_drv.ctx_push || !g_drv.ctx_pop)
+        return NULL;
+    if (g_drv.stream_get_ctx(stream, &own) != CUDA_SUCCESS || !own) return NULL;
+    if (g_drv.ctx_get_current(&current) == CUDA_SUCCESS && current == own) return NULL;
+    return g_drv.ctx_push(own) == CUDA_SUCCESS ? own : NULL;
+}
+
+static void pop_stream_ctx(CUcontext pushed) {
+    CUcontext popped;
+    if (pushed) g_drv.ctx_pop(&popped);
+}
+
+/* Several devices' cooperative launches at once: each decided as a cooperative launch in its
+ * stream's context; when one is denied, none is launched (the call is all or nothing, as the
+ * driver's is). Wrapped kernels run unwrapped here (said once): their replacement is made for
+ * one context. */
 CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list, unsigned int n,
                                                          unsigned int flags) {
     pfn_cuLaunchCooperativeKernelMultiDevice real =
@@ -487,6 +507,7 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
             CLC_SYM_cuLaunchCooperativeKernelMultiDevice);
     if (unlikely(!real)) return CUDA_ERROR_NOT_INITIALIZED;
     if (!list || n == 0) return real(list, n, flags);
+    if (!clc_driver_ready()) clc_driver_load(); /* for push_stream_ctx, before the first gate */
     gate small[8], *g = n <= 8 ? small : malloc(n * sizeof *g);
     clc_launch small_launches[8], *l = n <= 8 ? small_launches : malloc(n * sizeof *l);
     unsigned char small_gated[8], *gated = n <= 8 ? small_gated : malloc(n);
@@ -507,8 +528,10 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
                             .shmem = p->sharedMemBytes,
                             .stream = p->hStream,
                             .params = p->kernelParams};
+        CUcontext pushed = push_stream_ctx(p->hStream);
         gated[i] = (unsigned char)(t_in_clc ? clc_gate_reentrant(&g[i], p->function, NULL, &l[i])
                                             : gate_launch(&g[i], p->function, NULL, &l[i]));
+        pop_stream_ctx(pushed);
         if (!gated[i]) continue;
         if (g[i].outcome->action == CLC_ACTION_DENY && refused == CUDA_SUCCESS)
             refused = g[i].outcome->error;
@@ -526,12 +549,15 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
     clc_timing_events_only(0);
     CUresult r = refused != CUDA_SUCCESS ? refused : real(list, n, flags);
     for (unsigned i = 0; i < n; i++) {
-        if (!gated[i])
+        if (!gated[i]) {
             count_failure(&g[i], r);
-        else
-            clc_gate_exit(&g[i], g[i].outcome->action == CLC_ACTION_DENY ? g[i].outcome->error
-                                 : g[i].refused                          ? CUDA_ERROR_NOT_PERMITTED
-                                                                         : r);
+            continue;
+        }
+        CUcontext pushed = push_stream_ctx(list[i].hStream);
+        clc_gate_exit(&g[i], g[i].outcome->action == CLC_ACTION_DENY ? g[i].outcome->error
+                             : g[i].refused                          ? CUDA_ERROR_NOT_PERMITTED
+                                                                     : r);
+        pop_stream_ctx(pushed);
     }
     if (g != small) free(g);
     if (l != small_launches) free(l);

@@ -66,8 +66,6 @@
 #define RUN_AHEAD_WAIT_NS 200000000ull /* a run-ahead wait gives up after 200 ms */
 #define DEFAULT_BOARD "/dev/shm/clc-board"
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
-#define CU_STREAM_LEGACY ((CUstream)0x1)
-#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 typedef struct {
     unsigned char uuid[16];

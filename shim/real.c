@@ -149,6 +149,9 @@ int clc_driver_load(void) {
             g_drv.ctx_set_current = driver_sym(h, "cuCtxSetCurrent", NULL);
             g_drv.ctx_get_device = driver_sym(h, "cuCtxGetDevice", NULL);
             g_drv.ctx_synchronize = driver_sym(h, "cuCtxSynchronize", NULL);
+            g_drv.ctx_push = driver_sym(h, "cuCtxPushCurrent_v2", NULL);
+            g_drv.ctx_pop = driver_sym(h, "cuCtxPopCurrent_v2", NULL);
+            g_drv.stream_get_ctx = driver_sym(h, "cuStreamGetCtx", NULL);
             g_drv.kernel_get_name = driver_sym(h, "cuKernelGetName", NULL);
             g_drv.func_get_name = driver_sym(h, "cuFuncGetName", NULL);
             g_drv.kernel_get_param_info = driver_sym(h, "cuKernelGetParamInfo", NULL);
@@ -193,8 +196,6 @@ int clc_driver_load(void) {
             g_drv.green.wait_event_ptsz =
                 driver_sym(h, "cuStreamWaitEvent_ptsz", "cuStreamWaitEvent");
             g_drv.green.ctx_from_green = driver_sym(h, "cuCtxFromGreenCtx", NULL);
-            g_drv.green.ctx_push = driver_sym(h, "cuCtxPushCurrent_v2", NULL);
-            g_drv.green.ctx_pop = driver_sym(h, "cuCtxPopCurrent_v2", NULL);
             g_drv.green.ctx_set_flags = driver_sym(h, "cuCtxSetFlags", NULL);
             g_drv.green.capture_info = driver_sym(h, "cuStreamGetCaptureInfo_v3", NULL);
             g_drv.green.capture_info_ptsz =

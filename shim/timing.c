@@ -18,6 +18,9 @@
 
 #define FIFO_SIZE 1024
 #define POOL_SIZE 64
+/* Launches of one thread between begin and end at once: one, but for a multi-device cooperative
+ * call, whose launches (one per device) all begin before the driver's call and end after it. */
+#define OPEN_SIZE 32
 
 struct clc_timing {
     CUevent start, end;
@@ -32,7 +35,8 @@ typedef struct tstate {
     uint32_t first, count;
     clc_timing pool[POOL_SIZE];
     uint32_t pooled;
-    clc_timing current; /* between begin and end of one launch */
+    clc_timing open[OPEN_SIZE]; /* between begin and end of a launch */
+    uint32_t opened;             /* bit i: open[i] is in use */
     struct tstate *next;
 } tstate;
 
@@ -95,6 +99,13 @@ static void poll(tstate *s) {
     }
 }
 
+/* A slot given back by a begin that failed after taking it. */
+static void close_slot(tstate *s, clc_timing *t) {
+    lock(s);
+    s->opened &= ~(1u << (unsigned)(t - s->open));
+    unlock(s);
+}
+
 /* What a launch timed by CUPTI holds between begin and end: nothing of its own. */
 static clc_timing g_by_cupti;
 static CLC_TLS int t_events_only;
@@ -117,9 +128,20 @@ int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz, clc_entry *e, 
     if (!s) return -1;
     CUcontext ctx = NULL;
     g_drv.ctx_get_current(&ctx);
-    clc_timing *t = &s->current;
-    memset(t, 0, sizeof *t);
     lock(s);
+    if (s->opened == (uint32_t)((1ull << OPEN_SIZE) - 1)) {
+        unlock(s);
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "more than %d launches of one thread were being timed at once: the "
+                    "others are not timed",
+                    OPEN_SIZE);
+        return -1;
+    }
+    unsigned slot = (unsigned)__builtin_ctz(~s->opened);
+    s->opened |= 1u << slot;
+    clc_timing *t = &s->open[slot];
+    memset(t, 0, sizeof *t);
     for (uint32_t i = s->pooled; i-- > 0;) {
         if (s->pool[i].ctx == ctx) {
             *t = s->pool[i];
@@ -129,15 +151,20 @@ int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz, clc_entry *e, 
     }
     unlock(s);
     if (!t->start) {
-        if (g_drv.event_create(&t->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return -1;
+        if (g_drv.event_create(&t->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+            close_slot(s, t);
+            return -1;
+        }
         if (g_drv.event_create(&t->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
             g_drv.event_destroy(t->start);
+            close_slot(s, t);
             return -1;
         }
         t->ctx = ctx;
     }
     if ((ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->start, stream) != CUDA_SUCCESS) {
         destroy_pair(t);
+        close_slot(s, t);
         return -1;
     }
     *out = t;
@@ -151,13 +178,16 @@ void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint
     }
     tstate *s = t_state;
     lock(s);
+    uint32_t bit = 1u << (unsigned)(t - s->open);
     if (!e) {
         release_pair(s, t);
+        s->opened &= ~bit;
         unlock(s);
         return;
     }
     if ((ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->end, stream) != CUDA_SUCCESS) {
         destroy_pair(t);
+        s->opened &= ~bit;
         unlock(s);
         return;
     }
@@ -171,6 +201,7 @@ void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint
     }
     s->fifo[(s->first + s->count) % FIFO_SIZE] = *t;
     s->count++;
+    s->opened &= ~bit;
     poll(s);
     unlock(s);
 }

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from gpu_runs import (EXAMPLES, NOT_PERMITTED, POLICIES, TIMEOUT, assert_all_timed,
+from gpu_runs import (build_example, EXAMPLES, NOT_PERMITTED, POLICIES, TIMEOUT, assert_all_timed,
                       assert_capture_ok, assert_counts, build_driver_program, build_or_fail,
                       comparable, deny_policy, describe, find_script, kernel_rows, kernel_table,
                       kernel_total, launch_rows, parse_output, probe_driver, report_summary,
@@ -137,18 +137,12 @@ def build_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def vecadd_bin(nvcc, cuda_arch, build_dir):
-    exe = build_dir / "vecadd"
-    build_or_fail("vecadd",
-                  [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe, EXAMPLES / "vecadd.cu"]])
-    return exe
+    return build_example(nvcc, cuda_arch, build_dir, "vecadd")
 
 
 @pytest.fixture(scope="session")
 def bench_empty_bin(nvcc, cuda_arch, build_dir):
-    exe = build_dir / "bench_empty"
-    build_or_fail("bench_empty",
-                  [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe, EXAMPLES / "bench_empty.cu"]])
-    return exe
+    return build_example(nvcc, cuda_arch, build_dir, "bench_empty")
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,12 @@
 """Programs that build their GPU work in ways beyond plain launches, on the real driver, under
 confining and wrapping rules: conditional graph nodes (every body kind, filled by the graph API,
 by capture, nested, a child graph), contexts the program makes (cuCtxCreate), cooperative
-grids, and programs that end within a millisecond of their first launch (a SASS-only kernel, a
+grids (on one device, and on every device in one cuLaunchCooperativeKernelMultiDevice call),
+and programs that end within a millisecond of their first launch (a SASS-only kernel, a
 dynamic-parallelism kernel, an NVRTC cubin). Each keeps its own result under every policy.
 
-examples/conditional_graphs.cu, coop_grid.cu, short_lived.cu, short_nvrtc.cpp, contexts.c.
+examples/conditional_graphs.cu, coop_grid.cu, coop_multi.cu, short_lived.cu, short_nvrtc.cpp,
+contexts.c.
 """
 
 import os
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runs import EXAMPLES, build_or_fail, assert_capture_ok, program_policy, write_policy
+from gpu_runs import (EXAMPLES, assert_capture_ok, build_example, build_or_fail, program_policy,
+                      write_policy)
 
 pytestmark = pytest.mark.gpu
 
@@ -43,10 +46,7 @@ def messages(report):
 
 @pytest.fixture(scope="module")
 def conditional_bin(nvcc, cuda_arch, build_dir):
-    exe = build_dir / "conditional_graphs"
-    build_or_fail("conditional_graphs", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
-                                   EXAMPLES / "conditional_graphs.cu"]])
-    return exe
+    return build_example(nvcc, cuda_arch, build_dir, "conditional_graphs")
 
 
 def conds(stdout):
@@ -129,10 +129,7 @@ def test_contexts_the_program_makes_are_confined(contexts_bin, driver_api_bin, r
 
 @pytest.fixture(scope="module")
 def coop_bin(nvcc, cuda_arch, build_dir):
-    exe = build_dir / "coop_grid"
-    build_or_fail("coop_grid", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
-                          EXAMPLES / "coop_grid.cu"]])
-    return exe
+    return build_example(nvcc, cuda_arch, build_dir, "coop_grid")
 
 
 @pytest.mark.parametrize("how", ["launch", "ex"])
@@ -153,6 +150,56 @@ def test_cooperative_grids(coop_bin, run_clc, tmp_path, tools, how):
     text = messages(rep_whole)
     assert sum(re.search(rf"a cooperative grid of \d+ blocks cannot be resident on a partition "
                          rf"of {SMS} SMs", m) is not None for m in text) == 1, text
+
+
+@pytest.fixture(scope="module")
+def coop_multi_bin(nvcc, cuda_arch, build_dir):
+    return build_example(nvcc, cuda_arch, build_dir, "coop_multi")
+
+
+MULTI_CALL = re.compile(r"^multi (\w+) devices=(\d+) rc=(-?\d+) sums=([-\d,]+)$", re.M)
+
+
+def multi_calls(stdout):
+    """{kernel: (devices, CUresult, [sum per device])} of coop_multi's output."""
+    return {m[1]: (int(m[2]), int(m[3]), [int(x) for x in m[4].split(",")])
+            for m in MULTI_CALL.finditer(stdout)}
+
+
+def test_multi_device_cooperative_launches_are_decided(coop_multi_bin, run_native, run_clc,
+                                                       tmp_path, tools):
+    # GIVEN cooperative kernels launched on every device by one
+    # cuLaunchCooperativeKernelMultiDevice call each, found through cuGetProcAddress
+    argv = [coop_multi_bin, "ok_kernel", "debug_kernel"]
+    native = run_native(argv)
+    assert native.returncode == 0, tools.describe(native)
+    if "multi unsupported" in native.stdout:
+        pytest.skip(f"this driver or device: {native.stdout.strip()}")
+    n = multi_calls(native.stdout)["ok_kernel"][0]
+    ran = {"ok_kernel": (n, 0, [8] * n), "debug_kernel": (n, 0, [16] * n)}
+    assert multi_calls(native.stdout) == ran, tools.describe(native)
+    # WHEN they run under a policy that denies debug kernels
+    deny, report = run_clc(tools.deny_policy(tmp_path / "deny.yaml", "debug_kernel"), argv,
+                           tmp_path)
+    # THEN the debug call is refused (CUDA_ERROR_NOT_PERMITTED) and ran on no device, and
+    # ok_kernel ran on every device
+    assert deny.returncode == 0, tools.describe(deny)
+    assert multi_calls(deny.stdout) == {"ok_kernel": ran["ok_kernel"],
+                                        "debug_kernel": (n, 800, [0] * n)}, tools.describe(deny)
+    tools.assert_capture_ok(report, deny)
+    tools.assert_counts(report, {"ok_kernel": n, "debug_kernel": n}, run=deny,
+                        denied={"debug_kernel"})
+    # WHEN they run under audit and under time-all
+    for policy in ("audit.yaml", "time-all.yaml"):
+        proc, report = run_clc(policy, argv, tmp_path)
+        # THEN the results are native's, and each device's launch is counted and recorded
+        assert proc.returncode == 0, tools.describe(proc)
+        assert multi_calls(proc.stdout) == ran, tools.describe(proc)
+        tools.assert_capture_ok(report, proc)
+        tools.assert_counts(report, {"ok_kernel": n, "debug_kernel": n}, run=proc)
+        assert len(tools.launch_rows(report, "ok_kernel")) == n, tools.report_summary(report)
+    # AND under time-all every launch was timed
+    tools.assert_all_timed(report, ["ok_kernel", "debug_kernel"], run=proc)
 
 
 # ---- programs that end right after their first launch -----------------------------------

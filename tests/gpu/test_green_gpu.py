@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from gpu_runs import EXAMPLES, build_or_fail, program_policy, write_policy
+from gpu_runs import build_example, EXAMPLES, build_or_fail, program_policy, write_policy
 
 pytestmark = pytest.mark.gpu
 
@@ -165,10 +165,7 @@ def test_program_scope_keeps_every_launch_on_the_partition(smid_bins, run_clc, t
 
 @pytest.fixture(scope="module")
 def threads_bin(nvcc, cuda_arch, build_dir):
-    exe = build_dir / "green_threads"
-    build_or_fail("green_threads", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
-                              EXAMPLES / "green_threads.cu"]])
-    return exe
+    return build_example(nvcc, cuda_arch, build_dir, "green_threads")
 
 
 def threads_row(stdout):

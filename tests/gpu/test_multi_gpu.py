@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from gpu_runs import (EXAMPLES, build_or_fail, assert_all_timed, assert_capture_ok, probe_driver,
+from gpu_runs import (build_example, assert_all_timed, assert_capture_ok, probe_driver,
                       wrap_stats, write_policy)
 
 pytestmark = pytest.mark.gpu
@@ -21,9 +21,7 @@ def multi_bin(nvcc, cuda_arch, build_dir):
     info, reason = probe_driver()
     if info is None or info.devices < 2:
         pytest.skip(f"needs two GPUs: {reason or f'{info.devices} found'}")
-    exe = build_dir / "multi_gpu"
-    build_or_fail("multi_gpu", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
-                          EXAMPLES / "multi_gpu.cu"]])
+    exe = build_example(nvcc, cuda_arch, build_dir, "multi_gpu")
     return exe, info.devices
 
 

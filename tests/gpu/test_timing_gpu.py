@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from gpu_runs import build_or_fail
+from gpu_runs import build_example
 
 pytestmark = pytest.mark.gpu
 
@@ -18,10 +18,7 @@ SHORT_US, LONG_US, N = 20, 1000, 200
 
 @pytest.fixture(scope="module")
 def spin_bin(nvcc, cuda_arch, build_dir, tools):
-    exe = build_dir / "spin_timed"
-    build_or_fail("spin_timed", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
-                           tools.examples / "spin_timed.cu"]])
-    return exe
+    return build_example(nvcc, cuda_arch, build_dir, "spin_timed")
 
 
 def rows_by_name(report):

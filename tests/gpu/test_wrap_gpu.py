@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runs import EXAMPLES, build_or_fail, describe, report_summary, wrap_stats
+from gpu_runs import build_example, EXAMPLES, build_or_fail, describe, report_summary, wrap_stats
 from kernel_zoo import ZOO
 
 ZOO_PROGRAMS = sorted(p.stem for p in ZOO.glob("*.cu"))
@@ -126,9 +126,7 @@ def test_wrapped_kernel_is_set_up_again_after_a_device_reset(nvcc, cuda_arch, bu
                                                              tmp_path, cache_env, wrapper):
     # device_reset launches reset_scale twice, calls cudaDeviceReset(), and launches it twice
     # more in the new primary context (the same CUcontext handle)
-    exe = build_dir / "device_reset"
-    build_or_fail("device_reset", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
-                             EXAMPLES / "device_reset.cu"]])
+    exe = build_example(nvcc, cuda_arch, build_dir, "device_reset")
     policy = _policy(tmp_path / "r.yaml", wrapper, WRAPPERS[wrapper])
     proc, report = run_clc(policy, [exe], tmp_path, env=cache_env)
     assert proc.returncode == 0, describe(proc) + "\n" + report_summary(report)

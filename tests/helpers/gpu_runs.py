@@ -130,6 +130,13 @@ def build_or_fail(what, attempts):
     pytest.fail(f"building {what} failed:\n" + "\n\n".join(logs))
 
 
+def build_example(nvcc, cuda_arch, build_dir, name):
+    """examples/NAME.cu, built with nvcc -O2 for cuda_arch into build_dir/NAME."""
+    exe = build_dir / name
+    build_or_fail(name, [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe, EXAMPLES / f"{name}.cu"]])
+    return exe
+
+
 def build_driver_program(nvcc, build_dir, name):
     """examples/NAME.c, a driver-API program, built into build_dir/NAME."""
     exe = build_dir / name
