@@ -108,6 +108,8 @@ def main():
     args = ap.parse_args()
     if args.pairs < 2:
         ap.error("--pairs must be at least 2")
+    if args.policy not in ("allow", "record") and not Path(args.policy).is_file():
+        ap.error(f"--policy {args.policy}: expected allow, record or a policy file")
 
     envs = {b: prepared(getattr(args, b), args.rebuild) for b in BUILDS}
     with tempfile.TemporaryDirectory(prefix="clc-ab-") as tmp:
@@ -115,12 +117,8 @@ def main():
         if args.policy == "allow":
             policy = tmp / "allow-all.yaml"
             policy.write_text("version: 1\ndefault: allow\n")
-        elif args.policy == "record":
-            policy = POLICIES / "audit.yaml"
-        elif Path(args.policy).is_file():
-            policy = Path(args.policy)
         else:
-            ap.error(f"--policy {args.policy}: expected allow, record or a policy file")
+            policy = POLICIES / "audit.yaml" if args.policy == "record" else Path(args.policy)
         if args.program:
             program = Path(args.program)
         else:
@@ -138,7 +136,8 @@ def main():
                   f"after +{added['after'][-1]:.1f} ns", file=sys.stderr, flush=True)
 
     s = summary(added)
-    print(f"device: {device_name()}")
+    device = device_name()
+    print(f"device: {device}")
     print(f"bench_inproc under {policy.name}, {s['pairs']} pairs, order alternating"
           + (f", pinned to core {args.cpu}" if args.cpu is not None else ""))
     print(f"before: {Path(args.before).resolve()}\nafter: {Path(args.after).resolve()}\n")
@@ -152,7 +151,7 @@ def main():
           f"{s['diff_se']:.1f}; two standard errors: {s['diff_low']:+.1f} .. "
           f"{s['diff_high']:+.1f} ns (median of the differences {s['diff_median']:+.1f})")
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device_name(), "policy": str(policy),
+        Path(args.json).write_text(json.dumps({"device": device, "policy": str(policy),
                                                "before": str(args.before),
                                                "after": str(args.after), "added": added,
                                                "summary": s}, indent=1))

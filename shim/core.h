@@ -66,6 +66,8 @@ typedef uint64_t CUdeviceptr;
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
+/* A default stream's handle (NULL, legacy, per-thread), not a stream the program made. */
+#define CLC_DEFAULT_STREAM(s) ((s) == NULL || (s) == CU_STREAM_LEGACY || (s) == CU_STREAM_PER_THREAD)
 #define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
 #define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
 

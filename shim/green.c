@@ -261,7 +261,7 @@ static CUresult stream_for(CUcontext ctx, CUstream stream, int ptsz, int part, g
     partition *p = &g_parts[part];
     CUresult r;
     int priority = 0;
-    if (stream != NULL && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
+    if (!CLC_DEFAULT_STREAM(stream))
         (ptsz ? g_drv.green.stream_priority_ptsz : g_drv.green.stream_priority)(stream, &priority);
     green_stream *s = &g_streams[free_at];
     if ((r = g_drv.green.stream_create(&s->green, p->green, CU_STREAM_NON_BLOCKING, priority)) !=
@@ -801,8 +801,8 @@ void clc_green_forget_context(CUcontext ctx) {
 }
 
 void clc_green_forget_stream(CUstream stream) {
-    if (g_green <= 0 || !atomic_load_explicit(&g_live, memory_order_relaxed) || !stream ||
-        stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+    if (g_green <= 0 || !atomic_load_explicit(&g_live, memory_order_relaxed) ||
+        CLC_DEFAULT_STREAM(stream))
         return;
     pthread_mutex_lock(&g_lock);
     for (unsigned i = 0; i < STREAM_SLOTS; i++)

@@ -483,8 +483,7 @@ CLC_LAUNCH_HOOK(cuLaunchKernelEx_ptsz, CLC_ENTRY_LAUNCH_EX | CLC_ENTRY_PTSZ, CLC
  * in its own context. Returns the context pushed; NULL when none was needed or none could be. */
 static CUcontext push_stream_ctx(CUstream stream) {
     CUcontext own = NULL, current = NULL;
-    if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD ||
-        !g_drv.stream_get_ctx || !g_drv.ctx_push || !g_drv.ctx_pop)
+    if (CLC_DEFAULT_STREAM(stream) || !g_drv.stream_get_ctx || !g_drv.ctx_push || !g_drv.ctx_pop)
         return NULL;
     if (g_drv.stream_get_ctx(stream, &own) != CUDA_SUCCESS || !own) return NULL;
     if (g_drv.ctx_get_current(&current) == CUDA_SUCCESS && current == own) return NULL;

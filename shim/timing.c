@@ -99,10 +99,15 @@ static void poll(tstate *s) {
     }
 }
 
+/* The bit of s->opened for the open slot t. */
+static uint32_t slot_bit(const tstate *s, const clc_timing *t) {
+    return 1u << (unsigned)(t - s->open);
+}
+
 /* A slot given back by a begin that failed after taking it. */
 static void close_slot(tstate *s, clc_timing *t) {
     lock(s);
-    s->opened &= ~(1u << (unsigned)(t - s->open));
+    s->opened &= ~slot_bit(s, t);
     unlock(s);
 }
 
@@ -138,9 +143,8 @@ int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz, clc_entry *e, 
                     OPEN_SIZE);
         return -1;
     }
-    unsigned slot = (unsigned)__builtin_ctz(~s->opened);
-    s->opened |= 1u << slot;
-    clc_timing *t = &s->open[slot];
+    clc_timing *t = &s->open[__builtin_ctz(~s->opened)];
+    s->opened |= slot_bit(s, t);
     memset(t, 0, sizeof *t);
     for (uint32_t i = s->pooled; i-- > 0;) {
         if (s->pool[i].ctx == ctx) {
@@ -178,16 +182,14 @@ void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint
     }
     tstate *s = t_state;
     lock(s);
-    uint32_t bit = 1u << (unsigned)(t - s->open);
+    s->opened &= ~slot_bit(s, t); /* t is read below under the lock, before a begin retakes it */
     if (!e) {
         release_pair(s, t);
-        s->opened &= ~bit;
         unlock(s);
         return;
     }
     if ((ptsz ? g_drv.event_record_ptsz : g_drv.event_record)(t->end, stream) != CUDA_SUCCESS) {
         destroy_pair(t);
-        s->opened &= ~bit;
         unlock(s);
         return;
     }
@@ -201,7 +203,6 @@ void clc_timing_end(clc_timing *t, CUstream stream, int ptsz, clc_entry *e, uint
     }
     s->fifo[(s->first + s->count) % FIFO_SIZE] = *t;
     s->count++;
-    s->opened &= ~bit;
     poll(s);
     unlock(s);
 }

@@ -34,6 +34,11 @@ def gcc(out, source, name, *flags, shared=False):
     return target
 
 
+def fake_counts(stdout):
+    """The fake driver's own count of direct launches per kernel, printed at exit."""
+    return {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=(\d+)", stdout, re.M)}
+
+
 def clc_command():
     script = pathlib.Path(sys.executable).parent / "clc-run"
     return [str(script)] if script.exists() else [sys.executable, "-m", "clc", "run"]
@@ -60,9 +65,7 @@ class Run:
         return cap
 
     def fake_counts(self):
-        """The fake driver's own count of direct launches per kernel, printed at exit."""
-        return {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=(\d+)", self.stdout,
-                                                     re.M)}
+        return fake_counts(self.stdout)
 
     def fake_graph_counts(self):
         return {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=\d+ graph=(\d+)",

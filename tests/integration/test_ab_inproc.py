@@ -64,3 +64,10 @@ def test_a_folder_that_is_not_clc_is_refused(native, tmp_path):
     proc = ab(native, "--before", tmp_path, "--pairs", 2)
     assert proc.returncode != 0
     assert f"ab_inproc: {tmp_path} is not a source tree of clc" in proc.stderr
+
+
+def test_an_unknown_policy_is_refused_before_anything_is_built(native, tmp_path):
+    proc = ab(native, "--before", tmp_path, "--policy", "nonsense", "--pairs", 2)
+    assert proc.returncode != 0
+    assert "--policy nonsense: expected allow, record or a policy file" in proc.stderr
+    assert "is not a source tree" not in proc.stderr

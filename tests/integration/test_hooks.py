@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from harness import DENY_DEBUG, executed, kernel_launches, nonzero
+from harness import DENY_DEBUG, executed, fake_counts, kernel_launches, nonzero
 from hook_runs import (ALLOW_ALL, COUNT, DEBUG, KERNELS, LAUNCH_RE, STRUCT, VECADD, args,
                        by_mangled, kernel_of, launches, logged, ok, parse_args, rcs, write_hooks)
 
@@ -36,9 +36,7 @@ def test_prog_params_runs_without_clc(native, run_native):
     assert got == ([(VECADD, "cuLaunchKernel", 0)] * 4 + [(VECADD, "cuLaunchKernelEx", 0)] * 4
                    + [(STRUCT, "cuLaunchKernel", 0), (STRUCT, "cuLaunchKernelEx", 0)]
                    + [(DEBUG, "cuLaunchKernel", 0)] * 3)
-    fake = {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=(\d+)", proc.stdout,
-                                                 re.M)}
-    assert fake == {VECADD: 8, STRUCT: 2, DEBUG: 3}
+    assert fake_counts(proc.stdout) == {VECADD: 8, STRUCT: 2, DEBUG: 3}
     forms = [(k, a["form"], a["handle"]) for k, a in parse_args(proc.stdout)]
     assert forms == ([(VECADD, "params", "kernel")] * 4 + [(VECADD, "extra", "kernel")] * 4
                      + [(STRUCT, "params", "function"), (STRUCT, "extra", "function")]

@@ -3,7 +3,7 @@
 contexts (one per device on a GPU), of which at most one is current. Each launch is decided,
 counted and timed in its own stream's context; a refused launch refuses the whole call."""
 
-from harness import DENY_DEBUG_ONLY, TIME_ALL, nonzero
+from harness import DENY_DEBUG_ONLY, TIME_ALL, fake_counts, nonzero
 
 MULTI = "cuLaunchCooperativeKernelMultiDevice"
 
@@ -43,14 +43,8 @@ def test_each_launch_is_timed_in_its_own_context(native, clc_run, run_native):
     # THEN it runs as natively, and every launch of both contexts was timed
     assert run.proc.returncode == 0, run.stdout + run.stderr
     assert run.results() == {("ok_kernel", MULTI): [0], ("debug_kernel", MULTI): [0]}
-    assert run.fake_counts() == alone_counts(alone)
+    assert run.fake_counts() == fake_counts(alone.stdout)
     cap = run.capture()
     assert by_name(cap) == {"ok_kernel": (2, 0, 2), "debug_kernel": (2, 0, 2)}
     assert not [m.text for m in cap.messages if "GPU time was lost" in m.text]
 
-
-def alone_counts(proc):
-    import re
-
-    return {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=(\d+)", proc.stdout,
-                                                 re.M)}

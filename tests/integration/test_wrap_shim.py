@@ -20,6 +20,7 @@ from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.wrapping.build import build, wrapper_spec
 from clc.wrapping.engine import N_SLOTS
+from harness import fake_counts
 
 pytest.importorskip("cuda.bindings.nvjitlink", reason="wrapping needs cuda-bindings (nvJitLink)")
 pytest.importorskip("cuda.bindings.nvrtc", reason="wrapping needs cuda-bindings (NVRTC)")
@@ -171,9 +172,7 @@ def test_prog_wrap_runs_its_own_kernels_without_clc(run_native, native, mode):
     for launch in got:
         assert_unwrapped(launch)
         assert launch["seen"]["extra_size"] == launch["arg"]["extra_size"]
-    counts = {m[1]: int(m[2]) for m in re.finditer(r"^fake: (\S+) launches=(\d+)", proc.stdout,
-                                                   re.M)}
-    assert counts == LAUNCHES
+    assert fake_counts(proc.stdout) == LAUNCHES
 
 
 # ---- sm_share: a capped grid, the launch argument, one slot ring -------------------------------
