@@ -26,7 +26,7 @@ from clc.outputs import check_output
 from clc.runtime.cupti import MODES, timing_settings
 from clc.runtime.decider import Decider, decides_alone
 from clc.runtime.slurm import job_environment
-from clc.runtime.status import StatusListener
+from clc.runtime.status import MAX_BYTES, MAX_PER_SENDER, StatusListener
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
 from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file
 from clc.policy import KernelInfo, PolicyError, load_policy, parse_policy, process_identity
@@ -235,11 +235,21 @@ def _unseen(run):
 
 
 def _say_unseen(run):
+    if run.dropped:
+        print(f"clc: {_dropped(run)}: a process sent more than clc-run keeps "
+              f"({MAX_PER_SENDER} entries each, {MAX_BYTES >> 20} MiB in all), so what clc-run "
+              f"knows of the program's processes is incomplete", file=sys.stderr)
     for u in _unseen(run)[:5]:
         verb = "executed" if u.how == "exec" else "was spawned as"
         print(f"clc: process {u.pid} {verb} {u.path} without clc's shim (a setuid or setgid "
               f"program, or one that removed the preload): its launches were neither seen nor "
               f"controlled", file=sys.stderr)
+
+
+def _dropped(run):
+    return (f"{run.dropped} status message{'s' if run.dropped != 1 else ''} from "
+            f"{run.dropped_senders} process{'es' if run.dropped_senders != 1 else ''} "
+            f"not kept")
 
 
 def capture_files(output, since_ns=None):
@@ -611,6 +621,8 @@ def _strict_violation(files, captures, run):
     if unseen:
         parts.append(f"{len(unseen)} process{'es' if len(unseen) != 1 else ''} ran without "
                      f"clc's shim ({unseen[0].path})")
+    if run.dropped:
+        parts.append(f"the run's account of its processes is incomplete ({_dropped(run)})")
     if not files:
         if not run.started:
             parts.append("clc's shim never started in the program")

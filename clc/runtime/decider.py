@@ -18,11 +18,9 @@ The wire format is clc_decide_request / clc_decide_reply in shim/clc_abi.h (clc.
 
 import dataclasses
 import os
-import shutil
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import traceback
 
@@ -30,6 +28,7 @@ from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
 from clc.runtime.engine import program_scope_decision
+from clc.runtime.private_dir import PrivateDir
 from clc.policy.names import process_names
 from clc.runtime.wording import deny_announcements, describe, rule_name
 from clc.policy import Decision, KernelInfo, Outcome, identity_of_process
@@ -77,19 +76,16 @@ class Decider:
         # Only kernels the splice wraps need the program's engine (and its loads): a kernel
         # confined by a green context is the shim's alone.
         self.wraps = policy.splices
-        # Mode 0700: this user's alone. A socket's path has at most 107 bytes: a long $TMPDIR
-        # gives way to /tmp.
-        parent = tempfile.gettempdir()
-        self._dir = tempfile.mkdtemp(prefix="clc-decider-",
-                                     dir=parent if len(parent) < 64 else "/tmp")
-        self.path = os.path.join(self._dir, "socket")
+        # Mode 0700: this user's alone.
+        self._dir = PrivateDir("clc-decider")
+        self.path = self._dir.join("socket")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._listener.bind(self.path)
             self._listener.listen(64)
         except OSError:
             self._listener.close()
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir.close()
             raise
         self._reported = set()
         self._lock = threading.Lock()
@@ -113,7 +109,7 @@ class Decider:
         except OSError:
             pass
         self._listener.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._dir.close()
 
     def _serve(self):
         while not self._closed:

@@ -9,18 +9,19 @@ opened or could not open. The kernel names the sender of each message (SCM_CREDE
 process speaks only for itself.
 
 Messages are one line each: "start NAME", "exec PATH", "exec-failed ERRNO",
-"spawn PID PATH", "capture PATH", "capture-failed PATH".
+"spawn PID PATH", "capture PATH", "capture-failed PATH". What clc-run keeps of them is
+bounded per process and in all; what it could not keep is counted, and makes the account
+incomplete (clc-run says so, and --strict fails).
 """
 
 import dataclasses
 import os
-import shutil
 import socket
 import struct
-import tempfile
 import threading
 
 from clc import abi
+from clc.runtime.private_dir import PrivateDir
 
 __all__ = ["StatusListener", "RunStatus", "Unseen"]
 
@@ -43,12 +44,99 @@ class Unseen:
 
 @dataclasses.dataclass
 class RunStatus:
-    """What the processes said, by the kernel's account of who said it."""
+    """What the processes said, by the kernel's account of who said it. `dropped` messages
+    from `dropped_senders` processes were not kept (each process, and all of them together,
+    may keep only so much: _Account), so the account is incomplete when it is not 0."""
 
     started: dict = dataclasses.field(default_factory=dict)  # pid -> process name
     captures: dict = dataclasses.field(default_factory=dict)  # path -> pid that opened it
     failed_captures: dict = dataclasses.field(default_factory=dict)  # path -> pid
     unseen: list = dataclasses.field(default_factory=list)
+    dropped: int = 0
+    dropped_senders: int = 0
+
+
+_START, _EXEC, _EXEC_FAILED, _SPAWN, _CAPTURE, _CAPTURE_FAILED = (word.decode() for word in (
+    abi.STATUS_START, abi.STATUS_EXEC, abi.STATUS_EXEC_FAILED, abi.STATUS_SPAWN,
+    abi.STATUS_CAPTURE, abi.STATUS_CAPTURE_FAILED))
+
+# What clc-run keeps of what the processes say. A message is folded into the account as it
+# arrives (a name or path replaces the one before it), so that repeating a message costs
+# nothing; a message that would add an entry past a limit is counted and dropped, so that
+# a process flooding the socket cannot take clc-run's memory nor crowd out the others.
+MAX_TEXT = 4096  # characters of a name or path kept (PATH_MAX); longer ones are cut
+MAX_PER_SENDER = 4096  # entries one process may add: its spawns and captures
+MAX_BYTES = 64 << 20  # what all entries together may cost
+_ENTRY_COST = 256  # what an entry costs beside its text (dict slots, the str object)
+
+
+def _cost(key, value):
+    return _ENTRY_COST + len(key if isinstance(key, str) else value)
+
+
+class _Account:
+    """The run's status, kept as the messages arrive, within the limits above."""
+
+    def __init__(self):
+        self.started = {}  # pid -> name
+        self.pending = {}  # pid -> the path it executed, until its new image starts or fails
+        self.spawned = {}  # pid of a spawned child -> its path
+        self.captures = {}  # path -> pid
+        self.failed_captures = {}  # path -> pid
+        self.cost = 0
+        self.per_sender = {}  # pid -> entries it added
+        self.dropped = 0
+        self.dropped_by = set()
+
+    def add(self, pid, word, text):
+        text = text[:MAX_TEXT]
+        if word == _START:
+            self._remove(self.pending, pid, pid)
+            self._put(self.started, pid, text, pid)
+        elif word == _EXEC:
+            self._put(self.pending, pid, text, pid)
+        elif word == _EXEC_FAILED:
+            self._remove(self.pending, pid, pid)
+        elif word == _SPAWN:
+            child, _, path = text.partition(" ")
+            if child.isdigit():
+                self._put(self.spawned, int(child), path, pid)
+        elif word == _CAPTURE:
+            self._put(self.captures, text, pid, pid)
+        elif word == _CAPTURE_FAILED:
+            self._put(self.failed_captures, text, pid, pid)
+
+    def _put(self, table, key, value, sender):
+        """table[key] = value, unless that is a new entry past a limit (then counted dropped).
+        A replaced entry keeps its place: what it held is what the sender said last."""
+        if key in table:
+            self.cost += _cost(key, value) - _cost(key, table[key])
+            table[key] = value
+            return
+        cost = _cost(key, value)
+        added = self.per_sender.get(sender, 0)
+        if added >= MAX_PER_SENDER or self.cost + cost > MAX_BYTES:
+            self.dropped += 1
+            if len(self.dropped_by) < MAX_PER_SENDER:
+                self.dropped_by.add(sender)
+            return
+        table[key] = value
+        self.cost += cost
+        self.per_sender[sender] = added + 1
+
+    def _remove(self, table, key, sender):
+        if key in table:
+            self.cost -= _cost(key, table.pop(key))
+            self.per_sender[sender] -= 1
+
+    def status(self):
+        status = RunStatus(started=dict(self.started), captures=dict(self.captures),
+                           failed_captures=dict(self.failed_captures), dropped=self.dropped,
+                           dropped_senders=len(self.dropped_by))
+        status.unseen = [Unseen(pid, path, _EXEC) for pid, path in sorted(self.pending.items())]
+        status.unseen += [Unseen(pid, path, _SPAWN) for pid, path in sorted(self.spawned.items())
+                          if pid not in self.started]
+        return status
 
 
 class StatusListener:
@@ -56,19 +144,17 @@ class StatusListener:
     once it has ended, for the RunStatus; close() always."""
 
     def __init__(self):
-        parent = tempfile.gettempdir()
-        # A socket's path has at most 107 bytes: a long $TMPDIR gives way to /tmp.
-        self._dir = tempfile.mkdtemp(prefix="clc-run-", dir=parent if len(parent) < 64 else "/tmp")
-        self.path = os.path.join(self._dir, "status")
+        self._dir = PrivateDir("clc-run")
+        self.path = self._dir.join("status")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             self._sock.bind(self.path)
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         except OSError:
             self._sock.close()
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir.close()
             raise
-        self._events = []  # (pid, word, text) in the order they came
+        self._account = _Account()
         self._lock = threading.Lock()
         self._thread = None
 
@@ -110,7 +196,7 @@ class StatusListener:
         if pid:
             word, _, text = data.decode("utf-8", "replace").partition(" ")
             with self._lock:
-                self._events.append((pid, word, text))
+                self._account.add(pid, word, text)
         return True
 
     def finish(self):
@@ -125,8 +211,7 @@ class StatusListener:
         except OSError:
             pass
         with self._lock:
-            events = list(self._events)
-        return _status_of(events)
+            return self._account.status()
 
     def _stop_receiving(self):
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
@@ -143,35 +228,4 @@ class StatusListener:
         except OSError:
             pass
         self._sock.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-
-_START, _EXEC, _EXEC_FAILED, _SPAWN, _CAPTURE, _CAPTURE_FAILED = (word.decode() for word in (
-    abi.STATUS_START, abi.STATUS_EXEC, abi.STATUS_EXEC_FAILED, abi.STATUS_SPAWN,
-    abi.STATUS_CAPTURE, abi.STATUS_CAPTURE_FAILED))
-
-
-def _status_of(events):
-    status = RunStatus()
-    pending = {}  # pid -> the path it executed, until its new image starts or the exec fails
-    spawned = {}  # pid of a spawned child -> its path
-    for pid, word, text in events:
-        if word == _START:
-            status.started[pid] = text
-            pending.pop(pid, None)
-        elif word == _EXEC:
-            pending[pid] = text
-        elif word == _EXEC_FAILED:
-            pending.pop(pid, None)
-        elif word == _SPAWN:
-            child, _, path = text.partition(" ")
-            if child.isdigit():
-                spawned[int(child)] = path
-        elif word == _CAPTURE:
-            status.captures[text] = pid
-        elif word == _CAPTURE_FAILED:
-            status.failed_captures[text] = pid
-    status.unseen = [Unseen(pid, path, _EXEC) for pid, path in sorted(pending.items())]
-    status.unseen += [Unseen(pid, path, _SPAWN) for pid, path in sorted(spawned.items())
-                      if pid not in status.started]
-    return status
+        self._dir.close()

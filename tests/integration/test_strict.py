@@ -5,13 +5,16 @@ open is missing or incomplete, or a decision table filled; it passes a run whose
 cleanly with _exit. Its status is --error-exitcode's."""
 
 import os
+import re
 import shutil
 import stat
 import sys
+import tempfile
 
 import pytest
 
 from clc import abi
+from clc.runtime.status import MAX_PER_SENDER
 
 from harness import AUDIT, ROOT
 from test_lifetime import DENY
@@ -150,3 +153,27 @@ def test_error_exitcode_sets_the_status(native, clc_run):
     # THEN its status is the one asked for
     assert run.proc.returncode == 9
     assert "exit status 9" in run.stderr
+
+
+FLOOD = """\
+import glob, os, socket
+(path,) = glob.glob(os.path.join(os.environ["TMPDIR"], "clc-run-*", "status"))
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for i in range(20000):
+    s.sendto(f"spawn {4000000 + i} /flood/{i}".encode(), path)
+"""
+
+
+def test_a_program_flooding_clc_runs_socket_is_said_and_fails_strict(native, clc_run, tmp_path):
+    # GIVEN a program that finds clc-run's status socket and sends it 20,000 spawns
+    tmp = tempfile.mkdtemp(prefix="clc-test-", dir="/tmp")
+    try:
+        run = clc_run(AUDIT, [sys.executable, "-c", FLOOD], options=["--strict"],
+                      env={"TMPDIR": tmp})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    # THEN clc-run kept what one process may keep, said what it dropped, and --strict fails
+    assert run.proc.returncode == 3, run.stderr[-2000:]
+    said = re.search(r"^clc: (\d+) status messages from 1 process not kept", run.stderr, re.M)
+    assert said and int(said[1]) >= 20000 - MAX_PER_SENDER, run.stderr[-2000:]
+    assert "account of its processes is incomplete" in run.stderr
