@@ -17,8 +17,14 @@ from clc.capture.reader import read_captures
 from clc.cli.run import capture_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CUDA_INCLUDE = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "native"))
+
+from build import BuildError, cuda_include_dir  # noqa: E402  (tests/fixtures/native)
+
+try:
+    CUDA_INCLUDE = str(cuda_include_dir())
+except BuildError:
+    CUDA_INCLUDE = "/usr/local/cuda/include"  # gcc() then says what is missing
 
 
 def gcc(out, source, name, *flags, shared=False):
