@@ -28,7 +28,8 @@ from clc.runtime.decider import Decider, decides_alone
 from clc.runtime.slurm import job_environment
 from clc.runtime.status import MAX_BYTES, MAX_PER_SENDER, StatusListener
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
-from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file
+from clc.runtime.hook_reads import stale_read_warning
+from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file, resolve_hook_ref
 from clc.policy import KernelInfo, PolicyError, load_policy, parse_policy, process_identity
 from clc.policy.model import LATENCY_CRITICAL
 from clc.capture.reports import summary
@@ -75,12 +76,18 @@ def load_policy_and_hooks(policy_path, hook_files):
     for warning in getattr(policy, "warnings", ()):
         print(f"clc: {warning}", file=sys.stderr)
     try:
-        names = [hook.name for ref in policy.hooks for hook in load_hook_file(ref.path).hooks]
+        hooks = [hook for ref in policy.hooks for hook in load_hook_file(ref.path).hooks]
     except HookError as e:
         raise ClcError(str(e), EXIT_USAGE) from None
+    names = [hook.name for hook in hooks]
     errors = hook_rule_errors(policy)
     if errors:
         raise ClcError("\n".join(str(e) for e in errors), EXIT_USAGE)
+    for hook in hooks + [resolve_hook_ref(f"{r.hook.path}:{r.hook.function}", os.sep)
+                         for r in policy.rules if r.hook is not None]:
+        warning = stale_read_warning(hook)
+        if warning:
+            print(f"clc: {warning}", file=sys.stderr)
     data = json.loads(policy.to_json())
     data["hook_deciders"] = names
     return policy, json.dumps(data, separators=(",", ":"))
