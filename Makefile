@@ -9,11 +9,11 @@ PY := $(VENV)/bin/python
 BUILD := build/examples
 NVCC ?= nvcc
 
-.PHONY: install test-packages test demo gpu-install gpu-test bench bench-colocate clean
+.PHONY: install test-packages test demo gpu-demo gpu-install gpu-test bench bench-colocate clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard shim/*.c shim/*.h shim/*.py shim/slurm/*.c shim/slurm/*.h)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard shim/*.c shim/*.h shim/*.py shim/slurm/*.c shim/slurm/*.h clc/demo/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -33,9 +33,13 @@ $(BUILD)/vecadd: examples/vecadd.cu
 	mkdir -p $(BUILD)
 	$(NVCC) -O2 -arch=sm_90 -o $@ $<
 
+# Without a usable GPU, the same two runs over clc's stand-in driver (clc demo --no-gpu).
 demo: install
-	$(VENV)/bin/clc doctor || { echo "clc: no usable NVIDIA GPU here, so there is no program to run; 'make test' runs the tests"; exit 1; }
-	$(MAKE) $(BUILD)/vecadd
+	@if $(VENV)/bin/clc doctor; then $(MAKE) gpu-demo; else \
+	  echo "clc: no usable NVIDIA GPU here: clc demo --no-gpu runs a sample program over clc's stand-in driver instead"; \
+	  $(VENV)/bin/clc demo --no-gpu; fi
+
+gpu-demo: $(BUILD)/vecadd
 	$(VENV)/bin/clc-run --policy policies/audit.yaml -o $(BUILD)/vecadd.clc --force -- $(BUILD)/vecadd
 	$(VENV)/bin/clc-run --policy policies/deny-example.yaml -o $(BUILD)/vecadd-deny.clc --force -- $(BUILD)/vecadd
 
@@ -55,4 +59,4 @@ bench-colocate: gpu-install
 	$(PYTHON) benchmarks/bench_colocate.py
 
 clean:
-	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/libclc_spank.so clc/clc-slurm-exec clc/runtime/_bridge*.so clc/runtime/_bridge.c .pytest_cache
+	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/libclc_spank.so clc/clc-slurm-exec clc/demo/demo_app clc/demo/libcuda.so.1 clc/runtime/_bridge*.so clc/runtime/_bridge.c .pytest_cache

@@ -12,6 +12,9 @@ spank.h is found: Debian's libslurm-dev; $CLC_SLURM_INCLUDE names another includ
 """
 
 import os
+import pathlib
+import subprocess
+import sys
 import sysconfig
 
 from setuptools import Extension, setup
@@ -45,6 +48,32 @@ class BuildShim(build_ext):
                                         extra_postargs=["-O2", "-Wall", "-Wextra"])
         self.compiler.link_executable(objects, LAUNCHER, output_dir=dest,
                                       extra_postargs=["-static"])
+        self.build_demo(os.path.join(dest, "demo"))
+
+    def build_demo(self, dest):
+        """`clc demo --no-gpu`'s stand-in driver (the fake libcuda of clc's tests) and its
+        program, where the tests' sources and a cuda.h are found (the build requires the
+        nvidia-cuda-runtime wheel's); else the demo says it was not built."""
+        native = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "fixtures",
+                              "native")
+        if not os.path.isdir(native):
+            print("clc: tests/fixtures/native not found: clc demo --no-gpu is not built")
+            return
+        sys.path.insert(0, native)
+        try:
+            from build import BuildError, build_fake_driver, cuda_include_dir
+            inc = cuda_include_dir()
+            os.makedirs(dest, exist_ok=True)
+            cc = os.environ.get("CC", "gcc")
+            build_fake_driver(pathlib.Path(dest), inc, cc)
+            subprocess.run([cc, "-O2", "-Wall", "-Wextra", f"-I{inc}", "-o",
+                            os.path.join(dest, "demo_app"), "clc/demo/demo_app.c",
+                            f"-L{dest}", "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN"], check=True)
+            os.unlink(os.path.join(dest, "libcuda.so"))  # for -lcuda only: not shipped
+        except (BuildError, OSError, subprocess.CalledProcessError) as e:
+            print(f"clc: clc demo --no-gpu is not built: {e}")
+        finally:
+            sys.path.remove(native)
 
 
 preload = Extension(

@@ -8,6 +8,7 @@ import sys
 
 from clc import __version__
 from clc.cli.cache import CacheCommand
+from clc.cli.demo import DemoCommand
 from clc.cli.doctor import DoctorCommand
 from clc.cli.inspect import InspectCommand
 from clc.cli.metrics import MetricsCommand
@@ -20,7 +21,7 @@ from clc.errors import ClcError
 __all__ = ["main", "build_parser", "run_command", "COMMANDS", "EXIT_BROKEN_PIPE"]
 
 COMMANDS = [RunCommand, ReportCommand, MetricsCommand, PolicyCommand, InspectCommand, WrapCommand,
-            CacheCommand, DoctorCommand]
+            CacheCommand, DoctorCommand, DemoCommand]
 
 
 def build_parser():
