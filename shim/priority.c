@@ -24,8 +24,9 @@
  * every SCAN_NS, and each slot it took (pread through a kept descriptor, checked before each
  * read; never mapped: an owner shrinking the file would kill the reader) at most every
  * READ_EVERY_NS. It holds a launch while a slot says its GPU is busy: it sleeps in steps of
- * HOLD_STEP_NS until the GPU is idle, or until the process's hold (all its threads together)
- * has lasted (1 - floor) x WINDOW_NS, after which its launches go on for floor x WINDOW_NS.
+ * HOLD_STEP_NS until the GPU is idle, or until the process (all its threads together) has
+ * been held for (1 - floor) x WINDOW_NS of the last WINDOW_NS, by its own clock, whatever the
+ * pattern of busy and idle; its launches then go on until held time falls out of the window.
  * With held_share a held launch does not wait: it is confined to that share of the SMs. While a
  * latency-critical process runs on the machine, a best-effort process also keeps at most
  * CLC_PRIORITY_RUN_AHEAD launches queued per stream (an event recorded every RUN_AHEAD_STEP
@@ -60,7 +61,9 @@
 #define MAX_ENTRIES 1024           /* directory entries one scan reads, all directories */
 #define SCAN_NS 50000000ull        /* the directories are read again after 50 ms */
 #define HOLD_STEP_NS 20000ull      /* a held launch looks again every 20 us */
-#define WINDOW_NS 100000000ull     /* the floor: (1 - floor) x 100 ms held, then floor x 100 ms */
+#define WINDOW_NS 100000000ull     /* the floor: at most (1 - floor) x 100 ms held in any 100 ms */
+#define FLOOR_BUCKET_NS 1000000ull /* held time is counted per millisecond */
+#define FLOOR_BUCKETS (WINDOW_NS / FLOOR_BUCKET_NS + 1) /* a window, and the bucket it begins in */
 #define RUN_AHEAD_STEP 4           /* an event every 4 launches */
 #define RUN_AHEAD_STREAMS 32       /* streams kept from running ahead */
 #define RUN_AHEAD_WAIT_NS 200000000ull /* a run-ahead wait gives up after 200 ms */
@@ -714,10 +717,19 @@ static int lc_busy(int device, uint64_t now, uint64_t *since) {
 
 /* hold statistics of this process, for the exit line */
 static uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, g_run_ahead_waits;
-/* The process's hold, all its threads together: held since g_episode_start while g_holding
- * threads wait; after (1 - floor) x WINDOW_NS of it, nothing is held until g_free_until. */
+/* The time the process was held, all its threads together (while g_holding of them wait), by
+ * this process's own clock: what a latency-critical process writes on the board says only
+ * whether it is busy, never how long this process was held. Counted per FLOOR_BUCKET_NS in a
+ * ring that covers every window of WINDOW_NS ending now (the oldest bucket is counted whole),
+ * so that the floor holds over any window, not per hold: a latency-critical process that goes
+ * idle for a moment before the floor would let a hold go gains nothing by it. */
 static int g_holding;
-static uint64_t g_episode_start, g_free_until;
+static struct {
+    uint64_t held_ns[FLOOR_BUCKETS];
+    uint64_t sum;        /* of held_ns: what the floor weighs */
+    uint64_t latest;     /* the newest bucket in the ring, as now / FLOOR_BUCKET_NS */
+    uint64_t counted_to; /* held time is counted up to here */
+} g_window;
 
 /* Whether a latency-critical process is busy on `device` now, the directories read again
  * when a scan is due (g_be_lock held). */
@@ -735,14 +747,51 @@ static clc_rec_hold count_hold(uint64_t start, uint64_t held, uint64_t since, in
     return (clc_rec_hold){start, held, since && since <= start ? start - since : 0, device, why};
 }
 
-/* Whether a launch may be held now (g_be_lock held). */
-static int may_hold(uint64_t now) {
-    if (g_floor >= 1 || now < g_free_until) return 0;
-    if (g_holding && now - g_episode_start >= (uint64_t)((1.0 - g_floor) * (double)WINDOW_NS)) {
-        g_free_until = now + (uint64_t)(g_floor * (double)WINDOW_NS);
-        return 0;
+/* The ring moved on to the bucket of `now`: the buckets that fall out of it are forgotten
+ * (g_be_lock held). */
+static void window_advance(uint64_t now) {
+    uint64_t bucket = now / FLOOR_BUCKET_NS;
+    if (bucket <= g_window.latest) return;
+    if (bucket - g_window.latest >= FLOOR_BUCKETS) {
+        memset(g_window.held_ns, 0, sizeof g_window.held_ns);
+        g_window.sum = 0;
+    } else {
+        for (uint64_t b = g_window.latest + 1; b <= bucket; b++) {
+            g_window.sum -= g_window.held_ns[b % FLOOR_BUCKETS];
+            g_window.held_ns[b % FLOOR_BUCKETS] = 0;
+        }
     }
-    return 1;
+    g_window.latest = bucket;
+}
+
+/* The time held since the last count, up to `now`, put in the buckets it fell in (g_be_lock
+ * held). A late count (a held thread woken late) loses nothing: the whole span is counted. */
+static void count_held(uint64_t now) {
+    window_advance(now);
+    uint64_t from = g_window.counted_to;
+    g_window.counted_to = now;
+    if (!g_holding || from >= now) return;
+    /* a span longer than the ring (a thread stopped while held) fills it, and no more: its
+     * older part would land on the newer buckets' places */
+    if (g_window.latest + 1 >= FLOOR_BUCKETS) {
+        uint64_t oldest = (g_window.latest + 1 - FLOOR_BUCKETS) * FLOOR_BUCKET_NS;
+        if (from < oldest) from = oldest;
+    }
+    while (from < now) {
+        uint64_t bucket = from / FLOOR_BUCKET_NS, end = (bucket + 1) * FLOOR_BUCKET_NS;
+        if (end > now) end = now;
+        g_window.held_ns[bucket % FLOOR_BUCKETS] += end - from;
+        g_window.sum += end - from;
+        from = end;
+    }
+}
+
+/* Whether a launch may be held now: only while the process was held for less than
+ * (1 - floor) x WINDOW_NS in the window that ends now (g_be_lock held). */
+static int may_hold(uint64_t now) {
+    if (g_floor >= 1) return 0;
+    count_held(now);
+    return g_window.sum < (uint64_t)((1.0 - g_floor) * (double)WINDOW_NS);
 }
 
 static void hold(int device) {
@@ -753,7 +802,7 @@ static void hold(int device) {
         return;
     }
     uint64_t start = now;
-    if (g_holding++ == 0) g_episode_start = now;
+    g_holding++; /* counted from now: may_hold counted the time before */
     int why = g_board_bad || g_table_full ? CLC_HOLD_NO_BOARD : CLC_HOLD_BUSY;
     int released_by_floor = 0;
     for (;;) {
@@ -1048,6 +1097,7 @@ void clc_priority_after_fork_child(void) {
         pthread_mutex_init(&g_be_lock, NULL);
         memset(g_rings, 0, sizeof g_rings); /* the parent's events are not this process's */
         g_holding = 0;
+        memset(&g_window, 0, sizeof g_window); /* held time is the parent's */
         g_shared_start = 0;
     }
 }

@@ -537,7 +537,7 @@ class PriorityClass:
                     "device's last ones, while latency-critical work is busy on its GPU; at "
                     f"most {self.run_ahead} launches queued ahead)")
         return (f"'{self.name}' ({self.kind}: held while latency-critical work is busy on its "
-                f"GPU, never for more than {1 - self.floor:.0%} of the time; at most "
+                f"GPU, never for more than {1 - self.floor:.0%} of any 100 ms; at most "
                 f"{self.run_ahead} launches queued ahead)")
 
 

@@ -77,7 +77,7 @@ def test_explain_walks_the_classes():
     assert lines[1].startswith("  1. serving: no match: process glob 'infer*' does not match")
     assert lines[2] == "  2. training: match: tenant glob 'batch' matches 'batch'"
     assert lines[3].startswith("=> class 'training' (best-effort: held while")
-    assert "never for more than 80% of the time" in lines[3]
+    assert "never for more than 80% of any 100 ms" in lines[3]
     assert priority.explain(info("x"))[-1].startswith("=> no class")
 
 
