@@ -1177,7 +1177,7 @@ def load_policy(path) -> Policy:
             # FIFO or a device is read as far as that too, and no further.
             data = f.read(MAX_POLICY_BYTES + 1)
     except OSError as e:
-        raise PolicyError(name, 1, 1, f"cannot read the policy: {e.strerror or e}") from None
+        raise PolicyError(name, 0, 0, f"cannot read the policy: {e.strerror or e}") from None
     if len(data) > MAX_POLICY_BYTES:
         raise PolicyError(name, 1, 1, f"the policy is larger than {MAX_POLICY_BYTES >> 20} MiB "
                                       "(a policy of 20,000 rules takes 2 MiB)")

@@ -28,7 +28,8 @@ _SUPPORTED_VERSION = 1
 
 
 class PolicyError(Exception):
-    """A policy that cannot be used: one line `path:line:column: message` (1-based) per mistake.
+    """A policy that cannot be used: one line `path:line:column: message` (1-based) per mistake,
+    `path: message` for one of the whole file (line 0: it cannot be read).
 
     errors lists every mistake found in the file, each a PolicyError, in the order of their
     positions; path, line, column and message are the first one's. hooks holds the references
@@ -45,8 +46,8 @@ class PolicyError(Exception):
         self.column = column
         self.message = message
         self.errors = [self, *more]
-        super().__init__("\n".join(f"{e.path}:{e.line}:{e.column}: {e.message}"
-                                   for e in self.errors))
+        super().__init__("\n".join(f"{e.path}:{e.line}:{e.column}: {e.message}" if e.line
+                                   else f"{e.path}: {e.message}" for e in self.errors))
 
     @classmethod
     def collect(cls, errors: Sequence[PolicyError]) -> PolicyError:

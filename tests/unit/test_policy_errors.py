@@ -1153,7 +1153,7 @@ def test_load_policy_missing_file(tmp_path):
     with pytest.raises(PolicyError) as caught:
         load_policy(path)
     # THEN the error names the path
-    assert str(caught.value) == f"{path}:1:1: cannot read the policy: No such file or directory"
+    assert str(caught.value) == f"{path}: cannot read the policy: No such file or directory"
 
 
 def test_load_policy_not_utf8(tmp_path):
