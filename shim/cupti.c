@@ -207,6 +207,31 @@ static void *open_cupti(const char **why) {
 
 static void finish_at_exit(void);
 
+/* Why CUPTI said no, in words an administrator can act on; `what` where its code says no more. */
+static const char *refusal(result_t r, const char *what) {
+    switch (r) {
+    case CLC_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+        return "another tool holds CUPTI (it takes one subscriber at a time)";
+    case CLC_CUPTI_ERROR_INSUFFICIENT_PRIVILEGES:
+    case CLC_CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES:
+        return "the driver lets only administrators trace GPU work here "
+               "(NVreg_RestrictProfilingToAdminUsers)";
+    case CLC_CUPTI_ERROR_NOT_INITIALIZED:
+    case CLC_CUPTI_ERROR_NOT_COMPATIBLE:
+        return "libcupti does not work with this driver (a libcupti of another CUDA version?)";
+    case CLC_CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED:
+    case CLC_CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED:
+    case CLC_CUPTI_ERROR_CMP_DEVICE_NOT_SUPPORTED:
+    case CLC_CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED:
+    case CLC_CUPTI_ERROR_SLI_DEVICE_NOT_SUPPORTED:
+    case CLC_CUPTI_ERROR_WSL_DEVICE_NOT_SUPPORTED:
+    case CLC_CUPTI_ERROR_NOT_SUPPORTED:
+        return "CUPTI cannot trace this device (a virtual GPU, a MIG instance, confidential "
+               "computing, WSL)";
+    default: return what;
+    }
+}
+
 static int start(void) {
     const char *mode = clc_setting("CLC_TIMING"), *why = NULL;
     result_t r = CLC_CUPTI_SUCCESS;
@@ -235,18 +260,18 @@ static int start(void) {
     }
     /* CUPTI's rule: a client subscribes first, and gives way when another did */
     if (!why && (r = cupti.subscribe(&g_subscriber, on_launch, NULL)) != CLC_CUPTI_SUCCESS)
-        why = "another tool holds CUPTI";
+        why = refusal(r, "CUPTI refused clc as a subscriber");
     for (size_t i = 0; !why && i < N_OF(CLC_CUPTI_DRIVER_LAUNCHES); i++)
         if ((r = cupti.enable_callback(1, g_subscriber, CLC_CUPTI_DOMAIN_DRIVER,
                                        CLC_CUPTI_DRIVER_LAUNCHES[i])) != CLC_CUPTI_SUCCESS)
-            why = "CUPTI refused the launch callbacks";
+            why = refusal(r, "CUPTI refused the launch callbacks");
     for (size_t i = 0; !why && i < N_OF(CLC_CUPTI_RUNTIME_LAUNCHES); i++)
         cupti.enable_callback(1, g_subscriber, CLC_CUPTI_DOMAIN_RUNTIME,
                               CLC_CUPTI_RUNTIME_LAUNCHES[i]);
     if (!why &&
         ((r = cupti.register_callbacks(buffer_requested, buffer_completed)) != CLC_CUPTI_SUCCESS ||
          (r = cupti.enable(CLC_CUPTI_KIND_CONCURRENT_KERNEL)) != CLC_CUPTI_SUCCESS))
-        why = "CUPTI refused kernel records";
+        why = refusal(r, "CUPTI refused kernel records");
     if (why) {
         if (g_subscriber) cupti.unsubscribe(g_subscriber);
         g_subscriber = NULL;

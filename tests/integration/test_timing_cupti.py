@@ -103,8 +103,26 @@ def test_a_cupti_that_refuses_leaves_the_events(native, clc_run, cupti, timing):
     assert sum(st.timed for st in cap.stats.values()) == sum(ran.values())
     assert set(timing_sources(run.output)) == {"events"}
     # AND only where CUPTI was asked for by name is its refusal a warning, said once
-    said = "clc: GPU times come from CUDA events around each launch: another tool holds CUPTI"
+    said = ("clc: GPU times come from CUDA events around each launch: another tool holds CUPTI "
+            "(it takes one subscriber at a time)")
     assert run.stderr.count(said) == (1 if timing == "cupti" else 0), run.stderr
+
+
+@pytest.mark.parametrize("code, why", [
+    (35, "the driver lets only administrators trace GPU work here"),
+    (43, "CUPTI cannot trace this device"),
+    (15, "libcupti does not work with this driver"),
+    (7, "CUPTI refused clc as a subscriber (CUptiResult 7)")])
+def test_a_cupti_refusal_says_why(native, clc_run, cupti, code, why):
+    # GIVEN a CUPTI that refuses clc with a code other than "another subscriber"
+    run = clc_run(TIME_ALL, [native["prog_cudart"]], options=[*cupti, "--timing", "cupti"],
+                  env={"FAKE_CUPTI_REFUSE": str(code)})
+    assert run.proc.returncode == 0, run.stderr
+    # THEN the launches are timed by events, and the warning says why CUPTI was not used
+    assert set(timing_sources(run.output)) == {"events"}
+    said = "clc: GPU times come from CUDA events around each launch: " + why
+    assert run.stderr.count(said) == 1, run.stderr
+    assert "another tool holds CUPTI" not in run.stderr
 
 
 def test_timing_events_never_loads_cupti(native, clc_run, cupti):

@@ -3,12 +3,14 @@
 program built with both checks each field's offset, each constant and each list of callback
 ids."""
 
-import os
 import pathlib
 import shutil
 import subprocess
 
 import pytest
+
+from harness import ROOT  # noqa: F401  (puts tests/fixtures/native on sys.path)
+from build import BuildError, cuda_include_dir  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -24,6 +26,7 @@ CHECK = r"""
 static int bad;
 #define SAME(what, a, b) do { if ((long)(a) != (long)(b)) { \
     printf("%s: %ld, cupti.h %ld\n", what, (long)(a), (long)(b)); bad = 1; } } while (0)
+#define ERR(name) SAME("ERROR_" #name, CLC_CUPTI_ERROR_##name, CUPTI_ERROR_##name)
 #define FIELD(mine, theirs, f, g) SAME(#mine "." #f, offsetof(mine, f), offsetof(theirs, g))
 #define LIST(mine, ...) do { const long theirs[] = {__VA_ARGS__}; \
     SAME(#mine " length", sizeof mine / sizeof *mine, sizeof theirs / sizeof *theirs); \
@@ -40,7 +43,11 @@ int main(void) {
     FIELD(clc_cupti_callback_data, CUpti_CallbackData, correlation, correlationId);
     SAME("sizeof callback data", sizeof(clc_cupti_callback_data), sizeof(CUpti_CallbackData));
     SAME("SUCCESS", CLC_CUPTI_SUCCESS, CUPTI_SUCCESS);
-    SAME("ERROR_NOT_INITIALIZED", CLC_CUPTI_ERROR_NOT_INITIALIZED, CUPTI_ERROR_NOT_INITIALIZED);
+    ERR(NOT_INITIALIZED); ERR(NOT_COMPATIBLE); ERR(NOT_SUPPORTED);
+    ERR(VIRTUALIZED_DEVICE_NOT_SUPPORTED); ERR(INSUFFICIENT_PRIVILEGES);
+    ERR(MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); ERR(VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES);
+    ERR(CONFIDENTIAL_COMPUTING_NOT_SUPPORTED); ERR(CMP_DEVICE_NOT_SUPPORTED);
+    ERR(MIG_DEVICE_NOT_SUPPORTED); ERR(SLI_DEVICE_NOT_SUPPORTED); ERR(WSL_DEVICE_NOT_SUPPORTED);
     SAME("KIND_CONCURRENT_KERNEL", CLC_CUPTI_KIND_CONCURRENT_KERNEL,
          CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     SAME("FLUSH_FORCED", CLC_CUPTI_FLUSH_FORCED, CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -67,15 +74,16 @@ int main(void) {
 
 
 def _include():
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    inc = pathlib.Path(home) / "include"
-    return inc if (inc / "cupti_activity.h").is_file() else None
+    try:
+        return cuda_include_dir("cupti_activity.h")
+    except BuildError:
+        return None
 
 
 def test_the_shims_cupti_declarations_match_nvidias_header(tmp_path):
     inc = _include()
     if inc is None or shutil.which("gcc") is None:
-        pytest.skip("no CUDA toolkit's cupti_activity.h (set CUDA_HOME) or no gcc")
+        pytest.skip("no cupti_activity.h (the test extra brings it) or no gcc")
     src = tmp_path / "check.c"
     src.write_text(CHECK)
     exe = tmp_path / "check"
