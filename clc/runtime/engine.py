@@ -26,6 +26,7 @@ import traceback
 from sys import getrefcount
 
 from clc import abi
+from clc.words import count
 from clc.cuda_errors import CUDA_ERRORS
 from clc.demangle import demangle
 from clc.runtime.exit_stats import ExitStats
@@ -585,8 +586,10 @@ class Engine:
         # The program is done with them: unloaded here, while the driver still runs.
         wrapping.libraries.close()
         unloaded = wrapping.libraries.stats()["unloads"] - libs["unloads"]
-        self.message(abi.MSG_INFO, f"wrap libraries: {libs['loads']} cuLibraryLoadData calls, "
-                     f"{wrapping.contexts()} contexts, {unloaded} unloaded at exit")
+        if libs["loads"] or libs["entries"]:
+            self.message(abi.MSG_INFO, f"wrap libraries: "
+                         f"{count(libs['loads'], 'cuLibraryLoadData call')}, "
+                         f"{count(wrapping.contexts(), 'context')}, {unloaded} unloaded at exit")
         if unloaded < libs["entries"]:
             self.message(abi.MSG_WARNING, f"{libs['entries'] - unloaded} wrapped libraries "
                          f"could not be unloaded at exit: {wrapping.libraries.last_error}")
@@ -619,7 +622,7 @@ class Engine:
         flush_std()
         for hook in hooks:
             if hook.calls:
-                self.message(abi.MSG_INFO, f"hook {hook.name}: {hook.calls} calls, "
+                self.message(abi.MSG_INFO, f"hook {hook.name}: {count(hook.calls, 'call')}, "
                              f"{hook.total_ns / 1e6:.3f} ms in all, mean "
                              f"{hook.total_ns / hook.calls / 1e3:.1f} us, max "
                              f"{hook.max_ns / 1e3:.1f} us")

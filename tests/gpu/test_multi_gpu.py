@@ -65,7 +65,7 @@ def test_one_library_load_serves_every_device(multi_bin, run_clc, tmp_path, tool
     # THEN the wrapped kernel was built and loaded once (cuLibraryLoadData is
     # context-independent) and used in every device's context, and it counted every block
     text = [m["text"] for m in report["messages"]]
-    assert any(f"wrap libraries: 1 cuLibraryLoadData calls, {devices} contexts" in m
+    assert any(f"wrap libraries: 1 cuLibraryLoadData call, {devices} contexts" in m
                for m in text), text
     stats = [s for s in wrap_stats(report) if s["kernel"].startswith("scale")]
     assert sum(s["blocks"] for s in stats) == devices * 256, stats

@@ -137,7 +137,7 @@ def test_wrapped_kernel_is_set_up_again_after_a_device_reset(nvcc, cuda_arch, bu
     assert "could not be rewritten" not in proc.stderr, describe(proc)
     texts = [m["text"] if isinstance(m, dict) else str(m) for m in report.get("messages", [])]
     libs = [t for t in texts if t.startswith("wrap libraries: ")]
-    assert libs and libs[0].startswith("wrap libraries: 1 cuLibraryLoadData calls, 2 contexts"), \
+    assert libs and libs[0].startswith("wrap libraries: 1 cuLibraryLoadData call, 2 contexts"), \
         report_summary(report)
 
 
@@ -189,7 +189,7 @@ def test_wrapped_library_loads_once_for_many_contexts(contexts_bin, driver_api_b
     assert proc.returncode == 0, describe(proc)
     assert proc.stdout.count(" ok") == 4, describe(proc)
     texts = [m["text"] for m in report.get("messages", [])]
-    assert "wrap libraries: 1 cuLibraryLoadData calls, 4 contexts, 1 unloaded at exit" in texts, \
+    assert "wrap libraries: 1 cuLibraryLoadData call, 4 contexts, 1 unloaded at exit" in texts, \
         texts
     (stats,) = wrap_stats(report)
     assert stats["blocks"] == 4 * ((1 << 20) // 256)

@@ -421,7 +421,7 @@ def test_exit_says_each_wrapped_kernels_counts(run_wrap):
         assert (s.blocks, s.threads, s.skipped, s.max_resident, s.share_sms) == (0, 0, 0, 0, 0)
     assert not messages(run, "wrap stats")
     (libs,) = messages(run, "wrap libraries: ")
-    assert libs == "wrap libraries: 2 cuLibraryLoadData calls, 1 contexts, 2 unloaded at exit"
+    assert libs == "wrap libraries: 2 cuLibraryLoadData calls, 1 context, 2 unloaded at exit"
 
 
 def node_seen(stdout):
@@ -515,7 +515,7 @@ def test_a_reset_context_gets_its_wrapped_kernels_set_up_again(run_wrap):
     assert after1["seen"]["slot_base"] == after2["seen"]["slot_base"]
     assert after1["seen"]["slot_base"] != before1["seen"]["slot_base"]
     (libs,) = messages(run, "wrap libraries: ")
-    assert libs.startswith("wrap libraries: 1 cuLibraryLoadData calls, 2 contexts"), libs
+    assert libs.startswith("wrap libraries: 1 cuLibraryLoadData call, 2 contexts"), libs
     assert not messages(run, "the driver refused a wrapped kernel")
 
 
@@ -542,3 +542,20 @@ def test_a_hook_answering_clc_wrap_wraps_the_kernel(clc_run, native, shared_cach
                                                  arg["smem"])
         elif launch["kernel"] == "vec_add":
             assert seen["original"] == 1, launch
+
+
+def test_a_wrap_rule_that_wraps_nothing_says_nothing_of_wrap_libraries(native, clc_run):
+    # GIVEN a wrap rule that no kernel of the program matches
+    policy = """\
+version: 1
+rules:
+  - name: count-nothing
+    match: {kernel: "*nomatch*"}
+    action: wrap
+    wrapper: block_count
+"""
+    run = clc_run(policy, [native["prog_params"], "3"])
+    assert run.proc.returncode == 0, run.stderr
+    # THEN nothing was wrapped, and the capture says nothing of wrapped libraries
+    assert messages(run, "wrap libraries") == []
+    assert "wrap libraries" not in run.stderr
