@@ -202,6 +202,19 @@ def test_a_batch_script_and_the_steps_it_starts(cluster, site):
     assert denied_by_kernel(batch)["debug_kernel"] == 2
 
 
+def test_a_batch_scripts_arguments_are_its_own(cluster, site):
+    """The batch step comes from the controller, never as --multi-prog: an argument that reads
+    as a configuration's line stays an argument."""
+    jobs = site["top"] / "jobs"
+    prog = site["native"]["prog_cudart"]
+    proc, _, out = cluster.sbatch(f"#!/bin/sh\necho \"args: $1\"\n{prog}\n", env=env(site),
+                                  cwd=jobs, script_args=["0 an-argument"])
+    assert proc.returncode == 0, proc.stderr + out
+    assert "args: 0 an-argument" in out
+    (counts,) = fake_counts(out)
+    assert counts["debug_kernel"] == 0 and counts["vecAdd"] == 5, counts
+
+
 def test_job_arrays_write_a_directory_per_array_task(cluster, site):
     before = set((site["top"] / "captures").iterdir())
     prog = site["native"]["prog_cudart"]
@@ -226,13 +239,41 @@ def test_export_none_stays_under_the_policy(cluster, site):
     assert counts["debug_kernel"] == 0 and counts["vecAdd"] == 3, p.stdout + p.stderr
 
 
-def test_a_multi_prog_step_is_refused_not_run_without_clc(cluster, site):
+# srun --multi-prog configurations, each accepted by srun, that give tasks 0 and 1 prog_cudart
+# (PROG), with the configuration file's mode
+MULTI_PROG = {
+    "comments": ("# two ranks\n\n0 PROG\n1 PROG\n", 0o644),
+    "an executable file": ("0 PROG\n1 PROG\n", 0o755),
+    "CRLF, a blank first line": ("\r\n0 PROG\r\n1 PROG\r\n", 0o644),
+    "a form feed before the ranks": ("\f0-1 PROG\n", 0o644),
+    "a comma before the ranks": (",0,1 PROG\n", 0o644),
+    "a comment continued onto the next line": ("# ranks \\\nnot a line\n0-1 PROG\n", 0o644),
+    "star, quotes and %t": ("* 'PROG' %t\n", 0o644),
+}
+
+
+@pytest.mark.parametrize("text,mode", MULTI_PROG.values(), ids=MULTI_PROG.keys())
+def test_a_multi_prog_step_is_refused_not_run_without_clc(cluster, site, text, mode):
     conf = site["top"] / "jobs" / "multi.conf"
-    prog = site["native"]["prog_cudart"]
-    conf.write_text(f"# two ranks\n0 {prog}\n1 {prog}\n")
+    conf.write_text(text.replace("PROG", str(site["native"]["prog_cudart"])), newline="")
+    os.chmod(conf, mode)
     p = cluster.srun("-n2", "--multi-prog", conf, env=env(site))
-    assert p.returncode != 0 and "fake:" not in p.stdout
+    assert p.returncode != 0 and "fake:" not in p.stdout, p.stdout
     assert "srun --multi-prog steps cannot run under clc" in p.stderr + cluster.logs()
+
+
+def test_a_step_whose_argument_reads_as_a_multi_prog_configuration(cluster, site):
+    """The plugin cannot tell a step's own arguments from the configuration text of a
+    --multi-prog step: an argument that gives this task a line is refused, one that gives it
+    none runs under clc."""
+    prog = site["native"]["prog_cudart"]
+    p = cluster.srun(prog, "0 looks-like-a-line", env=env(site))
+    assert p.returncode != 0 and "fake:" not in p.stdout, p.stdout
+    assert "srun --multi-prog steps cannot run under clc" in p.stderr + cluster.logs()
+    p = cluster.srun(prog, "1 for-another-task", env=env(site))
+    assert p.returncode == 0, p.stderr
+    (counts,) = fake_counts(p.stdout)
+    assert counts["debug_kernel"] == 0 and counts["vecAdd"] == 5, counts
 
 
 def _prolog(site, name, lines):
