@@ -25,13 +25,11 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "native"))
 
 from build import build_native  # noqa: E402
-from cluster import Cluster, ensure_user, missing  # noqa: E402
+from cluster import Cluster, ensure_user  # noqa: E402
 from harness import DENY_DEBUG_ONLY  # noqa: E402
 
 from clc.capture.reader import read_captures  # noqa: E402
 
-PLUGIN = ROOT / "clc" / "libclc_spank.so"
-LAUNCHER = ROOT / "clc" / "clc-slurm-exec"
 USER = "clcslurm"
 
 # tests/integration's deny-debug policy (debug kernels refused), and one tenant refused all
@@ -42,23 +40,11 @@ POLICY = DENY_DEBUG_ONLY.replace("default: allow\n", "default: allow\non_error: 
 """
 
 
-def _why_not():
-    reason = missing()
-    if reason is None and not (PLUGIN.exists() and LAUNCHER.exists()):
-        reason = (f"the SPANK plugin is not built ({PLUGIN.name}, {LAUNCHER.name}): "
-                  "spank.h was missing when clc was installed")
-    return reason
-
-
 @pytest.fixture(scope="module")
-def site():
+def site(clc_for_jobs):
     """A directory every user can read: the fake driver and programs, the administrator's
-    policy, the captures' directory and the cluster's files."""
-    reason = _why_not()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the Slurm tests cannot run on CI: {reason}")
-        pytest.skip(reason)
+    policy, the captures' directory and the cluster's files; and clc, installed where every
+    user can run it."""
     top = Path(tempfile.mkdtemp(prefix="clc-slurm-"))
     os.chmod(top, 0o755)
     native = build_native(top / "native")
@@ -68,15 +54,15 @@ def site():
     os.chmod(top / "jobs", 0o1777)  # where jobs of any user write their scripts and output
     (top / "etc" / "policy.yaml").write_text(POLICY)
     os.chmod(top / "etc" / "policy.yaml", 0o644)
-    yield {"top": top, "native": native}
+    yield {"top": top, "native": native, "clc": clc_for_jobs}
     shutil.rmtree(top, ignore_errors=True)
 
 
 def plugstack(site, **extra):
-    args = {"policy": site["top"] / "etc" / "policy.yaml", "python": sys.executable,
+    args = {"policy": site["top"] / "etc" / "policy.yaml", "python": site["clc"].python,
             "captures": site["top"] / "captures", "tenant": "account", **extra}
-    return f"required {PLUGIN} " + " ".join(f"{k}={v}" for k, v in args.items()
-                                            if v is not None)
+    return f"required {site['clc'].plugin} " + " ".join(f"{k}={v}" for k, v in args.items()
+                                                        if v is not None)
 
 
 @pytest.fixture(scope="module")
@@ -366,11 +352,6 @@ def test_a_report_on_request(cluster, site):
 
 
 def test_a_users_job_writes_captures_only_that_user_reads(cluster, site):
-    python = Path(os.path.realpath(sys.executable))
-    if any(os.stat(p).st_mode & 0o001 == 0 for p in python.parents) or \
-            os.stat(python).st_mode & 0o001 == 0:
-        pytest.skip(f"another user cannot run this Python ({python}: a directory above it is "
-                    "closed to others)")
     uid, gid = ensure_user(USER)
     before = set((site["top"] / "captures").iterdir())
     p = cluster.srun("--account=research", site["native"]["prog_cudart"], user=USER,
