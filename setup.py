@@ -94,8 +94,8 @@ preload = Extension(
 
 spank = Extension(
     SPANK,
-    sources=["shim/slurm/clc_spank.c"],
-    depends=["shim/slurm/clc_slurm.h"],
+    sources=["shim/slurm/clc_spank.c", "shim/slurm/clc_multi_prog.c"],
+    depends=["shim/slurm/clc_slurm.h", "shim/slurm/clc_multi_prog.h"],
     include_dirs=["shim/slurm", SLURM_INCLUDE],
     # slurmstepd finds the plugin's symbols by name: every one not static is exported
     extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],

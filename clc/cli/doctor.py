@@ -4,13 +4,19 @@
 import ctypes
 import ctypes.util
 import os
+import pwd
+import stat
 import subprocess
 import sys
+import tempfile
 
 from clc import __version__
-from clc.runtime.shim import bridge_path, libpython_path, preload_path
+from clc.runtime.shim import PACKAGE, bridge_path, libpython_path, preload_path
 
-__all__ = ["DoctorCommand", "driver_status"]
+# the task launcher, beside the plugin (shim/slurm/clc_slurm_exec.c)
+LAUNCHER = "clc-slurm-exec"
+
+__all__ = ["DoctorCommand", "driver_status", "slurm_status"]
 
 
 def _driver():
@@ -102,6 +108,145 @@ def _library(names):
         return None
 
 
+# ---- Slurm: what the plugin takes, and what a job's user can run ----------------------------
+
+# the user that stands for a job's when doctor runs as root: in no group of root's
+JOB_USER = "nobody"
+
+
+def _others(mode, bits):
+    """Whether `mode` gives other users (not the owner, not its group) the access `bits`, of
+    os.R_OK and os.X_OK."""
+    want = (stat.S_IROTH if bits & os.R_OK else 0) | (stat.S_IXOTH if bits & os.X_OK else 0)
+    return mode & want == want
+
+
+def _ancestors(path):
+    """The directories above `path`, from /: those of the path as written (which a link may
+    leave for another tree) and those of its real path."""
+    out = []
+    for p in (os.path.abspath(path), os.path.realpath(path)):
+        parts = p.split("/")[1:-1]
+        out += ["/" + "/".join(parts[:i]) for i in range(len(parts) + 1)]
+    return list(dict.fromkeys(out))
+
+
+def closed_to_others(path, bits):
+    """The first thing that keeps other users from `path` with the access `bits`: a directory
+    above it they cannot enter, or the file's own mode; None when nothing does."""
+    for d in _ancestors(path):
+        try:
+            mode = os.stat(d).st_mode
+        except OSError as e:
+            return f"{d}: {e.strerror}"
+        if not _others(mode, os.X_OK):
+            return f"{d} (mode {stat.S_IMODE(mode):04o}) cannot be entered by other users"
+    real = os.path.realpath(path)
+    try:
+        mode = os.stat(real).st_mode
+    except OSError as e:
+        return f"{real}: {e.strerror}"
+    if not _others(mode, bits):
+        what = "run" if bits & os.X_OK else "read"
+        return f"{real} (mode {stat.S_IMODE(mode):04o}) cannot be {what} by other users"
+    return None
+
+
+def _package_closed(package):
+    """The first directory or file of clc's package that other users cannot list or read."""
+    why = closed_to_others(package, os.R_OK | os.X_OK)
+    if why:
+        return why
+    for top, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # Python does without them
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            mode = os.lstat(path).st_mode
+            if not _others(mode, os.R_OK | (os.X_OK if stat.S_ISDIR(mode) else 0)):
+                return f"{path} (mode {stat.S_IMODE(mode):04o}) cannot be read by other users"
+    return None
+
+
+def not_roots(path):
+    """What the plugin finds wrong with `path` as a file of clc's (shim/slurm/clc_spank.c,
+    admin_owned): each part of it root's, the file regular and writable by nobody else, the
+    directories writable by nobody else unless sticky; None when nothing is."""
+    want = "expected a file owned by root and writable by nobody else, through such directories"
+    parts = path.split("/")[1:]
+    for i in range(len(parts)):
+        p = "/" + "/".join(parts[:i + 1])
+        try:
+            st = os.lstat(p)
+        except OSError as e:
+            return f"{p}: {e.strerror}"
+        loose = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        last = i == len(parts) - 1
+        if st.st_uid != 0 or (last and (not stat.S_ISREG(st.st_mode) or loose)) or \
+                (not last and (not stat.S_ISDIR(st.st_mode) or
+                               (loose and not st.st_mode & stat.S_ISVTX))):
+            return f"{path}: {want} ({p} is not)"
+    return None
+
+
+def _fails_as_job_user(python, launcher):
+    """Why JOB_USER cannot start a task as the plugin does (clc-slurm-exec, then clc-run from
+    clc's Python, isolated, on a program, with the libraries a task's programs load); None when
+    it can, or when there is no such user to try."""
+    try:
+        pw = pwd.getpwnam(JOB_USER)
+    except KeyError:
+        return None
+    run = dict(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[], cwd="/", capture_output=True,
+               text=True, timeout=120, env={"PATH": "/usr/local/bin:/usr/bin:/bin",
+                                            "LANG": "C.UTF-8"})
+    with tempfile.TemporaryDirectory(prefix="clc-doctor-") as top:
+        os.chmod(top, 0o755)
+        policy = os.path.join(top, "policy.yaml")
+        with open(policy, "w") as f:
+            f.write("version: 1\ndefault: allow\n")
+        os.chmod(policy, 0o644)
+        bridge = bridge_path()
+        steps = [([launcher], lambda p: "CLC_SLURM_FD is not set" in p.stderr),
+                 ([python, "-I", "-m", "clc", "run", "--policy", policy, "--no-capture",
+                   "--no-report", "--", "/bin/true"], lambda p: p.returncode == 0 and not p.stderr)]
+        if bridge:  # loaded into a task's program at its first launch
+            steps.append(([python, "-I", "-c", f"open({str(bridge)!r}, 'rb').close()"],
+                          lambda p: p.returncode == 0))
+        for argv, started in steps:
+            try:
+                p = subprocess.run(argv, **run)
+            except OSError as e:
+                return f"{argv[0]}: {e.strerror}, as user {JOB_USER}"
+            except subprocess.TimeoutExpired:
+                return f"{argv[0]} did not finish in 120 s, as user {JOB_USER}"
+            if not started(p):
+                last = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+                return f"{' '.join(argv[:4])} fails as user {JOB_USER}: {last}"
+    return None
+
+
+def slurm_status(python=None, package=None):
+    """(ok, text) for the SPANK plugin: its plugstack.conf line, where the plugin takes this
+    installation and a job's user can run it (tried as JOB_USER when doctor runs as root, else
+    read from the files' modes); else why not."""
+    python = python or sys.executable
+    package = package or PACKAGE
+    plugin, launcher = os.path.join(package, "libclc_spank.so"), os.path.join(package, LAUNCHER)
+    if not os.path.exists(plugin):
+        return False, ("SPANK plugin not built (spank.h was missing when clc was installed: "
+                       "install libslurm-dev, then clc)")
+    why = (not_roots(os.path.realpath(python)) or not_roots(launcher) or
+           closed_to_others(python, os.X_OK) or closed_to_others(launcher, os.X_OK) or
+           _package_closed(package) or
+           (_fails_as_job_user(python, launcher) if os.geteuid() == 0 else None))
+    if why:
+        return False, (f"jobs cannot run this clc: {why}; under the plugin every task would "
+                       "stop. Install clc into a Python every user can run, in root's "
+                       "directories (docs/deploy.md)")
+    return True, (f"plugstack.conf: required {plugin} policy=/etc/clc/policy.yaml "
+                  f"python={python} (docs/deploy.md)")
+
+
 class DoctorCommand:
     name = "doctor"
     help = "check the driver, the GPUs, the shim, the bridge and the JIT libraries"
@@ -146,11 +291,6 @@ class DoctorCommand:
             found = _library([lib])
             line(name, found is not None, f"{found or 'not found'} (needed by wrap rules only)",
                  optional=True)
-        plugin = os.path.join(os.path.dirname(preload_path() or __file__), "libclc_spank.so")
-        if os.path.exists(plugin):
-            line("Slurm", True, f"plugstack.conf: required {plugin} policy=/etc/clc/policy.yaml "
-                 f"python={sys.executable} (docs/deploy.md)", optional=True)
-        else:
-            line("Slurm", False, "SPANK plugin not built (spank.h was missing when clc was "
-                 "installed: install libslurm-dev, then clc)", optional=True)
+        good, text = slurm_status()
+        line("Slurm", good, text, optional=True)
         return 0 if ok else 1

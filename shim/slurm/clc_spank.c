@@ -43,6 +43,7 @@
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
+#include "clc_multi_prog.h"
 #include "clc_slurm.h"
 
 SPANK_PLUGIN(clc, 1);
@@ -66,7 +67,8 @@ static struct {
 
 /* the step, as the controller knows it (slurm_spank_init_post_opt, as root) */
 static struct {
-    int skip; /* the extern step: no task of the user's runs in it */
+    int skip;  /* the extern step: no task of the user's runs in it */
+    int batch; /* the batch step: its launch comes from the controller, never --multi-prog */
     char tenant[256], output_dir[PATH_LEN + 64], step[32], job[16];
     uint32_t restarts;
 } g_step;
@@ -315,7 +317,8 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
     snprintf(g_step.job, sizeof g_step.job, "%u", (unsigned)job_id);
     if (spank_get_item(sp, S_SLURM_RESTART_COUNT, &g_step.restarts) != ESPANK_SUCCESS)
         g_step.restarts = 0;
-    if (step_id == SLURM_BATCH_SCRIPT)
+    g_step.batch = step_id == SLURM_BATCH_SCRIPT;
+    if (g_step.batch)
         snprintf(g_step.step, sizeof g_step.step, "batch");
     else if (step_id == SLURM_INTERACTIVE_STEP)
         snprintf(g_step.step, sizeof g_step.step, "interactive");
@@ -329,21 +332,6 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av) {
     if (g_cfg.bad) return 0;
     find_tenant(job_id, uid);
     make_output_dir(job_id, uid, gid);
-    return 0;
-}
-
-/* Whether the step is `srun --multi-prog`: its argv is then the configuration file's path
- * (not a program) and the file's text, and slurmstepd executes each task's own line of it,
- * which the plugin cannot reach. */
-static int multi_prog_step(int argc, char **argv) {
-    if (argc != 2 || access(argv[0], X_OK) == 0) return 0;
-    for (const char *line = argv[1]; line && *line;) {
-        while (*line == ' ' || *line == '\t') line++;
-        if (*line != '#' && *line != '\n') /* its first line: a rank, a range or `*` */
-            return (*line >= '0' && *line <= '9') || *line == '*';
-        line = strchr(line, '\n');
-        if (line) line++;
-    }
     return 0;
 }
 
@@ -369,11 +357,17 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
         slurm_error("clc: cannot read the task's program from slurmstepd");
         return -1;
     }
-    if (multi_prog_step(argc, argv)) {
-        slurm_error("clc: srun --multi-prog steps cannot run under clc (slurmstepd runs each "
-                    "task's line of %s, which the plugin cannot reach): run one program that "
-                    "picks its work by $SLURM_PROCID instead",
-                    argv[0]);
+    /* A --multi-prog step runs the task's line of its configuration, which its second
+     * argument carries: the plugin cannot tell such a step from one whose own argument reads the
+     * same (clc_multi_prog.h), and refuses both. */
+    int line = g_step.batch || argc < 2 ? 0 : clc_multi_prog_line(argv[1], task);
+    if (line) {
+        slurm_error("clc: srun --multi-prog steps cannot run under clc: line %d of this step's "
+                    "configuration (%s) gives task %u a program that slurmstepd runs itself, out "
+                    "of the plugin's reach (a step whose second argument reads as such a "
+                    "configuration is refused the same way). Run one program that picks its work "
+                    "by $SLURM_PROCID instead",
+                    line, argv[0], (unsigned)task);
         return -1;
     }
     char task_id[16];

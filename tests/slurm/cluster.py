@@ -174,9 +174,9 @@ class Cluster:
         return subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True,
                               text=True, timeout=timeout, cwd=cwd or self.root)
 
-    def sbatch(self, script, *args, user=None, env=None, timeout=120, cwd=None):
-        """Submits `script` (text) with sbatch --wait ARGS; (CompletedProcess, job id, the
-        job's output text)."""
+    def sbatch(self, script, *args, user=None, env=None, timeout=120, cwd=None, script_args=()):
+        """Submits `script` (text) with sbatch --wait ARGS, given `script_args`; (CompletedProcess,
+        job id, the job's output text)."""
         cwd = Path(cwd or self.root)
         path = cwd / f"job{time.monotonic_ns()}.sh"
         path.write_text(script)
@@ -184,7 +184,7 @@ class Cluster:
         out = cwd / f"{path.stem}.out"
         argv = self._as(user, ["env", f"SLURM_CONF={self.env['SLURM_CONF']}", "sbatch",
                                "--wait", "--parsable", f"--output={out}", *map(str, args),
-                               str(path)])
+                               str(path), *map(str, script_args)])
         proc = subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True,
                               text=True, timeout=timeout, cwd=cwd)
         job = proc.stdout.strip().split(";")[0]

@@ -1,14 +1,17 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# Installs what tests/slurm needs (Slurm's daemons and client, munge, spank.h for the plugin)
-# where it is missing and this machine allows it: as root, with Debian's apt-get. Never fails:
-# where it cannot install, it says why, and tests/slurm skips (or fails, under CI=true).
+# Installs what tests/slurm needs (Slurm's daemons and client, munge, spank.h for the plugin, the
+# system's Python) where it is missing and this machine allows it: as root, with Debian's
+# apt-get. Never fails: where it cannot install, it says why, and tests/slurm skips (or fails,
+# under CI=true).
 need=""
 command -v slurmctld >/dev/null 2>&1 || need="$need slurmctld"
 command -v slurmd >/dev/null 2>&1 || need="$need slurmd"
 command -v srun >/dev/null 2>&1 || need="$need slurm-client"
 command -v munged >/dev/null 2>&1 || need="$need munge"
 [ -f /usr/include/slurm/spank.h ] || need="$need libslurm-dev"
+# the Python every job's user can run clc from (tests/slurm/install.py)
+[ -x /usr/bin/python3 ] || need="$need python3"
 [ -z "$need" ] && exit 0
 # A machine without a package registry: CLC_SLURM_DEBS names a directory of .deb files (the
 # packages above and those of their dependencies this machine lacks, for its release), unpacked

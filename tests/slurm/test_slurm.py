@@ -25,13 +25,11 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "native"))
 
 from build import build_native  # noqa: E402
-from cluster import Cluster, ensure_user, missing  # noqa: E402
+from cluster import Cluster, ensure_user  # noqa: E402
 from harness import DENY_DEBUG_ONLY  # noqa: E402
 
 from clc.capture.reader import read_captures  # noqa: E402
 
-PLUGIN = ROOT / "clc" / "libclc_spank.so"
-LAUNCHER = ROOT / "clc" / "clc-slurm-exec"
 USER = "clcslurm"
 
 # tests/integration's deny-debug policy (debug kernels refused), and one tenant refused all
@@ -42,23 +40,11 @@ POLICY = DENY_DEBUG_ONLY.replace("default: allow\n", "default: allow\non_error: 
 """
 
 
-def _why_not():
-    reason = missing()
-    if reason is None and not (PLUGIN.exists() and LAUNCHER.exists()):
-        reason = (f"the SPANK plugin is not built ({PLUGIN.name}, {LAUNCHER.name}): "
-                  "spank.h was missing when clc was installed")
-    return reason
-
-
 @pytest.fixture(scope="module")
-def site():
+def site(clc_for_jobs):
     """A directory every user can read: the fake driver and programs, the administrator's
-    policy, the captures' directory and the cluster's files."""
-    reason = _why_not()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the Slurm tests cannot run on CI: {reason}")
-        pytest.skip(reason)
+    policy, the captures' directory and the cluster's files; and clc, installed where every
+    user can run it."""
     top = Path(tempfile.mkdtemp(prefix="clc-slurm-"))
     os.chmod(top, 0o755)
     native = build_native(top / "native")
@@ -68,15 +54,15 @@ def site():
     os.chmod(top / "jobs", 0o1777)  # where jobs of any user write their scripts and output
     (top / "etc" / "policy.yaml").write_text(POLICY)
     os.chmod(top / "etc" / "policy.yaml", 0o644)
-    yield {"top": top, "native": native}
+    yield {"top": top, "native": native, "clc": clc_for_jobs}
     shutil.rmtree(top, ignore_errors=True)
 
 
 def plugstack(site, **extra):
-    args = {"policy": site["top"] / "etc" / "policy.yaml", "python": sys.executable,
+    args = {"policy": site["top"] / "etc" / "policy.yaml", "python": site["clc"].python,
             "captures": site["top"] / "captures", "tenant": "account", **extra}
-    return f"required {PLUGIN} " + " ".join(f"{k}={v}" for k, v in args.items()
-                                            if v is not None)
+    return f"required {site['clc'].plugin} " + " ".join(f"{k}={v}" for k, v in args.items()
+                                                        if v is not None)
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +188,19 @@ def test_a_batch_script_and_the_steps_it_starts(cluster, site):
     assert denied_by_kernel(batch)["debug_kernel"] == 2
 
 
+def test_a_batch_scripts_arguments_are_its_own(cluster, site):
+    """The batch step comes from the controller, never as --multi-prog: an argument that reads
+    as a configuration's line stays an argument."""
+    jobs = site["top"] / "jobs"
+    prog = site["native"]["prog_cudart"]
+    proc, _, out = cluster.sbatch(f"#!/bin/sh\necho \"args: $1\"\n{prog}\n", env=env(site),
+                                  cwd=jobs, script_args=["0 an-argument"])
+    assert proc.returncode == 0, proc.stderr + out
+    assert "args: 0 an-argument" in out
+    (counts,) = fake_counts(out)
+    assert counts["debug_kernel"] == 0 and counts["vecAdd"] == 5, counts
+
+
 def test_job_arrays_write_a_directory_per_array_task(cluster, site):
     before = set((site["top"] / "captures").iterdir())
     prog = site["native"]["prog_cudart"]
@@ -226,13 +225,45 @@ def test_export_none_stays_under_the_policy(cluster, site):
     assert counts["debug_kernel"] == 0 and counts["vecAdd"] == 3, p.stdout + p.stderr
 
 
-def test_a_multi_prog_step_is_refused_not_run_without_clc(cluster, site):
+# srun --multi-prog configurations, each accepted by srun, that give tasks 0 and 1 prog_cudart
+# (PROG), with the configuration file's mode
+MULTI_PROG = {
+    "comments": ("# two ranks\n\n0 PROG\n1 PROG\n", 0o644),
+    "an executable file": ("0 PROG\n1 PROG\n", 0o755),
+    "CRLF, a blank first line": ("\r\n0 PROG\r\n1 PROG\r\n", 0o644),
+    "a form feed before the ranks": ("\f0-1 PROG\n", 0o644),
+    "a comma before the ranks": (",0,1 PROG\n", 0o644),
+    "a comment continued onto the next line": ("# ranks \\\nnot a line\n0-1 PROG\n", 0o644),
+    "star, quotes and %t": ("* 'PROG' %t\n", 0o644),
+}
+
+
+@pytest.mark.parametrize("text,mode", MULTI_PROG.values(), ids=MULTI_PROG.keys())
+def test_a_multi_prog_step_is_refused_not_run_without_clc(cluster, site, text, mode):
     conf = site["top"] / "jobs" / "multi.conf"
-    prog = site["native"]["prog_cudart"]
-    conf.write_text(f"# two ranks\n0 {prog}\n1 {prog}\n")
+    conf.write_text(text.replace("PROG", str(site["native"]["prog_cudart"])), newline="")
+    os.chmod(conf, mode)
     p = cluster.srun("-n2", "--multi-prog", conf, env=env(site))
-    assert p.returncode != 0 and "fake:" not in p.stdout
-    assert "srun --multi-prog steps cannot run under clc" in p.stderr + cluster.logs()
+    assert p.returncode != 0 and "fake:" not in p.stdout, p.stdout
+    for task in (0, 1):  # each task, told on the job's standard error
+        assert re.search(rf"clc: srun --multi-prog steps cannot run under clc: line \d+ of this "
+                         rf"step's configuration \({re.escape(str(conf))}\) gives task {task} "
+                         "a program",
+                         p.stderr), p.stderr
+
+
+def test_a_step_whose_argument_reads_as_a_multi_prog_configuration(cluster, site):
+    """The plugin cannot tell a step's own arguments from the configuration text of a
+    --multi-prog step: an argument that gives this task a line is refused, one that gives it
+    none runs under clc."""
+    prog = site["native"]["prog_cudart"]
+    p = cluster.srun(prog, "0 looks-like-a-line", env=env(site))
+    assert p.returncode != 0 and "fake:" not in p.stdout, p.stdout
+    assert f"line 1 of this step's configuration ({prog}) gives task 0 a program" in p.stderr
+    p = cluster.srun(prog, "1 for-another-task", env=env(site))
+    assert p.returncode == 0, p.stderr
+    (counts,) = fake_counts(p.stdout)
+    assert counts["debug_kernel"] == 0 and counts["vecAdd"] == 5, counts
 
 
 def _prolog(site, name, lines):
@@ -325,11 +356,6 @@ def test_a_report_on_request(cluster, site):
 
 
 def test_a_users_job_writes_captures_only_that_user_reads(cluster, site):
-    python = Path(os.path.realpath(sys.executable))
-    if any(os.stat(p).st_mode & 0o001 == 0 for p in python.parents) or \
-            os.stat(python).st_mode & 0o001 == 0:
-        pytest.skip(f"another user cannot run this Python ({python}: a directory above it is "
-                    "closed to others)")
     uid, gid = ensure_user(USER)
     before = set((site["top"] / "captures").iterdir())
     p = cluster.srun("--account=research", site["native"]["prog_cudart"], user=USER,
