@@ -376,12 +376,15 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
     size_t len = 0;
     char output[PATH_LEN + 64] = "";
     if (*g_step.output_dir) {
-        if (g_step.restarts)
-            snprintf(output, sizeof output, "%s/%s.%u.r%u.clc", g_step.output_dir, g_step.step,
-                     (unsigned)task, (unsigned)g_step.restarts);
-        else
-            snprintf(output, sizeof output, "%s/%s.%u.clc", g_step.output_dir, g_step.step,
-                     (unsigned)task);
+        int n = g_step.restarts
+                    ? snprintf(output, sizeof output, "%s/%s.%u.r%u.clc", g_step.output_dir,
+                               g_step.step, (unsigned)task, (unsigned)g_step.restarts)
+                    : snprintf(output, sizeof output, "%s/%s.%u.clc", g_step.output_dir,
+                               g_step.step, (unsigned)task);
+        if (n < 0 || (size_t)n >= sizeof output) { /* a cut path would be another file */
+            slurm_error("clc: the task's capture path under %s is too long", g_step.output_dir);
+            return -1;
+        }
     }
     if (put(buf, sizeof buf, &len, CLC_SLURM_PYTHON, g_cfg.python) ||
         put(buf, sizeof buf, &len, CLC_SLURM_POLICY, *g_opt.policy ? g_opt.policy : g_cfg.policy) ||
