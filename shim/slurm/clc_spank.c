@@ -50,6 +50,7 @@ SPANK_PLUGIN(clc, 1);
 
 #define PATH_LEN 4096
 #define LAUNCHER "clc-slurm-exec"
+#define N_OF(a) (sizeof(a) / sizeof *(a))
 
 static struct {
     char policy[PATH_LEN], python[PATH_LEN], captures[PATH_LEN], launcher[PATH_LEN];
@@ -128,6 +129,65 @@ static int admin_owned(const char *path, int want_dir) {
     return 0;
 }
 
+/* The plugstack.conf line's keys: where each one's value goes, and what it must be. */
+enum key_kind { KEY_PATH, KEY_FLAG, KEY_TENANT };
+static const struct key {
+    const char *name;
+    enum key_kind kind;
+    void *dst; /* a PATH_LEN buffer, an int, or the tenant's source */
+} KEYS[] = {
+    {"policy", KEY_PATH, g_cfg.policy},          {"python", KEY_PATH, g_cfg.python},
+    {"captures", KEY_PATH, g_cfg.captures},      {"tenant", KEY_TENANT, &g_cfg.tenant_from},
+    {"strict", KEY_FLAG, &g_cfg.strict},         {"user_policy", KEY_FLAG, &g_cfg.user_policy},
+    {"user_hooks", KEY_FLAG, &g_cfg.user_hooks},
+};
+static const char *const TENANT_FROM[] = {[TENANT_ACCOUNT] = "account",
+                                          [TENANT_PARTITION] = "partition",
+                                          [TENANT_QOS] = "qos",
+                                          [TENANT_USER] = "user",
+                                          [TENANT_NONE] = "none"};
+
+/* The edit distance of a[0..n) and b, up to 3 (more is "not close"). */
+static size_t distance(const char *a, size_t n, const char *b) {
+    size_t m = strlen(b), row[32], prev;
+    if (n >= 31 || m >= 31) return 3;
+    for (size_t j = 0; j <= m; j++) row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        prev = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t here = row[j], best = prev + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            prev = here;
+        }
+    }
+    return row[m] < 3 ? row[m] : 3;
+}
+
+static void set_key(const struct key *key, const char *a, const char *v) {
+    switch (key->kind) {
+    case KEY_PATH:
+        if (*v != '/' || strlen(v) >= PATH_LEN)
+            bad("clc plugstack.conf: `%s`: expected an absolute path", a);
+        else
+            snprintf(key->dst, PATH_LEN, "%s", v);
+        return;
+    case KEY_FLAG:
+        if (strcmp(v, "0") && strcmp(v, "1")) bad("clc plugstack.conf: `%s`: expected 0 or 1", a);
+        *(int *)key->dst = !strcmp(v, "1");
+        return;
+    case KEY_TENANT:
+        for (size_t t = 0; t < N_OF(TENANT_FROM); t++)
+            if (!strcmp(v, TENANT_FROM[t])) {
+                g_cfg.tenant_from = t;
+                return;
+            }
+        bad("clc plugstack.conf: `%s`: expected account, partition, qos, user or none", a);
+    }
+}
+
 static void parse_line(int ac, char **av) {
     for (int i = 0; i < ac; i++) {
         const char *a = av[i], *eq = strchr(a, '=');
@@ -135,42 +195,20 @@ static void parse_line(int ac, char **av) {
             bad("clc plugstack.conf: `%s`: expected KEY=VALUE", a);
             continue;
         }
-        size_t k = (size_t)(eq - a);
-        const char *v = eq + 1;
-        char *dst = NULL;
-        if (k == 6 && !strncmp(a, "policy", k))
-            dst = g_cfg.policy;
-        else if (k == 6 && !strncmp(a, "python", k))
-            dst = g_cfg.python;
-        else if (k == 8 && !strncmp(a, "captures", k))
-            dst = g_cfg.captures;
-        if (dst) {
-            if (*v != '/' || strlen(v) >= PATH_LEN)
-                bad("clc plugstack.conf: `%s`: expected an absolute path", a);
-            else
-                snprintf(dst, PATH_LEN, "%s", v);
-        } else if (k == 6 && !strncmp(a, "tenant", k)) {
-            if (!strcmp(v, "account"))
-                g_cfg.tenant_from = TENANT_ACCOUNT;
-            else if (!strcmp(v, "partition"))
-                g_cfg.tenant_from = TENANT_PARTITION;
-            else if (!strcmp(v, "qos"))
-                g_cfg.tenant_from = TENANT_QOS;
-            else if (!strcmp(v, "user"))
-                g_cfg.tenant_from = TENANT_USER;
-            else if (!strcmp(v, "none"))
-                g_cfg.tenant_from = TENANT_NONE;
-            else
-                bad("clc plugstack.conf: `%s`: expected account, partition, qos, user or none", a);
-        } else if ((k == 6 && !strncmp(a, "strict", k)) ||
-                   (k == 11 && !strncmp(a, "user_policy", k)) ||
-                   (k == 10 && !strncmp(a, "user_hooks", k))) {
-            int *flag = a[0] == 's'   ? &g_cfg.strict
-                        : a[5] == 'p' ? &g_cfg.user_policy
-                                      : &g_cfg.user_hooks;
-            if (strcmp(v, "0") && strcmp(v, "1"))
-                bad("clc plugstack.conf: `%s`: expected 0 or 1", a);
-            *flag = !strcmp(v, "1");
+        size_t k = (size_t)(eq - a), best = 3;
+        const struct key *key = NULL, *close = NULL;
+        for (size_t n = 0; n < N_OF(KEYS) && !key; n++) {
+            size_t d = distance(a, k, KEYS[n].name);
+            if (d == 0) key = &KEYS[n];
+            if (d < best) best = d, close = &KEYS[n];
+        }
+        if (key) {
+            set_key(key, a, eq + 1);
+        } else if (close && !g_cfg.bad) {
+            g_cfg.bad = 1;
+            snprintf(g_cfg.why, sizeof g_cfg.why,
+                     "clc plugstack.conf: `%.*s`: unknown key (did you mean `%s`?)", (int)k, a,
+                     close->name);
         } else {
             bad("clc plugstack.conf: `%s`: unknown key (policy, python, captures, tenant, strict, "
                 "user_policy, user_hooks)",

@@ -333,6 +333,20 @@ def test_strict_without_captures_is_a_mistake_of_the_line(cluster, site, line):
     assert "strict=1 needs captures=DIR" in p.stderr + cluster.logs()
 
 
+@pytest.mark.parametrize("key, said", [
+    ("polcy", "`polcy`: unknown key (did you mean `policy`?)"),
+    ("user_hook", "`user_hook`: unknown key (did you mean `user_hooks`?)"),
+    ("colour", "`colour=1`: unknown key (policy, python, captures, tenant, strict, user_policy, "
+               "user_hooks)")])
+def test_an_unknown_key_of_the_line_stops_every_step_and_says_so(cluster, site, line, key, said):
+    # GIVEN a plugstack.conf line with a key the plugin does not know
+    cluster.set_plugstack([plugstack(site, **{key: 1})])
+    p = cluster.srun(site["native"]["prog_cudart"], env=env(site))
+    # THEN no task runs, and the message names the key and, where one is close, the right one
+    assert p.returncode != 0 and "fake:" not in p.stdout
+    assert f"clc plugstack.conf: {said}" in p.stderr + cluster.logs()
+
+
 def test_a_policy_that_others_can_change_stops_every_step(cluster, site, line):
     loose_dir = site["top"] / "loose"  # a directory everyone may write to, not sticky
     loose_dir.mkdir(exist_ok=True)
