@@ -1,16 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """`clc report FILE... [--format summary|csv|json|chrome] [--kernel GLOB]... [--kernel-regex RE]
-[--sort COLUMN] [--width N] [-o OUT|-] [--force]`"""
+[--sort COLUMN] [--width N] [--no-children] [-o OUT|-] [--force]`"""
 
 import argparse
 import os
 import sys
 
 from clc.capture.reader import CaptureError, scan_captures
+from clc.cli.run import begun, capture_files
 from clc.errors import EXIT_USAGE, ClcError
 from clc.capture.reports import (FORMATS, KERNEL_WIDTH, SORTS, WRITE_BUFFER, View,
                                  write_comparison, write_report)
 from clc.outputs import open_output, remove_output
+from clc.words import count
 
 __all__ = ["ReportCommand"]
 
@@ -35,6 +37,10 @@ class ReportCommand:
         parser.add_argument("--width", type=_width, default=KERNEL_WIDTH, metavar="N",
                             help=f"the summary's kernel names at most N characters, their "
                                  f"middle left out (default {KERNEL_WIDTH}; 0: whole)")
+        parser.add_argument("--no-children", action="store_true",
+                            help="read the files named only, not the captures of child "
+                                 "processes and re-executed programs that clc-run wrote beside "
+                                 "them (STEM.child-PID.clc, FILE.N)")
         parser.add_argument("--baseline", metavar="FILE", action="append", default=[],
                             help="compare with these captures (repeatable): per kernel, "
                                  "launches and GPU time of both runs and their change "
@@ -70,8 +76,13 @@ class ReportCommand:
                               buffering=WRITE_BUFFER)
         try:
             try:
-                captures = scan_captures(_distinct(args.captures))
-                baseline = scan_captures(_distinct(args.baseline)) if args.baseline else None
+                named = _distinct(args.captures)
+                baseline = _distinct(args.baseline)
+                if not args.no_children:
+                    named = _with_children(named)
+                    baseline = _with_children(baseline)
+                captures = scan_captures(named)
+                baseline = scan_captures(baseline) if args.baseline else None
             except CaptureError as e:
                 raise ClcError(str(e), EXIT_USAGE) from None
             try:
@@ -133,6 +144,50 @@ def _distinct(paths):
             continue
         seen[key] = path
         out.append(path)
+    return out
+
+
+def _with_children(paths):
+    """paths, each followed by the captures that clc-run wrote beside it for the same run: its
+    child processes' and re-executed programs' (files of its owner, begun at or after it, not
+    named already), said once on standard error. A path with no file whose run left child
+    captures (a shell script's: only its children launched) stands for them."""
+    seen = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+            seen.add((st.st_dev, st.st_ino))
+        except (OSError, ValueError):
+            pass
+    out = []
+    for path in paths:
+        try:
+            owner, start = os.stat(path).st_uid, None
+        except FileNotFoundError:
+            owner, start = os.geteuid(), 0
+        except (OSError, ValueError):
+            out.append(path)
+            continue
+        if start is None:
+            out.append(path)
+            start = begun(path, owner)
+            if start < 0:
+                continue
+        added = []
+        for child in capture_files(path, since_ns=start, owner=owner):
+            st = child.stat()
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                added.append(str(child))
+        if not added:
+            if start == 0:
+                out.append(path)  # neither it nor children: the reader says so
+            continue
+        what = "with" if start else "no such file: read in its place"
+        print(f"clc: {path}: {what} {count(len(added), 'capture')} clc-run wrote beside it for "
+              f"the same run (child processes, re-executed programs; --no-children reads the "
+              f"files named alone)", file=sys.stderr)
+        out += added
     return out
 
 

@@ -259,15 +259,16 @@ def _dropped(run):
             f"not kept")
 
 
-def capture_files(output, since_ns=None):
+def capture_files(output, since_ns=None, owner=None):
     """The program's capture and those of its child processes and re-executed images; with
-    since_ns, only this user's regular files begun at or after that time (CLOCK_MONOTONIC,
-    ns): an earlier run's children left under the same names are not this run's."""
+    since_ns, only regular files of this user (or of owner) begun at or after that time
+    (CLOCK_MONOTONIC, ns): an earlier run's children left under the same names are not this
+    run's."""
     output = pathlib.Path(output)
     files = [output] if output.exists() else []
     files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(_stem(output)) + ".child-*.clc"))
     files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(str(output)) + ".[0-9]*"))
-    return [f for f in files if since_ns is None or _begun(f) >= since_ns]
+    return [f for f in files if since_ns is None or begun(f, owner) >= since_ns]
 
 
 def _stem(path):
@@ -275,17 +276,18 @@ def _stem(path):
     return str(path).removesuffix(".clc")
 
 
-def _begun(path):
-    """The start time (CLOCK_MONOTONIC) in a capture's header; a file of this user's that has
-    none is kept (and reported); another user's file, or one that is not a regular file, is
-    not this run's (-1)."""
+def begun(path, owner=None):
+    """The start time (CLOCK_MONOTONIC) in a capture's header; a file of this user's (or of
+    owner) that has none is kept (and reported); another user's file, or one that is not a
+    regular file, is not this run's (-1)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return -1
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != (os.geteuid() if owner is None
+                                                         else owner):
             return -1
         magic, _, _, _, _, start_monotonic_ns, _ = CAPTURE_HEADER.unpack(
             os.read(fd, CAPTURE_HEADER.size))
