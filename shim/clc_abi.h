@@ -459,7 +459,8 @@ typedef struct clc_rec_end {
     int32_t status;            /* _exit's status, or the signal's number; 0 for exit() */
     uint32_t flags;            /* CLC_END_TABLE_FULL, CLC_END_TRUNCATED */
     uint64_t undecided;        /* launches no kernel entry could hold (the driver could not be
-                                  placed): on_error decided them, without a LAUNCH record */
+                                  placed, a signal handler's launch of a kernel not decided
+                                  yet): on_error decided them, without a LAUNCH record */
 } clc_rec_end; /* 56 bytes */
 
 #define CLC_END_EXIT 0   /* exit() or main's return: exit handlers and destructors ran */
