@@ -32,7 +32,7 @@ from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file
 from clc.policy import KernelInfo, PolicyError, load_policy, parse_policy, process_identity
 from clc.policy.model import LATENCY_CRITICAL
 from clc.capture.reports import summary
-from clc.runtime.shim import SETTINGS_VAR, preload_environment, settings_fd
+from clc.runtime.shim import FALLBACK_VAR, SETTINGS_VAR, preload_environment, settings_fd
 
 __all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
            "load_policy_and_hooks", "check_output", "parse_size", "smallest_capture_limit"]
@@ -242,6 +242,19 @@ def _say_unseen(run):
               f"controlled", file=sys.stderr)
 
 
+def _fallback_on_error(policy, strict):
+    """What the launches of a process of the run whose shim has no settings get: the policy's
+    on_error, or deny under --strict where the policy does not say."""
+    return policy.on_error if policy.on_error_given or not strict else "deny"
+
+
+def _say_unsettled(run, on_error):
+    for pid, name in sorted(run.unsettled.items())[:5]:
+        print(f"clc: process {pid} ({name}) ran without clc-run's settings (started past "
+              f"clc's exec hooks after the settings' descriptor was closed, its shim found "
+              f"none): any launch it made got on_error={on_error}, unrecorded", file=sys.stderr)
+
+
 def capture_files(output, since_ns=None):
     """The program's capture and those of its child processes and re-executed images; with
     since_ns, only this user's regular files begun at or after that time (CLOCK_MONOTONIC,
@@ -394,6 +407,9 @@ class RunCommand:
                     print(f"clc: clc-run cannot answer the program's first sights itself ({e}): "
                           f"its own engine decides them", file=sys.stderr)
             settings.update(listener.settings())
+            # what a process of the run whose shim finds no settings gets, and where it says so
+            settings["CLC_FALLBACK"] = env[FALLBACK_VAR] = \
+                f"{_fallback_on_error(policy, strict)} {listener.path}"
             status, output = _spawn(argv, env, settings, output, args.force, listener, decider,
                                     capture=not args.no_capture)
             run = listener.finish()
@@ -408,6 +424,7 @@ class RunCommand:
         if not args.no_report:
             _report(files, captures, run.started, argv[0], args.quiet)
         _say_unseen(run)
+        _say_unsettled(run, _fallback_on_error(policy, strict))
         if strict and status == 0:
             why = _strict_violation(files, captures, run)
             if why:
@@ -611,6 +628,10 @@ def _strict_violation(files, captures, run):
     if unseen:
         parts.append(f"{len(unseen)} process{'es' if len(unseen) != 1 else ''} ran without "
                      f"clc's shim ({unseen[0].path})")
+    if run.unsettled:
+        n = len(run.unsettled)
+        parts.append(f"{n} process{'es' if n != 1 else ''} ran without clc-run's settings "
+                     f"({min(run.unsettled.items())[1]})")
     if not files:
         if not run.started:
             parts.append("clc's shim never started in the program")

@@ -9,7 +9,9 @@ opened or could not open. The kernel names the sender of each message (SCM_CREDE
 process speaks only for itself.
 
 Messages are one line each: "start NAME", "exec PATH", "exec-failed ERRNO",
-"spawn PID PATH", "capture PATH", "capture-failed PATH".
+"spawn PID PATH", "capture PATH", "capture-failed PATH", and "no-settings NAME" from a process
+of the run whose shim found none of its settings (it reaches the socket through the
+environment's CLC_FALLBACK).
 """
 
 import dataclasses
@@ -49,6 +51,8 @@ class RunStatus:
     captures: dict = dataclasses.field(default_factory=dict)  # path -> pid that opened it
     failed_captures: dict = dataclasses.field(default_factory=dict)  # path -> pid
     unseen: list = dataclasses.field(default_factory=list)
+    # pid -> process name: shims that started without their settings (launches on on_error)
+    unsettled: dict = dataclasses.field(default_factory=dict)
 
 
 class StatusListener:
@@ -146,9 +150,10 @@ class StatusListener:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-_START, _EXEC, _EXEC_FAILED, _SPAWN, _CAPTURE, _CAPTURE_FAILED = (word.decode() for word in (
-    abi.STATUS_START, abi.STATUS_EXEC, abi.STATUS_EXEC_FAILED, abi.STATUS_SPAWN,
-    abi.STATUS_CAPTURE, abi.STATUS_CAPTURE_FAILED))
+_START, _EXEC, _EXEC_FAILED, _SPAWN, _CAPTURE, _CAPTURE_FAILED, _NO_SETTINGS = (
+    word.decode() for word in (
+        abi.STATUS_START, abi.STATUS_EXEC, abi.STATUS_EXEC_FAILED, abi.STATUS_SPAWN,
+        abi.STATUS_CAPTURE, abi.STATUS_CAPTURE_FAILED, abi.STATUS_NO_SETTINGS))
 
 
 def _status_of(events):
@@ -158,6 +163,9 @@ def _status_of(events):
     for pid, word, text in events:
         if word == _START:
             status.started[pid] = text
+            pending.pop(pid, None)
+        elif word == _NO_SETTINGS:
+            status.unsettled[pid] = text
             pending.pop(pid, None)
         elif word == _EXEC:
             pending[pid] = text
@@ -173,5 +181,5 @@ def _status_of(events):
             status.failed_captures[text] = pid
     status.unseen = [Unseen(pid, path, _EXEC) for pid, path in sorted(pending.items())]
     status.unseen += [Unseen(pid, path, _SPAWN) for pid, path in sorted(spawned.items())
-                      if pid not in status.started]
+                      if pid not in status.started and pid not in status.unsettled]
     return status
