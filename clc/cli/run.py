@@ -25,6 +25,7 @@ from clc.capture.reader import CaptureError, scan_captures
 from clc.outputs import check_output
 from clc.runtime.cupti import MODES, timing_settings
 from clc.runtime.decider import Decider, decides_alone
+from clc.runtime.driver_watch import DriverWatch
 from clc.runtime.slurm import job_environment
 from clc.runtime.status import StatusListener
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
@@ -32,7 +33,8 @@ from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file
 from clc.policy import KernelInfo, PolicyError, load_policy, parse_policy, process_identity
 from clc.policy.model import LATENCY_CRITICAL
 from clc.capture.reports import summary
-from clc.runtime.shim import FALLBACK_VAR, SETTINGS_VAR, preload_environment, settings_fd
+from clc.runtime.shim import (FALLBACK_VAR, SETTINGS_VAR, preload_environment, preload_path,
+                              settings_fd)
 
 __all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
            "load_policy_and_hooks", "check_output", "parse_size", "smallest_capture_limit"]
@@ -236,6 +238,11 @@ def _unseen(run):
 
 def _say_unseen(run):
     for u in _unseen(run)[:5]:
+        if u.how == "driver":
+            print(f"clc: process {u.pid} ({u.path}) loaded the CUDA driver without clc's shim "
+                  f"(started past clc's exec hooks, the preload removed from its environment): "
+                  f"its launches were neither seen nor controlled", file=sys.stderr)
+            continue
         verb = "executed" if u.how == "exec" else "was spawned as"
         print(f"clc: process {u.pid} {verb} {u.path} without clc's shim (a setuid or setgid "
               f"program, or one that removed the preload): its launches were neither seen nor "
@@ -391,7 +398,7 @@ class RunCommand:
         settings["CLC_POLICY_DECIDERS"] = str(deciders)
         settings.update(priority_settings(policy, argv, settings.get("CLC_TENANT", ""),
                                           args.verbose))
-        decider = None
+        decider = watch = None
         try:
             listener = StatusListener()
         except OSError as e:
@@ -410,13 +417,21 @@ class RunCommand:
             # what a process of the run whose shim finds no settings gets, and where it says so
             settings["CLC_FALLBACK"] = env[FALLBACK_VAR] = \
                 f"{_fallback_on_error(policy, strict)} {listener.path}"
+            watch = DriverWatch(env, env[FALLBACK_VAR], preload_path())
             status, output = _spawn(argv, env, settings, output, args.force, listener, decider,
-                                    capture=not args.no_capture)
+                                    capture=not args.no_capture, watch=watch)
             run = listener.finish()
+            watch.finish(run)
+            if watch.problem:
+                print(f"clc: could not watch the CUDA driver's files ({watch.problem}): a "
+                      f"process of the run that loaded the driver past clc's hooks, without its "
+                      f"preload, would not be seen", file=sys.stderr)
         finally:
             listener.close()
             if decider is not None:
                 decider.close()
+            if watch is not None:
+                watch.close()
         if output is None:  # --no-capture
             return status
         files = capture_files(output, started_ns)
@@ -540,7 +555,7 @@ def priority_settings(policy, argv, tenant, verbose=False):
     return out
 
 
-def _spawn(argv, env, settings, output, force, listener, decider=None, capture=True):
+def _spawn(argv, env, settings, output, force, listener, decider=None, capture=True, watch=None):
     """fork, check the capture's name (it holds the child's pid) before the program starts,
     then let the child exec. Both sides derive the default name from the same pid. The
     decider's thread starts after the fork (the child has no thread to lose) and with the
@@ -581,6 +596,8 @@ def _spawn(argv, env, settings, output, force, listener, decider=None, capture=T
         listener.start()
         if decider is not None:
             decider.start()
+        if watch is not None:
+            watch.start()
         _go(pid, go_w, err_r, argv[0], output)
         return _wait(pid), output
     finally:

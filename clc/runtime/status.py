@@ -40,7 +40,7 @@ class Unseen:
 
     pid: int
     path: str
-    how: str  # "exec" or "spawn"
+    how: str  # "exec", "spawn", or "driver" (found loading the driver: driver_watch.py)
 
 
 @dataclasses.dataclass

@@ -193,3 +193,17 @@ def test_a_process_that_lost_its_settings_gets_the_policys_on_error(native, clc_
     # AND the run fails with the status asked for, naming the process
     assert re.search(rf"process \d+ \(\S+\) {NO_SETTINGS} .* on_error=allow", run.stderr)
     assert run.proc.returncode == 77, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("how", ["asm_nopreload", "system_nopreload", "asm_nopreload_orphan"])
+def test_a_process_that_loads_the_driver_without_the_shim_fails_strict(native, clc_run, how):
+    # GIVEN a forked child that removes LD_PRELOAD from its environment and runs a CUDA program
+    # past clc's exec hooks (the execve system call itself, or system()), in clc-run's tree of
+    # processes or out of it (its parent gone)
+    run = clc_run(DENY_DEBUG, [native["prog_life"], "rawexec", how, "10"], options=["--strict"])
+    # THEN nothing of clc runs in it: its launches ran
+    assert exec_results(run) == [0] * 10, run.stdout[-2000:] + run.stderr[-2000:]
+    # BUT clc-run saw it load the driver, names it, and --strict fails the run for it
+    assert re.search(r"process \d+ \(\S+/prog_life\) loaded the CUDA driver without clc's "
+                     r"shim", run.stderr), run.stderr[-2000:]
+    assert run.proc.returncode == 3 and "1 process ran without clc's shim" in run.stderr
