@@ -52,6 +52,12 @@ static void minor_version(const char *full, char *out, size_t n) {
 static void load(void) {
     const char *bridge = clc_setting("CLC_BRIDGE");
     const char *want = clc_setting("CLC_PYTHON_VERSION");
+    if (g_cfg.unsettled) {
+        bridge_off("this process of a clc-run run has none of its settings: it was started past "
+                   "clc's exec hooks (the execve system call, system() or popen()) after its "
+                   "settings' descriptor was closed");
+        return;
+    }
     if (!bridge || !*bridge || !want) {
         bridge_off("no Python bridge configured (run the program under clc-run)");
         return;

@@ -21,9 +21,18 @@
  * key, once: tests/unit/test_settings_keys.py holds the shim's and clc's uses to this list. */
 #define CLC_SETTINGS_NAME "clc-settings"
 #define CLC_SETTINGS_VAR "CLC_SETTINGS_FD"
+/* Beside LD_PRELOAD in the environment of the program and of every process it starts (the shim
+ * puts it back where the program left it out): "ON_ERROR STATUS", what a launch of the run gets
+ * when clc cannot decide it ("allow" or "deny") and the run's status socket. A shim that starts
+ * with it but finds no settings (a process started past clc's exec hooks after the settings'
+ * descriptor was closed) is of the run all the same: its launches get that on_error, and it
+ * tells clc-run (CLC_STATUS_NO_SETTINGS). Sealed too, under the same key, so that what the shim
+ * puts back is clc-run's value, not the program's. */
+#define CLC_FALLBACK_VAR "CLC_FALLBACK"
 #define CLC_SETTING_KEYS \
     "CLC_BRIDGE CLC_CACHE_DIR CLC_CACHE_MAX_BYTES CLC_CACHE_SHARED_DIR CLC_CAPTURE_MAX_BYTES " \
-    "CLC_CUPTI CLC_DECIDER CLC_DECIDER_PID CLC_DECIDER_UID CLC_FORCE CLC_ON_ERROR CLC_OUTPUT " \
+    "CLC_CUPTI CLC_DECIDER CLC_DECIDER_PID CLC_DECIDER_UID CLC_FALLBACK CLC_FORCE CLC_ON_ERROR " \
+    "CLC_OUTPUT " \
     "CLC_PKG_PATH CLC_POLICY CLC_POLICY_CONFINES CLC_POLICY_DECIDERS CLC_POLICY_PROGRAM " \
     "CLC_POLICY_WRAPS CLC_PRIORITY CLC_PRIORITY_BOARD CLC_PRIORITY_FLOOR " \
     "CLC_PRIORITY_HELD_SHARE CLC_PRIORITY_IDLE_MS CLC_PRIORITY_NAME CLC_PRIORITY_RUN_AHEAD " \
@@ -459,7 +468,8 @@ typedef struct clc_rec_end {
     int32_t status;            /* _exit's status, or the signal's number; 0 for exit() */
     uint32_t flags;            /* CLC_END_TABLE_FULL, CLC_END_TRUNCATED */
     uint64_t undecided;        /* launches no kernel entry could hold (the driver could not be
-                                  placed): on_error decided them, without a LAUNCH record */
+                                  placed, a signal handler's launch of a kernel not decided
+                                  yet): on_error decided them, without a LAUNCH record */
 } clc_rec_end; /* 56 bytes */
 
 #define CLC_END_EXIT 0   /* exit() or main's return: exit handlers and destructors ran */
@@ -503,6 +513,7 @@ typedef struct clc_rec_hold {
 #define CLC_STATUS_SPAWN "spawn"                   /* it spawned a child: "PID PATH" */
 #define CLC_STATUS_CAPTURE "capture"               /* it opened its capture: the path */
 #define CLC_STATUS_CAPTURE_FAILED "capture-failed" /* it could not: the path */
+#define CLC_STATUS_NO_SETTINGS "no-settings" /* the shim started without its settings: the name */
 
 /* ---- stage 1's exports, called by the engine in the program's Python --------------------- */
 /* Python calls them through ctypes with the types clc.abi.SHIM_EXPORTS gives, held to these

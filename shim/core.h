@@ -372,11 +372,15 @@ typedef struct {
     pid_t pid;            /* this process (set at start and in a forked child): a vfork child,
                              which shares its parent's memory, is not it */
     int force;
+    int unsettled; /* none were, but the process is of a clc-run run (CLC_FALLBACK) */
 } clc_settings;
 extern CLC_HIDDEN clc_settings g_cfg;
 
 /* ---- settings: what clc-run gave the program, fixed at start (settings.c) ------------------ */
 int clc_settings_load(void);            /* 1 when the process has clc-run's settings */
+/* For a process without them: 1 when CLC_FALLBACK says it is of a clc-run run (told to clc-run),
+ * with *deny its on_error. */
+int clc_settings_fallback(int *deny);
 const char *clc_setting(const char *key); /* a setting's value, NULL when not set */
 int clc_policy_confines(void);     /* a rule confines by a green context (sm_share) */
 int clc_policy_program_wide(void); /* a rule confines whole processes (scope: program) */

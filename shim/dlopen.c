@@ -92,7 +92,8 @@ typedef void *(*dlmopen_fn)(Lmid_t, const char *, int);
 CLC_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) {
     static dlmopen_fn real;
     if (unlikely(!real)) real = (dlmopen_fn)clc_next_symbol("dlmopen");
-    if (lmid == LM_ID_BASE || !g_cfg.configured) return real ? real(lmid, file, mode) : NULL;
+    if (lmid == LM_ID_BASE || !(g_cfg.configured || g_cfg.unsettled))
+        return real ? real(lmid, file, mode) : NULL;
     if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "dlmopen of %s into a new link-map namespace was refused: clc's "

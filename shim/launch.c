@@ -32,9 +32,7 @@ __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontex
     const clc_outcome *o = NULL;
     clc_entry *e = NULL;
     g->entry = NULL;
-    if (!clc_driver_ready()) {
-        clc_capture_undecided();
-    } else {
+    if (clc_driver_ready()) {
         if (!ctx) ctx = current_ctx();
         e = clc_cache_find((uint64_t)(uintptr_t)f, (uint64_t)(uintptr_t)ctx);
     }
@@ -48,6 +46,10 @@ __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontex
         count_launch(e, l->entry_point);
     }
     if (!o) {
+        /* With no entry, its record cannot be written (it names the kernel): counted apart, one
+         * by one (an atomic add, safe in a signal handler), so that the capture's on_error count
+         * holds every such launch. */
+        if (!e) clc_capture_undecided();
         o = &g_cfg.on_error;
         if (CLC_FIRST_TIME())
             clc_log(CLC_MSG_WARNING,
@@ -101,6 +103,7 @@ __attribute__((noinline)) int clc_gate_decide(gate *g, CUfunction f, CUcontext c
             o = clc_outcome_for(e, l, &g->scratch); /* shape clauses, or the engine's hooks */
         count_launch(e, l->entry_point);
     } else {
+        clc_capture_undecided(); /* no memory for an entry: nothing else would count it */
         o = &g_cfg.on_error;
     }
     g->entry = e;

@@ -6,7 +6,7 @@
  * SIGBUS, SIGABRT, SIGTERM, ...). The counts and the END record are written, then the process
  * leaves as it would have: the signal acts as its default action does (a fault is taken again,
  * other signals raised again), so the exit status, a core dump and a waiting parent see what
- * they would without clc.
+ * they would without clc. syscall() also hands execve called by number to the exec hooks.
  *
  * The signal handlers are clc's only where the program keeps the default action, and only in a
  * process that has a capture. The program sees the default there (sigaction and signal answer
@@ -71,14 +71,21 @@ CLC_EXPORT __attribute__((noreturn)) void _Exit(int status) {
     leave_now(g_real_Exit, status);
 }
 
-/* libc's syscall(): exit_group called by number leaves as _exit does; every call passes on its
- * six possible arguments. */
+/* libc's syscall(): exit_group called by number leaves as _exit does; execve and execveat
+ * called by number go through the exec hooks (settings.c), which hand the new image the shim
+ * and its settings, as the libc calls of the same name do; every other call passes on its six
+ * possible arguments. */
 CLC_EXPORT long syscall(long number, ...) {
     va_list ap;
     va_start(ap, number);
     long a[6];
     for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
     va_end(ap);
+    if (number == SYS_execve)
+        return execve((const char *)a[0], (char *const *)a[1], (char *const *)a[2]);
+    if (number == SYS_execveat)
+        return execveat((int)a[0], (const char *)a[1], (char *const *)a[2], (char *const *)a[3],
+                        (int)a[4]);
     if (unlikely(!g_real_syscall)) g_real_syscall = (syscall_fn)clc_next_symbol("syscall");
     if (number == SYS_exit_group) clc_leave(CLC_END_QUICK, (int)a[0]);
     return g_real_syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);

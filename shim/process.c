@@ -49,9 +49,12 @@ static void start(void) {
     g_cfg.pid = getpid();
     clc_log_set_sink(clc_capture_message);
     g_cfg.configured = clc_settings_load();
+    int deny = 0;
+    g_cfg.unsettled = !g_cfg.configured && clc_settings_fallback(&deny);
     const char *v = clc_setting("CLC_VERBOSE");
     g_cfg.verbose = v && *v && strcmp(v, "0") != 0;
-    g_cfg.on_error = outcome_from_env(clc_setting("CLC_ON_ERROR"));
+    g_cfg.on_error =
+        outcome_from_env(g_cfg.unsettled ? (deny ? "deny" : "allow") : clc_setting("CLC_ON_ERROR"));
     v = clc_setting("CLC_OUTPUT");
     g_cfg.output = v && *v ? v : NULL;
     v = clc_setting("CLC_ROOT_PID");

@@ -151,7 +151,8 @@ void clc_capture_gpu_time(clc_entry *e, uint64_t seq, uint64_t gpu_ns, uint32_t 
  * to the file at once; again at each call (the last one holds). `in_signal`: from a fatal
  * signal's handler (locks waited for a bounded time). */
 void clc_capture_finish(uint32_t how, int32_t status, int in_signal);
-/* A launch that no kernel entry could hold (the driver could not be placed): counted in END. */
+/* A launch that no kernel entry could hold (the driver could not be placed, a signal handler's
+ * launch of a kernel not decided yet): counted in END. Async-signal-safe. */
 void clc_capture_undecided(void);
 void clc_capture_after_fork_child(void);
 

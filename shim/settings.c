@@ -12,7 +12,10 @@
  * descriptor again (made anew from the copy when the program closed it). A process started
  * without the variable (system() and popen() call glibc's internal spawn) finds the inherited
  * memfd by its name among its descriptors. No size limit comes from execve: the policy is not
- * in the environment.
+ * in the environment. A process that finds no settings, but CLC_FALLBACK beside LD_PRELOAD,
+ * was started for the run past clc's hooks after the descriptor was closed: it fails closed (the
+ * on_error CLC_FALLBACK names) and tells clc-run. The execve system call made through libc's
+ * syscall() goes through the exec hooks here (leave.c).
  *
  * Format: "KEY=VALUE\0" records, as an environment block.
  */
@@ -131,8 +134,14 @@ static int find_inherited(void) {
  * closes every descriptor loses nothing; a vfork child may send too. */
 static char g_self[4096]; /* the preload library's own path, for the processes it executes */
 
+/* CLC_FALLBACK as clc-run set it ("ON_ERROR STATUS"): the sealed setting, or, in a process that
+ * found no settings, the environment's at start. */
+#define FALLBACK_MAX 256
+static char g_fallback[FALLBACK_MAX];
+static const char *g_fallback_status; /* inside g_fallback: the status socket, "" when none */
+
 void clc_announce(const char *what, const char *text) {
-    const char *path = clc_setting("CLC_STATUS");
+    const char *path = g_block ? clc_setting("CLC_STATUS") : g_fallback_status;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (!path || !*path || strlen(path) >= sizeof addr.sun_path) return;
     memcpy(addr.sun_path, path, strlen(path) + 1);
@@ -149,16 +158,43 @@ void clc_announce(const char *what, const char *text) {
     close(fd);
 }
 
-static void announce_start(void) {
-    char comm[32] = "?";
+/* The process's name (its comm), for clc-run's messages. */
+static void process_name(char comm[32]) {
+    strcpy(comm, "?");
     int c = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
     if (c >= 0) {
-        ssize_t n = read(c, comm, sizeof comm - 1);
+        ssize_t n = read(c, comm, 31);
         comm[n > 0 ? n : 0] = '\0';
         close(c);
         comm[strcspn(comm, "\n")] = '\0';
     }
-    clc_announce(CLC_STATUS_START, comm);
+}
+
+static void keep_fallback(const char *v) {
+    size_t n = v ? strlen(v) : 0;
+    if (!v || n >= sizeof g_fallback) return;
+    memcpy(g_fallback, v, n + 1);
+    const char *space = strchr(g_fallback, ' ');
+    g_fallback_status = space ? space + 1 : "";
+}
+
+static void find_self(void) {
+    Dl_info self;
+    if (dladdr((void *)&clc_announce, &self) && self.dli_fname && self.dli_fname[0] == '/')
+        snprintf(g_self, sizeof g_self, "%s", self.dli_fname);
+}
+
+int clc_settings_fallback(int *deny) {
+    const char *v = getenv(CLC_FALLBACK_VAR);
+    if (!v) return 0;
+    /* Only a whole "allow STATUS" lets launches through: anything else fails closed. */
+    *deny = strncmp(v, "allow ", 6) != 0;
+    keep_fallback(v);
+    find_self();
+    char comm[32];
+    process_name(comm);
+    clc_announce(CLC_STATUS_NO_SETTINGS, comm);
+    return 1;
 }
 
 int clc_settings_load(void) {
@@ -172,15 +208,16 @@ int clc_settings_load(void) {
     } else {
         ok = find_inherited() >= 0;
     }
-    /* Clear FD_CLOEXEC: children inherit the descriptor whatever the program's spawn. */
     if (ok) {
         g_policy_confines = setting_on("CLC_POLICY_CONFINES");
         g_policy_program_wide = setting_on("CLC_POLICY_PROGRAM");
-        Dl_info self;
+        /* Clear FD_CLOEXEC: children inherit the descriptor whatever the program's spawn. */
         fcntl(g_fd, F_SETFD, 0);
-        if (dladdr((void *)&clc_announce, &self) && self.dli_fname && self.dli_fname[0] == '/')
-            snprintf(g_self, sizeof g_self, "%s", self.dli_fname);
-        announce_start();
+        find_self();
+        keep_fallback(clc_setting("CLC_FALLBACK"));
+        char comm[32];
+        process_name(comm);
+        clc_announce(CLC_STATUS_START, comm);
     }
     return ok;
 }
@@ -224,18 +261,22 @@ static int preloads_shim(const char *value) {
     return 0;
 }
 
-/* envp without any SETTINGS_VAR, plus ours, into out (room for n + 3), with the shim first in
- * LD_PRELOAD (into `preload`, room for `preload_size`): a program that runs a process without
- * it (env -i, env -u LD_PRELOAD, an environment of its own) does not run it unseen. envp itself
- * when clc has no settings to pass. */
+/* envp without any SETTINGS_VAR or CLC_FALLBACK, plus ours, into out (room for n + 4), with the
+ * shim first in LD_PRELOAD (into `preload`, room for `preload_size`): a program that runs a
+ * process without it (env -i, env -u LD_PRELOAD, an environment of its own) does not run it
+ * unseen. A process without settings passes on the shim and CLC_FALLBACK alone. envp itself
+ * when the process is not of a clc-run run. */
 static char *const *child_env(char *const *envp, char **out, char *var, size_t var_size,
-                              char *preload, size_t preload_size) {
-    if (!g_block) return envp;
-    int fd = child_fd();
+                              char *preload, size_t preload_size, char *fallback,
+                              size_t fallback_size) {
+    if (!g_block && !g_fallback[0]) return envp;
+    int fd = g_block ? child_fd() : -1;
     size_t k = 0;
     int preloaded = 0;
     for (size_t i = 0; envp && envp[i]; i++) {
         if (strncmp(envp[i], SETTINGS_VAR "=", sizeof SETTINGS_VAR) == 0) continue;
+        if (g_fallback[0] && strncmp(envp[i], CLC_FALLBACK_VAR "=", sizeof CLC_FALLBACK_VAR) == 0)
+            continue;
         if (g_self[0] && strncmp(envp[i], "LD_PRELOAD=", 11) == 0) {
             if (preloaded) continue;
             preloaded = 1;
@@ -255,6 +296,10 @@ static char *const *child_env(char *const *envp, char **out, char *var, size_t v
     if (fd >= 0) {
         snprintf(var, var_size, SETTINGS_VAR "=%d", fd);
         out[k++] = var;
+    }
+    if (g_fallback[0]) {
+        snprintf(fallback, fallback_size, CLC_FALLBACK_VAR "=%s", g_fallback);
+        out[k++] = fallback;
     }
     out[k] = NULL;
     return out;
@@ -276,10 +321,12 @@ static size_t preload_length(char *const *envp) {
 
 #define CHILD_ENV(envp)                                                                         \
     size_t n_env_ = env_count(envp);                                                             \
-    char *env_buf_[n_env_ + 3];                                                                  \
+    char *env_buf_[n_env_ + 4];                                                                  \
     char var_[32];                                                                               \
     char preload_[preload_length(envp) + sizeof g_self + 16];                                    \
-    char *const *env_ = child_env(envp, env_buf_, var_, sizeof var_, preload_, sizeof preload_)
+    char fallback_[sizeof CLC_FALLBACK_VAR + FALLBACK_MAX];                                      \
+    char *const *env_ = child_env(envp, env_buf_, var_, sizeof var_, preload_, sizeof preload_,  \
+                                  fallback_, sizeof fallback_)
 
 /* The process is about to become `path`: said to clc-run, which then expects the new image's
  * shim to start (and hears of a failed exec). */

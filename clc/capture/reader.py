@@ -206,7 +206,8 @@ class Capture:
     # capture keeps were dropped at its size cap.
     table_full: bool = False
     truncated: bool = False
-    # Launches on_error decided with no kernel to count them under (the driver was not placed).
+    # Launches on_error decided with no kernel to count them under (the driver was not placed,
+    # or a signal handler launched a kernel not decided yet while clc worked on its thread).
     undecided_launches: int = 0
     # Bytes after the last whole record: a record cut short, or what is not records at all.
     trailing_bytes: int = 0

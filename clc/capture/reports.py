@@ -205,7 +205,8 @@ def _capture_lines(cap):
         parts.append("decision table full")
     if cap.undecided_launches:
         parts.append(f"{cap.undecided_launches} launches decided by on_error without a kernel "
-                     f"(the driver could not be placed)")
+                     f"(the driver could not be placed, or a signal handler launched a kernel "
+                     f"not decided yet)")
     if not cap.complete:
         notes.append("no END record after its last records: the program was killed (SIGKILL), "
                      "or its capture could not be written (full disk?); its counts are the last "

@@ -25,6 +25,7 @@ from clc.capture.reader import CaptureError, scan_captures
 from clc.outputs import check_output
 from clc.runtime.cupti import MODES, timing_settings
 from clc.runtime.decider import Decider, decides_alone
+from clc.runtime.driver_watch import DriverWatch
 from clc.runtime.slurm import job_environment
 from clc.runtime.status import MAX_BYTES, MAX_PER_SENDER, StatusListener
 from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
@@ -33,7 +34,8 @@ from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file, resol
 from clc.policy import KernelInfo, PolicyError, load_policy, parse_policy, process_identity
 from clc.policy.model import LATENCY_CRITICAL
 from clc.capture.reports import summary
-from clc.runtime.shim import SETTINGS_VAR, preload_environment, settings_fd
+from clc.runtime.shim import (FALLBACK_VAR, SETTINGS_VAR, preload_environment, preload_path,
+                              settings_fd)
 
 __all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
            "load_policy_and_hooks", "check_output", "parse_size", "smallest_capture_limit"]
@@ -247,6 +249,11 @@ def _say_unseen(run):
               f"({MAX_PER_SENDER} entries each, {MAX_BYTES >> 20} MiB in all), so what clc-run "
               f"knows of the program's processes is incomplete", file=sys.stderr)
     for u in _unseen(run)[:5]:
+        if u.how == "driver":
+            print(f"clc: process {u.pid} ({u.path}) loaded the CUDA driver without clc's shim "
+                  f"(started past clc's exec hooks, the preload removed from its environment): "
+                  f"its launches were neither seen nor controlled", file=sys.stderr)
+            continue
         verb = "executed" if u.how == "exec" else "was spawned as"
         print(f"clc: process {u.pid} {verb} {u.path} without clc's shim (a setuid or setgid "
               f"program, or one that removed the preload): its launches were neither seen nor "
@@ -257,6 +264,19 @@ def _dropped(run):
     return (f"{run.dropped} status message{'s' if run.dropped != 1 else ''} from "
             f"{run.dropped_senders} process{'es' if run.dropped_senders != 1 else ''} "
             f"not kept")
+
+
+def _fallback_on_error(policy, strict):
+    """What the launches of a process of the run whose shim has no settings get: the policy's
+    on_error, or deny under --strict where the policy does not say."""
+    return policy.on_error if policy.on_error_given or not strict else "deny"
+
+
+def _say_unsettled(run, on_error):
+    for pid, name in sorted(run.unsettled.items())[:5]:
+        print(f"clc: process {pid} ({name}) ran without clc-run's settings (started past "
+              f"clc's exec hooks after the settings' descriptor was closed, its shim found "
+              f"none): any launch it made got on_error={on_error}, unrecorded", file=sys.stderr)
 
 
 def capture_files(output, since_ns=None, owner=None):
@@ -397,7 +417,7 @@ class RunCommand:
         settings["CLC_POLICY_DECIDERS"] = str(deciders)
         settings.update(priority_settings(policy, argv, settings.get("CLC_TENANT", ""),
                                           args.verbose))
-        decider = None
+        decider = watch = None
         try:
             listener = StatusListener()
         except OSError as e:
@@ -413,13 +433,24 @@ class RunCommand:
                     print(f"clc: clc-run cannot answer the program's first sights itself ({e}): "
                           f"its own engine decides them", file=sys.stderr)
             settings.update(listener.settings())
+            # what a process of the run whose shim finds no settings gets, and where it says so
+            settings["CLC_FALLBACK"] = env[FALLBACK_VAR] = \
+                f"{_fallback_on_error(policy, strict)} {listener.path}"
+            watch = DriverWatch(env, env[FALLBACK_VAR], preload_path())
             status, output = _spawn(argv, env, settings, output, args.force, listener, decider,
-                                    capture=not args.no_capture)
+                                    capture=not args.no_capture, watch=watch)
             run = listener.finish()
+            watch.finish(run)
+            if watch.problem:
+                print(f"clc: could not watch the CUDA driver's files ({watch.problem}): a "
+                      f"process of the run that loaded the driver past clc's hooks, without its "
+                      f"preload, would not be seen", file=sys.stderr)
         finally:
             listener.close()
             if decider is not None:
                 decider.close()
+            if watch is not None:
+                watch.close()
         if output is None:  # --no-capture
             return status
         files = capture_files(output, started_ns)
@@ -427,6 +458,7 @@ class RunCommand:
         if not args.no_report:
             _report(files, captures, run.started, argv[0], args.quiet)
         _say_unseen(run)
+        _say_unsettled(run, _fallback_on_error(policy, strict))
         if strict and status == 0:
             why = _strict_violation(files, captures, run)
             if why:
@@ -542,7 +574,7 @@ def priority_settings(policy, argv, tenant, verbose=False):
     return out
 
 
-def _spawn(argv, env, settings, output, force, listener, decider=None, capture=True):
+def _spawn(argv, env, settings, output, force, listener, decider=None, capture=True, watch=None):
     """fork, check the capture's name (it holds the child's pid) before the program starts,
     then let the child exec. Both sides derive the default name from the same pid. The
     decider's thread starts after the fork (the child has no thread to lose) and with the
@@ -583,6 +615,8 @@ def _spawn(argv, env, settings, output, force, listener, decider=None, capture=T
         listener.start()
         if decider is not None:
             decider.start()
+        if watch is not None:
+            watch.start()
         _go(pid, go_w, err_r, argv[0], output)
         return _wait(pid), output
     finally:
@@ -632,6 +666,10 @@ def _strict_violation(files, captures, run):
                      f"clc's shim ({unseen[0].path})")
     if run.dropped:
         parts.append(f"the run's account of its processes is incomplete ({_dropped(run)})")
+    if run.unsettled:
+        n = len(run.unsettled)
+        parts.append(f"{n} process{'es' if n != 1 else ''} ran without clc-run's settings "
+                     f"({min(run.unsettled.items())[1]})")
     if not files:
         if not run.started:
             parts.append("clc's shim never started in the program")

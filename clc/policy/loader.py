@@ -593,7 +593,7 @@ class _Loader:
             self.warn_on_error(root, pairs.get("on_error"))
         return Policy(self.path, _SUPPORTED_VERSION, default, on_error, rules,
                       warnings=sorted(self.warnings, key=lambda w: (w.line, w.column)),
-                      priority=priority)
+                      priority=priority, on_error_given="on_error" in pairs)
 
     def priority(self, node) -> Priority:
         """`priority:`: classes of processes (latency-critical, best-effort), the board's

@@ -602,6 +602,10 @@ class Policy:
     warnings: list[PolicyWarning] = dataclasses.field(default_factory=list, compare=False,
                                                       repr=False)
     priority: Priority | None = None  # the `priority:` section
+    # Whether the file sets on_error (unset, it is allow): clc-run --strict fails closed where
+    # a process of the run has no settings unless the policy itself says allow. Not sent to the
+    # program.
+    on_error_given: bool = dataclasses.field(default=False, compare=False, repr=False)
 
     @property
     def rule_names(self) -> list[str]:

@@ -12,9 +12,10 @@ import clc
 from clc import abi
 
 __all__ = ["preload_path", "bridge_path", "libpython_path", "preload_environment", "settings_fd",
-           "SETTINGS_VAR"]
+           "SETTINGS_VAR", "FALLBACK_VAR"]
 
 SETTINGS_VAR = abi.SETTINGS_VAR.decode()
+FALLBACK_VAR = abi.FALLBACK_VAR.decode()
 
 PACKAGE = pathlib.Path(clc.__file__).resolve().parent
 

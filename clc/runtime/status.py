@@ -9,9 +9,11 @@ opened or could not open. The kernel names the sender of each message (SCM_CREDE
 process speaks only for itself.
 
 Messages are one line each: "start NAME", "exec PATH", "exec-failed ERRNO",
-"spawn PID PATH", "capture PATH", "capture-failed PATH". What clc-run keeps of them is
-bounded per process and in all; what it could not keep is counted, and makes the account
-incomplete (clc-run says so, and --strict fails).
+"spawn PID PATH", "capture PATH", "capture-failed PATH", and "no-settings NAME" from a process
+of the run whose shim found none of its settings (it reaches the socket through the
+environment's CLC_FALLBACK). What clc-run keeps of them is bounded per process and in all;
+what it could not keep is counted, and makes the account incomplete (clc-run says so, and
+--strict fails).
 """
 
 import dataclasses
@@ -39,7 +41,7 @@ class Unseen:
 
     pid: int
     path: str
-    how: str  # "exec" or "spawn"
+    how: str  # "exec", "spawn", or "driver" (found loading the driver: driver_watch.py)
 
 
 @dataclasses.dataclass
@@ -52,13 +54,16 @@ class RunStatus:
     captures: dict = dataclasses.field(default_factory=dict)  # path -> pid that opened it
     failed_captures: dict = dataclasses.field(default_factory=dict)  # path -> pid
     unseen: list = dataclasses.field(default_factory=list)
+    # pid -> process name: shims that started without their settings (launches on on_error)
+    unsettled: dict = dataclasses.field(default_factory=dict)
     dropped: int = 0
     dropped_senders: int = 0
 
 
-_START, _EXEC, _EXEC_FAILED, _SPAWN, _CAPTURE, _CAPTURE_FAILED = (word.decode() for word in (
-    abi.STATUS_START, abi.STATUS_EXEC, abi.STATUS_EXEC_FAILED, abi.STATUS_SPAWN,
-    abi.STATUS_CAPTURE, abi.STATUS_CAPTURE_FAILED))
+_START, _EXEC, _EXEC_FAILED, _SPAWN, _CAPTURE, _CAPTURE_FAILED, _NO_SETTINGS = (
+    word.decode() for word in (
+        abi.STATUS_START, abi.STATUS_EXEC, abi.STATUS_EXEC_FAILED, abi.STATUS_SPAWN,
+        abi.STATUS_CAPTURE, abi.STATUS_CAPTURE_FAILED, abi.STATUS_NO_SETTINGS))
 
 # What clc-run keeps of what the processes say. A message is folded into the account as it
 # arrives (a name or path replaces the one before it), so that repeating a message costs
@@ -79,6 +84,7 @@ class _Account:
 
     def __init__(self):
         self.started = {}  # pid -> name
+        self.unsettled = {}  # pid -> name, of a shim that started without its settings
         self.pending = {}  # pid -> the path it executed, until its new image starts or fails
         self.spawned = {}  # pid of a spawned child -> its path
         self.captures = {}  # path -> pid
@@ -93,6 +99,9 @@ class _Account:
         if word == _START:
             self._remove(self.pending, pid, pid)
             self._put(self.started, pid, text, pid)
+        elif word == _NO_SETTINGS:
+            self._remove(self.pending, pid, pid)
+            self._put(self.unsettled, pid, text, pid)
         elif word == _EXEC:
             self._put(self.pending, pid, text, pid)
         elif word == _EXEC_FAILED:
@@ -130,12 +139,13 @@ class _Account:
             self.per_sender[sender] -= 1
 
     def status(self):
-        status = RunStatus(started=dict(self.started), captures=dict(self.captures),
+        status = RunStatus(started=dict(self.started), unsettled=dict(self.unsettled),
+                           captures=dict(self.captures),
                            failed_captures=dict(self.failed_captures), dropped=self.dropped,
                            dropped_senders=len(self.dropped_by))
         status.unseen = [Unseen(pid, path, _EXEC) for pid, path in sorted(self.pending.items())]
         status.unseen += [Unseen(pid, path, _SPAWN) for pid, path in sorted(self.spawned.items())
-                          if pid not in self.started]
+                          if pid not in self.started and pid not in self.unsettled]
         return status
 
 

@@ -6,6 +6,8 @@ import json
 import re
 import sys
 
+import pytest
+
 from harness import DENY_DEBUG_ONLY as DENY_DEBUG
 
 ALLOW_ALL = json.dumps({"version": 1, "default": "allow", "on_error": "allow", "rules": []})
@@ -36,9 +38,12 @@ def test_the_program_does_not_see_clcs_variables(native, clc_run):
     # WHEN a program (and a child it runs) prints its environment under clc
     run = clc_run(DENY_DEBUG, ["sh", "-c", "env; echo ---; env"], options=["--no-report"])
     assert run.proc.returncode == 0, run.stderr
-    # THEN no CLC_ setting is in it, only the preload
+    # THEN no CLC_ setting is in it, only the preload and what a process of the run without its
+    # settings falls back to (on_error, and the status socket to say so)
     assert "LD_PRELOAD=" in run.stdout
-    assert not [line for line in run.stdout.splitlines() if line.startswith("CLC_")], run.stdout
+    seen = [line for line in run.stdout.splitlines() if line.startswith("CLC_")]
+    assert len(seen) == 2 and all(re.fullmatch(r"CLC_FALLBACK=allow /\S+/status", line)
+                                  for line in seen), run.stdout
 
 
 def test_children_started_through_system_keep_the_policy(native, clc_run):
@@ -65,3 +70,20 @@ def test_a_policy_larger_than_the_environment_can_hold(native, clc_run):
     assert run.proc.returncode == 0, run.stderr[-2000:]
     s = summary(run)
     assert (s["debug_ran"], s["debug_refused"], s["ok_ran"]) == (0, 2, 2)
+
+
+def launches_via_exec(run):
+    return [int(m[1]) for m in re.finditer(r"^launch \S+ via exec -> (-?\d+)$", run.stdout, re.M)]
+
+
+@pytest.mark.parametrize("how", ["syscall", "syscall_nopreload"])
+def test_a_raw_execve_through_syscall_keeps_the_policy(native, clc_run, how):
+    # GIVEN a forked child that closes every descriptor (the settings' memfd with them), then
+    # runs a CUDA program with libc's syscall(SYS_execve, ...), with or without LD_PRELOAD
+    run = clc_run(DENY_DEBUG, [native["prog_life"], "rawexec", how, "10"], options=["--strict"])
+    # THEN the new image runs under the same policy: its ten denied launches were refused
+    assert launches_via_exec(run) == [800] * 10, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.fake_counts()["_Z12debug_kernelPi"] == 0
+    # AND its capture says so, and --strict fails the run for the denials
+    assert sum(s.denied for c in run.captures() for s in c.stats.values()) == 10
+    assert run.proc.returncode == 3 and "10 launches or graph-node calls denied" in run.stderr

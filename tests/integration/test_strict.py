@@ -177,3 +177,59 @@ def test_a_program_flooding_clc_runs_socket_is_said_and_fails_strict(native, clc
     said = re.search(r"^clc: (\d+) status messages from 1 process not kept", run.stderr, re.M)
     assert said and int(said[1]) >= 20000 - MAX_PER_SENDER, run.stderr[-2000:]
     assert "account of its processes is incomplete" in run.stderr
+
+
+DENY_DEBUG = """\
+version: 1
+default: allow
+rules:
+  - name: no-debug
+    match: {kernel: "*debug*"}
+    action: deny
+"""
+NO_SETTINGS = "ran without clc-run's settings"
+
+
+def exec_results(run):
+    return [int(m[1]) for m in re.finditer(r"^launch \S+ via exec -> (-?\d+)$", run.stdout, re.M)]
+
+
+@pytest.mark.parametrize("how", ["asm", "system"])
+def test_a_process_that_lost_its_settings_fails_closed_under_strict(native, clc_run, how):
+    # GIVEN a forked child that closes every descriptor (the settings' memfd with them), then
+    # runs a CUDA program past clc's exec hooks (the execve system call itself, or system()),
+    # LD_PRELOAD kept; the policy does not set on_error
+    run = clc_run(DENY_DEBUG, [native["prog_life"], "rawexec", how, "10"], options=["--strict"])
+    # THEN its shim, without settings, denies every launch (on_error unset: deny under --strict)
+    assert exec_results(run) == [800] * 10, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.fake_counts()["_Z12debug_kernelPi"] == 0
+    assert "this process of a clc-run run has none of its settings" in run.stderr
+    # AND clc-run names it, and --strict fails the run for it
+    assert re.search(rf"process \d+ \(\S+\) {NO_SETTINGS} .* on_error=deny", run.stderr)
+    assert run.proc.returncode == 3 and f"{NO_SETTINGS}" in run.stderr.split("--strict:")[-1]
+
+
+def test_a_process_that_lost_its_settings_gets_the_policys_on_error(native, clc_run):
+    # GIVEN the same child under a policy that lets through what clc cannot decide
+    policy = DENY_DEBUG.replace("default: allow\n", "default: allow\non_error: allow\n")
+    run = clc_run(policy, [native["prog_life"], "rawexec", "asm", "10"],
+                  options=["--error-exitcode", "77"])
+    # THEN its launches run, as the policy says of what clc cannot decide
+    assert exec_results(run) == [0] * 10, run.stdout[-2000:] + run.stderr[-2000:]
+    # AND the run fails with the status asked for, naming the process
+    assert re.search(rf"process \d+ \(\S+\) {NO_SETTINGS} .* on_error=allow", run.stderr)
+    assert run.proc.returncode == 77, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("how", ["asm_nopreload", "system_nopreload", "asm_nopreload_orphan"])
+def test_a_process_that_loads_the_driver_without_the_shim_fails_strict(native, clc_run, how):
+    # GIVEN a forked child that removes LD_PRELOAD from its environment and runs a CUDA program
+    # past clc's exec hooks (the execve system call itself, or system()), in clc-run's tree of
+    # processes or out of it (its parent gone)
+    run = clc_run(DENY_DEBUG, [native["prog_life"], "rawexec", how, "10"], options=["--strict"])
+    # THEN nothing of clc runs in it: its launches ran
+    assert exec_results(run) == [0] * 10, run.stdout[-2000:] + run.stderr[-2000:]
+    # BUT clc-run saw it load the driver, names it, and --strict fails the run for it
+    assert re.search(r"process \d+ \(\S+/prog_life\) loaded the CUDA driver without clc's "
+                     r"shim", run.stderr), run.stderr[-2000:]
+    assert run.proc.returncode == 3 and "1 process ran without clc's shim" in run.stderr
