@@ -17,18 +17,11 @@ from pathlib import Path
 import pytest
 
 from gpu_runs import REPO, describe, run_program
+from harness import DENY_DEBUG_ONLY as DENY_DEBUG, exec_results
 from test_fake_fidelity import native_dir, over_real  # noqa: F401 (native_dir: a fixture)
 
 pytestmark = pytest.mark.gpu
 
-DENY_DEBUG = """\
-version: 1
-default: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-"""
 UNSEEN = "loaded the CUDA driver without clc's shim"
 NO_SETTINGS = "ran without clc-run's settings"
 
@@ -39,11 +32,6 @@ def clc_run(policy_text, argv, tmp_path, options=()):
     clc_run = Path(sys.executable).parent / "clc-run"
     return run_program([clc_run, "--policy", policy, "-o", tmp_path / "cap.clc", "--force",
                         *options, "--", *map(str, argv)], env=over_real())
-
-
-def exec_results(proc):
-    return [int(m[1]) for m in re.finditer(r"^launch \S+ via exec -> (-?\d+)$", proc.stdout,
-                                           re.M)]
 
 
 def test_syscall_execve_keeps_the_policy_on_the_real_driver(native_dir, tmp_path):  # noqa: F811

@@ -129,6 +129,12 @@ rules:
 """
 
 
+def exec_results(run):
+    """The CUresults of the launches prog_life's executed image made (`launch K via exec`), from
+    a Run or a CompletedProcess."""
+    return [int(m[1]) for m in re.finditer(r"^launch \S+ via exec -> (-?\d+)$", run.stdout, re.M)]
+
+
 def kernel_launches(capture):
     """mangled name -> launches the shim counted (attempts: denied and failed ones included)."""
     out = collections.Counter()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness import DENY_DEBUG_ONLY as DENY_DEBUG
+from harness import DENY_DEBUG_ONLY as DENY_DEBUG, exec_results
 
 ALLOW_ALL = json.dumps({"version": 1, "default": "allow", "on_error": "allow", "rules": []})
 
@@ -72,17 +72,13 @@ def test_a_policy_larger_than_the_environment_can_hold(native, clc_run):
     assert (s["debug_ran"], s["debug_refused"], s["ok_ran"]) == (0, 2, 2)
 
 
-def launches_via_exec(run):
-    return [int(m[1]) for m in re.finditer(r"^launch \S+ via exec -> (-?\d+)$", run.stdout, re.M)]
-
-
 @pytest.mark.parametrize("how", ["syscall", "syscall_nopreload"])
 def test_a_raw_execve_through_syscall_keeps_the_policy(native, clc_run, how):
     # GIVEN a forked child that closes every descriptor (the settings' memfd with them), then
     # runs a CUDA program with libc's syscall(SYS_execve, ...), with or without LD_PRELOAD
     run = clc_run(DENY_DEBUG, [native["prog_life"], "rawexec", how, "10"], options=["--strict"])
     # THEN the new image runs under the same policy: its ten denied launches were refused
-    assert launches_via_exec(run) == [800] * 10, run.stdout[-2000:] + run.stderr[-2000:]
+    assert exec_results(run) == [800] * 10, run.stdout[-2000:] + run.stderr[-2000:]
     assert run.fake_counts()["_Z12debug_kernelPi"] == 0
     # AND its capture says so, and --strict fails the run for the denials
     assert sum(s.denied for c in run.captures() for s in c.stats.values()) == 10

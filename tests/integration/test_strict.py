@@ -16,7 +16,7 @@ import pytest
 from clc import abi
 from clc.runtime.status import MAX_PER_SENDER
 
-from harness import AUDIT, ROOT
+from harness import AUDIT, DENY_DEBUG_ONLY, ROOT, exec_results
 from test_lifetime import DENY
 
 VECADD = "_Z6vecAddPKfS0_Pfi"
@@ -179,19 +179,7 @@ def test_a_program_flooding_clc_runs_socket_is_said_and_fails_strict(native, clc
     assert "account of its processes is incomplete" in run.stderr
 
 
-DENY_DEBUG = """\
-version: 1
-default: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-"""
 NO_SETTINGS = "ran without clc-run's settings"
-
-
-def exec_results(run):
-    return [int(m[1]) for m in re.finditer(r"^launch \S+ via exec -> (-?\d+)$", run.stdout, re.M)]
 
 
 @pytest.mark.parametrize("how", ["asm", "system"])
@@ -199,7 +187,8 @@ def test_a_process_that_lost_its_settings_fails_closed_under_strict(native, clc_
     # GIVEN a forked child that closes every descriptor (the settings' memfd with them), then
     # runs a CUDA program past clc's exec hooks (the execve system call itself, or system()),
     # LD_PRELOAD kept; the policy does not set on_error
-    run = clc_run(DENY_DEBUG, [native["prog_life"], "rawexec", how, "10"], options=["--strict"])
+    run = clc_run(DENY_DEBUG_ONLY, [native["prog_life"], "rawexec", how, "10"],
+                  options=["--strict"])
     # THEN its shim, without settings, denies every launch (on_error unset: deny under --strict)
     assert exec_results(run) == [800] * 10, run.stdout[-2000:] + run.stderr[-2000:]
     assert run.fake_counts()["_Z12debug_kernelPi"] == 0
@@ -211,7 +200,7 @@ def test_a_process_that_lost_its_settings_fails_closed_under_strict(native, clc_
 
 def test_a_process_that_lost_its_settings_gets_the_policys_on_error(native, clc_run):
     # GIVEN the same child under a policy that lets through what clc cannot decide
-    policy = DENY_DEBUG.replace("default: allow\n", "default: allow\non_error: allow\n")
+    policy = DENY_DEBUG_ONLY.replace("default: allow\n", "default: allow\non_error: allow\n")
     run = clc_run(policy, [native["prog_life"], "rawexec", "asm", "10"],
                   options=["--error-exitcode", "77"])
     # THEN its launches run, as the policy says of what clc cannot decide
@@ -226,7 +215,8 @@ def test_a_process_that_loads_the_driver_without_the_shim_fails_strict(native, c
     # GIVEN a forked child that removes LD_PRELOAD from its environment and runs a CUDA program
     # past clc's exec hooks (the execve system call itself, or system()), in clc-run's tree of
     # processes or out of it (its parent gone)
-    run = clc_run(DENY_DEBUG, [native["prog_life"], "rawexec", how, "10"], options=["--strict"])
+    run = clc_run(DENY_DEBUG_ONLY, [native["prog_life"], "rawexec", how, "10"],
+                  options=["--strict"])
     # THEN nothing of clc runs in it: its launches ran
     assert exec_results(run) == [0] * 10, run.stdout[-2000:] + run.stderr[-2000:]
     # BUT clc-run saw it load the driver, names it, and --strict fails the run for it
