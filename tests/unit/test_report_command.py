@@ -229,6 +229,54 @@ def test_names_that_start_nothing_are_left_as_they_are(cap, capsys):
         "vecAdd(float const*, float const*, float*, int)", VECADD]
 
 
+REPORTS = [["--format", f] for f in ("summary", "csv", "json", "chrome")]
+
+
+@pytest.mark.parametrize("gpu_ns", [2**63, 2**64 - 1])
+@pytest.mark.parametrize("how", [*REPORTS, ["--baseline", "{good}"],
+                                 ["--baseline", "{good}", "--format", "csv"],
+                                 ["--baseline", "{good}", "--format", "json"], ["as-baseline"]])
+def test_a_gpu_time_past_int64_is_a_clear_error_in_every_report(tmp_path, capsys, cap, how,
+                                                                   gpu_ns):
+    # GIVEN a capture whose TIMING record says a GPU time of 2**63 ns or more, which no GPU
+    # measured
+    w = CaptureWriter()
+    w.process("./app")
+    w.kernel(0, VECADD)
+    w.launch(0, 0, timed=True)
+    at = len(w.data())
+    w.timing(0, 0, gpu_ns)
+    w.end()
+    path = w.write(tmp_path / "huge.clc")
+    out = tmp_path / "out"
+    # WHEN any report is made of it, or it is the baseline
+    argv = ([cap, "--baseline", path] if how == ["as-baseline"] else
+            [path, *(str(cap) if a == "{good}" else a for a in how)])
+    code = report(*argv, "-o", out)
+    # THEN clc says which file and which record, with no traceback, and writes nothing
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"clc: {path}: TIMING record at byte {at}: a GPU time of {gpu_ns} ns (2**63 or more) "
+        "is not one the shim measured: the capture is damaged\n")
+    assert not out.exists()
+
+
+def test_a_gpu_time_just_below_int64_is_reported(tmp_path, capsys):
+    # GIVEN a TIMING record of 2**63 - 1 ns, the most a GPU time may be
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.launch(0, 0, timed=True)
+    w.timing(0, 0, 2**63 - 1)
+    w.end()
+    path = w.write(tmp_path / "big.clc")
+    # THEN every report renders it
+    for how in REPORTS:
+        assert report(path, *how) == 0, how
+        out = capsys.readouterr().out
+        if how == ["--format", "json"]:
+            assert f'"gpu_ns": {2**63 - 1}' in out
+
+
 # ---- scale ------------------------------------------------------------------------------------
 
 MEASURE = """
