@@ -27,7 +27,8 @@ from clc.demangle import demangle
 __all__ = [
     "CaptureError", "Capture", "Kernel", "LaunchRecord", "Module", "Message",
     "KernelStatsRecord", "WrapStats",
-    "LEVEL_NAMES", "gpu_times", "read_capture", "read_captures", "scan_capture", "scan_captures",
+    "LEVEL_NAMES", "gpu_uuid", "gpu_times", "read_capture", "read_captures", "scan_capture",
+    "scan_captures",
     "launch_stream", "LaunchStream", "LAUNCH_WINDOW", "MAX_GPU_NS", "error_name", "file_kind",
 ]
 
@@ -173,6 +174,8 @@ class Capture:
     # What clc-run said of the run (its RUN record): "tenant", "uid", "labels" ({name: value})
     run: dict = field(default_factory=dict)
     kernels: dict = field(default_factory=dict)
+    # device ordinal (Kernel.device) -> the GPU's UUID ("GPU-..."), from the DEVICE records
+    devices: dict = field(default_factory=dict)
     # Every LAUNCH record sorted by seq (read_capture), or None: scan_capture leaves them in
     # the file, for launch_stream.
     launches: Optional[list] = field(default_factory=list)
@@ -254,6 +257,13 @@ def error_name(code):
 
 def _stand_in(kernel_id):
     return Kernel(kernel_id, -1, 0, 0, 0, "", f"<unknown kernel {kernel_id}>")
+
+
+def gpu_uuid(raw):
+    """cuDeviceGetUuid's 16 bytes as nvidia-smi and DCGM write a GPU's UUID:
+    GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."""
+    h = bytes(raw).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 def _text(raw):
@@ -509,6 +519,10 @@ def _other_record(cap, rtype, body, rule_stats):
             mangled = _text(body[s.size:])
             cap.kernels.setdefault(kid, Kernel(kid, device, handle, ctx, t_ns, mangled,
                                                demangle(mangled)))
+    elif rtype == abi.REC_DEVICE:
+        if len(body) >= abi.REC_DEVICE_BODY.size:
+            device, uuid = abi.REC_DEVICE_BODY.unpack_from(body)
+            cap.devices[device] = gpu_uuid(uuid)
     elif rtype == abi.REC_PROCESS:
         s = abi.REC_PROCESS_BODY
         if len(body) >= s.size:

@@ -624,6 +624,7 @@ def _json_captures(captures):
         "stats_partial": c.stats_partial, "ending": ending(c), "table_full": c.table_full,
         "truncated": c.truncated, "undecided_launches": c.undecided_launches,
         "run": c.run,
+        "devices": [{"device": d, "uuid": u} for d, u in sorted(c.devices.items())],
         "holds": [{"t_ns": h.t_ns, "held_ns": h.held_ns, "lag_ns": h.lag_ns,
                    "device": h.device, "no_board": h.no_board, "by_floor": h.by_floor,
                    "shared": h.shared}

@@ -336,6 +336,7 @@ def capture_seed():
     w.process("./app --size 4096")
     w.policy({"version": 1, "path": "p.yaml", "default": "allow", "on_error": "deny",
               "rules": [{"name": "no-debug"}], "hooks": [], "hook_deciders": ["h.py:f"]})
+    w.device(0, b"fake-gpu-0000000")
     w.kernel(0, "_Z6vecAddPKfS0_Pfi")
     w.kernel(1, "plain_c")
     w.module(path="/tmp/libk.so")
