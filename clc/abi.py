@@ -34,6 +34,7 @@ __all__ = [
     "REC_RULE_STATS_BODY", "REC_WRAP_STATS", "REC_WRAP_STATS_BODY", "REC_WRAP_STATS_FIELDS",
     "LAUNCH_TIMED", "SHIM_EXPORTS",
     "TIMING_EVENTS", "TIMING_CUPTI", "TIMING_SOURCES", "REC_HOLD", "REC_RUN", "REC_HOLD_BODY",
+    "REC_DEVICE", "REC_DEVICE_BODY",
     "HOLD_BUSY",
     "HOLD_NO_BOARD", "HOLD_FLOOR", "HOLD_SHARED",
     "MSG_INFO", "MSG_WARNING", "MSG_ERROR",
@@ -287,10 +288,12 @@ REC_RULE_STATS = 10
 REC_HOLD = 11
 REC_RUN = 12
 REC_WRAP_STATS = 13
+REC_DEVICE = 14
 DENIED_RECORDED = 16
 
 REC_PROCESS_BODY = struct.Struct("<II")  # pid, ppid
 REC_KERNEL_BODY = struct.Struct("<IiQQQ")  # kernel_id, device, handle, ctx, t_ns
+REC_DEVICE_BODY = struct.Struct("<i4x16s")  # device, uuid (cuDeviceGetUuid_v2's 16 bytes)
 REC_LAUNCH_BODY = struct.Struct("<QQQII3I3IIIIiiI")
 REC_LAUNCH_FIELDS = Fields(REC_LAUNCH_BODY, (
     "seq", "t_ns", "stream", "kernel_id", "entry", "grid", "block", "shared_mem", "tid",

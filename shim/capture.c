@@ -698,8 +698,30 @@ void clc_capture_write(uint16_t type, const void *body, size_t body_size, const 
     write_record(type, kept(type), 0, body, body_size, text, text_len);
 }
 
+/* Each device's UUID, asked of the driver once per process by the first thread to see the
+ * device (no lock: a first sight may run on any thread) and written once per capture, so that
+ * a report names the GPU and not only its ordinal, which CUDA_VISIBLE_DEVICES makes 0 in
+ * every job. A forked child writes its own file from what the parent asked. */
+#define UUID_DEVICES 64
+static char g_uuid[UUID_DEVICES][16];
+static _Atomic uint64_t g_uuid_asked, g_uuid_known, g_uuid_written;
+
+static void write_device_record(int device) {
+    if (device < 0 || device >= UUID_DEVICES) return;
+    uint64_t bit = 1ull << device;
+    if (!(atomic_fetch_or(&g_uuid_asked, bit) & bit) && g_drv.device_get_uuid &&
+        g_drv.device_get_uuid((unsigned char *)g_uuid[device], (CUdevice)device) == CUDA_SUCCESS)
+        atomic_fetch_or(&g_uuid_known, bit);
+    /* unknown, or another thread is asking: that thread writes it */
+    if (!(atomic_load(&g_uuid_known) & bit) || atomic_fetch_or(&g_uuid_written, bit) & bit) return;
+    clc_rec_device d = {.device = device};
+    memcpy(d.uuid, g_uuid[device], sizeof d.uuid);
+    clc_capture_write(CLC_REC_DEVICE, &d, sizeof d, NULL, 0);
+}
+
 /* A kernel's record, with room set aside for its exit counts. */
 static void write_kernel_record(const clc_entry *e, const char *name) {
+    write_device_record(e->device);
     clc_rec_kernel k = {.kernel_id = e->kernel_id,
                         .device = e->device,
                         .handle = e->handle,
@@ -906,5 +928,6 @@ void clc_capture_after_fork_child(void) {
     g_rules_sum = 0;
     atomic_store(&g_state, 0);
     atomic_store(&g_cal, NULL); /* the flusher that calibrated it is the parent's */
+    atomic_store(&g_uuid_written, 0);
     g_cal_first_tsc = 0;
 }

@@ -371,6 +371,8 @@ typedef struct clc_record_header {
 #define CLC_REC_WRAP_STATS 13  /* body: clc_rec_wrap_stats, then the kernel's name and the wrapper
                                   (its file and parameters), each NUL-terminated; one per wrapped
                                   kernel, at exit */
+#define CLC_REC_DEVICE 14      /* body: clc_rec_device; a device's UUID, once per device of the
+                                  process's kernels, before or after their KERNEL records */
 
 typedef struct clc_rec_process {
     uint32_t pid;
@@ -384,6 +386,15 @@ typedef struct clc_rec_kernel {
     uint64_t ctx;
     uint64_t t_ns;
 } clc_rec_kernel; /* 32 bytes */
+
+/* The GPU behind a device ordinal of the process (clc_rec_kernel.device), as the driver
+ * names it (cuDeviceGetUuid_v2): the ordinal depends on CUDA_VISIBLE_DEVICES, the UUID is the
+ * one nvidia-smi and DCGM give the GPU (a MIG instance's own UUID under MIG). */
+typedef struct clc_rec_device {
+    int32_t device;
+    uint32_t reserved;
+    char uuid[16];
+} clc_rec_device; /* 24 bytes */
 
 typedef struct clc_rec_launch {
     uint64_t seq;    /* per-process launch number, matches clc_rec_timing.seq */

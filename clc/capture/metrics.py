@@ -3,10 +3,12 @@
 node_exporter's textfile collector (`clc metrics`, docs/deploy.md).
 
 Each capture's RUN record says its tenant, its user's uid and its labels (the Slurm plugin's
-launcher gives `job`, `step` and `task`); its kernels' counts are the shim's last snapshot
-(written every second while the process runs, and at its exit), so a node's running jobs are
-counted too. Names and labels follow NVIDIA's DCGM exporter where it has them (`Hostname`,
-`gpu`: the device's index in the process); the rest are clc's own (docs/metrics.md).
+launcher gives `job`, `step` and `task`); its DEVICE records each device's UUID; its kernels'
+counts are the shim's last snapshot (written every second while the process runs, and at its
+exit), so a node's running jobs are counted too. Labels that DCGM's exporter has are named as
+it names them, so that the series join with its own: `Hostname`, `hpc_job` (not `job`, which
+Prometheus sets to the scrape's job), `UUID` (the GPU, not its ordinal in the process, which
+CUDA_VISIBLE_DEVICES makes 0 in every job); the rest are clc's own (docs/metrics.md).
 
 The prometheus_client library makes the text (its collectors and exposition format).
 """
@@ -18,7 +20,7 @@ from collections import defaultdict
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
-__all__ = ["Tally", "OTHER_KERNELS", "DEFAULT_MAX_KERNELS", "registry"]
+__all__ = ["Tally", "OTHER_KERNELS", "DEFAULT_MAX_KERNELS", "RUN_LABELS", "registry"]
 
 OTHER_KERNELS = "(other)"  # the kernel label of the kernels past the cap, counted together
 DEFAULT_MAX_KERNELS = 100
@@ -47,16 +49,14 @@ class HeldCounts:
 
 LABEL_MAX = 128     # characters of a job, user or tenant label value
 KERNEL_MAX = 512    # of a kernel's name
-GPU_MAX = 64        # device indices above are counted as gpu="(other)"
+GPU_MAX = 64        # distinct GPUs on a node; those past it are counted as UUID="(other)"
+# The labels of every series but clc_jobs_folded's, DCGM's names where it has them.
+RUN_LABELS = ["Hostname", "hpc_job", "user", "tenant"]
 
 
 def _label(value, limit=LABEL_MAX):
     text = str(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _gpu(device):
-    return str(device) if isinstance(device, int) and 0 <= device < GPU_MAX else "(other)"
 
 
 def _user(uid):
@@ -76,11 +76,12 @@ class Tally:
         self.max_kernels = max_kernels
         self.max_jobs = max_jobs
         self.jobs_folded = 0  # (job, user, tenant) counted together as OTHER
-        # (job, user, tenant) -> gpu -> kernel -> KernelCounts
+        # (job, user, tenant) -> GPU UUID -> kernel -> KernelCounts
         self.kernels = defaultdict(lambda: defaultdict(lambda: defaultdict(KernelCounts)))
         self.held = defaultdict(lambda: defaultdict(HeldCounts))  # (job, user, tenant) -> gpu
         self.processes = defaultdict(int)  # (job, user, tenant) -> captures read
         self.folded = {}  # (job, user, tenant) -> kernels counted as OTHER_KERNELS
+        self.uuids = set()  # the GPUs named so far, at most GPU_MAX
 
     def add(self, capture, owner_uid=None, job=None):
         """One capture. The user is the file's owner (owner_uid) where known, not what the
@@ -95,13 +96,25 @@ class Tally:
         self.processes[key] += 1
         for kernel_id, st in capture.stats.items():
             k = capture.kernel(kernel_id)
-            counts = self.kernels[key][_gpu(k.device)][_label(k.name, KERNEL_MAX)]
+            gpu = self._gpu(capture, k.device)
+            counts = self.kernels[key][gpu][_label(k.name, KERNEL_MAX)]
             counts.add(KernelCounts(st.launches, st.denied,
                                     st.launches if st.confined_sms else 0, st.gpu_ns, st.timed))
         for h in capture.holds:
-            held = self.held[key][_gpu(h.device)]
+            held = self.held[key][self._gpu(capture, h.device)]
             held.holds += 1
             held.held_ns += h.held_ns
+
+    def _gpu(self, capture, device):
+        """The UUID label of a capture's device ordinal: its DEVICE record's UUID, "" where it
+        has none (a shim or driver that did not say), "(other)" past GPU_MAX distinct GPUs (a
+        capture's writer may name any number)."""
+        uuid = capture.devices.get(device, "")
+        if uuid and uuid not in self.uuids:
+            if len(self.uuids) >= GPU_MAX:
+                return "(other)"
+            self.uuids.add(uuid)
+        return uuid
 
     def fold_jobs(self):
         """The (job, user, tenant) past max_jobs, those with the fewest launches, counted
@@ -148,23 +161,23 @@ class Tally:
         return dict(self.folded)
 
     def families(self):
-        base = ["Hostname", "job", "user", "tenant"]
+        base = RUN_LABELS
         launches = CounterMetricFamily(
             "clc_launches", "Kernel launches clc saw (allowed, denied or confined)",
-            labels=base + ["gpu", "kernel"])
+            labels=base + ["UUID", "kernel"])
         denied = CounterMetricFamily("clc_launches_denied", "Kernel launches a policy refused",
-                                     labels=base + ["gpu", "kernel"])
+                                     labels=base + ["UUID", "kernel"])
         confined = CounterMetricFamily(
             "clc_launches_confined", "Kernel launches run on a share of the SMs (sm_share)",
-            labels=base + ["gpu", "kernel"])
+            labels=base + ["UUID", "kernel"])
         gpu_time = CounterMetricFamily(
             "clc_kernel_gpu_seconds", "GPU time of the timed launches (policies with time)",
-            labels=base + ["gpu", "kernel"])
+            labels=base + ["UUID", "kernel"])
         holds = CounterMetricFamily(
             "clc_holds", "Times a best-effort process was held for latency-critical work",
-            labels=base + ["gpu"])
+            labels=base + ["UUID"])
         held = CounterMetricFamily("clc_held_seconds", "Time best-effort processes were held",
-                                   labels=base + ["gpu"])
+                                   labels=base + ["UUID"])
         procs = GaugeMetricFamily("clc_processes", "Processes (captures) counted",
                                   labels=base)
         folded = GaugeMetricFamily(

@@ -27,8 +27,9 @@ from clc.demangle import demangle
 __all__ = [
     "CaptureError", "Capture", "Kernel", "LaunchRecord", "Module", "Message",
     "KernelStatsRecord", "WrapStats",
-    "LEVEL_NAMES", "gpu_times", "read_capture", "read_captures", "scan_capture", "scan_captures",
-    "launch_stream", "LaunchStream", "LAUNCH_WINDOW", "error_name", "file_kind",
+    "LEVEL_NAMES", "gpu_uuid", "gpu_times", "read_capture", "read_captures", "scan_capture",
+    "scan_captures",
+    "launch_stream", "LaunchStream", "LAUNCH_WINDOW", "MAX_GPU_NS", "error_name", "file_kind",
 ]
 
 LEVEL_NAMES = {abi.MSG_INFO: "info", abi.MSG_WARNING: "warning", abi.MSG_ERROR: "error"}
@@ -44,6 +45,10 @@ MAX_RECORD = 16 << 20
 # TIMING at one of its later timed launches (at most 1024 later) or at exit; timed by CUPTI,
 # when CUPTI hands its buffer back (full, after about ten thousand launches, or every 200 ms).
 LAUNCH_WINDOW = 1 << 15
+# GPU times are u64 nanoseconds; one of 2**63 or more (292 years) is no kernel's: an end
+# before its start taken as unsigned, or a damaged file. Such a record is refused with its
+# offset rather than counted into every total and distribution.
+MAX_GPU_NS = (1 << 63) - 1
 
 # What the counts derived from LAUNCH records need: kernel_id, entry, action, rule, result;
 # a record's seq; its flags.
@@ -169,6 +174,8 @@ class Capture:
     # What clc-run said of the run (its RUN record): "tenant", "uid", "labels" ({name: value})
     run: dict = field(default_factory=dict)
     kernels: dict = field(default_factory=dict)
+    # device ordinal (Kernel.device) -> the GPU's UUID ("GPU-..."), from the DEVICE records
+    devices: dict = field(default_factory=dict)
     # Every LAUNCH record sorted by seq (read_capture), or None: scan_capture leaves them in
     # the file, for launch_stream.
     launches: Optional[list] = field(default_factory=list)
@@ -251,6 +258,13 @@ def error_name(code):
 
 def _stand_in(kernel_id):
     return Kernel(kernel_id, -1, 0, 0, 0, "", f"<unknown kernel {kernel_id}>")
+
+
+def gpu_uuid(raw):
+    """cuDeviceGetUuid's 16 bytes as nvidia-smi and DCGM write a GPU's UUID:
+    GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."""
+    h = bytes(raw).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 def _text(raw):
@@ -346,14 +360,20 @@ def _open_capture(path):
 
 class _Records:
     """The records of an open capture, read through one buffer of CHUNK bytes: iterating
-    yields (type, buffer, body start, body end), the buffer being reused at the next step.
-    Afterwards `trailing` counts the bytes after the last whole record."""
+    yields (type, buffer, body start, body end), the buffer being reused at the next step;
+    `offset(body start)` is then the record's offset in the file. Afterwards `trailing`
+    counts the bytes after the last whole record."""
 
     def __init__(self, f, start, size):
         self._f = f
         self._start = start
         self._size = size
+        self._base = start
         self.trailing = 0
+
+    def offset(self, body):
+        """The file offset of the record being looked at, whose body starts at `body`."""
+        return self._base + body - abi.RECORD_HEADER.size
 
     def __iter__(self):
         f = self._f
@@ -382,6 +402,7 @@ class _Records:
             rest = end - pos
             buf[:rest] = buf[pos:end]
             base += pos
+            self._base = base
             pos, end = 0, rest
             if need > len(buf):
                 # A record the file cannot hold is cut short, or garbage: stop as at a cut,
@@ -395,6 +416,15 @@ class _Records:
                 eof = True
             end += n or 0
         self.trailing = max(self._size, base + end) - (base + pos)
+
+
+def _gpu_ns(path, records, b, gpu_ns):
+    """A TIMING record's gpu_ns, or CaptureError naming the record when it is no GPU time."""
+    if gpu_ns > MAX_GPU_NS:
+        raise CaptureError(path, f"TIMING record at byte {records.offset(b)}: a GPU time of "
+                                 f"{gpu_ns} ns (2**63 or more) is not one the shim measured: "
+                                 "the capture is damaged")
+    return gpu_ns
 
 
 def _iter_file(cap):
@@ -412,7 +442,7 @@ def gpu_times(cap):
         for rtype, buf, b, e in records:
             if rtype == abi.REC_TIMING and e - b >= timing.size:
                 _, kernel_id, _, gpu_ns = timing.unpack_from(buf, b)
-                yield kernel_id, gpu_ns
+                yield kernel_id, _gpu_ns(cap.path, records, b, gpu_ns)
     except OSError as e:
         raise CaptureError(cap.path, f"cannot read: {e.strerror or e}") from None
     finally:
@@ -452,6 +482,7 @@ def _scan(path, keep_launches):
             elif rtype == abi.REC_TIMING:
                 if e - b >= timing.size:
                     seq, kid, source, gpu_ns = timing.unpack_from(buf, b)
+                    gpu_ns = _gpu_ns(path, records, b, gpu_ns)
                     timing_sources[source] = timing_sources.get(source, 0) + 1
                     t = timing_sums.get(kid)
                     if t is None:
@@ -489,6 +520,10 @@ def _other_record(cap, rtype, body, rule_stats):
             mangled = _text(body[s.size:])
             cap.kernels.setdefault(kid, Kernel(kid, device, handle, ctx, t_ns, mangled,
                                                demangle(mangled)))
+    elif rtype == abi.REC_DEVICE:
+        if len(body) >= abi.REC_DEVICE_BODY.size:
+            device, uuid = abi.REC_DEVICE_BODY.unpack_from(body)
+            cap.devices[device] = gpu_uuid(uuid)
     elif rtype == abi.REC_PROCESS:
         s = abi.REC_PROCESS_BODY
         if len(body) >= s.size:
@@ -724,6 +759,7 @@ class LaunchStream:
                 if e - b < timing.size:
                     continue
                 seq, _, _, gpu_ns = timing.unpack_from(buf, b)
+                gpu_ns = _gpu_ns(self.cap.path, records, b, gpu_ns)
                 if seq in pending:
                     if pending[seq] is None:
                         pending[seq] = gpu_ns

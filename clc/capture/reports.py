@@ -232,6 +232,21 @@ def _shown(text):
     return text.translate(_CONTROL)
 
 
+# What a spreadsheet may take as the start of a formula (OWASP's CSV injection list: equals,
+# plus, minus, at, tab, carriage return).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_text(text):
+    """A capture's text (a kernel's name) for a CSV cell: one that a spreadsheet would run as
+    a formula gets a leading quote, as spreadsheet-safe CSV writers do, and control characters
+    are \\xNN escapes (as in the summary), so that neither a formula nor a terminal sequence
+    reaches whoever opens the file. Kernel names of real programs start with neither."""
+    if text.startswith(_FORMULA_STARTS):
+        text = "'" + text
+    return text.translate(_CONTROL)
+
+
 def _truncate(name, width):
     """name cut to width characters, its middle left out: template instances that differ
     only at their end stay apart. width 0: whole."""
@@ -557,10 +572,10 @@ def write_comparison(captures, baseline, fmt, out, view=None):
             return "" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
         for r in rows:
             b, n = r["baseline"], r["current"]
-            w.writerow([cell(v) for v in (
-                r["kernel"], r["mangled"], b["launches"], n["launches"], r["launches_change"],
+            w.writerow([_csv_text(r["kernel"]), _csv_text(r["mangled"]), *(cell(v) for v in (
+                b["launches"], n["launches"], r["launches_change"],
                 b["gpu_total_ms"], n["gpu_total_ms"], r["gpu_total_change_pct"],
-                b["gpu_mean_us"], n["gpu_mean_us"], r["gpu_mean_change_pct"])])
+                b["gpu_mean_us"], n["gpu_mean_us"], r["gpu_mean_change_pct"]))])
     elif fmt == "json":
         json.dump({"version": JSON_VERSION, "baseline": [c.path for c in baseline],
                    "captures": [c.path for c in captures], "kernels": rows}, out, indent=1)
@@ -587,7 +602,8 @@ def to_csv(captures, out, view=None):
     w.writerow(CSV_COLUMNS)
     for r in rows:
         w.writerow([
-            r.name, r.mangled, r.launches, r.graph_nodes, r.denied, r.failed, r.recorded,
+            _csv_text(r.name), _csv_text(r.mangled), r.launches, r.graph_nodes, r.denied,
+            r.failed, r.recorded,
             r.timed, f"{r.gpu_ns / 1e6:.6f}" if r.timed else "",
             f"{100 * r.gpu_ns / total_ns:.3f}" if r.timed and total_ns else "",
             _us(r.gpu_ns / r.timed if r.timed else None, ""),
@@ -609,6 +625,7 @@ def _json_captures(captures):
         "stats_partial": c.stats_partial, "ending": ending(c), "table_full": c.table_full,
         "truncated": c.truncated, "undecided_launches": c.undecided_launches,
         "run": c.run,
+        "devices": [{"device": d, "uuid": u} for d, u in sorted(c.devices.items())],
         "holds": [{"t_ns": h.t_ns, "held_ns": h.held_ns, "lag_ns": h.lag_ns,
                    "device": h.device, "no_board": h.no_board, "by_floor": h.by_floor,
                    "shared": h.shared}

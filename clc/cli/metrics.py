@@ -137,8 +137,11 @@ class MetricsCommand:
                 continue
             try:
                 capture = scan_capture(f"/proc/self/fd/{fd}")
-            except (CaptureError, OSError) as e:
-                unreadable.append(f"{path} ({e})")
+            except CaptureError as e:  # its path is the descriptor's: name the file instead
+                unreadable.append(f"{path} ({e.message})")
+                continue
+            except OSError as e:
+                unreadable.append(f"{path} ({e.strerror or e})")
                 continue
             finally:
                 os.close(fd)

@@ -234,15 +234,21 @@ class WrapEngine:
         sass_only = None
         for handle in handles:
             image = self._image(handle)
-            if isinstance(image, FatbinError):
-                continue
-            defines = [e for e in image.entries if mangled in e.kernels()]
+            try:
+                if isinstance(image, FatbinError):
+                    # An image refused whole (damaged, or claiming more than clc decompresses
+                    # from one image) says why, rather than "not in the image".
+                    raise image
+                defines = [e for e in image.entries if mangled in e.kernels()]
+                ptx = [e for e in defines
+                       if e.kind == "ptx" and e.arch <= arch and e.runs_on(arch)]
+                if ptx:
+                    best = max(ptx, key=lambda e: e.arch)
+                    return best.text(), f"{image.kind} {best.arch_name}"
+            except FatbinError as e:
+                raise Unwrappable(f"the image it was loaded from cannot be read: {e}") from None
             if not defines:
                 continue
-            ptx = [e for e in defines if e.kind == "ptx" and e.arch <= arch and e.runs_on(arch)]
-            if ptx:
-                best = max(ptx, key=lambda e: e.arch)
-                return best.text(), f"{image.kind} {best.arch_name}"
             sass_only = ", ".join(sorted({e.arch_name for e in defines}))
         if sass_only:
             raise Unwrappable(f"no PTX for sm_{arch}: its image has only {sass_only}, and "

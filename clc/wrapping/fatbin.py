@@ -79,7 +79,8 @@ from dataclasses import dataclass, field
 
 __all__ = ["FatbinError", "Entry", "Image", "parse_image", "ptx_kernels", "cubin_kernels",
            "WRAPPER_MAGIC", "CONTAINER_MAGIC", "EM_CUDA", "STO_CUDA_ENTRY", "FATBIN_SECTIONS",
-           "MAX_COMPRESSION_RATIO", "MIN_DECOMPRESSED_CAP", "MAX_DECOMPRESSED_BYTES"]
+           "MAX_COMPRESSION_RATIO", "MIN_DECOMPRESSED_CAP", "MAX_DECOMPRESSED_BYTES",
+           "MAX_IMAGE_COMPRESSION_RATIO", "MIN_IMAGE_DECOMPRESSED_CAP"]
 
 WRAPPER_MAGIC = 0x466243B1
 CONTAINER_MAGIC = 0xBA55ED50
@@ -105,6 +106,13 @@ MIN_DECOMPRESSED_CAP = 1 << 20
 # Whatever the ratio, no entry is read larger: far above the code of any kernel, and within
 # what a machine that runs CUDA programs can hold.
 MAX_DECOMPRESSED_BYTES = 512 << 20
+# What all the compressed entries of one image may claim together, checked as the image is
+# parsed: the per-entry cap alone lets thousands of tiny entries claim a MiB each. Code
+# compresses a few times to some 40 times over (unrolled PTX); an image too small for the
+# ratio may claim the floor. Reading an image (clc inspect, a wrap in the engine) then costs
+# time and memory in proportion to its size, and no entry is kept decompressed (see Entry).
+MAX_IMAGE_COMPRESSION_RATIO = 64
+MIN_IMAGE_DECOMPRESSED_CAP = 4 << 20
 
 _KINDS = {1: "ptx", 2: "cubin", 8: "ltoir"}
 _FLAG_LZ4 = 0x2000
@@ -142,33 +150,34 @@ class Entry:
     options: str | None = None   # ptxas options stored with a PTX entry
     section: str | None = None   # the host ELF section it came from
     _buffer: object = field(default=None, repr=False)
-    _data: bytes | None = field(default=None, repr=False)
     _kernels: list | None = field(default=None, repr=False)
-    _text: str | None = field(default=None, repr=False)
+    _directives: dict | None = field(default=None, repr=False)
+
+    # The decompressed bytes and text are made anew at each call, never kept: an image of
+    # thousands of entries holds at most one of them decompressed at a time, and what is kept
+    # of each (its kernels, its PTX version and target) is small.
 
     def data(self):
         """The decompressed bytes; for PTX, the text without its trailing NUL padding."""
-        if self._data is None:
-            if self.flags & _FLAG_ZSTD_DICT:
-                raise FatbinError("this entry is compressed with a zstd dictionary of NVIDIA's "
-                                  "that clc does not have (flag 0x10000)", self.header_offset)
-            raw = bytes(self._buffer[self.offset:self.offset + self.size])
-            if self.compression != "none":
-                raw = _decompress(self.compression, raw, self.uncompressed_size,
-                                  self.header_offset if self.header_offset is not None
-                                  else self.offset)
-            if self.kind == "ptx":
-                # Stored PTX ends with one NUL (compressed) or up to 8 (padding): strip them so
-                # that the same program gives the same bytes whatever the compression.
-                raw = raw.rstrip(b"\0")
-            self._data = raw
-        return self._data
+        if self.flags & _FLAG_ZSTD_DICT:
+            raise FatbinError("this entry is compressed with a zstd dictionary of NVIDIA's "
+                              "that clc does not have (flag 0x10000)", self.header_offset)
+        raw = bytes(self._buffer[self.offset:self.offset + self.size])
+        if self.compression != "none":
+            raw = _decompress(self.compression, raw, self.uncompressed_size,
+                              self.header_offset if self.header_offset is not None
+                              else self.offset)
+        if self.kind == "ptx":
+            # Stored PTX ends with one NUL (compressed) or up to 8 (padding): strip them so
+            # that the same program gives the same bytes whatever the compression.
+            raw = raw.rstrip(b"\0")
+        return raw
 
     def kernels(self):
         """The kernel names (mangled) this entry defines; [] for LTO-IR and unknown kinds."""
         if self._kernels is None:
             if self.kind == "ptx":
-                self._kernels = ptx_kernels(self.text())
+                self._read_ptx()
             elif self.kind == "cubin":
                 try:
                     self._kernels = cubin_kernels(self.data())
@@ -184,20 +193,29 @@ class Entry:
         """A PTX entry's text (None for other kinds)."""
         if self.kind != "ptx":
             return None
-        if self._text is None:
-            # Kernels, version and target each look at it: decode (and decompress) once.
-            self._text = self.data().decode("utf-8", "replace")
-        return self._text
+        return self.data().decode("utf-8", "replace")
+
+    def _read_ptx(self):
+        """Kernels, version and target, from one decompression and one pass over comments."""
+        code = _strip_ptx_comments(self.text())
+        self._kernels = _ptx_entries(code)
+        self._directives = {name: _ptx_directive(code, name, stripped=True)
+                            for name in ("version", "target")}
+
+    def _directive(self, name):
+        if self._directives is None:
+            self._read_ptx()
+        return self._directives[name]
 
     @property
     def ptx_version(self):
         """The `.version` of a PTX entry, such as "9.0"; None for other kinds."""
-        return _ptx_directive(self.text(), "version") if self.kind == "ptx" else None
+        return self._directive("version") if self.kind == "ptx" else None
 
     @property
     def ptx_target(self):
         """The first `.target` of a PTX entry, such as "sm_90a"; None for other kinds."""
-        return _ptx_directive(self.text(), "target") if self.kind == "ptx" else None
+        return self._directive("target") if self.kind == "ptx" else None
 
     @property
     def arch_name(self):
@@ -257,7 +275,7 @@ def parse_image(data):
         raise FatbinError("this is a fatbin wrapper, whose fields are pointers into a process: "
                           "parse the fatbin container it points to", 0)
     if magic == CONTAINER_MAGIC:
-        entries, count = _parse_containers(buf, 0, len(buf), None, [])
+        entries, count = _parse_containers(buf, 0, len(buf), None, [], _Claims(len(buf)))
         return Image("fatbin", entries, f"fatbin, {_plural(count, 'container')}")
     if bytes(buf[:4]) == b"\x7fELF":
         elf = _Elf(buf)
@@ -283,9 +301,29 @@ def parse_image(data):
 
 # -- fatbin containers -----------------------------------------------------------------------
 
-def _parse_containers(buf, start, end, section, entries):
+class _Claims:
+    """What the compressed entries of one image claim to decompress to, in all, against the
+    image's cap (MAX_IMAGE_COMPRESSION_RATIO)."""
+
+    def __init__(self, image_size):
+        self.image_size = image_size
+        self.cap = max(MIN_IMAGE_DECOMPRESSED_CAP, MAX_IMAGE_COMPRESSION_RATIO * image_size)
+        self.total = 0
+
+    def add(self, size, index, where):
+        self.total += size
+        if self.total > self.cap:
+            raise FatbinError(
+                f"fatbin entries 0 to {index} claim {self.total} bytes uncompressed in all, "
+                f"from an image of {self.image_size} bytes: clc reads at most {self.cap} from "
+                f"one image (the larger of {MAX_IMAGE_COMPRESSION_RATIO} times its size and "
+                f"{MIN_IMAGE_DECOMPRESSED_CAP >> 20} MiB)", where)
+
+
+def _parse_containers(buf, start, end, section, entries, claims):
     """The entries of the containers in buf[start:end] appended to `entries` (those of the
-    image so far), and how many containers there were."""
+    image so far), and how many containers there were; `claims` counts what the image's
+    compressed entries claim."""
     entries = list(entries)
     count = 0
     off = start
@@ -311,7 +349,7 @@ def _parse_containers(buf, start, end, section, entries):
         if body + payload > end:
             raise FatbinError(f"fatbin container payload of {payload} bytes runs past the end "
                               f"of the data ({max(0, end - body)} bytes left)", off + 8)
-        entries += _parse_entries(buf, body, body + payload, section, len(entries))
+        entries += _parse_entries(buf, body, body + payload, section, len(entries), claims)
         count += 1
         off = body + payload
     if count == 0:
@@ -319,7 +357,7 @@ def _parse_containers(buf, start, end, section, entries):
     return entries, count
 
 
-def _parse_entries(buf, start, end, section, first_index):
+def _parse_entries(buf, start, end, section, first_index, claims):
     """The entries of one container's payload buf[start:end]; first_index is the number of
     the first in the image, for errors."""
     entries = []
@@ -356,6 +394,8 @@ def _parse_entries(buf, start, end, section, first_index):
                     f"{MAX_COMPRESSION_RATIO} times the compressed size and "
                     f"{MIN_DECOMPRESSED_CAP >> 20} MiB, and {MAX_DECOMPRESSED_BYTES >> 20} MiB "
                     "at most)", off + 0x38)
+            if not flags & _FLAG_ZSTD_DICT:
+                claims.add(usize, first_index + len(entries), off + 0x38)
             size, usize_out = csize, usize
         variant = ("a" if flags & _FLAG_ARCH_SPECIFIC else
                    "f" if flags & _FLAG_FAMILY_SPECIFIC else "")
@@ -522,13 +562,15 @@ def _parse_host_elf(buf, elf):
             "ELF executable" if elf.is_executable() else "ELF shared library")
     entries = []
     found = []
+    claims = _Claims(len(buf))
     for name in FATBIN_SECTIONS:
         for section in elf.sections:
             if section.name != name or section.type == 8:      # SHT_NOBITS holds no bytes
                 continue
             elf.check_range(section.offset, section.size, section.header)
             entries, count = _parse_containers(buf, section.offset,
-                                               section.offset + section.size, name, entries)
+                                               section.offset + section.size, name, entries,
+                                               claims)
             found.append(f"{name}: {_plural(count, 'container')}")
     if not found:
         raise FatbinError(f"{what} (e_machine {elf.machine}) without CUDA device code: no "
@@ -603,13 +645,18 @@ def _strip_ptx_comments(text):
 
 def ptx_kernels(text):
     """The names of the kernels (`.entry`) a PTX text defines, in order."""
-    text = _strip_ptx_comments(text)
-    return [m.group(2) for m in _PTX_ENTRY.finditer(text) if ".extern" not in m.group(1)]
+    return _ptx_entries(_strip_ptx_comments(text))
 
 
-def _ptx_directive(text, name):
+def _ptx_entries(code):
+    """ptx_kernels of a text without comments."""
+    return [m.group(2) for m in _PTX_ENTRY.finditer(code) if ".extern" not in m.group(1)]
+
+
+def _ptx_directive(text, name, stripped=False):
     # Any blank but a line break may start the line: \v and \f are blanks to ptxas too.
-    m = re.search(rf"^[^\S\n]*\.{name}[ \t]+([^\n]*)", _strip_ptx_comments(text or ""), re.M)
+    code = text if stripped else _strip_ptx_comments(text or "")
+    m = re.search(rf"^[^\S\n]*\.{name}[ \t]+([^\n]*)", code, re.M)
     if not m:
         return None
     return m.group(1).split(",")[0].strip()
@@ -638,7 +685,7 @@ def _as_ptx(buf):
         return None
     code = _strip_ptx_comments(text)
     version = _PTX_VERSION.match(code)
-    if not version or _ptx_directive(code, "target") is None:
+    if not version or _ptx_directive(code, "target", stripped=True) is None:
         return None
     return text, int(version.group(1)), int(version.group(2))
 

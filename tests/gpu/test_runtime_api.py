@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """examples/vecadd.cu (CUDA runtime API, <<<>>> launches) under clc-run."""
 
+import shutil
+import subprocess
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.gpu
 
@@ -95,3 +99,31 @@ def test_time_all(native, vecadd_bin, run_clc, tools, tmp_path):
     if len(rows) == 1 and rows[0].get("timed"):
         mean = rows[0]["gpu_ns_total"] / rows[0]["timed"]
         assert rows[0].get("gpu_ns_mean") == pytest.approx(mean, rel=0.01), rows[0]
+
+
+def test_the_capture_and_the_metrics_name_the_gpu_as_nvidia_smi_does(vecadd_bin, run_clc,
+                                                                        clc_scripts, tools,
+                                                                        tmp_path):
+    # GIVEN each GPU of the machine as nvidia-smi names it, and the last one made the
+    # program's only device (CUDA_VISIBLE_DEVICES takes a UUID: device 0 is that GPU)
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        pytest.skip("nvidia-smi not found: nothing to compare the UUID with")
+    listed = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader"],
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    uuid = listed.stdout.split()[-1]
+    assert uuid.startswith("GPU-"), listed.stdout
+    # WHEN the program runs under clc-run
+    proc, report = run_clc("audit.yaml", [vecadd_bin, 3], tmp_path,
+                           env={"CUDA_VISIBLE_DEVICES": uuid})
+    assert proc.returncode == 0, tools.describe(proc)
+    # THEN its capture names its device 0 by that UUID
+    assert report["captures"][0]["devices"] == [{"device": 0, "uuid": uuid}], report["captures"]
+    # AND clc metrics labels its series with it, as DCGM's exporter labels that GPU's
+    metrics = subprocess.run([clc_scripts.clc, "metrics", tmp_path], capture_output=True,
+                             text=True, timeout=60)
+    assert metrics.returncode == 0, metrics.stderr
+    labels = {s.labels.get("UUID") for fam in text_string_to_metric_families(metrics.stdout)
+              for s in fam.samples if s.name == "clc_launches_total"}
+    assert labels == {uuid}, metrics.stdout

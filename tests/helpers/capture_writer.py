@@ -79,6 +79,10 @@ class CaptureWriter:
                         abi.REC_KERNEL_BODY.pack(kernel_id, device, handle, ctx, t_ns)
                         + _cstr(mangled))
 
+    def device(self, device, uuid):
+        """A DEVICE record: `uuid` the driver's 16 bytes (cuDeviceGetUuid_v2)."""
+        return self.add(abi.REC_DEVICE, abi.REC_DEVICE_BODY.pack(device, uuid))
+
     def launch(self, seq, kernel_id, t_ns=None, stream=0, entry=abi.ENTRY_LAUNCH,
                grid=(1, 1, 1), block=(128, 1, 1), shared_mem=0, tid=None,
                action=abi.ACTION_ALLOW, rule=abi.RULE_DEFAULT, result=0, timed=False):

@@ -6,9 +6,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from clc.capture.reader import gpu_uuid
 from harness import clc_command, env_for
 
 AUDIT = """\
@@ -239,3 +242,43 @@ def test_clc_run_names_the_processes_it_ran_in_when_no_kernel_was_launched(nativ
     assert "true" in proc.stderr and "ls" in proc.stderr
     assert "No capture was written" in proc.stderr
     assert not os.path.exists(tmp_path / "c.clc")
+
+
+def fake_uuid(name):
+    """The UUID the fake driver gives its GPU under FAKE_CUDA_UUID=name, as nvidia-smi would
+    write it."""
+    return gpu_uuid(name.encode().ljust(16, b"0")[:16])
+
+
+def test_each_capture_names_its_gpu_by_uuid(native, clc_run, tmp_path):
+    # GIVEN two runs of one program on two GPUs, each the process's device 0 (as
+    # CUDA_VISIBLE_DEVICES makes every Slurm job's GPU)
+    captures = tmp_path / "captures"
+    captures.mkdir()
+    for job, gpu in (("7", "gpu-a"), ("8", "gpu-b")):
+        run = clc_run(AUDIT, [native["prog_cudart"]], env={"FAKE_CUDA_UUID": gpu},
+                      options=["--label", f"job={job}"], output=captures / f"{job}.clc")
+        assert run.proc.returncode == 0, run.stderr
+        # THEN each capture says which GPU its device 0 is, as the driver names it
+        assert run.capture().devices == {0: fake_uuid(gpu)}
+        assert {k.device for k in run.capture().kernels.values()} == {0}
+    # AND the node's metrics tell the two GPUs apart, by the UUID DCGM's series carry
+    p = subprocess.run([sys.executable, "-m", "clc", "metrics", captures], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    uuids = {(s.labels["hpc_job"], s.labels["UUID"])
+             for fam in text_string_to_metric_families(p.stdout) for s in fam.samples
+             if s.name == "clc_launches_total"}
+    assert uuids == {("7", fake_uuid("gpu-a")), ("8", fake_uuid("gpu-b"))}
+
+
+def test_a_forked_childs_capture_names_its_gpu_too(native, clc_run):
+    # GIVEN a program that forks after launching (the driver runs nothing in the child, and
+    # answers no question there)
+    run = clc_run(AUDIT, [native["prog_fork"], "plain"], timeout=60)
+    assert run.proc.returncode == 0, run.stderr + run.stdout
+    # THEN the child's capture names the GPU of the kernels it inherited, as the parent's does
+    caps = run.captures()
+    assert len(caps) >= 2
+    for cap in caps:
+        assert cap.devices == {0: fake_uuid("fake-gpu-0000000")}, cap.path

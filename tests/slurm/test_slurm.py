@@ -139,8 +139,8 @@ def test_every_task_of_a_step_runs_under_the_policy(cluster, site):
     m = subprocess.run([sys.executable, "-m", "clc", "metrics", site["top"] / "captures"],
                        capture_output=True, text=True, timeout=60)
     assert m.returncode == 0, m.stderr
-    got = {(s.name, s.labels.get("job"), s.labels.get("tenant"), s.labels.get("kernel")): s.value
-           for fam in text_string_to_metric_families(m.stdout) for s in fam.samples}
+    got = {(s.name, s.labels.get("hpc_job"), s.labels.get("tenant"), s.labels.get("kernel")):
+           s.value for fam in text_string_to_metric_families(m.stdout) for s in fam.samples}
     assert got[("clc_launches_denied_total", job.name, "research", "debug_kernel(int*)")] == 4
     assert got[("clc_processes", job.name, "research", None)] == 2
 

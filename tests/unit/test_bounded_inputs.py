@@ -10,6 +10,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 import tracemalloc
 
 import pytest
@@ -196,6 +197,101 @@ def test_decompressing_stops_at_the_claim(alarm):
                                     "entry header says (decompressing stopped there)")
     assert caught.value.offset == 16
     assert peak < 16 << 20
+
+
+def compressed(codec, data):
+    """`data` as a fatbin entry's payload and flags: one zstd frame, or one raw LZ4 block."""
+    if codec == "zstd":
+        import zstandard
+        return zstandard.ZstdCompressor(level=19).compress(data), 0x11 | 0x8000
+    import lz4.block
+    return lz4.block.compress(data, store_size=False), 0x11 | 0x2000
+
+
+@pytest.fixture
+def deadline():
+    """Fail a test that runs longer than `seconds` (what it promises), rather than waiting."""
+    def on_alarm(signum, frame):
+        raise TimeoutError("ran past its deadline")
+    old = signal.signal(signal.SIGALRM, on_alarm)
+
+    def arm(seconds):
+        signal.alarm(seconds)
+    yield arm
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_many_small_entries_are_bounded_in_all(codec, tmp_path, capsys, deadline):
+    # GIVEN a fatbin of 3000 entries of a few bytes, each claiming 1 MiB of PTX (within what
+    # one entry may claim): 3 GiB from half a megabyte (zstd) or 12 MB (LZ4)
+    payload, flags = compressed(codec, b"A" * (1 << 20))
+    path = tmp_path / "many.fatbin"
+    path.write_bytes(container(*[entry(payload, usize=1 << 20, flags=flags)] * 3000))
+    size = path.stat().st_size
+    cap = max(4 << 20, 64 * size)
+    # WHEN it is inspected
+    deadline(10)
+    tracemalloc.start()
+    started = time.monotonic()
+    code, out, err = inspect(path, capsys)
+    took = time.monotonic() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # THEN the image is refused at the entry whose claim passes the image's cap, before any
+    # entry is decompressed: in well under a second and a few MB beside the file
+    first_over = cap // (1 << 20)
+    header = 16 + first_over * (64 + len(payload) + (-len(payload) % 8))
+    assert err == (f"clc: {path}: fatbin entries 0 to {first_over} claim "
+                   f"{(first_over + 1) << 20} bytes uncompressed in all, from an image of "
+                   f"{size} bytes: clc reads at most {cap} from one image (the larger of 64 "
+                   f"times its size and 4 MiB) (at byte {header + 0x38})\n")
+    assert (code, out) == (2, "")
+    assert took < 2
+    assert peak < size + (16 << 20)
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_an_image_within_its_cap_holds_one_entry_at_a_time(codec, tmp_path, capsys, deadline):
+    # GIVEN a fatbin of 16 entries each of 256 KiB of PTX text (a kernel, then comments), 4 MiB
+    # in all: what a small image may claim
+    line = b"// a line of comment\n"
+    text = PTX.encode() + line * (((256 << 10) - len(PTX) - 1) // len(line))
+    payload, flags = compressed(codec, text + b"\0")
+    path = tmp_path / "within.fatbin"
+    path.write_bytes(container(*[entry(payload, usize=len(text) + 1, flags=flags)] * 16))
+    # WHEN it is inspected
+    deadline(20)
+    tracemalloc.start()
+    code, out, err = inspect(path, capsys)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # THEN every entry is read, and the entries' text is not all held at once: no more than
+    # a few copies of one entry (4 MiB would be all of them)
+    assert (code, err) == (0, "")
+    assert f"entries: 16 PTX (compute_90 {codec} x16)" in out
+    assert "k: SASS none; PTX 9.0 for sm_90; wrappable" in out
+    assert peak < 2 << 20
+
+
+def test_a_wrap_from_an_image_refused_whole_says_why(tmp_path):
+    # GIVEN a program's load of a fatbin whose entries claim more than one image may hold,
+    # seen by the wrap engine as the load the kernel came from
+    from clc.wrapping.engine import WrapEngine
+    from clc.wrapping.splice import Unwrappable
+    payload, flags = compressed("zstd", PTX.encode().ljust(1 << 20, b"\0"))
+    path = tmp_path / "loaded.fatbin"
+    path.write_bytes(container(*[entry(payload, usize=1 << 20, flags=flags)] * 8))
+    engine = WrapEngine(lambda level, text: None)
+    engine.note_load(7, 5, 0, 0, 0, str(path))
+    engine.owner = lambda original: 7
+    # WHEN the engine looks for the kernel's PTX THEN it says the image cannot be read, and why
+    with pytest.raises(Unwrappable) as caught:
+        engine.find_ptx("k", 90, original=1)
+    assert str(caught.value).startswith(
+        "the image it was loaded from cannot be read: fatbin entries 0 to 4 claim 5242880 "
+        "bytes uncompressed in all")
 
 
 def test_zeros_between_containers_are_skipped_in_linear_time(alarm):

@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """Bounded, seeded fuzzing of what clc reads from files it did not write: policies (the loader),
-CUDA images (`clc inspect`'s path: fatbin, cubin, PTX, host ELF) and captures (the reader).
+CUDA images (`clc inspect`'s path: fatbin, cubin, PTX, host ELF) and captures (the reader, and
+every report and `clc metrics` made of them).
 
 Valid inputs are mutated (bytes flipped, cut, repeated; numbers and tokens that stress
 parsers put in) a fixed number of times with a fixed seed, so every run sees the same inputs.
 Each must give a result or the module's own error (PolicyError, FatbinError, CaptureError),
-never another exception, within the time and memory guards.
+never another exception, within the time and memory guards; a command gives its output, or
+an error that names the file.
 """
 
+import contextlib
+import io
 import json
 import pathlib
 import random
@@ -22,6 +26,7 @@ import pytest
 from capture_writer import CaptureWriter, record
 from clc import abi
 from clc.capture.reader import CaptureError, launch_stream, read_capture, scan_capture
+from clc.cli.main import main
 from clc.cli.inspect import format_text, inspect_image
 from clc.policy import KernelInfo, Policy, PolicyError, parse_policy
 from clc.wrapping.fatbin import CONTAINER_MAGIC, FatbinError, parse_image
@@ -331,6 +336,7 @@ def capture_seed():
     w.process("./app --size 4096")
     w.policy({"version": 1, "path": "p.yaml", "default": "allow", "on_error": "deny",
               "rules": [{"name": "no-debug"}], "hooks": [], "hook_deciders": ["h.py:f"]})
+    w.device(0, b"fake-gpu-0000000")
     w.kernel(0, "_Z6vecAddPKfS0_Pfi")
     w.kernel(1, "plain_c")
     w.module(path="/tmp/libk.so")
@@ -381,3 +387,67 @@ def test_mutated_captures_read_or_give_capture_errors(tmp_path, guard):
     # THEN each was read or refused with a CaptureError (most are read: the reader is lenient
     # with what a crash leaves)
     assert kept > 300 and refused > 5
+
+
+def field_edges(writer):
+    """The writer's capture with one field of one record set to an edge value, for the first
+    record of each type: every 4-byte field to 2**32 - 1, every 8-byte one to 2**63 (sizes
+    and offsets the reader checks, times and counts it adds up, past int32 and int64)."""
+    seed = writer.data()
+    at = len(writer.header())
+    seen = set()
+    for rec in writer.records:
+        rtype = abi.RECORD_HEADER.unpack_from(rec)[0]
+        if rtype not in seen:
+            seen.add(rtype)
+            for field in range(abi.RECORD_HEADER.size, len(rec) - 3, 4):
+                for fmt, value in (("<I", 2**32 - 1), ("<Q", 2**63)):
+                    if fmt == "<Q" and (field % 8 or field + 8 > len(rec)):
+                        continue
+                    data = bytearray(seed)
+                    struct.pack_into(fmt, data, at + field, value)
+                    yield bytes(data)
+        at += len(rec)
+
+
+def test_mutated_captures_render_or_give_clear_errors_in_every_report(tmp_path, guard):
+    # GIVEN a capture of every record type with one field at an edge value (each field of the
+    # first record of each type), and 100 randomly mutated ones
+    rng = random.Random(32)
+    writer = capture_seed()
+    writer.run({"tenant": "t", "uid": 0, "labels": {"job": "12"}})
+    writer.hold(1_000_000_100, 5000, 100)
+    writer.wrap_stats("k(int)", "sm_share share=0.25", blocks=4)
+    good = writer.write(tmp_path / "good.clc")
+    path = tmp_path / "fuzz.clc"
+    out = tmp_path / "out"
+    reports = [[path], [path, "--format", "csv"], [path, "--format", "json"],
+               [path, "--format", "chrome"], [path, "--baseline", good],
+               [path, "--baseline", good, "--format", "csv"],
+               [path, "--baseline", good, "--format", "json"], [good, "--baseline", path]]
+    inputs = list(field_edges(writer))
+    inputs += [mutate(rng, writer.data(), CAPTURE_TOKENS) for _ in range(100)]
+    rendered = refused = 0
+
+    def command(argv):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            return main(argv), err.getvalue()
+
+    for data in inputs:
+        path.write_bytes(data)
+        # WHEN every report is made of it, and clc metrics counts it
+        for argv in reports:
+            code, err = guard(command, ["report", *map(str, argv), "-o", str(out), "--force"])
+            # THEN each renders, or says which file it cannot read, in one line
+            if code == 0:
+                rendered += 1
+            else:
+                refused += 1
+                assert err.startswith(f"clc: {path}: ") and err.count("\n") == 1, err
+                assert not out.exists()
+        code, err = guard(command, ["metrics", str(path)])
+        assert code == 0
+        assert not err or err.startswith(f"clc metrics: 1 file(s) left out, not readable as "
+                                         f"captures: {path} ("), err
+    assert rendered > 1000 and refused > 10

