@@ -77,6 +77,8 @@ import re
 import struct
 from dataclasses import dataclass, field
 
+from clc.words import count as count_of
+
 __all__ = ["FatbinError", "Entry", "Image", "parse_image", "ptx_kernels", "cubin_kernels",
            "WRAPPER_MAGIC", "CONTAINER_MAGIC", "EM_CUDA", "STO_CUDA_ENTRY", "FATBIN_SECTIONS",
            "MAX_COMPRESSION_RATIO", "MIN_DECOMPRESSED_CAP", "MAX_DECOMPRESSED_BYTES",
@@ -276,7 +278,7 @@ def parse_image(data):
                           "parse the fatbin container it points to", 0)
     if magic == CONTAINER_MAGIC:
         entries, count = _parse_containers(buf, 0, len(buf), None, [], _Claims(len(buf)))
-        return Image("fatbin", entries, f"fatbin, {_plural(count, 'container')}")
+        return Image("fatbin", entries, f"fatbin, {count_of(count, 'container')}")
     if bytes(buf[:4]) == b"\x7fELF":
         elf = _Elf(buf)
         if elf.machine == EM_CUDA:
@@ -571,7 +573,7 @@ def _parse_host_elf(buf, elf):
             entries, count = _parse_containers(buf, section.offset,
                                                section.offset + section.size, name, entries,
                                                claims)
-            found.append(f"{name}: {_plural(count, 'container')}")
+            found.append(f"{name}: {count_of(count, 'container')}")
     if not found:
         raise FatbinError(f"{what} (e_machine {elf.machine}) without CUDA device code: no "
                           f"{' or '.join(FATBIN_SECTIONS)} section")
@@ -699,7 +701,3 @@ def _u32(buf, off):
 def _cstr(table, off):
     end = table.find(b"\0", off)
     return table[off:end if end >= 0 else len(table)].decode("utf-8", "replace")
-
-
-def _plural(n, word):
-    return f"{n} {word}{'' if n == 1 else 's'}"
