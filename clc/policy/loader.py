@@ -15,10 +15,13 @@ import re
 
 from clc import abi
 from clc.cuda_errors import CUDA_ERRORS
-from clc.policy.model import (_NOT_PERMITTED, _RANGE_OPS, _SHAPE_KEYS, _SUPPORTED_VERSION,
-                              _U64_MAX, DEFAULT_BOARD, LATENCY_CRITICAL, PRIORITY_CLASSES,
-                              HookRef, Policy, PolicyError, PolicyWarning, Priority,
-                              PriorityClass, Rule, WrapRequest, _bounds, _hook_file_problem)
+from clc.policy.decision import _NOT_PERMITTED, WrapRequest, _bounds
+from clc.policy.errors import PolicyError, PolicyWarning
+from clc.policy.keys import (LATENCY_CRITICAL, PRIORITY_CLASSES, RANGE_OPS, SHAPE_KEYS,
+                             SUPPORTED_VERSION, U64_MAX)
+from clc.policy.model import Policy
+from clc.policy.priority import DEFAULT_BOARD, Priority, PriorityClass
+from clc.policy.rule import HookRef, Rule, _hook_file_problem
 from clc.policy.regex import regex_problem
 
 # What a policy file may make the loader do, whatever its bytes: each limit is far beyond what
@@ -160,7 +163,7 @@ def _decides_first(earlier: Rule, later: Rule) -> bool:
     """Whether every launch that `later` matches is decided by `earlier`, a rule before it."""
     if earlier.action == "hook":  # its hook may return None and leave the launch to later
         return False
-    for key in _SHAPE_KEYS:
+    for key in SHAPE_KEYS:
         lo, hi = earlier.shape_range(key)
         later_lo, later_hi = later.shape_range(key)
         if later_lo < lo or later_hi > hi:
@@ -504,23 +507,23 @@ class _Loader:
     def shape(self, node, what: str) -> tuple[tuple[str, int], ...]:
         kind, _ = self.kind(node)
         if kind == "int":
-            return (("eq", self.unsigned(node, what, _U64_MAX)),)
+            return (("eq", self.unsigned(node, what, U64_MAX)),)
         if kind != "mapping":
             raise self.type_error(node, what, "an integer or a mapping of gt/ge/lt/le/eq to "
                                               "integers")
         before = len(self.errors)
-        pairs = self.mapping(node, tuple(_RANGE_OPS), f"in {what}", "range operator",
+        pairs = self.mapping(node, tuple(RANGE_OPS), f"in {what}", "range operator",
                              _RANGE_OP_ALIASES)
         if not pairs and len(self.errors) == before:
-            raise self.error(node, f"{what} needs at least one of: " + ", ".join(_RANGE_OPS))
-        bounds = self.settled([self.attempt(self.unsigned, value_node, f"{what} {op}", _U64_MAX)
+            raise self.error(node, f"{what} needs at least one of: " + ", ".join(RANGE_OPS))
+        bounds = self.settled([self.attempt(self.unsigned, value_node, f"{what} {op}", U64_MAX)
                                for op, (_, value_node) in pairs.items()])
         if len(self.errors) > before:
             raise _Reported
         conditions = tuple(zip(pairs, bounds))
         lo, hi = _bounds(conditions)
         if lo > hi:
-            wanted = " and ".join(f"{_RANGE_OPS[op]} {bound}" for op, bound in conditions)
+            wanted = " and ".join(f"{RANGE_OPS[op]} {bound}" for op, bound in conditions)
             raise self.error(node, f"empty range for {what}: no value is {wanted}")
         return conditions
 
@@ -552,16 +555,16 @@ class _Loader:
                     kind, version = self.kind(value_node)
                 except PolicyError:
                     return None
-                if kind == "int" and version != _SUPPORTED_VERSION:
+                if kind == "int" and version != SUPPORTED_VERSION:
                     return self.error(value_node, f"unsupported policy version {version} (this "
-                                                  f"clc reads version {_SUPPORTED_VERSION})")
+                                                  f"clc reads version {SUPPORTED_VERSION})")
                 return None
         return None
 
     def version(self, node) -> int:
         kind, version = self.kind(node)
         if kind != "int":
-            raise self.type_error(node, "version", f"the integer {_SUPPORTED_VERSION}")
+            raise self.type_error(node, "version", f"the integer {SUPPORTED_VERSION}")
         return version
 
     def policy(self, root) -> Policy:
@@ -575,7 +578,7 @@ class _Loader:
         pairs = self.mapping(root, _TOP_KEYS, "at the top level", meant=meant)
         if "version" not in pairs and "version" not in meant:
             self.report(root, "missing 'version' (this clc reads policies with "
-                              f"'version: {_SUPPORTED_VERSION}')")
+                              f"'version: {SUPPORTED_VERSION}')")
         elif "version" in pairs:
             self.attempt(self.version, pairs["version"][1])
         default = self.attempt(self.choice, pairs["default"][1], "default") \
@@ -591,7 +594,7 @@ class _Loader:
             raise error
         if on_error == "allow" and (default == "deny" or any(r.action == "deny" for r in rules)):
             self.warn_on_error(root, pairs.get("on_error"))
-        return Policy(self.path, _SUPPORTED_VERSION, default, on_error, rules,
+        return Policy(self.path, SUPPORTED_VERSION, default, on_error, rules,
                       warnings=sorted(self.warnings, key=lambda w: (w.line, w.column)),
                       priority=priority, on_error_given="on_error" in pairs)
 
@@ -1164,7 +1167,7 @@ def _parsed(yaml, text: str, path: str) -> Policy:
         raise PolicyError(path, 1, 1, f"invalid YAML: {e}") from None
     if root is None:
         raise PolicyError(path, 1, 1, "the policy is empty (it needs at least 'version: "
-                                      f"{_SUPPORTED_VERSION}')")
+                                      f"{SUPPORTED_VERSION}')")
     return _Loader(path).policy(root)
 
 
