@@ -48,10 +48,13 @@ still carry warnings (Policy.warnings): rules that earlier rules leave unreachab
 that ask to record or time, on_error: allow in a policy that denies.
 """
 
-from clc.policy.loader import glob_problem, load_policy, parse_policy
-from clc.policy.model import (ANY_RANGE, Clause, Decision, Explanation, HookFileError, HookRef,
-                              Outcome, Policy, PolicyError, PolicyWarning, Rule, Step,
-                              WrapRequest)
+from clc.policy.decision import ANY_RANGE, Clause, Decision, Outcome, WrapRequest
+from clc.policy.errors import HookFileError, PolicyError, PolicyWarning
+from clc.policy.explain import Explanation, Step
+from clc.policy.loader import load_policy, parse_policy
+from clc.policy.model import Policy
+from clc.policy.read_match import glob_problem
+from clc.policy.rule import HookRef, Rule
 from clc.policy.names import (Identity, KernelInfo, base_name, identity_of, identity_of_process,
                               process_identity)
 from clc.policy.regex import regex_problem
