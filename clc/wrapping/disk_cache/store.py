@@ -31,7 +31,7 @@ __all__ = ["DiskCache"]
 
 class DiskCache(CacheListing):
     """Linked cubins by key, as files <root>/<key[:2]>/<key>.cubin, and after them a
-    read-only shared cache (see the module doc). shared: its directory, by default
+    read-only shared cache (clc.wrapping.disk_cache). shared: its directory, by default
     $CLC_CACHE_SHARED_DIR ("" for none). warn(text) hears each message that is said once
     (a refused directory, an ignored or unauthenticated entry); without it they go to
     stderr. They are also kept in `messages`. Without root, max_bytes or shared, they come

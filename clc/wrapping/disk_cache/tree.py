@@ -2,6 +2,9 @@
 """The user's own cache tree: its root opened (made 0700 when asked), its entries and
 temporary files found and removed, and the size cap kept.
 
+The root's ancestors are not checked: whatever path leads to it, the directory reached is
+refused unless it is the user's own.
+
 The cap is kept by evicting the least recently used entries (a hit touches its file's mtime)
 after each store; a full scan is cheap next to the build that preceded it. Temporary files
 that a killed writer left are removed after an hour.

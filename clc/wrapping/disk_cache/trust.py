@@ -12,7 +12,8 @@ user's own cache; root or the owner of its root, in the shared cache):
   component swapped midway cannot redirect a read or a write.
 - An entry is opened O_NOFOLLOW|O_NONBLOCK (a symbolic link is not followed, a FIFO does not
   block) and read only when fstat says it is a regular file of its owners, not writable by
-  group or others, and no larger than the cap; else it is not read (Untrusted).
+  group or others, and no larger than the cap; else it is not read (Untrusted): a miss,
+  said once for each kind of reason.
 """
 
 import dataclasses
