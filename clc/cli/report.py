@@ -7,7 +7,7 @@ import os
 import sys
 
 from clc.capture.reader import CaptureError, scan_captures
-from clc.cli.run import begun, capture_files
+from clc.runtime.run_captures import begun, capture_files
 from clc.errors import EXIT_USAGE, ClcError
 from clc.capture.reports import (FORMATS, KERNEL_WIDTH, SORTS, WRITE_BUFFER, View,
                                  write_comparison, write_report)

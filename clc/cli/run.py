@@ -6,39 +6,36 @@ it), and afterwards reads the capture the program wrote and prints the per-kerne
 """
 
 import argparse
-import glob
 import json
 import os
 import pathlib
 import re
-import shlex
-import shutil
 import signal
-import stat
-import struct
 import sys
 import time
 
 import clc
-from clc.abi import CAPTURE_HEADER, CAPTURE_MAGIC
-from clc.capture.reader import CaptureError, scan_captures
+from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
 from clc.outputs import check_output
-from clc.runtime.cupti import MODES, timing_settings
+from clc.policy import PolicyError, load_policy, parse_policy
+from clc.runtime.cupti import MODES
 from clc.runtime.decider import Decider, decides_alone
 from clc.runtime.driver_watch import DriverWatch
-from clc.runtime.slurm import job_environment
-from clc.runtime.status import MAX_BYTES, MAX_PER_SENDER, StatusListener
-from clc.errors import EXIT_STRICT, EXIT_USAGE, ClcError
 from clc.runtime.hook_reads import stale_read_warning
 from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file, resolve_hook_ref
-from clc.policy import KernelInfo, PolicyError, load_policy, parse_policy, process_identity
-from clc.policy.model import LATENCY_CRITICAL
-from clc.capture.reports import summary
+from clc.runtime.run_captures import capture_files, clear_children, default_output
+from clc.runtime.run_report import read_captures, report, say_unseen, say_unsettled
+from clc.runtime.run_settings import (DEFAULT_CAPTURE_LIMIT, check_capture_limit,
+                                      count_deciders, run_record, run_settings)
 from clc.runtime.shim import (FALLBACK_VAR, SETTINGS_VAR, preload_environment, preload_path,
                               settings_fd)
+from clc.runtime.slurm import job_environment
+from clc.runtime.status import StatusListener
+from clc.runtime.strict import fallback_on_error, strict_violation
+from clc.runtime.unpreloadable import warn_unpreloadable
 
 __all__ = ["RunCommand", "main", "split_program", "default_output", "capture_files",
-           "load_policy_and_hooks", "check_output", "parse_size", "smallest_capture_limit"]
+           "load_policy_and_hooks", "check_output", "parse_size"]
 
 # Used when no --policy is given: let everything run and record every launch.
 DEFAULT_POLICY = """\
@@ -95,27 +92,8 @@ def load_policy_and_hooks(policy_path, hook_files):
     return policy, json.dumps(data, separators=(",", ":"))
 
 
-def default_output(program, pid):
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(program)) or "program"
-    return pathlib.Path(os.path.abspath(f"clc-{name}.{pid}.clc"))
-
-
-DEFAULT_CAPTURE_LIMIT = 2 << 30
-# What a capture holds besides launches, at the least: its header, the process's command line,
-# a few kernels, loads and messages, and the exit records (the shim sets room aside for them).
-_CAPTURE_FLOOR = 64 << 10
-_RULE_STATS_RECORD = 24  # a RULE_STATS record, header included (shim/clc_abi.h)
-
-
-def smallest_capture_limit(policy_json, deciders):
-    """The smallest --capture-limit a capture of this policy fits in: it holds the policy, and
-    keeps room for a RULE_STATS record per decider that may deny."""
-    return _CAPTURE_FLOOR + len(policy_json.encode()) + (deciders + 3) * _RULE_STATS_RECORD
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
 LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_RECORD_ROOM = 16  # a record's header, and its padding
 
 
 def _label(text):
@@ -145,49 +123,6 @@ def parse_size(text):
     return int(m[1]) * _UNITS[m[2]]
 
 
-def _warn_unpreloadable(program):
-    """The loader ignores LD_PRELOAD for setuid and setgid programs (unless run by root) and
-    static binaries load nothing: say so before the program starts."""
-    path = program if os.sep in program else shutil.which(program)
-    try:
-        st = os.stat(path) if path else None
-    except OSError:
-        return
-    if st is None or not stat.S_ISREG(st.st_mode):
-        return
-    if st.st_mode & (stat.S_ISUID | stat.S_ISGID) and os.geteuid() != 0:
-        print(f"clc: {program} is set{'uid' if st.st_mode & stat.S_ISUID else 'gid'}: the "
-              f"loader ignores clc's preload for it, so its launches cannot be seen or "
-              f"controlled", file=sys.stderr)
-        return
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError:
-        return
-    if head[:4] == b"\x7fELF" and not _has_interp(path):
-        print(f"clc: {program} is statically linked: nothing can be preloaded into it, so its "
-              f"launches cannot be seen or controlled", file=sys.stderr)
-
-
-def _has_interp(path):
-    """Whether an ELF executable names a dynamic loader (PT_INTERP)."""
-    import struct
-    try:
-        with open(path, "rb") as f:
-            ident = f.read(64)
-            if len(ident) < 64 or ident[4] != 2:  # 32-bit: do not guess
-                return True
-            phoff, = struct.unpack_from("<Q", ident, 0x20)
-            phentsize, phnum = struct.unpack_from("<HH", ident, 0x36)
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-    except OSError:
-        return True
-    return any(struct.unpack_from("<I", table, i * phentsize)[0] == 3  # PT_INTERP
-               for i in range(len(table) // max(phentsize, 1)))
-
-
 def _exit_code(text):
     """argparse's type for --error-exitcode: a status a process can exit with."""
     try:
@@ -197,125 +132,6 @@ def _exit_code(text):
     if not 1 <= code <= 255:
         raise argparse.ArgumentTypeError(f"{text!r} is not an exit status from 1 to 255")
     return code
-
-
-def _clear_children(output, force):
-    """The captures an earlier run left under this capture's name (its child processes' and
-    re-executed images'): removed with --force, so that this run's report holds this run's
-    captures alone; refused without it. Only this user's regular files are removed; anything
-    else there is refused."""
-    stale = capture_files(output)
-    stale = [f for f in stale if f != output]
-    if not stale:
-        return
-    if not force:
-        raise ClcError(f"{stale[0]} and {len(stale) - 1} more captures of an earlier run exist "
-                       f"beside {output} (use --force to replace them, or -o to name another "
-                       f"file)" if len(stale) > 1 else
-                       f"{stale[0]}, a capture of an earlier run, exists beside {output} (use "
-                       f"--force to replace it, or -o to name another file)", EXIT_USAGE)
-    for f in stale:
-        try:
-            st = os.lstat(f)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise ClcError(f"{f} is in the way of this run's captures and is not this user's "
-                           f"regular file: remove it, or name another file with -o", EXIT_USAGE)
-        os.unlink(f)
-
-
-def _static_program(path):
-    """Whether `path` names a statically linked ELF executable (it cannot load the driver)."""
-    if os.sep not in path:
-        path = shutil.which(path) or ""
-    try:
-        with open(path, "rb") as f:
-            if f.read(4) != b"\x7fELF":
-                return False
-    except OSError:
-        return False
-    return not _has_interp(path)
-
-
-def _unseen(run):
-    """The processes that ran without clc's shim and could have launched kernels."""
-    return [u for u in run.unseen if not _static_program(u.path)]
-
-
-def _say_unseen(run):
-    if run.dropped:
-        print(f"clc: {_dropped(run)}: a process sent more than clc-run keeps "
-              f"({MAX_PER_SENDER} entries each, {MAX_BYTES >> 20} MiB in all), so what clc-run "
-              f"knows of the program's processes is incomplete", file=sys.stderr)
-    for u in _unseen(run)[:5]:
-        if u.how == "driver":
-            print(f"clc: process {u.pid} ({u.path}) loaded the CUDA driver without clc's shim "
-                  f"(started past clc's exec hooks, the preload removed from its environment): "
-                  f"its launches were neither seen nor controlled", file=sys.stderr)
-            continue
-        verb = "executed" if u.how == "exec" else "was spawned as"
-        print(f"clc: process {u.pid} {verb} {u.path} without clc's shim (a setuid or setgid "
-              f"program, or one that removed the preload): its launches were neither seen nor "
-              f"controlled", file=sys.stderr)
-
-
-def _dropped(run):
-    return (f"{run.dropped} status message{'s' if run.dropped != 1 else ''} from "
-            f"{run.dropped_senders} process{'es' if run.dropped_senders != 1 else ''} "
-            f"not kept")
-
-
-def _fallback_on_error(policy, strict):
-    """What the launches of a process of the run whose shim has no settings get: the policy's
-    on_error, or deny under --strict where the policy does not say."""
-    return policy.on_error if policy.on_error_given or not strict else "deny"
-
-
-def _say_unsettled(run, on_error):
-    for pid, name in sorted(run.unsettled.items())[:5]:
-        print(f"clc: process {pid} ({name}) ran without clc-run's settings (started past "
-              f"clc's exec hooks after the settings' descriptor was closed, its shim found "
-              f"none): any launch it made got on_error={on_error}, unrecorded", file=sys.stderr)
-
-
-def capture_files(output, since_ns=None, owner=None):
-    """The program's capture and those of its child processes and re-executed images; with
-    since_ns, only regular files of this user (or of owner) begun at or after that time
-    (CLOCK_MONOTONIC, ns): an earlier run's children left under the same names are not this
-    run's."""
-    output = pathlib.Path(output)
-    files = [output] if output.exists() else []
-    files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(_stem(output)) + ".child-*.clc"))
-    files += sorted(pathlib.Path(p) for p in glob.glob(glob.escape(str(output)) + ".[0-9]*"))
-    return [f for f in files if since_ns is None or begun(f, owner) >= since_ns]
-
-
-def _stem(path):
-    """A capture's name without .clc: its children's captures are STEM.child-PID.clc."""
-    return str(path).removesuffix(".clc")
-
-
-def begun(path, owner=None):
-    """The start time (CLOCK_MONOTONIC) in a capture's header; a file of this user's (or of
-    owner) that has none is kept (and reported); another user's file, or one that is not a
-    regular file, is not this run's (-1)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return -1
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != (os.geteuid() if owner is None
-                                                         else owner):
-            return -1
-        magic, _, _, _, _, start_monotonic_ns, _ = CAPTURE_HEADER.unpack(
-            os.read(fd, CAPTURE_HEADER.size))
-    except (OSError, struct.error):
-        return float("inf")
-    finally:
-        os.close(fd)
-    return start_monotonic_ns if magic == CAPTURE_MAGIC else float("inf")
 
 
 class RunCommand:
@@ -378,45 +194,51 @@ class RunCommand:
             raise ClcError(f"--no-capture writes no capture: {'-o' if args.output else '--strict'}"
                            f" needs one", EXIT_USAGE)
         policy, policy_json = load_policy_and_hooks(args.policy, args.hooks)
-        compiled = json.loads(policy_json)
-        deciders = len(compiled.get("rules", [])) + len(compiled.get("hook_deciders", []))
+        deciders = count_deciders(policy_json)
         # the job's environment where a Slurm task's launcher started clc-run
         environ = job_environment(dict(os.environ))
         if args.tenant is not None:
             environ["CLC_TENANT"] = args.tenant
-        run_json = json.dumps({"tenant": environ.get("CLC_TENANT", ""), "uid": os.getuid(),
-                               "labels": dict(args.label)}, separators=(",", ":"))
-        floor = smallest_capture_limit(policy_json, deciders) + _RECORD_ROOM + \
-            len(run_json.encode())
-        if args.capture_limit and args.capture_limit < floor:
-            raise ClcError(f"--capture-limit {args.capture_limit} is smaller than the smallest "
-                           f"capture of this policy ({floor} bytes: the policy itself, the "
-                           f"process and room for its exit counts); give at least "
-                           f"{-(-floor // 1024)}K, or 0 for no limit", EXIT_USAGE)
+        run_json = run_record(environ, args.label)
+        check_capture_limit(args.capture_limit, policy_json, deciders, run_json)
         # Not resolve(): a link at the output is refused, never followed.
         output = pathlib.Path(os.path.abspath(args.output)) if args.output else None
         if output is not None:
             check_output(output, args.force)
-            _clear_children(output, args.force)
-        _warn_unpreloadable(argv[0])
+            clear_children(output, args.force)
+        warn_unpreloadable(argv[0])
         try:
             env, settings = preload_environment(environ, policy_json=policy_json,
                                                 on_error=policy.on_error, output=output or "",
                                                 force=args.force, verbose=args.verbose)
         except FileNotFoundError as e:
             raise ClcError(str(e)) from None
-        settings["CLC_CAPTURE_MAX_BYTES"] = str(args.capture_limit)
-        settings["CLC_RUN"] = run_json
-        settings.update(timing_settings(args.timing, args.cupti))
-        settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
-        # held_share confines held launches as sm_share does: contexts the program makes
-        # (cuCtxCreate) are then green contexts of their own too
-        held_share = policy.priority is not None and any(
-            c.held_share for c in policy.priority.classes)
-        settings["CLC_POLICY_CONFINES"] = "1" if policy.confines or held_share else "0"
-        settings["CLC_POLICY_DECIDERS"] = str(deciders)
-        settings.update(priority_settings(policy, argv, settings.get("CLC_TENANT", ""),
-                                          args.verbose))
+        settings.update(run_settings(policy, argv, deciders, run_json, args.capture_limit,
+                                     args.timing, args.cupti, settings.get("CLC_TENANT", ""),
+                                     args.verbose))
+        status, output, run, started_ns = self._supervise(args, argv, policy, strict, env,
+                                                          settings, output)
+        if output is None:  # --no-capture
+            return status
+        files = capture_files(output, started_ns)
+        captures = read_captures(files) if not (args.quiet or args.no_report) or strict else []
+        if not args.no_report:
+            report(files, captures, run.started, argv[0], args.quiet)
+        say_unseen(run)
+        say_unsettled(run, fallback_on_error(policy, strict))
+        if strict and status == 0:
+            why = strict_violation(files, captures, run)
+            if why:
+                print(f"clc: --strict: {why}; exit status {args.error_exitcode}", file=sys.stderr)
+                return args.error_exitcode
+        return status
+
+    @staticmethod
+    def _supervise(args, argv, policy, strict, env, settings, output):
+        """The program run with clc-run's own parts beside it (the status listener, the
+        decider where the policy needs no Python, the driver watch): its status, its capture
+        (None with --no-capture), what its processes said (the listener's account) and when
+        it started (CLOCK_MONOTONIC, ns)."""
         decider = watch = None
         try:
             listener = StatusListener()
@@ -435,7 +257,7 @@ class RunCommand:
             settings.update(listener.settings())
             # what a process of the run whose shim finds no settings gets, and where it says so
             settings["CLC_FALLBACK"] = env[FALLBACK_VAR] = \
-                f"{_fallback_on_error(policy, strict)} {listener.path}"
+                f"{fallback_on_error(policy, strict)} {listener.path}"
             watch = DriverWatch(env, env[FALLBACK_VAR], preload_path())
             status, output = _spawn(argv, env, settings, output, args.force, listener, decider,
                                     capture=not args.no_capture, watch=watch)
@@ -451,127 +273,7 @@ class RunCommand:
                 decider.close()
             if watch is not None:
                 watch.close()
-        if output is None:  # --no-capture
-            return status
-        files = capture_files(output, started_ns)
-        captures = _scan(files) if not (args.quiet or args.no_report) or strict else []
-        if not args.no_report:
-            _report(files, captures, run.started, argv[0], args.quiet)
-        _say_unseen(run)
-        _say_unsettled(run, _fallback_on_error(policy, strict))
-        if strict and status == 0:
-            why = _strict_violation(files, captures, run)
-            if why:
-                print(f"clc: --strict: {why}; exit status {args.error_exitcode}", file=sys.stderr)
-                return args.error_exitcode
-        return status
-
-
-def _latency_critical_users(priority):
-    """The uids whose board slots a best-effort process believes besides its own and root's:
-    the users the latency-critical classes name (`user`: by name or number, globs matched
-    against the user database), and the members of the groups they name (listed members, and
-    the users whose primary group it is). A class that names neither adds none."""
-    import fnmatch
-    import grp
-    import pwd
-    users = list(pwd.getpwall())
-    uids = set()
-    for c in priority.classes:
-        if c.kind != LATENCY_CRITICAL:
-            continue
-        for g in c.user or ():
-            if g.isdigit():
-                uids.add(int(g))
-                continue
-            try:
-                uids.add(pwd.getpwnam(g).pw_uid)  # a literal name, from any source
-            except KeyError:
-                pass
-            uids.update(e.pw_uid for e in users if fnmatch.fnmatchcase(e.pw_name, g))
-        for g in c.group or ():
-            groups = []
-            try:
-                groups.append(grp.getgrgid(int(g)) if g.isdigit() else grp.getgrnam(g))
-            except (KeyError, ValueError):
-                pass
-            groups += [e for e in grp.getgrall() if fnmatch.fnmatchcase(e.gr_name, g)]
-            for group in groups:
-                for member in group.gr_mem:
-                    try:
-                        uids.add(pwd.getpwnam(member).pw_uid)
-                    except KeyError:
-                        pass
-                uids.update(e.pw_uid for e in users if e.pw_gid == group.gr_gid)
-    return uids
-
-
-def board_problem(path):
-    """Why the shim will refuse the board directory at `path`, or None (also when it is
-    missing: the shim makes it)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return e.strerror
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        return "not a directory"
-    if st.st_uid not in (0, os.geteuid()):
-        return f"owned by uid {st.st_uid}, neither root nor this user"
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        return "others may write it, and it is not sticky"
-    return None
-
-
-_MAX_TRUSTED_USERS = 254  # the shim reads 256 users' directories: this user and root besides
-
-
-def priority_settings(policy, argv, tenant, verbose=False):
-    """The sealed settings of the program's priority class (CLC_PRIORITY and the rest), or {}.
-
-    The class is decided here, once, for the command clc-run starts (its name, the tenant,
-    this user, groups and cgroup); the processes it starts keep it. A best-effort process
-    reads the board's directories of this user, root, and the users the policy's
-    latency-critical classes name, or are members of groups they name (CLC_PRIORITY_TRUST)."""
-    priority = policy.priority
-    if priority is None or not priority.classes:
-        return {}
-    from clc.policy.names import process_names
-    exe = shutil.which(argv[0]) or argv[0]
-    info = KernelInfo(mangled="", demangled="", device=0,
-                      process_names=process_names(argv, os.path.realpath(exe)), tenant=tenant,
-                      identity=process_identity())
-    found = priority.class_of(info)
-    if found is None:
-        if verbose:
-            print("clc-run: no priority class holds for this program", file=sys.stderr)
-        return {}
-    if verbose:
-        print(f"clc-run: priority class {found.describe()}", file=sys.stderr)
-    problem = board_problem(priority.board)
-    if problem:
-        print(f"clc-run: warning: the priority board {priority.board} cannot be used "
-              f"({problem}): " + ("this program holds no best-effort work"
-                                  if found.kind == LATENCY_CRITICAL else
-                                  "this program's launches are held to its floor"),
-              file=sys.stderr)
-    out = {"CLC_PRIORITY": "lc" if found.kind == LATENCY_CRITICAL else "be",
-           "CLC_PRIORITY_NAME": found.name, "CLC_PRIORITY_BOARD": priority.board,
-           "CLC_PRIORITY_IDLE_MS": repr(priority.idle_after_ms)}
-    if found.kind != LATENCY_CRITICAL:
-        users = _latency_critical_users(priority)
-        if len(users) > _MAX_TRUSTED_USERS:
-            raise ClcError(f"the policy's latency-critical classes name {len(users)} users; a "
-                           f"best-effort process reads the board slots of at most "
-                           f"{_MAX_TRUSTED_USERS}: name fewer, or a smaller group",
-                           EXIT_USAGE)
-        out["CLC_PRIORITY_FLOOR"] = repr(found.floor)
-        out["CLC_PRIORITY_RUN_AHEAD"] = str(found.run_ahead)
-        if found.held_share:
-            out["CLC_PRIORITY_HELD_SHARE"] = repr(found.held_share)
-        out["CLC_PRIORITY_TRUST"] = ",".join(f"u{u}" for u in sorted(users))
-    return out
+        return status, output, run, started_ns
 
 
 def _spawn(argv, env, settings, output, force, listener, decider=None, capture=True, watch=None):
@@ -645,93 +347,6 @@ def _wait(pid):
                 return 128 - code if code < 0 else code
         elif info.si_code <= _SENT_BY_A_PROCESS:
             os.kill(pid, info.si_signo)
-
-
-def _scan(files):
-    try:
-        return scan_captures(files)
-    except CaptureError as e:
-        print(f"clc: cannot read the capture: {e}", file=sys.stderr)
-        return None
-
-
-def _strict_violation(files, captures, run):
-    """Why a --strict run fails, or None: launches denied or left to on_error, a process that
-    ran without the shim, a capture that is missing, cannot be read, is incomplete or lost
-    records, or a decision table that filled."""
-    parts = []
-    unseen = _unseen(run)
-    if unseen:
-        parts.append(f"{len(unseen)} process{'es' if len(unseen) != 1 else ''} ran without "
-                     f"clc's shim ({unseen[0].path})")
-    if run.dropped:
-        parts.append(f"the run's account of its processes is incomplete ({_dropped(run)})")
-    if run.unsettled:
-        n = len(run.unsettled)
-        parts.append(f"{n} process{'es' if n != 1 else ''} ran without clc-run's settings "
-                     f"({min(run.unsettled.items())[1]})")
-    if not files:
-        if not run.started:
-            parts.append("clc's shim never started in the program")
-    elif captures is None:
-        parts.append("the capture cannot be read")
-    read = {os.path.abspath(c.path) for c in captures or ()}
-    missing = sorted(p for p in run.captures if os.path.abspath(p) not in read)
-    missing += sorted(run.failed_captures)
-    if captures is not None and missing:
-        parts.append(f"{len(missing)} capture{'s' if len(missing) != 1 else ''} of the run "
-                     f"missing or unwritable ({missing[0]})")
-    captures = captures or []
-    denied = sum(sum(c.rule_stats.values()) if c.rule_stats
-                 else sum(s.denied for s in c.stats.values()) for c in captures)
-    on_error = sum(c.on_error_launches for c in captures)
-    lost = [c for c in captures
-            if not c.complete or c.dropped or c.capped_bytes or c.write_lost_bytes
-            or c.truncated]
-    full = [c for c in captures if c.table_full]
-    if lost:
-        parts.append(f"{len(lost)} capture{'s' if len(lost) != 1 else ''} incomplete or "
-                     f"short of records ({lost[0].path}), so what they hold cannot vouch "
-                     f"for the run")
-    if full:
-        parts.append(f"the decision table filled in {len(full)} process"
-                     f"{'es' if len(full) != 1 else ''} ({full[0].path})")
-    if denied:
-        parts.append(f"{denied} launch{'es' if denied != 1 else ''} or graph-node call"
-                     f"{'s' if denied != 1 else ''} denied")
-    if on_error:
-        parts.append(f"{on_error} launch{'es' if on_error != 1 else ''} fell to on_error")
-    return " and ".join(parts) or None
-
-
-def _report(files, captures, shimmed, program, quiet=False):
-    if not files:
-        if not shimmed:
-            print(f"clc: clc's shim never started in {program} (a setuid or setgid program, a "
-                  f"static binary, or LD_PRELOAD removed from its environment): its launches "
-                  f"were neither seen nor controlled; no capture was written", file=sys.stderr)
-        else:
-            names = ", ".join(f"{name} ({pid})" for pid, name in sorted(shimmed.items())[:5])
-            more = f" and {len(shimmed) - 5} more" if len(shimmed) > 5 else ""
-            print(f"clc: the program launched no kernel in the {len(shimmed)} process"
-                  f"{'es' if len(shimmed) > 1 else ''} clc ran in ({names}{more}); a CUDA "
-                  f"program they started without clc's preload (env -i, setuid, static) would "
-                  f"not be seen. No capture was written", file=sys.stderr)
-        return
-    if captures is not None and not quiet:
-        print(summary(captures), file=sys.stderr)
-    first = files[0]
-    if len(files) == 1:
-        named, out = shlex.quote(str(first)), first.stem
-        print(f"clc: capture written to {first}", file=sys.stderr)
-    else:  # the program's and its children's: one stem
-        stem = _stem(str(first).split(".child-")[0])
-        named, out = f"{shlex.quote(stem)}*.clc", pathlib.Path(stem).name
-        print(f"clc: captures written to {first} and {len(files) - 1} more, of child "
-              f"processes ({stem}*.clc)", file=sys.stderr)
-    if not quiet:
-        print(f"clc: timeline: clc report {named} --format chrome -o {out}.json",
-              file=sys.stderr)
 
 
 def main(argv=None):

@@ -33,10 +33,11 @@ from clc.runtime.exit_stats import ExitStats
 from clc.runtime.hook_launch import QueryLaunch, checked_layout
 from clc.runtime.hooks import import_hook_file, load_hook_file, resolve_hook_ref
 from clc.runtime.shim_calls import CACHE_SETTINGS as _CACHE_SETTINGS
-from clc.runtime.shim_calls import shim_kernel_counts, shim_message, shim_settings, shim_wrap_stats
+from clc.runtime.shim_calls import shim_kernel_counts, shim_message, shim_settings
 from clc.policy import Decision, KernelInfo, Outcome, Policy, process_identity
 from clc.policy.names import process_names
 from clc.runtime.wording import deny_announcements, describe, rule_name
+from clc.runtime.wrap_exit import report_wrap_exit
 
 __all__ = ["Engine", "shim_settings", "program_scope_decision", "report_engine_error",
            "process_names", "rule_name", "deny_announcements", "describe"]
@@ -560,40 +561,6 @@ class Engine:
         if self._wrapping is not None:
             self._wrapping.forget_context(ctx)
 
-    def _wrap_exit(self):
-        """Each wrapped kernel's counts (its clc_stats), the builds and the library loads, into
-        the capture."""
-        wrapping = self._wrapping
-        try:
-            rows = wrapping.exit_stats()
-        except Exception as e:
-            rows = []
-            self.message(abi.MSG_WARNING, f"the wrapped kernels' counts could not be read: {e}")
-        for name, spec, counts in rows:
-            label = os.path.basename(spec.name) + "".join(f" {k}={v}" for k, v in spec.params)
-            if not shim_wrap_stats(name, label, counts):  # no capture: said here
-                sys.stderr.write(f"clc: wrapped {name} ({label}): "
-                                 + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-                                 + "\n")
-            if counts["skipped"]:
-                total = counts["skipped"] + counts["blocks"]
-                self.message(abi.MSG_WARNING, f"{name}: the deadline wrapper skipped "
-                             f"{counts['skipped']} blocks (of {total})")
-        for name, wrapper, source, ms in wrapping.timings:
-            self.message(abi.MSG_INFO, f"wrap build: {name} with {os.path.basename(wrapper)}: "
-                         f"{source} in {ms:.1f} ms")
-        libs = wrapping.libraries.stats()
-        # The program is done with them: unloaded here, while the driver still runs.
-        wrapping.libraries.close()
-        unloaded = wrapping.libraries.stats()["unloads"] - libs["unloads"]
-        if libs["loads"] or libs["entries"]:
-            self.message(abi.MSG_INFO, f"wrap libraries: "
-                         f"{count(libs['loads'], 'cuLibraryLoadData call')}, "
-                         f"{count(wrapping.contexts(), 'context')}, {unloaded} unloaded at exit")
-        if unloaded < libs["entries"]:
-            self.message(abi.MSG_WARNING, f"{libs['entries'] - unloaded} wrapped libraries "
-                         f"could not be unloaded at exit: {wrapping.libraries.last_error}")
-
     def run_exit(self):
         """Once: the on_exit hooks get the counts so far, and each hook's time is reported."""
         if self._wrapping is not None:
@@ -607,7 +574,7 @@ class Engine:
                  *(getattr(c, counter) for counter in abi.KERNEL_COUNTERS))
                 for c in shim_kernel_counts()]
         if self._wrapping is not None:
-            self._wrap_exit()
+            report_wrap_exit(self._wrapping, self.message)
         hooks = list(dict.fromkeys(self.cli_hooks + list(self.rule_hooks.values())))
         stats = ExitStats.from_rows(rows, hooks)
         for fn in self.exit_functions:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from clc.capture.reader import read_captures
-from clc.cli.run import capture_files
+from clc.runtime.run_captures import capture_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "native"))

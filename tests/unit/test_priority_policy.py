@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from clc.cli.run import priority_settings
 from clc.policy import Identity, KernelInfo, Policy, PolicyError, parse_policy
 from clc.policy.model import BEST_EFFORT, DEFAULT_BOARD, LATENCY_CRITICAL
+from clc.runtime.priority_class import priority_settings
 
 GOOD = """\
 version: 1

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-import clc.wrapping.disk_cache
+import clc.wrapping.disk_cache.store
 from clc.cli.main import main
 from clc.errors import ClcError
 from clc.wrapping.cache import HEADER_SIZE, MAGIC, DiskCache, LibraryCache, cache_key
@@ -259,7 +259,7 @@ def test_disk_full_leaves_no_temp_file(tmp_path, monkeypatch):
     def full(src, dst, **dir_fds):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(clc.wrapping.disk_cache.os, "replace", full)
+    monkeypatch.setattr(clc.wrapping.disk_cache.store.os, "replace", full)
     assert cache.put(key(1), b"x") is False
     assert "No space left" in cache.last_error
     assert sorted(tmp_path.rglob("*")) == [tmp_path / key(1)[:2], tmp_path / "key"]

@@ -14,7 +14,9 @@ import struct
 
 import pytest
 
-import clc.wrapping.disk_cache
+import clc.wrapping.disk_cache.secret
+import clc.wrapping.disk_cache.shared
+import clc.wrapping.disk_cache.store
 from clc.cli.main import main
 from clc.wrapping.cache import HEADER_SIZE, MAGIC, DiskCache, cache_key
 
@@ -290,14 +292,14 @@ def test_a_key_that_others_could_know_or_change_turns_the_cache_off(user, tmp_pa
 def test_processes_making_the_key_at_once_agree(tmp_path, monkeypatch):
     # GIVEN another process that makes the key between this one's look and its own attempt
     cache = DiskCache(tmp_path / "c")
-    make = clc.wrapping.disk_cache._make_secret
+    make = clc.wrapping.disk_cache.secret._make_secret
     first = []
 
     def racing(root_fd):
         make(root_fd)                   # the other process's key, which it may use at once
         first.append((tmp_path / "c" / "key").read_bytes())
         make(root_fd)                   # this one's: must not replace it
-    monkeypatch.setattr(clc.wrapping.disk_cache, "_make_secret", racing)
+    monkeypatch.setattr(clc.wrapping.disk_cache.secret, "_make_secret", racing)
     assert cache.put(key(1), b"cubin")
     # THEN the first key stays, and no temporary file is left
     assert (tmp_path / "c" / "key").read_bytes() == first[0]
@@ -314,12 +316,12 @@ def test_entry_larger_than_the_cap_is_never_read(user, monkeypatch):
     said = []
     small = DiskCache(user.root, max_bytes=1000, warn=said.append)
 
-    read_all = clc.wrapping.disk_cache._read_all
+    read_all = clc.wrapping.disk_cache.store.read_all
 
     def read_small(fd, size):
         assert size <= 1000, "read an entry larger than the cap"
         return read_all(fd, size)
-    monkeypatch.setattr(clc.wrapping.disk_cache, "_read_all", read_small)
+    monkeypatch.setattr(clc.wrapping.disk_cache.store, "read_all", read_small)
     # THEN it is a miss without a read, said once
     assert small.get(key(1)) is None
     assert said == [f"wrapped-kernel disk cache: ignored {user.path(key(1))}, "
@@ -334,8 +336,8 @@ def shared(tmp_path, monkeypatch):
     """A shared cache filled by its owner and opened for reading. pytest's directories lie
     under /tmp, which everyone may write, so the ancestors are checked from tmp_path down
     here; test_shared_cache_under_tmp_is_refused checks /tmp itself."""
-    ancestors = clc.wrapping.disk_cache._ancestors
-    monkeypatch.setattr(clc.wrapping.disk_cache, "_ancestors",
+    ancestors = clc.wrapping.disk_cache.shared._ancestors
+    monkeypatch.setattr(clc.wrapping.disk_cache.shared, "_ancestors",
                         lambda path: [a for a in ancestors(path)
                                       if a.startswith(str(tmp_path))])
     root = tmp_path / "shared"
@@ -405,7 +407,7 @@ def test_shared_cache_under_tmp_is_refused(tmp_path):
     # anyone could have made it, and would then be its owner
     root = tmp_path / "shared"
     DiskCache(root, shared="").put(key(1), b"cubin")
-    writable = next(a for a in clc.wrapping.disk_cache._ancestors(str(root.resolve()))
+    writable = next(a for a in clc.wrapping.disk_cache.shared._ancestors(str(root.resolve()))
                     if os.stat(a).st_mode & 0o022)
     said = []
     cache = DiskCache(tmp_path / "mine", shared=root, warn=said.append)
