@@ -2,9 +2,8 @@
 """Find a kernel's code in CUDA images: fatbins, cubins, PTX, and the host ELF files holding them.
 
 `parse_image(data)` classifies `data` and lists its code entries; each `Entry` gives its
-bytes (decompressed) and the kernels it defines. Standard library only at import time: the
-engine runs inside the traced program, so zstandard and lz4 are imported only when an entry
-compressed with them is read.
+bytes (decompressed: clc/wrapping/decompress.py) and the kernels it defines. Standard library
+only at import time: the engine runs inside the traced program.
 
 What is not documented by NVIDIA below was worked out from nvcc/fatbinary 13.0 output (sm_75
 to sm_120, -gencode lists, -rdc, -G, --compress-mode default/size/speed/balance/none,
@@ -78,6 +77,7 @@ import struct
 from dataclasses import dataclass, field
 
 from clc.words import count as count_of
+from clc.wrapping.decompress import DecompressError, decompress
 
 __all__ = ["FatbinError", "Entry", "Image", "parse_image", "ptx_kernels", "cubin_kernels",
            "WRAPPER_MAGIC", "CONTAINER_MAGIC", "EM_CUDA", "STO_CUDA_ENTRY", "FATBIN_SECTIONS",
@@ -166,9 +166,11 @@ class Entry:
                               "that clc does not have (flag 0x10000)", self.header_offset)
         raw = bytes(self._buffer[self.offset:self.offset + self.size])
         if self.compression != "none":
-            raw = _decompress(self.compression, raw, self.uncompressed_size,
-                              self.header_offset if self.header_offset is not None
-                              else self.offset)
+            try:
+                raw = decompress(self.compression, raw, self.uncompressed_size)
+            except DecompressError as e:
+                raise FatbinError(str(e), self.header_offset if self.header_offset is not None
+                                  else self.offset) from None
         if self.kind == "ptx":
             # Stored PTX ends with one NUL (compressed) or up to 8 (padding): strip them so
             # that the same program gives the same bytes whatever the compression.
@@ -432,47 +434,6 @@ def _decompressed_cap(compressed):
     """The most bytes clc decompresses `compressed` bytes of an entry to."""
     return min(MAX_DECOMPRESSED_BYTES, max(MIN_DECOMPRESSED_CAP,
                                            MAX_COMPRESSION_RATIO * compressed))
-
-
-def _zstd_frame(zstandard, raw, size):
-    """The first zstd frame of raw, decompressed, but no more than size + 1 bytes of it: a
-    frame's header may claim any content size, and decompress() would allocate all of it."""
-    parts = []
-    left = size + 1
-    with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-        while left > 0:
-            part = reader.read(min(left, 1 << 20))
-            if not part:
-                break
-            parts.append(part)
-            left -= len(part)
-    return b"".join(parts)
-
-
-def _decompress(method, raw, size, where):
-    """Decompress one entry's payload to at most size bytes (which _parse_entries checked);
-    imports the codec only now (see the module docstring)."""
-    package = {"zstd": "zstandard", "lz4": "lz4"}[method]
-    try:
-        if method == "zstd":
-            import zstandard
-            out = _zstd_frame(zstandard, raw, size)
-        else:
-            import lz4.block
-            # Never more than uncompressed_size is written, nor allocated.
-            out = lz4.block.decompress(raw, uncompressed_size=size)
-    except ImportError:
-        raise FatbinError(f"this entry is {method}-compressed and the Python package "
-                          f"'{package}' is not installed (pip install {package})", where) from None
-    except Exception as e:      # each codec raises its own error type for damaged data
-        raise FatbinError(f"{method} data of the entry does not decompress: {e}", where) from None
-    if len(out) > size:
-        raise FatbinError(f"{method} data decompresses to more than the {size} bytes the entry "
-                          "header says (decompressing stopped there)", where)
-    if len(out) != size:
-        raise FatbinError(f"{method} data decompressed to {len(out)} bytes, the entry header "
-                          f"says {size}", where)
-    return out
 
 
 # -- ELF -------------------------------------------------------------------------------------

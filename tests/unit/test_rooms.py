@@ -11,9 +11,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
 
-LARGER_MODULES = {"clc/capture/reader.py", "clc/capture/reports.py", "clc/policy/loader.py",
-                  "clc/policy/model.py"}
-LARGER_FUNCTIONS = {"clc/capture/reports.py:summary", "clc/policy/loader.py:_compose"}
+LARGER_MODULES = {"clc/capture/reader.py", "clc/capture/reports.py"}
+LARGER_FUNCTIONS = {"clc/capture/reports.py:summary"}
 
 
 def modules():
@@ -28,6 +27,7 @@ def test_no_module_is_over_700_lines():
     lines = {shown(p): len(p.read_text().splitlines()) for p in modules()}
     large = {name: n for name, n in lines.items() if n > MAX_MODULE_LINES}
     assert {name: n for name, n in large.items() if name not in LARGER_MODULES} == {}
+    assert LARGER_MODULES <= set(large), "split already: take it off LARGER_MODULES"
 
 
 def test_no_function_is_over_80_lines():
@@ -39,3 +39,4 @@ def test_no_function_is_over_80_lines():
                 if n > MAX_FUNCTION_LINES:
                     long[f"{shown(path)}:{node.name}"] = n
     assert {name: n for name, n in long.items() if name not in LARGER_FUNCTIONS} == {}
+    assert LARGER_FUNCTIONS <= set(long), "split already: take it off LARGER_FUNCTIONS"
