@@ -373,6 +373,40 @@ static inline int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve
 
 static void snapshot(void);
 
+/* Whether the flusher is the process's last running thread: the main thread left by
+ * pthread_exit (it stays a zombie while the process lives) and every other one has ended.
+ * glibc ends a process with exit(0) when its last thread ends, but it counts the flusher
+ * among them: without this, a program whose last thread returns would never end. */
+static int only_flusher_left(void) {
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    /* After the command's closing parenthesis (the command may hold either): the main thread's
+     * state, then num_threads, the 17th field after it, which counts the zombie main thread. */
+    const char *p = strrchr(buf, ')');
+    char state;
+    long threads;
+    return p &&
+           sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %ld",
+                  &state, &threads) == 2 &&
+           state == 'Z' && threads == 2;
+}
+
+/* Ends the process as glibc would have at its last thread's end: exit(0), whose handlers and
+ * destructors (the program's, and clc's writing the counts and END) run on this thread, as
+ * they would have on the program's last one. */
+static __attribute__((noreturn)) void end_as_last_thread(void) {
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+    t_in_clc = 0;
+    exit(0);
+}
+
 static void *flusher(void *arg) {
     (void)arg;
     t_in_clc = 1;
@@ -385,6 +419,7 @@ static void *flusher(void *arg) {
         flush_locked(NULL);
         if (round % SNAPSHOT_ROUNDS == SNAPSHOT_ROUNDS - 1) snapshot();
         pthread_mutex_unlock(&g_file_lock);
+        if (only_flusher_left()) end_as_last_thread();
     }
     return NULL;
 }

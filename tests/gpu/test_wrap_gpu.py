@@ -2,7 +2,8 @@
 """Wrapped kernels on a real GPU: the kernel zoo under every built-in wrapper prints
 what it prints unwrapped; sm_share holds a kernel to its cap of resident blocks; the wrapped
 library is loaded once for many contexts; a device policy in the nvJitLink CLC demo interface
-runs unchanged; the disk cache serves a second run."""
+runs unchanged; the disk cache serves a second run; a long cuRAND program, whose kernels cannot be
+wrapped, ends with its own status."""
 
 import json
 import math
@@ -219,3 +220,33 @@ def test_second_run_loads_from_the_disk_cache(zoo_bins, run_clc, tmp_path, cache
     assert builds1 and all(": built in " in t for t in builds1), builds1
     assert builds2 and all(": disk cache in " in t for t in builds2), builds2
     assert os.listdir(cache_env["CLC_CACHE_DIR"])
+
+
+# ---- a long program whose kernels cannot be wrapped ---------------------------------------
+
+@pytest.fixture(scope="session")
+def curand_bin(nvcc, cuda_arch, build_dir):
+    exe = build_dir / "curand_mtgp"
+    build_or_fail("curand_mtgp", [[nvcc, "-O2", f"-arch={cuda_arch}", "-o", exe,
+                                   EXAMPLES / "curand_mtgp.cu", "-lcurand"]])
+    return exe
+
+
+@pytest.mark.parametrize("how,status", [("return", 3), ("exit", 4), ("thread-exit", 5)])
+def test_a_long_curand_program_ends_with_its_own_status(curand_bin, run_native, run_clc, tmp_path,
+                                                        cache_env, how, status):
+    # GIVEN cuRAND's MTGP32 generator called 100,000 times (its kernels: machine code, no PTX)
+    argv = [curand_bin, "100000", how]
+    native = run_native(argv)
+    assert native.returncode == status, describe(native)
+    # WHEN every kernel is under block_count, and the unwrappable ones run as they are
+    policy = _policy(tmp_path / "count.yaml", "block_count", {})
+    proc, report = run_clc(policy, argv, tmp_path, env=cache_env)
+    # THEN the program prints what it prints alone and leaves with its own status
+    assert proc.returncode == status, describe(proc) + "\n" + report_summary(report)
+    assert proc.stdout == native.stdout, describe(proc)
+    assert "cannot be wrapped with block_count" in proc.stderr, describe(proc)
+    # AND its capture is complete, with every launch counted
+    caps = report.get("captures", [])
+    assert caps and all(c.get("complete") for c in caps), report_summary(report)
+    assert sum(k["launches"] for k in report["kernels"]) >= 100000, report_summary(report)
