@@ -331,8 +331,8 @@ def summary(captures, view=None):
     view (a View) picks the kernels shown, their order and the names' width; the Total row
     adds up the kernels shown.
 
-    A `*` marks counts derived from the records because the shim wrote no exit statistics
-    for the kernel: launches it did not record are missing from them.
+    A `*` marks counts derived from the records because the capture holds none of the
+    shim's for the kernel: launches it did not record are missing from them.
     """
     captures = list(captures)
     if not captures:
@@ -383,9 +383,9 @@ def summary(captures, view=None):
             f"{_TIMING_SOURCE_WORDS.get(s, f'source {s}')} ({n} launch{'es' if n != 1 else ''})"
             for s, n in sources.items()) + ".")
     if partial:
-        notes.append("* partial: the capture has no exit statistics for the kernel (see "
-                     "above); counts come from its records alone, so launches that were not "
-                     "recorded are missing.")
+        notes.append("* partial: the capture holds no counts of the kernel (see above); its "
+                     "counts come from its records alone, so launches that were not recorded "
+                     "are missing.")
     if notes:
         out.append("")
         out.extend(_wrap(n) for n in notes)
@@ -410,7 +410,7 @@ def summary(captures, view=None):
         out.extend("  " + line(c) for c in cells)
         if any(p for _, _, p in rule_rows):
             out.append(_wrap("* counted from the recorded denied launches only: the capture "
-                             "has no per-rule counts (written at exit)", "  "))
+                             "has no per-rule counts", "  "))
 
     held = [cap for cap in captures if cap.holds]
     if held:

@@ -131,7 +131,7 @@ def test_summary_merges_and_marks_partial(caps):
     # vecAdd: 10 launches from the parent's stats, 1 derived from the child's records.
     assert table_row(text, VECADD_NAME)[:8] == ["11*", "0*", "0*", "0*", "3", "9.000", "100.0",
                                                  "3000.000"]
-    assert "* partial: the capture has no exit statistics" in text
+    assert "* partial: the capture holds no counts of the kernel" in text
 
 
 def test_summary_truncates_long_names(caps):
