@@ -78,7 +78,7 @@ static int g_write_errno;
  * warnings) may use the rest; launch and timing records and info messages stop first. */
 static uint64_t g_max_bytes;
 static _Atomic uint64_t g_claimed, g_reserve;
-/* The part of g_reserve kept for COUNTS records to come. */
+/* The part of g_reserve kept for COUNTS records to come and the wrapped kernels' WRAP_STATS. */
 static _Atomic uint64_t g_counts_room;
 static _Atomic int g_end_room;         /* the first END record's room is still in g_reserve */
 static _Atomic uint64_t g_capped_bytes;
@@ -406,6 +406,10 @@ static inline int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve
  * again for a slot to come (a new segment holds as many slots as all before it), and its share
  * of the segments' headers (a segment holds at least FIRST_SLOTS kernels). */
 #define KERNEL_ROOM (4 * STATS_RECORD + (SEGMENT_HEAD + 2 * COPY_HEADER) / FIRST_SLOTS)
+/* The room a kernel that may be wrapped sets aside for its WRAP_STATS record, written at exit
+ * (the wrapper's counts are on the GPU until then): with the names up to WRAP_NAMES bytes. */
+#define WRAP_NAMES 512
+#define WRAP_ROOM (sizeof(clc_record_header) + sizeof(clc_rec_wrap_stats) + WRAP_NAMES)
 
 typedef struct segment {
     struct segment *next;
@@ -1044,8 +1048,16 @@ void clc_capture_write(uint16_t type, const void *body, size_t body_size, const 
     write_record(type, kept(type), 0, body, body_size, text, text_len);
 }
 
-/* A kernel's record, with room set aside for its counts, and its counts' slot (given later, by
- * the next write of the counts, when another thread holds the slots now). */
+static int may_be_wrapped(const clc_entry *e) {
+    if (e->fallback.action == CLC_ACTION_REPLACE) return 1;
+    for (unsigned i = 0; e->clauses && i < e->n_clauses; i++)
+        if (e->clauses[i].outcome.action == CLC_ACTION_REPLACE) return 1;
+    return 0;
+}
+
+/* A kernel's record, with room set aside for its counts (and its wrapper's), and its counts'
+ * slot (given later, by the next write of the counts, when another thread holds the slots now).
+ */
 static void write_kernel_record(const clc_entry *e, const char *name) {
     clc_rec_kernel k = {.kernel_id = e->kernel_id,
                         .device = e->device,
@@ -1053,7 +1065,8 @@ static void write_kernel_record(const clc_entry *e, const char *name) {
                         .ctx = e->ctx,
                         .t_ns = clc_now_ns()};
     const char *n = name ? name : "<unnamed>";
-    write_record(CLC_REC_KERNEL, 1, KERNEL_ROOM, &k, sizeof k, n, strlen(n));
+    write_record(CLC_REC_KERNEL, 1, KERNEL_ROOM + (may_be_wrapped(e) ? WRAP_ROOM : 0), &k, sizeof k,
+                 n, strlen(n));
     if (pthread_mutex_trylock(&g_slots_lock) == 0) {
         give_slot(e->kernel_id);
         pthread_mutex_unlock(&g_slots_lock);
@@ -1076,12 +1089,32 @@ CLC_EXPORT void clc_shim_message(int level, const char *text) {
         clc_capture_message(level, text, strlen(text));
 }
 
+/* The room under the cap of a WRAP_STATS record whose names are k and w bytes long: what its
+ * kernel set aside, given back to the cap for it; the length of the kernel's name that fits (the
+ * whole name, or less when the cap has no more room than that). */
+static size_t wrap_room(size_t k, size_t w) {
+    uint64_t room = atomic_load(&g_counts_room), take;
+    do take = room < WRAP_ROOM ? room : WRAP_ROOM;
+    while (!atomic_compare_exchange_weak(&g_counts_room, &room, room - take));
+    atomic_fetch_sub(&g_reserve, take);
+    uint64_t used = atomic_load(&g_claimed) + atomic_load(&g_reserve);
+    uint64_t left = g_max_bytes > used ? g_max_bytes - used : 0;
+    uint64_t size =
+        (sizeof(clc_record_header) + sizeof(clc_rec_wrap_stats) + k + w + 2 + 7) & ~7ull;
+    if (size <= left) return k;
+    uint64_t over = size - left + 7;
+    return over + 3 < k ? k - (size_t)over : (k < 3 ? k : 3);
+}
+
 CLC_EXPORT void clc_shim_wrap_stats(const clc_rec_wrap_stats *stats, const char *kernel,
                                     const char *wrapper) {
     if (!clc_capture_enabled() || !stats || !kernel || !wrapper) return;
     char text[8192];
     size_t k = strnlen(kernel, sizeof text / 2 - 1), w = strnlen(wrapper, sizeof text / 2 - 1);
-    memcpy(text, kernel, k);
+    size_t fits = g_max_bytes ? wrap_room(k, w) : k;
+    memcpy(text, kernel, fits);
+    if (fits < k && fits >= 3) memcpy(text + fits - 3, "...", 3);
+    k = fits;
     text[k] = '\0';
     memcpy(text + k + 1, wrapper, w); /* write_record ends it */
     clc_rec_wrap_stats body = *stats;
