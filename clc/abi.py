@@ -32,6 +32,7 @@ __all__ = [
     "REC_PROCESS_BODY", "REC_KERNEL_BODY", "REC_LAUNCH_BODY", "REC_TIMING_BODY",
     "REC_MODULE_BODY", "REC_KERNEL_STATS_BODY", "REC_MESSAGE_BODY", "REC_END_BODY",
     "REC_RULE_STATS_BODY", "REC_WRAP_STATS", "REC_WRAP_STATS_BODY", "REC_WRAP_STATS_FIELDS",
+    "REC_COUNTS", "REC_COUNTS_BODY", "COUNTS_COPY", "COUNTS_COPY_FIELDS",
     "LAUNCH_TIMED", "SHIM_EXPORTS",
     "TIMING_EVENTS", "TIMING_CUPTI", "TIMING_SOURCES", "REC_HOLD", "REC_RUN", "REC_HOLD_BODY",
     "REC_DEVICE", "REC_DEVICE_BODY",
@@ -266,7 +267,7 @@ CTX_DESTROYED = 1 << 63
 IMAGE_NAMES = {0: "unknown", 1: "fatbin-wrapper", 2: "fatbin", 3: "cubin", 4: "ptx", 5: "file"}
 
 CAPTURE_MAGIC = b"CLCCAPT1"
-CAPTURE_VERSION = 3
+CAPTURE_VERSION = 4
 
 # clc_capture_header: magic, version, header_size, pid, ppid, start_monotonic_ns,
 # start_realtime_ns, reserved[2]
@@ -289,6 +290,7 @@ REC_HOLD = 11
 REC_RUN = 12
 REC_WRAP_STATS = 13
 REC_DEVICE = 14
+REC_COUNTS = 15
 DENIED_RECORDED = 16
 
 REC_PROCESS_BODY = struct.Struct("<II")  # pid, ppid
@@ -322,6 +324,13 @@ REC_HOLD_BODY = struct.Struct("<QQQiI")  # t_ns, held_ns, lag_ns, device, why
 REC_WRAP_STATS_BODY = struct.Struct("<QQQQII")
 REC_WRAP_STATS_FIELDS = Fields(REC_WRAP_STATS_BODY, (
     "t_ns", "blocks", "threads", "skipped", "max_resident", "share_sms"))
+REC_COUNTS_BODY = struct.Struct("<I4x")  # capacity (bytes of each of the two copies after it)
+# clc_counts_copy: a COUNTS record's copy, then `length` bytes of KERNEL_STATS and RULE_STATS
+# records (PAD where unused)
+COUNTS_COPY = struct.Struct("<QQQQQQiIII")
+COUNTS_COPY_FIELDS = Fields(COUNTS_COPY, (
+    "generation", "t_ns", "dropped", "write_lost_bytes", "capped_bytes", "undecided",
+    "write_errno", "flags", "length", "checksum"))
 # clc_rec_hold.why: the hold's cause, with HOLD_FLOOR when the floor let it go
 HOLD_BUSY = 0
 HOLD_NO_BOARD = 1

@@ -28,9 +28,8 @@
 
 #define BUF_SIZE (256u * 1024u)
 #define FLUSH_MS 100
-/* Counts (KERNEL_STATS, RULE_STATS of what changed) go to the file every this many flushes: a
- * process killed by SIGKILL loses at most this long of its counts, and the records of its last
- * flush interval. */
+/* The counts that changed are written every this many flushes: a process killed by SIGKILL loses
+ * at most this long of its counts, and the records of its last flush interval. */
 #define SNAPSHOT_ROUNDS 10
 /* The most of the size cap a thread claims at once for its launch and timing records. */
 #define CLAIM_CHUNK (16u * 1024u)
@@ -62,8 +61,8 @@ static tbuf *_Atomic g_bufs; /* every buffer ever made, newest first; never free
 static pthread_mutex_t g_file_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The capture file, by path and identity. clc keeps a descriptor of it, at a high number, and
  * checks before each flush that it is still that file (device and inode); when the program has
- * closed it or put another file at its number, the file is opened again by its path (O_APPEND,
- * no link another user controls followed) and checked, so that a program that closes or reuses
+ * closed it or put another file at its number, the file is opened again by its path (no link
+ * another user controls followed) and checked, so that a program that closes or reuses
  * descriptors can neither lose the capture nor receive it. The kept descriptor outlives a change
  * of user that would forbid opening the file again. */
 #define HIGH_FD 512
@@ -74,12 +73,14 @@ static int g_file_ok; /* 0 once the file is gone or replaced: said once, nothing
 static uint64_t g_written, g_lost_bytes;
 static int g_write_errno;
 /* The size cap (--capture-limit) holds for the whole file: every record is claimed against it
- * before it is written. The exit records (KERNEL_STATS per kernel, RULE_STATS, END) have room
- * set aside (g_reserve) as kernels appear; records a capture must keep (kernels, loads,
- * warnings) may use the rest; launch and timing records, snapshots of the counts and info
- * messages stop first. */
+ * before it is written. The counts (COUNTS records, see "the counts" below) and the END record
+ * have room set aside (g_reserve) as kernels appear; records a capture must keep (kernels, loads,
+ * warnings) may use the rest; launch and timing records and info messages stop first. */
 static uint64_t g_max_bytes;
 static _Atomic uint64_t g_claimed, g_reserve;
+/* The part of g_reserve kept for COUNTS records to come and the wrapped kernels' WRAP_STATS. */
+static _Atomic uint64_t g_counts_room;
+static _Atomic int g_end_room;         /* the first END record's room is still in g_reserve */
 static _Atomic uint64_t g_capped_bytes;
 static _Atomic int g_over_cap;   /* an ordinary record found no room: later ones are not tried */
 static _Atomic int g_truncated;  /* a record the capture keeps found no room */
@@ -231,9 +232,9 @@ static void keep(int fd) {
     g_fd = fd;
 }
 
-/* The capture, for appending (called with g_file_lock held, or from a fatal signal's handler);
+/* The capture, for writing (called with g_file_lock held, or from a fatal signal's handler);
  * -1 (said once) when it is no longer clc's file. Never closed by the caller. */
-static int open_for_append(void) {
+static int open_capture_fd(void) {
     if (is_capture(g_fd)) return g_fd;
     g_fd = -1; /* not ours any more: never closed here */
     int fd = clc_reopen_file(g_path, &g_file);
@@ -251,25 +252,36 @@ static int open_for_append(void) {
     return -1;
 }
 
-/* Writes n bytes (whole records) to the file, or loses them, counted: a failed or short write
- * is cut back off, so that the file stays a sequence of whole records. Said once per cause, on
- * stderr at the time (the capture may be what cannot be written). */
-static void append(int fd, const char *p, size_t n) {
-    struct stat st;
-    off_t before = fstat(fd, &st) == 0 ? st.st_size : -1;
-    int e = write_all(fd, p, n);
-    if (!e) {
-        g_written += n;
-        return;
-    }
-    if (before >= 0) (void)!ftruncate(fd, before);
+/* n bytes the file refused (error e): counted, and said once, on stderr at the time (the capture
+ * may be what cannot be written). */
+static void lost(size_t n, int e) {
     g_lost_bytes += n;
     if (!g_write_errno) g_write_errno = e;
     if (CLC_FIRST_TIME())
         say("clc: writing the capture %s failed: %s; records are being lost (counted in its "
-            "end record, if that can be written)\n",
+            "counts and end record, if those can be written)\n",
             g_path, strerror(e));
 }
+
+/* Writes parts (whole records) at the file's end, or loses them, counted; the offset they start
+ * at, or -1. A failed or short write is cut back off, so that the file stays a sequence of whole
+ * records, and the next one starts where it started. */
+static off_t append_parts(int fd, const char *const *p, const size_t *n, int parts) {
+    size_t total = 0;
+    for (int i = 0; i < parts; i++) total += n[i];
+    off_t before = lseek(fd, 0, SEEK_END);
+    int e = before < 0 ? errno : 0;
+    for (int i = 0; i < parts && !e; i++) e = write_all(fd, p[i], n[i]);
+    if (!e) {
+        g_written += total;
+        return before;
+    }
+    if (before >= 0 && ftruncate(fd, before) == 0) (void)lseek(fd, before, SEEK_SET);
+    lost(total, e);
+    return -1;
+}
+
+static void append(int fd, const char *p, size_t n) { (void)append_parts(fd, &p, &n, 1); }
 
 /* Called with g_file_lock held; fd is the capture opened for this flush. */
 static void flush_buf(tbuf *b, int fd) {
@@ -295,7 +307,7 @@ static void flush_locked(tbuf *b) {
     int any = b ? pending(b) : 0;
     for (tbuf *x = b ? NULL : atomic_load(&g_bufs); x && !any; x = x->next) any = pending(x);
     if (!any) return;
-    int fd = g_file_ok ? open_for_append() : -1;
+    int fd = g_file_ok ? open_capture_fd() : -1;
     if (b)
         flush_buf(b, fd);
     else
@@ -330,15 +342,16 @@ static void capped(uint64_t n, int essential) {
 }
 
 /* Room under the cap for a record of n bytes (its padding included). A record the capture keeps
- * may use all but the room set aside for the exit records (a kernel's also sets aside its own
- * KERNEL_STATS); the others come from the thread's claimed budget, refilled a chunk at a time. */
+ * may use all but the room set aside (a kernel's also sets aside room for its counts); the others
+ * come from the thread's claimed budget, refilled a chunk at a time. */
 __attribute__((noinline)) static int fits_slow(tbuf *b, uint64_t n, int essential,
                                                uint64_t also_reserve) {
     if (essential) {
         if (claim(n + also_reserve, atomic_load(&g_reserve))) {
-            /* The claimed room of the kernel's future KERNEL_STATS goes back to the reserve. */
-            atomic_fetch_sub(&g_claimed, also_reserve);
+            /* The room claimed for the kernel's counts goes back, set aside for them. */
+            atomic_fetch_add(&g_counts_room, also_reserve);
             atomic_fetch_add(&g_reserve, also_reserve);
+            atomic_fetch_sub(&g_claimed, also_reserve);
             return 1;
         }
         capped(n, 1);
@@ -368,10 +381,355 @@ static inline int fits(tbuf *b, uint64_t n, int essential, uint64_t also_reserve
     return fits_slow(b, n, essential, also_reserve);
 }
 
+/* ---- the counts -------------------------------------------------------------------------------
+ * Every kernel's counts, every rule's and the capture's own (records dropped, capped, lost) live
+ * in COUNTS records (clc_abi.h), each written once at the file's end and then overwritten in
+ * place, a copy at a time: they take no more room however long the process runs, and neither
+ * the size cap that stopped the launch records nor a SIGKILL (which loses at most their last
+ * second) can take them. Each kernel has a slot in one of them, given at its KERNEL record, in
+ * the order kernels appear. The first COUNTS record (a segment) holds the rules' slots, the slot
+ * of the launches decided without the table, and FIRST_SLOTS kernels; each later one holds as
+ * many kernels as all before it (at most MAX_SLOTS). A segment's copy is made in memory, so that
+ * a fatal signal's handler writes it without allocating, and only a segment whose counts
+ * changed is written again.
+ *
+ * Locks, in the order they are taken: g_counts_lock (the copies in memory: one writer at a
+ * time), the decision table's (the walk over the kernels' counts), g_file_lock, g_slots_lock (the
+ * slots and the segments). A kernel's first sight takes the table's lock, then g_slots_lock.
+ */
+#define FIRST_SLOTS 16
+/* A segment's record stays far below the reader's limit on a record's size (16 MiB). */
+#define MAX_SLOTS 65536
+#define COPY_HEADER sizeof(clc_counts_copy)
+#define SEGMENT_HEAD (sizeof(clc_record_header) + sizeof(clc_rec_counts))
+/* The room under the cap a kernel sets aside for its counts: its slot in both copies, as much
+ * again for a slot to come (a new segment holds as many slots as all before it), and its share
+ * of the segments' headers (a segment holds at least FIRST_SLOTS kernels). */
+#define KERNEL_ROOM (4 * STATS_RECORD + (SEGMENT_HEAD + 2 * COPY_HEADER) / FIRST_SLOTS)
+/* The room a kernel that may be wrapped sets aside for its WRAP_STATS record, written at exit
+ * (the wrapper's counts are on the GPU until then): with the names up to WRAP_NAMES bytes. */
+#define WRAP_NAMES 512
+#define WRAP_ROOM (sizeof(clc_record_header) + sizeof(clc_rec_wrap_stats) + WRAP_NAMES)
+
+typedef struct segment {
+    struct segment *next;
+    char *copy;             /* the copy to write: clc_counts_copy, then the slots */
+    uint32_t capacity;      /* bytes of a copy */
+    uint32_t first, slots;  /* the kernel slots it holds */
+    uint32_t kernels_at;    /* where the first of them lies in a copy */
+    off_t at;               /* its record's offset in the file; -1 before it is written there */
+    unsigned turn;          /* the copy (0 or 1) that its next write overwrites */
+    int changed;            /* a count in `copy` changed since it was last written */
+    int refused;            /* the cap had no room for it: said once */
+} segment;
+
+typedef struct {
+    uint32_t id; /* kernel id + 1; 0: free */
+    uint32_t slot;
+} slot_entry;
+
+typedef struct {
+    uint64_t dropped, lost, capped, undecided;
+    int32_t write_errno;
+    uint32_t flags;
+} capture_counts;
+
+static pthread_mutex_t g_counts_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static segment *g_segments;    /* the first segment, then the later ones in order */
+static slot_entry *g_slot_map; /* kernel id -> slot: open addressing, at most half full */
+static uint32_t g_slot_map_size, g_slots_given, g_slots_made;
+static uint32_t g_rule_slots; /* RULE_STATS slots of the first segment */
+static uint64_t g_generation;
+static capture_counts g_counts_written; /* the capture's counts in the first segment's copy */
+static uint32_t g_crc_table[256];
+static pthread_once_t g_crc_once = PTHREAD_ONCE_INIT;
+
+static void make_crc_table(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        g_crc_table[i] = c;
+    }
+}
+
+/* zlib's crc32(): crc32(crc32(0, a), b) is the CRC of a then b. */
+static uint32_t crc32_of(uint32_t crc, const char *p, size_t n) {
+    crc = ~crc;
+    while (n--) crc = g_crc_table[(crc ^ (uint8_t)*p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* A segment of `slots` kernel slots from `first` (the first segment has `rules` RULE_STATS slots
+ * and the uncached kernel's slot before them), every slot empty (a PAD record); NULL without
+ * memory. */
+static segment *new_segment(uint32_t first, uint32_t slots, uint32_t rules) {
+    uint32_t kernels_at = COPY_HEADER + rules * RULE_RECORD + (rules ? STATS_RECORD : 0);
+    uint32_t capacity = kernels_at + slots * STATS_RECORD;
+    segment *s = calloc(1, sizeof *s);
+    char *copy = s ? calloc(1, capacity) : NULL;
+    if (!copy) {
+        free(s);
+        return NULL;
+    }
+    for (uint32_t at = COPY_HEADER, size; at < capacity; at += size) {
+        size = at < COPY_HEADER + rules * RULE_RECORD ? RULE_RECORD : STATS_RECORD;
+        clc_record_header h = {.type = CLC_REC_PAD, .size = size};
+        memcpy(copy + at, &h, sizeof h);
+    }
+    *s = (segment){.copy = copy,
+                   .capacity = capacity,
+                   .first = first,
+                   .slots = slots,
+                   .kernels_at = kernels_at,
+                   .at = -1};
+    return s;
+}
+
+static slot_entry *map_place(slot_entry *map, uint32_t size, uint32_t id) {
+    uint32_t i = (id * 2654435761u) & (size - 1);
+    while (map[i].id && map[i].id != id + 1) i = (i + 1) & (size - 1);
+    return &map[i];
+}
+
+/* Kernel `id`'s slot, given now if it has none (called with g_slots_lock held, not from a fatal
+ * signal's handler: it may allocate); 0 when there is no memory for it. */
+static int give_slot(uint32_t id) {
+    if (!g_segments) return 0;
+    if (id == CLC_KERNEL_UNCACHED) return 1; /* its slot is the first segment's */
+    if (g_slot_map && map_place(g_slot_map, g_slot_map_size, id)->id) return 1;
+    if (2 * (g_slots_given + 1) > g_slot_map_size) {
+        uint32_t size = g_slot_map_size ? 2 * g_slot_map_size : 64;
+        slot_entry *map = calloc(size, sizeof *map);
+        if (!map) return 0;
+        for (uint32_t i = 0; i < g_slot_map_size; i++)
+            if (g_slot_map[i].id) *map_place(map, size, g_slot_map[i].id - 1) = g_slot_map[i];
+        free(g_slot_map);
+        g_slot_map = map;
+        g_slot_map_size = size;
+    }
+    while (g_slots_given >= g_slots_made) {
+        segment *s =
+            new_segment(g_slots_made, g_slots_made < MAX_SLOTS ? g_slots_made : MAX_SLOTS, 0);
+        if (!s) return 0;
+        segment *last = g_segments;
+        while (last->next) last = last->next;
+        last->next = s;
+        g_slots_made += s->slots;
+    }
+    *map_place(g_slot_map, g_slot_map_size, id) = (slot_entry){id + 1, g_slots_given++};
+    return 1;
+}
+
+/* Where kernel `id`'s counts lie (with g_slots_lock held): its segment and offset in a copy. */
+static segment *find_slot(uint32_t id, uint32_t *at) {
+    if (!g_segments) return NULL;
+    if (id == CLC_KERNEL_UNCACHED) {
+        *at = g_segments->kernels_at - STATS_RECORD;
+        return g_segments;
+    }
+    slot_entry *e = g_slot_map ? map_place(g_slot_map, g_slot_map_size, id) : NULL;
+    if (!e || !e->id) return NULL;
+    segment *s = g_segments;
+    while (s && e->slot >= s->first + s->slots) s = s->next;
+    if (!s) return NULL;
+    *at = s->kernels_at + (e->slot - s->first) * STATS_RECORD;
+    return s;
+}
+
+/* A record into a slot of s's copy; s is changed when the slot held something else. */
+static void put(segment *s, uint32_t at, uint16_t type, const void *body, size_t size) {
+    char rec[STATS_RECORD];
+    clc_record_header h = {.type = type, .size = (uint32_t)(sizeof h + size)};
+    memcpy(rec, &h, sizeof h);
+    memcpy(rec + sizeof h, body, size);
+    if (memcmp(s->copy + at, rec, sizeof h + size) != 0) {
+        memcpy(s->copy + at, rec, sizeof h + size);
+        s->changed = 1;
+    }
+}
+
+typedef struct {
+    int in_signal; /* from a fatal signal's handler: no waiting for a lock, no allocation */
+    uint64_t beyond; /* denied by rules past the first segment's slots */
+} gathering;
+
+static void gather_kernel(const clc_kernel_counts *c, void *arg) {
+    gathering *g = arg;
+    clc_rec_kernel_stats st = {.kernel_id = c->kernel_id, .confined_sms = c->confined_sms};
+#define COPY(name) st.name = c->name;
+    CLC_KERNEL_COUNTERS(COPY)
+#undef COPY
+    if (g->in_signal ? pthread_mutex_trylock(&g_slots_lock) != 0
+                     : pthread_mutex_lock(&g_slots_lock) != 0)
+        return;
+    /* A kernel new since the last write has no slot yet when its first sight could not take
+     * the lock: given here, or, in a fatal signal's handler, left to its records. */
+    uint32_t at;
+    segment *s = find_slot(c->kernel_id, &at);
+    if (!s && !g->in_signal && give_slot(c->kernel_id)) s = find_slot(c->kernel_id, &at);
+    if (s)
+        put(s, at, CLC_REC_KERNEL_STATS, &st, sizeof st);
+    else if (!g->in_signal && !atomic_exchange(&g_truncated, 1))
+        say("clc: no memory for the counts of a kernel of %s: they are missing from the "
+            "capture, which cannot vouch for the run\n",
+            g_path);
+    pthread_mutex_unlock(&g_slots_lock);
+}
+
+/* Rules past the slots (a policy larger than clc-run said) are counted together, as the
+ * counters past CLC_RULE_COUNTERS are. */
+static void gather_rule(int32_t rule, uint64_t denied, void *arg) {
+    gathering *g = arg;
+    int64_t i = (int64_t)rule + 2;
+    if (rule == INT32_MAX || i >= (int64_t)g_rule_slots - 1) {
+        g->beyond += denied;
+        return;
+    }
+    clc_rec_rule_stats st = {.rule = rule, .denied = denied};
+    put(g_segments, COPY_HEADER + (uint32_t)i * RULE_RECORD, CLC_REC_RULE_STATS, &st, sizeof st);
+}
+
+/* The counts into the copies in memory (with g_counts_lock held): of every kernel, or of those
+ * that changed since the last time. */
+static void gather(int all, int in_signal) {
+    if (!g_segments) return;
+    gathering g = {.in_signal = in_signal};
+    clc_cache_counts(gather_kernel, &g, !all, in_signal ? 200 : 0);
+    clc_rule_stats(gather_rule, &g);
+    if (g.beyond) {
+        clc_rec_rule_stats st = {.rule = INT32_MAX, .denied = g.beyond};
+        put(g_segments, COPY_HEADER + (g_rule_slots - 1) * RULE_RECORD, CLC_REC_RULE_STATS, &st,
+            sizeof st);
+    }
+}
+
+static capture_counts current_counts(void) {
+    return (capture_counts){.dropped = atomic_load(&g_dropped),
+                            .lost = g_lost_bytes,
+                            .capped = atomic_load(&g_capped_bytes),
+                            .undecided = atomic_load(&g_undecided),
+                            .write_errno = g_write_errno,
+                            .flags = (clc_cache_table_full() ? CLC_END_TABLE_FULL : 0) |
+                                     (atomic_load(&g_truncated) ? CLC_END_TRUNCATED : 0)};
+}
+
+/* Appends segment s with both its copies unwritten (generation 0), in room set aside for it
+ * under the cap (or any room left there); 0 when it could not be. */
+static int append_segment(int fd, segment *s) {
+    uint64_t bytes = SEGMENT_HEAD + 2 * (uint64_t)s->capacity;
+    if (g_max_bytes) {
+        uint64_t room = atomic_load(&g_counts_room), take;
+        do take = room < bytes ? room : bytes;
+        while (!atomic_compare_exchange_weak(&g_counts_room, &room, room - take));
+        if (!claim(bytes, atomic_load(&g_reserve) - take)) {
+            atomic_fetch_add(&g_counts_room, take);
+            if (!s->refused) {
+                s->refused = 1;
+                capped(bytes, 1);
+            }
+            return 0;
+        }
+        atomic_fetch_sub(&g_reserve, take);
+    }
+    struct {
+        clc_record_header h;
+        clc_rec_counts c;
+    } head = {{.type = CLC_REC_COUNTS, .size = (uint32_t)bytes}, {.capacity = s->capacity}};
+    char blank[COPY_HEADER];
+    memset(blank, 0, sizeof blank);
+    const char *parts[] = {(const char *)&head, blank, s->copy + COPY_HEADER, blank,
+                           s->copy + COPY_HEADER};
+    size_t sizes[] = {sizeof head, COPY_HEADER, s->capacity - COPY_HEADER, COPY_HEADER,
+                      s->capacity - COPY_HEADER};
+    off_t at = append_parts(fd, parts, sizes, 5);
+    if (at < 0) return 0;
+    s->at = at;
+    s->turn = 0;
+    s->changed = 1;
+    return 1;
+}
+
+/* Overwrites s's older copy with `copy` (its header made here: the next generation, and the
+ * capture's counts); the two copies take turns only when a write went through whole. */
+static void write_copy(int fd, segment *s, const capture_counts *now) {
+    clc_counts_copy h = {.generation = ++g_generation,
+                         .t_ns = clc_now_ns(),
+                         .dropped = now->dropped,
+                         .write_lost_bytes = now->lost,
+                         .capped_bytes = now->capped,
+                         .undecided = now->undecided,
+                         .write_errno = now->write_errno,
+                         .flags = now->flags,
+                         .length = s->capacity - (uint32_t)COPY_HEADER};
+    uint32_t crc = crc32_of(0, s->copy + COPY_HEADER, h.length);
+    h.checksum = crc32_of(crc, (const char *)&h, sizeof h);
+    memcpy(s->copy, &h, sizeof h);
+    off_t at = s->at + (off_t)SEGMENT_HEAD + (off_t)s->turn * s->capacity;
+    size_t done = 0;
+    while (done < s->capacity) {
+        ssize_t w = pwrite(fd, s->copy + done, s->capacity - done, at + (off_t)done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            lost(s->capacity, w < 0 ? errno : EIO);
+            return;
+        }
+        done += (size_t)w;
+    }
+    s->turn ^= 1;
+    s->changed = 0;
+    if (s == g_segments) g_counts_written = *now;
+}
+
+/* Into the file (with g_counts_lock and g_file_lock held, fd the capture): each segment not
+ * there yet, then each copy whose counts changed. A segment that is no longer whole in the file
+ * (it was cut short by another writer) is written again at its end. */
+static void put_out(int fd, int in_signal) {
+    if (fd < 0 || !g_segments) return;
+    if (in_signal ? pthread_mutex_trylock(&g_slots_lock) != 0
+                  : pthread_mutex_lock(&g_slots_lock) != 0)
+        return;
+    struct stat st;
+    off_t size = fstat(fd, &st) == 0 ? st.st_size : -1;
+    capture_counts now = current_counts();
+    if (memcmp(&now, &g_counts_written, sizeof now) != 0) g_segments->changed = 1;
+    for (segment *s = g_segments; s; s = s->next) {
+        if (s->at >= 0 && size >= 0 &&
+            s->at + (off_t)(SEGMENT_HEAD + 2 * (uint64_t)s->capacity) > size)
+            s->at = -1;
+        if (s->at < 0 && !append_segment(fd, s)) continue;
+        if (s->changed) write_copy(fd, s, &now);
+    }
+    pthread_mutex_unlock(&g_slots_lock);
+}
+
+/* The first segment, written at the file's start (fd, just after its header) so that the
+ * counts have their room before any launch record. */
+static void start_counts(int fd) {
+    pthread_once(&g_crc_once, make_crc_table);
+    const char *v = clc_setting("CLC_POLICY_DECIDERS");
+    uint64_t deciders = v ? strtoull(v, NULL, 10) : 64;
+    if (deciders > CLC_RULE_COUNTERS - 3) deciders = CLC_RULE_COUNTERS - 3;
+    g_rule_slots = (uint32_t)deciders + 3;
+    pthread_mutex_lock(&g_slots_lock);
+    g_segments = new_segment(0, FIRST_SLOTS, g_rule_slots);
+    g_slots_made = g_segments ? FIRST_SLOTS : 0;
+    if (g_segments) append_segment(fd, g_segments);
+    pthread_mutex_unlock(&g_slots_lock);
+}
+
+/* The counts that changed, into the file (the flusher, every second). */
+static void write_counts(void) {
+    pthread_mutex_lock(&g_counts_lock);
+    gather(0, 0);
+    pthread_mutex_lock(&g_file_lock);
+    put_out(g_file_ok ? open_capture_fd() : -1, 0);
+    pthread_mutex_unlock(&g_file_lock);
+    pthread_mutex_unlock(&g_counts_lock);
+}
+
 /* ---- the flusher ------------------------------------------------------------------------------
  */
-
-static void snapshot(void);
 
 /* Whether the flusher is the process's last running thread: the main thread left by
  * pthread_exit (it stays a zombie while the process lives) and every other one has ended.
@@ -417,8 +775,8 @@ static void *flusher(void *arg) {
         calibrate();
         pthread_mutex_lock(&g_file_lock);
         flush_locked(NULL);
-        if (round % SNAPSHOT_ROUNDS == SNAPSHOT_ROUNDS - 1) snapshot();
         pthread_mutex_unlock(&g_file_lock);
+        if (round % SNAPSHOT_ROUNDS == SNAPSHOT_ROUNDS - 1) write_counts();
         if (only_flusher_left()) end_as_last_thread();
     }
     return NULL;
@@ -476,16 +834,6 @@ static char *capture_path(char *out, size_t n) {
 
 static void write_preamble(void);
 
-/* What the exit records need at most besides the kernels': END, and a RULE_STATS for each of
- * the policy's deciders (rules and hooks) that may deny, and the three others (default,
- * on_error, past the counters). */
-static uint64_t exit_reserve(void) {
-    const char *v = clc_setting("CLC_POLICY_DECIDERS");
-    uint64_t deciders = v ? strtoull(v, NULL, 10) : 64;
-    if (deciders > CLC_RULE_COUNTERS - 3) deciders = CLC_RULE_COUNTERS - 3;
-    return END_RECORD + (deciders + 3) * RULE_RECORD;
-}
-
 static void open_capture(void) {
     char path[4200];
     if (!capture_path(path, 4096)) { /* PATH_MAX: room left for a ".N" suffix */
@@ -534,10 +882,12 @@ static void open_capture(void) {
     h.start_monotonic_ns = clc_now_ns();
     clock_gettime(CLOCK_REALTIME, &rt);
     h.start_realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
-    atomic_store(&g_reserve, exit_reserve());
+    atomic_store(&g_reserve, END_RECORD);
+    atomic_store(&g_end_room, 1);
     atomic_store(&g_claimed, sizeof h);
     keep(fd);
     append(g_fd, (const char *)&h, sizeof h);
+    start_counts(g_fd);
     clc_announce(CLC_STATUS_CAPTURE, path);
     atomic_store(&g_state, 1);
     write_preamble();
@@ -754,7 +1104,16 @@ static void write_device_record(int device) {
     clc_capture_write(CLC_REC_DEVICE, &d, sizeof d, NULL, 0);
 }
 
-/* A kernel's record, with room set aside for its exit counts. */
+static int may_be_wrapped(const clc_entry *e) {
+    if (e->fallback.action == CLC_ACTION_REPLACE) return 1;
+    for (unsigned i = 0; e->clauses && i < e->n_clauses; i++)
+        if (e->clauses[i].outcome.action == CLC_ACTION_REPLACE) return 1;
+    return 0;
+}
+
+/* A kernel's record, with room set aside for its counts (and its wrapper's), and its counts'
+ * slot (given later, by the next write of the counts, when another thread holds the slots now).
+ */
 static void write_kernel_record(const clc_entry *e, const char *name) {
     write_device_record(e->device);
     clc_rec_kernel k = {.kernel_id = e->kernel_id,
@@ -763,7 +1122,12 @@ static void write_kernel_record(const clc_entry *e, const char *name) {
                         .ctx = e->ctx,
                         .t_ns = clc_now_ns()};
     const char *n = name ? name : "<unnamed>";
-    write_record(CLC_REC_KERNEL, 1, STATS_RECORD, &k, sizeof k, n, strlen(n));
+    write_record(CLC_REC_KERNEL, 1, KERNEL_ROOM + (may_be_wrapped(e) ? WRAP_ROOM : 0), &k, sizeof k,
+                 n, strlen(n));
+    if (pthread_mutex_trylock(&g_slots_lock) == 0) {
+        give_slot(e->kernel_id);
+        pthread_mutex_unlock(&g_slots_lock);
+    }
 }
 
 /* A warning or error of the log (clc_log_set_sink), or any message of the engine. */
@@ -782,12 +1146,32 @@ CLC_EXPORT void clc_shim_message(int level, const char *text) {
         clc_capture_message(level, text, strlen(text));
 }
 
+/* The room under the cap of a WRAP_STATS record whose names are k and w bytes long: what its
+ * kernel set aside, given back to the cap for it; the length of the kernel's name that fits (the
+ * whole name, or less when the cap has no more room than that). */
+static size_t wrap_room(size_t k, size_t w) {
+    uint64_t room = atomic_load(&g_counts_room), take;
+    do take = room < WRAP_ROOM ? room : WRAP_ROOM;
+    while (!atomic_compare_exchange_weak(&g_counts_room, &room, room - take));
+    atomic_fetch_sub(&g_reserve, take);
+    uint64_t used = atomic_load(&g_claimed) + atomic_load(&g_reserve);
+    uint64_t left = g_max_bytes > used ? g_max_bytes - used : 0;
+    uint64_t size =
+        (sizeof(clc_record_header) + sizeof(clc_rec_wrap_stats) + k + w + 2 + 7) & ~7ull;
+    if (size <= left) return k;
+    uint64_t over = size - left + 7;
+    return over + 3 < k ? k - (size_t)over : (k < 3 ? k : 3);
+}
+
 CLC_EXPORT void clc_shim_wrap_stats(const clc_rec_wrap_stats *stats, const char *kernel,
                                     const char *wrapper) {
     if (!clc_capture_enabled() || !stats || !kernel || !wrapper) return;
     char text[8192];
     size_t k = strnlen(kernel, sizeof text / 2 - 1), w = strnlen(wrapper, sizeof text / 2 - 1);
-    memcpy(text, kernel, k);
+    size_t fits = g_max_bytes ? wrap_room(k, w) : k;
+    memcpy(text, kernel, fits);
+    if (fits < k && fits >= 3) memcpy(text + fits - 3, "...", 3);
+    k = fits;
     text[k] = '\0';
     memcpy(text + k + 1, wrapper, w); /* write_record ends it */
     clc_rec_wrap_stats body = *stats;
@@ -837,108 +1221,61 @@ static void write_preamble(void) {
     clc_cache_each(rewrite_known_kernel, NULL);
 }
 
-/* ---- counts and the end: written to the file directly, not through a thread's buffer -------
- * A fatal signal's handler writes them too: no allocation, and locks waited for a bounded time.
+/* ---- the end ----------------------------------------------------------------------------------
+ * The counts, then an END record, written to the file directly, not through a thread's buffer.
+ * A fatal signal's handler writes them too: no allocation, and locks waited for a bounded time
+ * (the counts stay as last written when their lock cannot be had).
  */
-
-typedef struct {
-    int fd;
-    size_t used;
-    int ordinary; /* a snapshot: it may not use the room kept for the exit records */
-    char buf[8192];
-} out_buf;
-
-/* Writes what o holds, when the cap has room: a snapshot outside the room kept for the exit
- * records, the exit counts inside it but for the END record's own room. */
-static void out_flush(out_buf *o) {
-    if (!o->used) return;
-    if (g_max_bytes &&
-        !claim(o->used, o->ordinary ? atomic_load(&g_reserve) : (uint64_t)END_RECORD)) {
-        atomic_fetch_add(&g_capped_bytes, o->used);
-        if (!o->ordinary) atomic_store(&g_truncated, 1);
-    } else if (o->fd >= 0) {
-        append(o->fd, o->buf, o->used);
-    }
-    o->used = 0;
-}
-
-static void out_record(out_buf *o, uint16_t type, const void *body, size_t size) {
-    size_t total = (sizeof(clc_record_header) + size + 7) & ~(size_t)7;
-    if (o->used + total > sizeof o->buf) out_flush(o);
-    clc_record_header h = {.type = type, .size = (uint32_t)total};
-    memcpy(o->buf + o->used, &h, sizeof h);
-    memcpy(o->buf + o->used + sizeof h, body, size);
-    memset(o->buf + o->used + sizeof h + size, 0, total - sizeof h - size);
-    o->used += total;
-}
-
-static void out_stats(const clc_kernel_counts *c, void *arg) {
-    clc_rec_kernel_stats s = {.kernel_id = c->kernel_id, .confined_sms = c->confined_sms};
-#define COPY(name) s.name = c->name;
-    CLC_KERNEL_COUNTERS(COPY)
-#undef COPY
-    out_record(arg, CLC_REC_KERNEL_STATS, &s, sizeof s);
-}
-
-static void out_rule_stats(int32_t rule, uint64_t denied, void *arg) {
-    clc_rec_rule_stats s = {.rule = rule, .denied = denied};
-    out_record(arg, CLC_REC_RULE_STATS, &s, sizeof s);
-}
-
-static void sum_rule_stats(int32_t rule, uint64_t denied, void *arg) {
-    *(uint64_t *)arg += denied + (uint64_t)(uint32_t)rule;
-}
-
-/* What the per-rule counts summed to when they were last written. */
-static uint64_t g_rules_sum;
-
-/* The counts that changed since they were last written (the flusher, with g_file_lock held). */
-static void snapshot(void) {
-    uint64_t sum = 0;
-    out_buf o = {.fd = g_file_ok ? open_for_append() : -1, .ordinary = 1};
-    if (o.fd < 0) return;
-    clc_cache_counts(out_stats, &o, 1, 0);
-    clc_rule_stats(sum_rule_stats, &sum);
-    if (sum != g_rules_sum) {
-        g_rules_sum = sum;
-        clc_rule_stats(out_rule_stats, &o);
-    }
-    out_flush(&o);
-}
 
 void clc_capture_undecided(void) {
     atomic_fetch_add_explicit(&g_undecided, 1, memory_order_relaxed);
 }
 
+/* Room under the cap for an END record: the first one's was set aside at the start; a later one
+ * (launches after the first) may find none left, and leave the capture incomplete rather than
+ * over its cap. */
+static int end_room(void) {
+    if (!g_max_bytes) return 1;
+    if (atomic_exchange(&g_end_room, 0)) {
+        if (claim(END_RECORD, atomic_load(&g_reserve) - END_RECORD)) {
+            atomic_fetch_sub(&g_reserve, END_RECORD);
+            return 1;
+        }
+        atomic_store(&g_end_room, 1);
+        return 0;
+    }
+    return claim(END_RECORD, atomic_load(&g_reserve));
+}
+
 void clc_capture_finish(uint32_t how, int32_t status, int in_signal) {
     if (atomic_load(&g_state) != 1 || g_cfg.pid != getpid()) return;
-    int locked = clc_lock_within(&g_file_lock, in_signal ? 200 : 0);
+    int wait_ms = in_signal ? 200 : 0;
+    int counting = clc_lock_within(&g_counts_lock, wait_ms);
+    if (counting) gather(1, in_signal);
+    int locked = clc_lock_within(&g_file_lock, wait_ms);
     if (locked) flush_locked(NULL);
-    out_buf o = {.fd = g_file_ok ? open_for_append() : -1};
-    clc_cache_counts(out_stats, &o, 0, in_signal ? 200 : 0);
-    clc_rule_stats(out_rule_stats, &o);
-    g_rules_sum = 0;
-    clc_rule_stats(sum_rule_stats, &g_rules_sum);
-    out_flush(&o);
-    /* The END record's own room is the last of the cap: a later END (launches after this one)
-     * may find none left, and leave the capture incomplete rather than over its cap. */
-    clc_rec_end end = {.t_ns = clc_now_ns(),
-                       .dropped = atomic_load(&g_dropped),
-                       .write_lost_bytes = g_lost_bytes,
-                       .capped_bytes = atomic_load(&g_capped_bytes),
-                       .write_errno = g_write_errno,
-                       .how = how,
-                       .status = status,
-                       .flags = (clc_cache_table_full() ? CLC_END_TABLE_FULL : 0) |
-                                (atomic_load(&g_truncated) ? CLC_END_TRUNCATED : 0),
-                       .undecided = atomic_load(&g_undecided)};
-    out_record(&o, CLC_REC_END, &end, sizeof end);
-    if (!g_max_bytes || claim(o.used, 0)) {
-        if (o.fd >= 0) append(o.fd, o.buf, o.used);
-    } else {
-        atomic_fetch_add(&g_capped_bytes, o.used);
-    }
+    int fd = g_file_ok ? open_capture_fd() : -1;
+    if (counting) put_out(fd, in_signal);
+    struct {
+        clc_record_header h;
+        clc_rec_end end;
+    } rec = {{.type = CLC_REC_END, .size = END_RECORD},
+             {.t_ns = clc_now_ns(),
+              .dropped = atomic_load(&g_dropped),
+              .write_lost_bytes = g_lost_bytes,
+              .capped_bytes = atomic_load(&g_capped_bytes),
+              .write_errno = g_write_errno,
+              .how = how,
+              .status = status,
+              .flags = (clc_cache_table_full() ? CLC_END_TABLE_FULL : 0) |
+                       (atomic_load(&g_truncated) ? CLC_END_TRUNCATED : 0),
+              .undecided = atomic_load(&g_undecided)}};
+    if (!end_room())
+        atomic_fetch_add(&g_capped_bytes, END_RECORD);
+    else if (fd >= 0)
+        append(fd, (const char *)&rec, sizeof rec);
     if (locked) pthread_mutex_unlock(&g_file_lock);
+    if (counting) pthread_mutex_unlock(&g_counts_lock);
 }
 
 /* The parent's file and buffers are not the child's: it opens its own capture on first use. */
@@ -960,7 +1297,18 @@ void clc_capture_after_fork_child(void) {
     t_tid = 0;
     atomic_store(&g_dropped, 0);
     atomic_store(&g_undecided, 0);
-    g_rules_sum = 0;
+    /* The parent's counts and slots are not the child's (its copies, referenced no more, are
+     * left as they are: another thread of the parent may have been changing them): the child
+     * makes its own when it opens its capture. */
+    pthread_mutex_init(&g_counts_lock, NULL);
+    pthread_mutex_init(&g_slots_lock, NULL);
+    g_segments = NULL;
+    g_slot_map = NULL;
+    g_slot_map_size = g_slots_given = g_slots_made = 0;
+    g_generation = 0;
+    memset(&g_counts_written, 0, sizeof g_counts_written);
+    atomic_store(&g_counts_room, 0);
+    atomic_store(&g_end_room, 0);
     atomic_store(&g_state, 0);
     atomic_store(&g_cal, NULL); /* the flusher that calibrated it is the parent's */
     atomic_store(&g_uuid_written, 0);

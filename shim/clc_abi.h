@@ -330,7 +330,7 @@ typedef struct clc_module_event {
 /* ---- the capture file --------------------------------------------------------------------- */
 
 #define CLC_CAPTURE_MAGIC "CLCCAPT1" /* 8 bytes, no terminator in the file */
-#define CLC_CAPTURE_VERSION 3
+#define CLC_CAPTURE_VERSION 4
 
 typedef struct clc_capture_header {
     char magic[8];
@@ -358,13 +358,12 @@ typedef struct clc_record_header {
 #define CLC_REC_LAUNCH 4       /* body: clc_rec_launch */
 #define CLC_REC_TIMING 5       /* body: clc_rec_timing */
 #define CLC_REC_MODULE 6       /* body: clc_rec_module, then the path (file loads) or "" */
-#define CLC_REC_KERNEL_STATS 7 /* body: clc_rec_kernel_stats; the counts so far: written every
-                                  second for the kernels whose counts changed, and at exit; a
-                                  kernel's last one holds */
+#define CLC_REC_KERNEL_STATS 7 /* body: clc_rec_kernel_stats; a kernel's counts so far, held in
+                                  a COUNTS record's copies, not on its own */
 #define CLC_REC_MESSAGE 8      /* body: clc_rec_message, then the text */
 #define CLC_REC_END 9          /* body: clc_rec_end; the last record of a complete capture */
 #define CLC_REC_RULE_STATS 10  /* body: clc_rec_rule_stats; as KERNEL_STATS, one per rule that
-                                  denied launches */
+                                  denied launches, in COUNTS records */
 #define CLC_REC_HOLD 11        /* body: clc_rec_hold; a best-effort launch held */
 #define CLC_REC_RUN 12         /* body: what clc-run says of the run as JSON text (the tenant, the
                                   user's uid, labels such as a Slurm job's), after POLICY */
@@ -373,6 +372,7 @@ typedef struct clc_record_header {
                                   kernel, at exit */
 #define CLC_REC_DEVICE 14      /* body: clc_rec_device; a device's UUID, once per device of the
                                   process's kernels, before or after their KERNEL records */
+#define CLC_REC_COUNTS 15      /* body: clc_rec_counts, then its two copies (see below) */
 
 typedef struct clc_rec_process {
     uint32_t pid;
@@ -444,6 +444,34 @@ typedef struct clc_rec_kernel_stats {
     uint64_t launches, denied, failed, recorded, timed, graph_nodes, gpu_ns; /* the counters */
 } clc_rec_kernel_stats; /* 64 bytes */
 
+/* The counts, kept where a size cap or SIGKILL cannot take them: a COUNTS record holds two
+ * copies of `capacity` bytes each, overwritten in place in turn (the older one each time), so
+ * that a write cut short (SIGKILL, a crash) spoils only the copy it was writing, which its
+ * checksum then gives away: the valid copy of the higher generation holds. A copy is a
+ * clc_counts_copy, then `length` bytes of records (KERNEL_STATS, RULE_STATS; PAD for room not
+ * in use). The shim writes the copies every second when a count changed, and at exit. A
+ * process has one COUNTS record for its rules, the capture's own counts and its first kernels,
+ * and one more each time its kernels outgrow those it has (each for as many kernels again as
+ * there were): each kernel's counts are in one of them, their newest valid copy. */
+typedef struct clc_rec_counts {
+    uint32_t capacity; /* bytes of each copy, its header included */
+    uint32_t reserved;
+} clc_rec_counts; /* 8 bytes */
+
+typedef struct clc_counts_copy {
+    uint64_t generation;       /* from 1, per process; 0: never written */
+    uint64_t t_ns;             /* when it was written */
+    uint64_t dropped;          /* as clc_rec_end's, so far */
+    uint64_t write_lost_bytes; /* as clc_rec_end's, so far */
+    uint64_t capped_bytes;     /* as clc_rec_end's, so far */
+    uint64_t undecided;        /* as clc_rec_end's, so far */
+    int32_t write_errno;       /* as clc_rec_end's */
+    uint32_t flags;            /* as clc_rec_end's: CLC_END_TABLE_FULL, CLC_END_TRUNCATED */
+    uint32_t length;           /* bytes of records after this header */
+    uint32_t checksum;         /* CRC-32 (zlib's crc32) of those records, then of this header
+                                  with checksum 0 */
+} clc_counts_copy; /* 64 bytes */
+
 /* A wrapped kernel's counts, as its wrapper counted them on the GPU (clc_stats) over the
  * process. */
 typedef struct clc_rec_wrap_stats {
@@ -465,10 +493,9 @@ typedef struct clc_rec_message {
     uint64_t t_ns;
 } clc_rec_message; /* 16 bytes */
 
-/* The last record of a complete capture. A process may write several: each one closes what
- * came before it (launches made later, in an exit handler or a destructor, are followed by
- * another), and the last one's counts, with the last KERNEL_STATS and RULE_STATS of each
- * kernel and rule, are the process's. */
+/* The last record of a complete capture, written after the counts' last copies. A process may
+ * write several: each one closes what came before it (launches made later, in an exit handler
+ * or a destructor, are followed by another), and the last one's counts are the process's. */
 typedef struct clc_rec_end {
     uint64_t t_ns;
     uint64_t dropped;          /* records lost because a buffer was full */

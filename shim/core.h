@@ -466,7 +466,8 @@ struct stat;
  * (with `force`, an existing file of this user's is replaced, never truncated). *st its
  * identity. -1 with errno (EEXIST, EPERM, EINVAL: not a regular file). */
 int clc_create_file(const char *path, int force, struct stat *st);
-/* The same file again, for appending: -1 (ESTALE) when `path` now names another file. */
+/* The same file again, for writing (at its end, and in place): -1 (ESTALE) when `path` now names
+ * another file. */
 int clc_reopen_file(const char *path, const struct stat *was);
 
 #endif /* CLC_CORE_H */

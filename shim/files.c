@@ -141,7 +141,9 @@ int clc_reopen_file(const char *path, const struct stat *was) {
     struct stat st;
     int dir = clc_open_parent(path, name, sizeof name);
     if (dir < 0) return -1;
-    int fd = openat(dir, name, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    /* Not O_APPEND: the capture's counts are overwritten in place, and Linux's pwrite on an
+     * O_APPEND descriptor appends whatever the offset. */
+    int fd = openat(dir, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     int e = errno;
     close(dir);
     if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != was->st_dev || st.st_ino != was->st_ino)) {

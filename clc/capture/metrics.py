@@ -80,6 +80,7 @@ class Tally:
         self.kernels = defaultdict(lambda: defaultdict(lambda: defaultdict(KernelCounts)))
         self.held = defaultdict(lambda: defaultdict(HeldCounts))  # (job, user, tenant) -> gpu
         self.processes = defaultdict(int)  # (job, user, tenant) -> captures read
+        self.partial = defaultdict(int)  # (job, user, tenant) -> those that lost records
         self.folded = {}  # (job, user, tenant) -> kernels counted as OTHER_KERNELS
         self.uuids = set()  # the GPUs named so far, at most GPU_MAX
 
@@ -94,6 +95,7 @@ class Tally:
         key = (_label(job if job is not None else labels.get("job", "")),
                _label(_user(uid) if uid is not None else ""), _label(run.get("tenant", "")))
         self.processes[key] += 1
+        self.partial[key] += capture.partial
         for kernel_id, st in capture.stats.items():
             k = capture.kernel(kernel_id)
             gpu = self._gpu(capture, k.device)
@@ -134,6 +136,7 @@ class Tally:
                 self.held[OTHER][gpu].holds += h.holds
                 self.held[OTHER][gpu].held_ns += h.held_ns
             self.processes[OTHER] += self.processes.pop(key, 0)
+            self.partial[OTHER] += self.partial.pop(key, 0)
             self.jobs_folded += 1
         return self.jobs_folded
 
@@ -180,6 +183,9 @@ class Tally:
                                    labels=base + ["UUID"])
         procs = GaugeMetricFamily("clc_processes", "Processes (captures) counted",
                                   labels=base)
+        partial = GaugeMetricFamily(
+            "clc_captures_partial", "Captures counted that lost records (size cap, full "
+            "buffers, write errors): their counts are whole", labels=base)
         folded = GaugeMetricFamily(
             "clc_kernels_folded", f"Kernels of a job counted together as kernel="
             f"\"{OTHER_KERNELS}\" (past the cap on distinct kernels per job)", labels=base)
@@ -199,13 +205,14 @@ class Tally:
                 held.add_metric([self.hostname, *key, gpu], h.held_ns / 1e9)
         for key, n in sorted(self.processes.items()):
             procs.add_metric([self.hostname, *key], n)
+            partial.add_metric([self.hostname, *key], self.partial.get(key, 0))
         for key, n in sorted(self.folded.items()):
             folded.add_metric([self.hostname, *key], n)
         jobs = GaugeMetricFamily(
             "clc_jobs_folded", "Runs (job, user, tenant) counted together as job, user and "
             "tenant \"(other)\" (past the cap on distinct runs per node)", labels=["Hostname"])
         jobs.add_metric([self.hostname], self.jobs_folded)
-        return [launches, denied, confined, gpu_time, holds, held, procs, folded, jobs]
+        return [launches, denied, confined, gpu_time, holds, held, procs, partial, folded, jobs]
 
 
 class _Families:

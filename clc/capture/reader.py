@@ -4,12 +4,13 @@ described for users in docs/capture.md).
 
 A capture can hold millions of launches, so it is read as a stream of records through a
 buffer of fixed size. `scan_capture` makes one pass and keeps what does not grow with the
-launches (kernels, exit statistics, per-rule counts, modules, messages, the END record);
+launches (kernels, their counts, per-rule counts, modules, messages, the END record);
 `launch_stream` then reads the LAUNCH records again, one at a time. `read_capture` also keeps
 every launch in a list, sorted by seq: for tests and small captures.
 
 The reader is lenient where a crashed program or a full disk leaves its mark (a file cut
-short, KERNEL_STATS never written) and strict where the file is not a capture at all.
+short, a copy of the counts cut short or never written) and strict where the file is not a
+capture at all.
 """
 
 import errno
@@ -17,6 +18,7 @@ import heapq
 import json
 import os
 import stat
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
@@ -27,8 +29,8 @@ from clc.demangle import demangle
 __all__ = [
     "CaptureError", "Capture", "Kernel", "LaunchRecord", "Module", "Message",
     "KernelStatsRecord", "WrapStats",
-    "LEVEL_NAMES", "gpu_uuid", "gpu_times", "read_capture", "read_captures", "scan_capture",
-    "scan_captures",
+    "LEVEL_NAMES", "gpu_uuid", "gpu_times", "newest_copy", "read_capture", "read_captures",
+    "scan_capture", "scan_captures",
     "launch_stream", "LaunchStream", "LAUNCH_WINDOW", "MAX_GPU_NS", "error_name", "file_kind",
 ]
 
@@ -37,8 +39,9 @@ LEVEL_NAMES = {abi.MSG_INFO: "info", abi.MSG_WARNING: "warning", abi.MSG_ERROR: 
 _DIRECT_ENTRIES = (abi.ENTRY_LAUNCH, abi.ENTRY_LAUNCH_EX, abi.ENTRY_LAUNCH_COOPERATIVE)
 
 CHUNK = 1 << 20
-# The shim's records are at most half of its 256 KiB per-thread buffer; a size far above that
-# is not a record but garbage (a file overwritten, or not a capture past its header).
+# The shim's records are at most half of its 256 KiB per-thread buffer, but for its COUNTS
+# records (at most about 9.5 MiB: 65536 kernels' counts, twice); a size above this is not a
+# record but garbage (a file overwritten, or not a capture past its header).
 MAX_RECORD = 16 << 20
 # LAUNCH records kept back while their TIMING record may still come, and to put launches that
 # threads wrote out of order back in seq order. Timed by events, a thread writes a launch's
@@ -150,15 +153,15 @@ class WrapStats:
 
 @dataclass(slots=True, kw_only=True)
 class KernelStatsRecord(abi.Counters):
-    """A kernel's counts (abi.KERNEL_COUNTERS) in a capture: its last KERNEL_STATS record, or
-    what its other records say when it has none."""
+    """A kernel's counts (abi.KERNEL_COUNTERS) in a capture: its KERNEL_STATS record in the
+    newest valid copy of the COUNTS records, or what its other records say when it has none."""
 
     kernel_id: int
     # the SMs of the green context its launches ran on (sm_share by a green context); 0: none
     confined_sms: int = 0
-    # True when the shim never wrote this kernel's KERNEL_STATS (it died before exit, or the
-    # file refused the record) and the counts were derived from the records that exist:
-    # launches it did not record are missing.
+    # True when the capture holds no counts of this kernel (the process died within a second
+    # of its first launch, the counts found no room, or the file refused them) and they were
+    # derived from the records that exist: launches it did not record are missing.
     partial: bool = False
 
 
@@ -222,8 +225,17 @@ class Capture:
 
     @property
     def stats_partial(self):
-        """True when some kernel's counts are derived rather than the shim's exit totals."""
+        """True when some kernel's counts are derived rather than the shim's own."""
         return any(s.partial for s in self.stats.values())
+
+    @property
+    def partial(self):
+        """True when records of the run are missing from the file: launch and timing records
+        dropped at the size cap, for a full buffer or to write errors, or records every capture
+        keeps (kernels, loads, messages) dropped at the cap. The counts are the shim's all the
+        same (see stats_partial); the launches listed and the GPU times' distribution lack
+        what was dropped."""
+        return bool(self.capped_bytes or self.dropped or self.write_lost_bytes or self.truncated)
 
     def kernel(self, kernel_id):
         """The kernel of a record's kernel_id; a stand-in when its KERNEL record is missing."""
@@ -548,16 +560,15 @@ def _other_record(cap, rtype, body, rule_stats):
                 t_ns, api, image, handle, ptr, isize, preserved, result,
                 _name(abi.LOAD_NAMES, api, "api"), _name(abi.IMAGE_NAMES, image, "image"),
                 _text(body[s.size:]) or None))
-    elif rtype == abi.REC_KERNEL_STATS:
-        # Counts so far: a kernel's last record holds.
-        if len(body) >= abi.REC_KERNEL_STATS_BODY.size:
-            st = KernelStatsRecord(**dict(zip(abi.REC_KERNEL_STATS_FIELDS.names,
-                                              abi.REC_KERNEL_STATS_BODY.unpack_from(body))))
-            cap.stats[st.kernel_id] = st
-    elif rtype == abi.REC_RULE_STATS:
-        if len(body) >= abi.REC_RULE_STATS_BODY.size:
-            rule, denied = abi.REC_RULE_STATS_BODY.unpack_from(body)
-            rule_stats[rule] = denied
+    elif rtype == abi.REC_COUNTS:
+        copy = newest_copy(body)
+        if copy is not None:
+            head, records = copy
+            _merge_capture_counts(cap, head["dropped"], head["write_lost_bytes"],
+                                  head["capped_bytes"], head["write_errno"], head["flags"],
+                                  head["undecided"])
+            for kind, entry in _embedded(records):
+                _counts_entry(cap, kind, entry, rule_stats)
     elif rtype == abi.REC_MESSAGE:
         s = abi.REC_MESSAGE_BODY
         if len(body) >= s.size:
@@ -578,13 +589,78 @@ def _other_record(cap, rtype, body, rule_stats):
                 **dict(zip(abi.REC_WRAP_STATS_FIELDS.names, s.unpack_from(body)))))
     elif rtype == abi.REC_END:
         if len(body) >= abi.REC_END_BODY.size:
-            (_, cap.dropped, cap.write_lost_bytes, cap.capped_bytes, cap.write_errno,
-             cap.end_how, cap.exit_status, flags,
-             cap.undecided_launches) = abi.REC_END_BODY.unpack_from(body)
-            cap.table_full = bool(flags & abi.END_TABLE_FULL)
-            cap.truncated = bool(flags & abi.END_TRUNCATED)
+            (_, dropped, lost, capped, write_errno, cap.end_how, cap.exit_status, flags,
+             undecided) = abi.REC_END_BODY.unpack_from(body)
+            _merge_capture_counts(cap, dropped, lost, capped, write_errno, flags, undecided)
             cap.complete = True
     # Any other type comes from a newer writer; its size already moved us past it.
+
+
+def _merge_capture_counts(cap, dropped, lost, capped, write_errno, flags, undecided):
+    """The capture's own counts from an END record or a copy of the counts: each only grows,
+    so the largest holds, whichever of the two was written last."""
+    cap.dropped = max(cap.dropped, dropped)
+    cap.write_lost_bytes = max(cap.write_lost_bytes, lost)
+    cap.capped_bytes = max(cap.capped_bytes, capped)
+    cap.write_errno = cap.write_errno or write_errno
+    cap.undecided_launches = max(cap.undecided_launches, undecided)
+    cap.table_full |= bool(flags & abi.END_TABLE_FULL)
+    cap.truncated |= bool(flags & abi.END_TRUNCATED)
+
+
+_CHECKSUM_AT = abi.COUNTS_COPY_FIELDS.at["checksum"]
+
+
+def newest_copy(body):
+    """({field: value} of its clc_counts_copy, its records' bytes) of a COUNTS record's body: the
+    valid copy of the higher generation, or None when neither is (never written, or cut short:
+    a write the process did not finish, or a file read while it was being written)."""
+    s, copy = abi.REC_COUNTS_BODY, abi.COUNTS_COPY
+    if len(body) < s.size:
+        return None
+    (capacity,) = s.unpack_from(body)
+    best = None
+    for start in (s.size, s.size + capacity):
+        if capacity < copy.size or start + capacity > len(body):
+            break
+        head = dict(zip(abi.COUNTS_COPY_FIELDS.names, copy.unpack_from(body, start)))
+        length = head["length"]
+        if not head["generation"] or length > capacity - copy.size:
+            continue
+        records = bytes(body[start + copy.size:start + copy.size + length])
+        zeroed = bytearray(body[start:start + copy.size])
+        zeroed[_CHECKSUM_AT:_CHECKSUM_AT + 4] = bytes(4)
+        if zlib.crc32(zeroed, zlib.crc32(records)) != head["checksum"]:
+            continue
+        if best is None or head["generation"] > best[0]["generation"]:
+            best = (head, records)
+    return best
+
+
+def _embedded(records):
+    """(type, body) of each record in a copy of the counts, up to the first that cannot be
+    right."""
+    unpack = abi.RECORD_HEADER.unpack_from
+    pos = 0
+    while pos + abi.RECORD_HEADER.size <= len(records):
+        rtype, _, size = unpack(records, pos)
+        if size < abi.RECORD_HEADER.size or size % 8 or pos + size > len(records):
+            return
+        yield rtype, memoryview(records)[pos + abi.RECORD_HEADER.size:pos + size]
+        pos += size
+
+
+def _counts_entry(cap, rtype, body, rule_stats):
+    """A kernel's or a rule's counts: those of a later COUNTS record replace an earlier's."""
+    if rtype == abi.REC_KERNEL_STATS:
+        if len(body) >= abi.REC_KERNEL_STATS_BODY.size:
+            st = KernelStatsRecord(**dict(zip(abi.REC_KERNEL_STATS_FIELDS.names,
+                                              abi.REC_KERNEL_STATS_BODY.unpack_from(body))))
+            cap.stats[st.kernel_id] = st
+    elif rtype == abi.REC_RULE_STATS:
+        if len(body) >= abi.REC_RULE_STATS_BODY.size:
+            rule, denied = abi.REC_RULE_STATS_BODY.unpack_from(body)
+            rule_stats[rule] = denied
 
 
 def _launch(raw, gpu_ns):
@@ -597,8 +673,8 @@ def _launch(raw, gpu_ns):
 
 
 def _derive(cap, launch_counts, timing_sums, rule_stats):
-    """Statistics of the kernels whose KERNEL_STATS record is missing, from their LAUNCH and
-    TIMING records; per-kernel rules; per-rule denied counts when no RULE_STATS exist."""
+    """Counts of the kernels that have none in the COUNTS records, from their LAUNCH and TIMING
+    records; per-kernel rules; per-rule denied counts when no RULE_STATS exist."""
     derived = {}
 
     def get(kid):
@@ -648,8 +724,8 @@ def _derive(cap, launch_counts, timing_sums, rule_stats):
     if rule_stats:
         cap.rule_stats = rule_stats
     elif denied_by_rule:
-        # No RULE_STATS (the program died before its exit counts were written): the denied
-        # launches that were recorded, a lower bound.
+        # No RULE_STATS (the program died before its counts were written, or within a second
+        # of its first deny): the denied launches that were recorded, a lower bound.
         cap.rule_stats = denied_by_rule
         cap.rule_stats_partial = True
 

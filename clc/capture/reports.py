@@ -47,6 +47,7 @@ class _Row(abi.Counters):
     confined_sms: set = field(default_factory=set)  # green contexts' SM counts it ran on
     rules: set = field(default_factory=set)
     partial: bool = False
+    capture_partial: bool = False  # a capture it comes from lost records (Capture.partial)
     key: object = None  # what rows merge by: the mangled name, or (capture, kernel id)
     # each timed launch's gpu_ns, sorted once all are read (_kernel_rows)
     times: array = field(default_factory=lambda: array("q"))
@@ -126,6 +127,7 @@ def _kernel_rows(captures, times=False):
             if st.confined_sms:
                 row.confined_sms.add(st.confined_sms)
             row.partial |= st.partial
+            row.capture_partial |= cap.partial
         for kid, rules in cap.kernel_rules.items():
             if kid in keys:
                 rows[keys[kid]].rules.update(cap.rule_name(r) for r in rules)
@@ -186,6 +188,8 @@ def ending(cap):
 def _capture_lines(cap):
     parts = [f"pid {cap.pid}", f"command: {_shown(cap.command) or '?'}",
              "complete" if cap.complete else "INCOMPLETE"]
+    if cap.partial:
+        parts.append("PARTIAL")
     if ending(cap):
         parts.append(ending(cap))
     notes = []
@@ -211,9 +215,10 @@ def _capture_lines(cap):
         notes.append("no END record after its last records: the program was killed (SIGKILL), "
                      "or its capture could not be written (full disk?); its counts are the last "
                      "it wrote (every second); see what clc printed while it ran")
-    elif cap.write_lost_bytes or cap.capped_bytes:
-        notes.append("some records never reached the file: the JSON and the timeline lack "
-                     "their launches")
+    if cap.partial:
+        notes.append("partial: records of the run are missing from the file (said above); its "
+                     "counts are whole, but the JSON and the timeline lack the missing launches, "
+                     "and the GPU times' Min, Median, Max and P99 the missing timings")
     return [f"{cap.path}: " + ", ".join(parts)] + [_wrap(n, "  ") for n in notes]
 
 
@@ -347,8 +352,8 @@ def summary(captures, view=None):
     view (a View) picks the kernels shown, their order and the names' width; the Total row
     adds up the kernels shown.
 
-    A `*` marks counts derived from the records because the shim wrote no exit statistics
-    for the kernel: launches it did not record are missing from them.
+    A `*` marks counts derived from the records because the capture holds none of the
+    shim's for the kernel: launches it did not record are missing from them.
     """
     captures = list(captures)
     if not captures:
@@ -399,9 +404,9 @@ def summary(captures, view=None):
             f"{_TIMING_SOURCE_WORDS.get(s, f'source {s}')} ({n} launch{'es' if n != 1 else ''})"
             for s, n in sources.items()) + ".")
     if partial:
-        notes.append("* partial: the capture has no exit statistics for the kernel (see "
-                     "above); counts come from its records alone, so launches that were not "
-                     "recorded are missing.")
+        notes.append("* partial: the capture holds no counts of the kernel (see above); its "
+                     "counts come from its records alone, so launches that were not recorded "
+                     "are missing.")
     if notes:
         out.append("")
         out.extend(_wrap(n) for n in notes)
@@ -426,7 +431,7 @@ def summary(captures, view=None):
         out.extend("  " + line(c) for c in cells)
         if any(p for _, _, p in rule_rows):
             out.append(_wrap("* counted from the recorded denied launches only: the capture "
-                             "has no per-rule counts (written at exit)", "  "))
+                             "has no per-rule counts", "  "))
 
     held = [cap for cap in captures if cap.holds]
     if held:
@@ -588,7 +593,7 @@ def write_comparison(captures, baseline, fmt, out, view=None):
 
 CSV_COLUMNS = ("kernel", "mangled", "launches", "graph_nodes", "denied", "failed", "recorded",
                "timed", "gpu_total_ms", "share_pct", "gpu_mean_us", "gpu_min_us",
-               "gpu_median_us", "gpu_max_us", "gpu_p99_us", "partial")
+               "gpu_median_us", "gpu_max_us", "gpu_p99_us", "partial", "capture_partial")
 
 
 def to_csv(captures, out, view=None):
@@ -607,7 +612,8 @@ def to_csv(captures, out, view=None):
             r.timed, f"{r.gpu_ns / 1e6:.6f}" if r.timed else "",
             f"{100 * r.gpu_ns / total_ns:.3f}" if r.timed and total_ns else "",
             _us(r.gpu_ns / r.timed if r.timed else None, ""),
-            *(_us(r.quantile(q), "") for q in (0, 0.5, 1, 0.99)), int(r.partial)])
+            *(_us(r.quantile(q), "") for q in (0, 0.5, 1, 0.99)), int(r.partial),
+            int(r.capture_partial)])
 
 
 # ---- json -------------------------------------------------------------------------------------
@@ -622,7 +628,8 @@ def _json_captures(captures):
         "trailing_bytes": c.trailing_bytes, "launch_records": c.launch_records,
         "timing_records": c.timing_records, "timing_sources": c.timing_sources,
         "on_error_launches": c.on_error_launches,
-        "stats_partial": c.stats_partial, "ending": ending(c), "table_full": c.table_full,
+        "stats_partial": c.stats_partial, "partial": c.partial, "ending": ending(c),
+        "table_full": c.table_full,
         "truncated": c.truncated, "undecided_launches": c.undecided_launches,
         "run": c.run,
         "devices": [{"device": d, "uuid": u} for d, u in sorted(c.devices.items())],
@@ -818,6 +825,8 @@ def _chrome_events(captures, streams):
     for cap in captures:
         pid = cap.pid
         yield _meta("process_name", pid, 0, {"name": f"{cap.command or '?'} (pid {pid})"})
+        if cap.partial:
+            yield _meta("process_labels", pid, 0, {"labels": "partial capture: launches missing"})
         gpu_tids = {}
         cpu_tids = set()
         stream = launch_stream(cap)

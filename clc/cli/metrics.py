@@ -128,7 +128,7 @@ class MetricsCommand:
             check_output(args.output, args.force)
         tally = Tally(args.hostname, args.max_kernels or DEFAULT_MAX_KERNELS,
                       args.max_jobs or DEFAULT_MAX_JOBS)
-        unreadable = []
+        unreadable, partial = [], []
         for path in capture_paths(args.paths):
             try:
                 fd, owner = open_capture(path)
@@ -149,6 +149,8 @@ class MetricsCommand:
             # the job, whatever the file says
             job = path.parent.name if path.parent.name.isdigit() else None
             tally.add(capture, owner, job)
+            if capture.partial:
+                partial.append(str(path))
         jobs = tally.fold_jobs()
         if jobs:
             print(f"clc metrics: more than {tally.max_jobs} distinct runs (job, user, tenant): "
@@ -159,6 +161,12 @@ class MetricsCommand:
                   f"more than {tally.max_kernels} distinct kernels: {n} with the fewest "
                   f"launches are counted together as kernel=\"{OTHER_KERNELS}\" "
                   f"(--max-kernels)", file=sys.stderr)
+        if partial:
+            print(f"clc metrics: {len(partial)} capture(s) partial, their records dropped at the "
+                  f"size cap (clc-run --capture-limit), for full buffers or to write errors: "
+                  f"their counts are whole (clc_captures_partial): "
+                  + "; ".join(partial[:5]) + (" ..." if len(partial) > 5 else ""),
+                  file=sys.stderr)
         if unreadable:
             print(f"clc metrics: {len(unreadable)} file(s) left out, not readable as captures: "
                   + "; ".join(unreadable[:5]) + (" ..." if len(unreadable) > 5 else ""),

@@ -15,7 +15,8 @@ __all__ = ["DEFAULT_CAPTURE_LIMIT", "smallest_capture_limit", "count_deciders", 
 
 DEFAULT_CAPTURE_LIMIT = 2 << 30
 # What a capture holds besides launches, at the least: its header, the process's command line,
-# a few kernels, loads and messages, and the exit records (the shim sets room aside for them).
+# a few kernels, loads and messages, its counts and the END record (the shim sets room aside for
+# them).
 _CAPTURE_FLOOR = 64 << 10
 _RULE_STATS_RECORD = 24  # a RULE_STATS record, header included (shim/clc_abi.h)
 _RECORD_ROOM = 16  # a record's header, and its padding
@@ -23,8 +24,8 @@ _RECORD_ROOM = 16  # a record's header, and its padding
 
 def smallest_capture_limit(policy_json, deciders):
     """The smallest --capture-limit a capture of this policy fits in: it holds the policy, and
-    keeps room for a RULE_STATS record per decider that may deny."""
-    return _CAPTURE_FLOOR + len(policy_json.encode()) + (deciders + 3) * _RULE_STATS_RECORD
+    its counts have a RULE_STATS slot per decider that may deny, in each of their two copies."""
+    return _CAPTURE_FLOOR + len(policy_json.encode()) + (deciders + 3) * 2 * _RULE_STATS_RECORD
 
 
 def count_deciders(policy_json):
@@ -47,7 +48,7 @@ def check_capture_limit(limit, policy_json, deciders, run_json):
     if limit and limit < floor:
         raise ClcError(f"--capture-limit {limit} is smaller than the smallest "
                        f"capture of this policy ({floor} bytes: the policy itself, the "
-                       f"process and room for its exit counts); give at least "
+                       f"process and room for its counts); give at least "
                        f"{-(-floor // 1024)}K, or 0 for no limit", EXIT_USAGE)
 
 

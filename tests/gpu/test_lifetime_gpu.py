@@ -125,6 +125,28 @@ def test_sigkill_keeps_the_counts_of_the_last_second(life, run_clc, tmp_path):
     assert vecadd["launches"] == 2000 and not vecadd["partial"]
 
 
+def test_counts_survive_the_size_cap_and_sigkill(life, run_clc, deny_debug):
+    policy, tmp_path = deny_debug
+    # GIVEN a program that launches as fast as the GPU takes its launches for 3 s, each one
+    # recorded or denied, under a capture limit of 1 MiB, and is killed by SIGKILL 1.5 s after
+    # its last launch
+    proc, report = run_clc(policy, [life, "flood", "3000", "1500"], tmp_path,
+                           options=["--capture-limit", "1M"])
+    assert proc.returncode == 128 + signal.SIGKILL, describe(proc)
+    ran, refused = map(int, re.findall(r"^flood-end: ms=\d+ vecAdd=(\d+) refused=(\d+)$",
+                                       proc.stdout, re.M)[-1])
+    assert ran == refused > 100_000, describe(proc)
+    # THEN the capture is partial (its launch records stopped at the limit), and its counts are
+    # all the program's launches, not those recorded before the limit
+    (cap,) = report["captures"]
+    assert cap["partial"] and not cap["complete"] and cap["capped_bytes"], cap
+    (vecadd,) = kernels_named(report, "vecAdd")
+    (debug,) = kernels_named(report, "debug")
+    assert (vecadd["launches"], debug["denied"]) == (ran, refused), (vecadd, debug)
+    assert not vecadd["partial"] and not debug["partial"]
+    assert report["denied_by_rule"] == [{"rule": "no-debug", "denied": refused, "partial": False}]
+
+
 def test_a_signal_handler_interrupting_clc_is_decided(life, run_clc, deny_debug):
     policy, tmp_path = deny_debug
     # GIVEN a handler that launches a denied kernel, signalled every 20 us while the main thread

@@ -2,7 +2,8 @@
 """A test-only writer of capture files, byte for byte as shim/clc_abi.h lays them out.
 
 The real writer is the C shim; this one lets unit tests build captures of any shape, including
-ones a crash would leave (cut short, no KERNEL_STATS, no END). Each record method appends the
+ones a crash would leave (cut short, no counts, a copy of the counts torn, no END). Each record
+method appends the
 record to `records` and returns its bytes, so tests can reorder records (as writer threads
 interleave them) or cut the file anywhere. launch_block and big_capture make captures of
 millions of launches in a second or two.
@@ -10,10 +11,11 @@ millions of launches in a second or two.
 
 import array
 import json
+import zlib
 
 from clc import abi
 
-__all__ = ["CaptureWriter", "record", "launch_block", "big_capture"]
+__all__ = ["CaptureWriter", "record", "launch_block", "big_capture", "counts_copy"]
 
 
 def record(rtype, body):
@@ -39,6 +41,20 @@ def _cstr(text):
     return text.encode() + b"\0"
 
 
+def counts_copy(records, capacity, generation=1, t_ns=0, dropped=0, write_lost_bytes=0,
+                capped_bytes=0, undecided=0, write_errno=0, flags=0, checksum=None):
+    """One copy of a COUNTS record, `capacity` bytes: its header (the checksum computed unless
+    given), the records, PAD records filling the rest as the shim's unused slots do."""
+    spare = capacity - abi.COUNTS_COPY.size - len(records)
+    assert spare >= 0 and spare % 8 == 0
+    body = records + (record(abi.REC_PAD, bytes(spare - 8)) if spare else b"")
+    fields = (generation, t_ns, dropped, write_lost_bytes, capped_bytes, undecided, write_errno,
+              flags, len(body))
+    if checksum is None:
+        checksum = zlib.crc32(abi.COUNTS_COPY.pack(*fields, 0), zlib.crc32(body))
+    return abi.COUNTS_COPY.pack(*fields, checksum) + body
+
+
 class CaptureWriter:
     def __init__(self, pid=4242, ppid=1, start_monotonic_ns=1_000_000_000,
                  start_realtime_ns=1_700_000_000_000_000_000, magic=abi.CAPTURE_MAGIC,
@@ -50,6 +66,7 @@ class CaptureWriter:
         self.magic = magic
         self.version = version
         self.records = []
+        self.generation = 0
 
     def header(self):
         return abi.CAPTURE_HEADER.pack(self.magic, self.version, abi.CAPTURE_HEADER.size,
@@ -102,13 +119,38 @@ class CaptureWriter:
             t_ns, api, image_kind, handle, image_ptr, image_size, preserved, result)
             + _cstr(path))
 
-    def kernel_stats(self, kernel_id, confined_sms=0, **counters):
-        """A KERNEL_STATS record; counters by name (abi.KERNEL_COUNTERS), 0 when not given."""
+    @staticmethod
+    def kernel_stats_entry(kernel_id, confined_sms=0, **counters):
+        """A KERNEL_STATS record as a copy of the counts holds it; counters by name
+        (abi.KERNEL_COUNTERS), 0 when not given."""
         unknown = set(counters) - set(abi.KERNEL_COUNTERS)
         if unknown:
             raise TypeError(f"not counters: {sorted(unknown)}")
-        return self.add(abi.REC_KERNEL_STATS, abi.REC_KERNEL_STATS_BODY.pack(
+        return record(abi.REC_KERNEL_STATS, abi.REC_KERNEL_STATS_BODY.pack(
             kernel_id, confined_sms, *(counters.get(name, 0) for name in abi.KERNEL_COUNTERS)))
+
+    @staticmethod
+    def rule_stats_entry(rule, denied):
+        return record(abi.REC_RULE_STATS, abi.REC_RULE_STATS_BODY.pack(rule, denied))
+
+    def counts(self, *entries, copies=None, capacity=None, **header):
+        """A COUNTS record holding `entries` (kernel_stats_entry, rule_stats_entry) in its first
+        copy, of the next generation, the other never written; `copies` gives both copies'
+        bytes instead (counts_copy). `header`: the copy's other fields (counts_copy's)."""
+        records = b"".join(entries)
+        if capacity is None:
+            capacity = abi.COUNTS_COPY.size + len(records) + 16
+        if copies is None:
+            self.generation += 1
+            copies = (counts_copy(records, capacity, self.generation, **header),
+                      bytes(capacity))
+        capacity = len(copies[0])
+        return self.add(abi.REC_COUNTS, abi.REC_COUNTS_BODY.pack(capacity) + b"".join(copies))
+
+    def kernel_stats(self, kernel_id, confined_sms=0, **counters):
+        """A COUNTS record of one kernel's counts; counters by name (abi.KERNEL_COUNTERS), 0 when
+        not given. A later one replaces an earlier one's."""
+        return self.counts(self.kernel_stats_entry(kernel_id, confined_sms, **counters))
 
     def wrap_stats(self, kernel, wrapper, t_ns=None, **counts):
         """A WRAP_STATS record; counts by name (abi.REC_WRAP_STATS_FIELDS), 0 when not given."""
@@ -126,7 +168,8 @@ class CaptureWriter:
         return self.add(abi.REC_MESSAGE, abi.REC_MESSAGE_BODY.pack(level, t_ns) + _cstr(text))
 
     def rule_stats(self, rule, denied):
-        return self.add(abi.REC_RULE_STATS, abi.REC_RULE_STATS_BODY.pack(rule, denied))
+        """A COUNTS record of one rule's denied launches."""
+        return self.counts(self.rule_stats_entry(rule, denied))
 
     def hold(self, t_ns, held_ns, lag_ns=0, device=0, why=abi.HOLD_BUSY):
         return self.add(abi.REC_HOLD, abi.REC_HOLD_BODY.pack(t_ns, held_ns, lag_ns, device, why))

@@ -2,9 +2,13 @@
 """The capture file: never written into the program's files or through links, checked before
 the program starts, bounded, and honest about what it lost."""
 
+import csv
+import io
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -189,6 +193,106 @@ def test_the_capture_limit_is_never_exceeded(native, clc_run, tmp_path, threads)
     assert 0 < len(cap.launches) < 160000
     assert sum(st.launches for st in cap.stats.values()) == 160000
     assert len(cap.kernels) == 2
+
+
+# Records every allowed launch; denies debug_kernel.
+FLOOD = """\
+version: 1
+default: allow
+rules:
+  - name: no-debug
+    match: {kernel: "*debug*"}
+    action: deny
+  - name: record-rest
+    match: {kernel: "*"}
+    action: allow
+    record: true
+"""
+VECADD_NAME = "vecAdd(float const*, float const*, float*, int)"
+DEBUG_NAME = "debug_kernel(int*)"
+
+
+def flood_lines(stdout):
+    """(ms, vecAdd launches the driver ran, debug_kernel launches refused) of each line
+    prog_life flood printed, the last one at its end; the program's own counts are the
+    driver's, and it ran no debug_kernel."""
+    lines = []
+    for m in re.finditer(r"^flood(?:-end)?: ms=(\d+) vecAdd=(\d+) refused=(\d+) "
+                         r"driver=(\d+),(\d+)$", stdout, re.M):
+        assert m[2] == m[4] and m[5] == "0", m[0]
+        lines.append((int(m[1]), int(m[4]), int(m[3])))
+    return lines
+
+
+def clc(*args):
+    return subprocess.run([sys.executable, "-m", "clc", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def reported_counts(path):
+    """{kernel: (launches, denied)} and the no-debug rule's denied launches, as `clc report`
+    gives them in its summary, its CSV and its JSON, and `clc metrics` as Prometheus counters;
+    each format's mark of a partial capture."""
+    out = {}
+    summary = clc("report", path)
+    assert summary.returncode == 0, summary.stderr
+    cells = {ln.rsplit("  ", 1)[-1]: ln.split() for ln in summary.stdout.splitlines()}
+    denied_by = re.search(r"^\s+(\S+)\s+no-debug$", summary.stdout, re.M)[1]
+    out["summary"] = ({k: (cells[k][0], cells[k][2]) for k in (VECADD_NAME, DEBUG_NAME)},
+                      denied_by, "PARTIAL" in summary.stdout.splitlines()[0])
+    table = clc("report", path, "--format", "csv")
+    rows = {r["kernel"]: r for r in csv.DictReader(io.StringIO(table.stdout))}
+    out["csv"] = ({k: (rows[k]["launches"], rows[k]["denied"]) for k in (VECADD_NAME, DEBUG_NAME)},
+                  None, all(rows[k]["capture_partial"] == "1" and rows[k]["partial"] == "0"
+                            for k in rows))
+    doc = json.loads(clc("report", path, "--format", "json").stdout)
+    kernels = {k["name"]: k for k in doc["kernels"]}
+    (rule,) = doc["denied_by_rule"]
+    out["json"] = ({k: (str(kernels[k]["launches"]), str(kernels[k]["denied"]))
+                    for k in (VECADD_NAME, DEBUG_NAME)}, str(rule["denied"]),
+                   doc["captures"][0]["partial"] and not rule["partial"])
+    metrics = clc("metrics", path)
+    samples = {(s.name, s.labels.get("kernel")): s.value
+               for fam in text_string_to_metric_families(metrics.stdout) for s in fam.samples}
+    out["metrics"] = ({k: (str(int(samples[("clc_launches_total", k)])),
+                           str(int(samples[("clc_launches_denied_total", k)])))
+                       for k in (VECADD_NAME, DEBUG_NAME)}, None,
+                      samples[("clc_captures_partial", None)] == 1
+                      and "1 capture(s) partial" in metrics.stderr)
+    return out
+
+
+@pytest.mark.parametrize("pause_ms", [0, 1500], ids=["killed-launching", "killed-idle"])
+def test_counts_survive_the_size_cap_and_sigkill(native, clc_run, pause_ms):
+    # GIVEN a program that makes millions of launches in 3 s, each recorded or denied, under a
+    # capture limit of 1 MiB, then is killed by SIGKILL: at once, or 1.5 s after its last launch
+    run = clc_run(FLOOD, [native["prog_life"], "flood", "3000", pause_ms],
+                  options=["--capture-limit", "1M"])
+    assert run.proc.returncode == 128 + signal.SIGKILL, run.stderr[-3000:]
+    ticks = flood_lines(run.stdout)
+    end_ms, launched, refused = ticks[-1]
+    assert launched == refused > 1_000_000, run.stdout[-500:]
+    assert run.output.stat().st_size <= 1 << 20
+    # The counts can lag the kill by the last second at most (they are written every second);
+    # on a loaded machine, a little more.
+    lag_ms = 0 if pause_ms else 1500
+    least = max((v, r) for ms, v, r in ticks if ms <= end_ms - lag_ms)
+    # WHEN every report format and `clc metrics` read the capture
+    for how, (kernels, denied_by_rule, marked) in reported_counts(run.output).items():
+        launches, denied = int(kernels[VECADD_NAME][0]), int(kernels[DEBUG_NAME][1])
+        # THEN their counts are the driver's (less at most the last second's), not the
+        # launches recorded before the limit
+        assert least[0] <= launches <= launched, (how, launches, least, launched)
+        assert least[1] <= denied <= refused, (how, denied, least, refused)
+        assert kernels[VECADD_NAME][1] == "0" and kernels[DEBUG_NAME][0] == str(denied), how
+        # The rule's count is read a moment after the kernels' (the program launching on)
+        if denied_by_rule is not None:
+            assert least[1] <= int(denied_by_rule) <= refused, (how, denied_by_rule)
+        if pause_ms:
+            assert (launches, denied) == (launched, refused), how
+            assert denied_by_rule in (None, str(refused)), how
+        # AND each marks the capture partial: launches are missing from it, not from its counts
+        assert marked, how
 
 
 def test_a_limit_too_small_for_the_kernels_truncates_and_says_so(native, clc_run):

@@ -424,6 +424,26 @@ def test_exit_says_each_wrapped_kernels_counts(run_wrap):
     assert libs == "wrap libraries: 2 cuLibraryLoadData calls, 1 context, 2 unloaded at exit"
 
 
+def test_the_wrapped_kernels_counts_keep_their_room_under_the_size_cap(clc_run, native,
+                                                                        shared_cache, tmp_path):
+    # GIVEN wrapped kernels whose every launch is recorded, launched 3000 times more than a
+    # capture limited to 96 KiB holds
+    policy = wrap_policy("sm_share", {"share": 0.25}) + "    record: true\n"
+    run = clc_run(policy, [native["prog_wrap"], "library"], options=["--capture-limit", "96K"],
+                  env={"CLC_CACHE_DIR": str(shared_cache), "WRAP_REPEAT": "3000"})
+    ok(run)
+    assert "repeat launches=3000 failed=0" in run.stdout
+    # THEN the launch records stopped at the limit
+    cap = run.capture()
+    assert cap.capped_bytes and cap.partial and run.output.stat().st_size <= 96 * 1024
+    # AND each wrapped kernel's counts, written at exit, had their room kept: the capture lost
+    # nothing it must keep
+    assert sorted(s.kernel for s in cap.wrap_stats) == sorted(WRAPPABLE)
+    assert cap.complete and not cap.truncated
+    (vec,) = [s for k, s in cap.stats.items() if cap.kernels[k].mangled == "vec_add"]
+    assert vec.launches == LAUNCHES["vec_add"] + 3000
+
+
 def node_seen(stdout):
     return [_fields(m[2]) for m in re.finditer(r"^node-seen (\S+) (.*)$", stdout, re.M)]
 

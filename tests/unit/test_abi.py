@@ -37,6 +37,7 @@ MIRRORS = {
     "KERNEL_COUNTS": "clc_kernel_counts",
     "CAPTURE_HEADER": "clc_capture_header",
     "RECORD_HEADER": "clc_record_header",
+    "COUNTS_COPY": "clc_counts_copy",
     **{name: "clc_rec_" + name[len("REC_"):-len("_BODY")].lower()
        for name in abi.__all__ if name.startswith("REC_") and name.endswith("_BODY")},
 }
@@ -216,7 +217,7 @@ def test_every_record_struct_is_mirrored(structs):
     c_records = {n for n in structs if n.startswith("clc_rec_")}
     c_records |= {"clc_capture_header", "clc_record_header", "clc_replacement",
                   "clc_launch_arg", "clc_kernel_query", "clc_param_info", "clc_decide_request",
-                  "clc_decide_reply", "clc_outcome", "clc_kernel_counts"}
+                  "clc_decide_reply", "clc_outcome", "clc_kernel_counts", "clc_counts_copy"}
     assert set(MIRRORS.values()) == c_records
 
 
@@ -311,7 +312,8 @@ def test_launch_arg_offsets_are_the_headers(structs):
 FIELDS = {"KERNEL_QUERY_FIELDS": "clc_kernel_query", "REC_LAUNCH_FIELDS": "clc_rec_launch",
           "KERNEL_COUNTS_FIELDS": "clc_kernel_counts",
           "REC_KERNEL_STATS_FIELDS": "clc_rec_kernel_stats",
-          "REC_WRAP_STATS_FIELDS": "clc_rec_wrap_stats"}
+          "REC_WRAP_STATS_FIELDS": "clc_rec_wrap_stats",
+          "COUNTS_COPY_FIELDS": "clc_counts_copy"}
 
 
 def test_every_fields_table_is_checked():

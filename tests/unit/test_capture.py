@@ -9,7 +9,7 @@ import tracemalloc
 
 import pytest
 
-from capture_writer import CaptureWriter, launch_block, record
+from capture_writer import CaptureWriter, counts_copy, launch_block, record
 from clc import abi
 from clc.capture import reader as capture
 from clc.capture.reader import (CaptureError, launch_stream, read_capture, read_captures,
@@ -116,7 +116,7 @@ def test_interleaved_threads(tmp_path):
 
 
 def crashed_writer():
-    """A program that died mid-run: no KERNEL_STATS, no END, last record a LAUNCH."""
+    """A program that died mid-run: no counts, no END, last record a LAUNCH."""
     w = CaptureWriter()
     w.process()
     w.policy(POLICY)
@@ -487,6 +487,97 @@ def test_rule_counts_from_denied_launch_records_without_rule_stats(tmp_path):
     # THEN the per-rule count comes from it, marked partial
     assert cap.rule_stats == {0: 1} and cap.rule_stats_partial
     assert cap.kernel_rules == {0: {abi.RULE_DEFAULT}, 1: {0}}
+
+
+# ---- COUNTS: two copies overwritten in turn ------------------------------------------------
+
+def two_copies(first, second, capacity=256):
+    """A COUNTS record's copies: each (generation, launches of kernel 0, capped_bytes, torn)."""
+    out = []
+    for generation, launches, capped, torn in (first, second):
+        entry = CaptureWriter.kernel_stats_entry(0, launches=launches, recorded=3)
+        copy = counts_copy(entry, capacity, generation, capped_bytes=capped)
+        if torn:  # the entries of a newer write, the header of an older one
+            copy = copy[:abi.COUNTS_COPY.size] + CaptureWriter.kernel_stats_entry(
+                0, launches=launches + 1, recorded=3) + copy[abi.COUNTS_COPY.size + len(entry):]
+        out.append(copy)
+    return out
+
+
+@pytest.mark.parametrize("first, second, launches", [
+    ((3, 30, 0, False), (4, 40, 0, False), 40),
+    ((6, 60, 0, False), (5, 50, 0, False), 60),
+    ((7, 70, 0, True), (6, 60, 0, False), 60),
+    ((8, 80, 0, False), (9, 90, 0, True), 80),
+    ((1, 10, 0, False), (0, 0, 0, False), 10),
+], ids=["second-newer", "first-newer", "newer-torn", "second-torn", "second-never-written"])
+def test_the_newer_whole_copy_holds(tmp_path, first, second, launches):
+    # GIVEN a process whose counts' two copies were written in turn, the last write perhaps
+    # cut short (SIGKILL mid-write: its checksum no longer matches) or never made
+    w = crashed_writer()
+    w.counts(copies=two_copies(first, second))
+    cap = read_capture(w.write(tmp_path / "c.clc"))
+    # THEN the counts are the newer copy's that is whole: the shim's, not derived
+    assert cap.stats[0].launches == launches and not cap.stats[0].partial
+
+
+def test_no_whole_copy_leaves_the_counts_to_the_records(tmp_path):
+    # GIVEN a process killed while both copies were still unwritten or torn
+    w = crashed_writer()
+    w.counts(copies=two_copies((2, 20, 0, True), (0, 0, 0, False)))
+    cap = read_capture(w.write(tmp_path / "c.clc"))
+    # THEN its counts come from its records, marked so
+    assert cap.stats[0].launches == 2 and cap.stats[0].partial
+
+
+def test_a_later_counts_record_replaces_an_earlier_ones_counts(tmp_path):
+    # GIVEN counts in two COUNTS records (the second holds the kernels that outgrew the first),
+    # the first written again later, and a third cut short by the kill
+    w = crashed_writer()
+    w.counts(w.kernel_stats_entry(0, launches=5), w.rule_stats_entry(0, 2), capacity=256)
+    w.counts(w.kernel_stats_entry(1, launches=7, denied=7))
+    w.counts(w.kernel_stats_entry(0, launches=9), w.rule_stats_entry(0, 7), capacity=256)
+    data = w.data() + w.counts(w.kernel_stats_entry(0, launches=100))[:40]
+    path = tmp_path / "c.clc"
+    path.write_bytes(data)
+    cap = read_capture(path)
+    # THEN each kernel's and rule's counts are those of the last whole record that holds them
+    assert (cap.stats[0].launches, cap.stats[1].launches, cap.stats[1].denied) == (9, 7, 7)
+    assert cap.rule_stats == {0: 7} and not cap.rule_stats_partial
+    assert cap.trailing_bytes == 40
+
+
+def test_a_killed_capture_says_what_its_cap_dropped(tmp_path):
+    # GIVEN a process killed after its size cap had stopped its launch records: no END, its
+    # counts' copy says how much was not written
+    w = crashed_writer()
+    w.counts(copies=two_copies((2, 2000, 4096, False), (1, 1000, 1024, False)))
+    cap = read_capture(w.write(tmp_path / "c.clc"))
+    # THEN the capture is incomplete and partial, and its counts are whole
+    assert not cap.complete and cap.partial and cap.capped_bytes == 4096
+    assert cap.stats[0].launches == 2000 and not cap.stats[0].partial
+
+
+def test_the_capture_counts_of_an_end_and_of_a_later_copy_merge(tmp_path):
+    # GIVEN an END record, then (launches in a destructor) a copy of the counts written after it
+    w = crashed_writer()
+    w.counts(w.kernel_stats_entry(0, launches=5), capacity=256)
+    w.end(capped_bytes=100, dropped=1)
+    w.counts(copies=two_copies((3, 6, 300, False), (0, 0, 0, False)))
+    cap = read_capture(w.write(tmp_path / "c.clc"))
+    # THEN the larger of each holds: counts only grow
+    assert cap.capped_bytes == 300 and cap.dropped == 1 and cap.stats[0].launches == 6
+
+
+@pytest.mark.parametrize("lost, partial", [
+    ({}, False), ({"capped_bytes": 80}, True), ({"dropped": 1}, True),
+    ({"write_lost_bytes": 8}, True), ({"flags": abi.END_TRUNCATED}, True),
+    ({"flags": abi.END_TABLE_FULL}, False),
+])
+def test_a_capture_is_partial_when_records_are_missing(tmp_path, lost, partial):
+    w = crashed_writer()
+    w.end(**lost)
+    assert read_capture(w.write(tmp_path / "c.clc")).partial is partial
 
 
 def test_denied_graph_nodes_in_derived_counts(tmp_path):

@@ -20,7 +20,8 @@ UUID_A = "GPU-5a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
 UUID_B = "GPU-01234567-89ab-cdef-0123-456789abcdef"
 
 
-def capture(path, job, tenant, kernels, holds=(), pid=100, device=0, uuid=GPU_A):
+def capture(path, job, tenant, kernels, holds=(), pid=100, device=0, uuid=GPU_A,
+            capped_bytes=0):
     """kernels: [(mangled, launches, denied, gpu_ns, confined_sms)]; the process's device
     `device` is the GPU `uuid` (None: no DEVICE record)."""
     w = CaptureWriter(pid=pid)
@@ -34,7 +35,7 @@ def capture(path, job, tenant, kernels, holds=(), pid=100, device=0, uuid=GPU_A)
                        timed=launches if gpu_ns else 0, confined_sms=sms)
     for held_ns in holds:
         w.hold(10**9, held_ns, device=device)
-    w.end()
+    w.end(capped_bytes=capped_bytes)
     return w.write(path)
 
 
@@ -70,6 +71,22 @@ def node(tmp_path):
     capture(d / "8" / "0.0.clc", "8", "chem", [("_Z5scalePff", 4, 0, 0, 33)],
             holds=(3_000_000, 1_000_000), pid=102, device=1, uuid=GPU_B)
     return d
+
+
+def test_a_partial_capture_is_counted_whole_and_said(tmp_path):
+    # GIVEN two captures of a job, one whose launch records met its size cap
+    capture(tmp_path / "a.clc", "5", "t", [("_Z5scalePff", 3_000_000, 0, 0, 0)],
+            capped_bytes=10**9)
+    capture(tmp_path / "b.clc", "5", "t", [("_Z5scalePff", 7, 0, 0, 0)], pid=101)
+    p = metrics(tmp_path)
+    assert p.returncode == 0, p.stderr
+    got = samples(p.stdout)
+    run = dict(hpc_job="5", user=ME, tenant="t")
+    # THEN its counts are counted as they are, and the job's gauge and stderr say one was partial
+    assert got[key("clc_launches_total", **run, UUID=UUID_A, kernel="scale(float*, float)")] == \
+        3_000_007
+    assert got[key("clc_captures_partial", **run)] == 1
+    assert "1 capture(s) partial" in p.stderr and "a.clc" in p.stderr
 
 
 def test_counts_per_job_user_tenant_gpu_and_kernel(node):

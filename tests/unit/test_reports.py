@@ -27,7 +27,7 @@ POLICY = {"rules": [{"name": "deny-scale"}, {"name": "time-vecadd"}]}
 CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_lost_bytes",
                 "capped_bytes", "write_errno", "write_error", "trailing_bytes",
                 "launch_records", "timing_records", "timing_sources", "on_error_launches",
-                "stats_partial",
+                "stats_partial", "partial",
                 "ending", "table_full", "truncated", "undecided_launches", "run", "devices",
                 "holds"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
@@ -113,11 +113,13 @@ def test_summary_numbers(tmp_path):
 
 def test_summary_capture_lines_and_messages(caps):
     text = summary(caps)
-    first, second = text.splitlines()[:2]
+    first, second = (capture_lines(text, cap) for cap in caps)
     assert first.startswith(caps[0].path) and "pid 100" in first and "./app --size 4" in first
     assert "complete" in first and "4 records dropped" in first
+    # A capture that lost records says so, and that its counts are whole all the same.
+    assert "PARTIAL" in first and "partial: records of the run are missing" in first
     assert second.startswith(caps[1].path) and "INCOMPLETE" in second
-    assert "dropped" not in second
+    assert "dropped" not in second and "PARTIAL" not in second
     # An incomplete capture names every cause, not only a crash.
     said = " ".join(text.split())
     assert ("no END record after its last records: the program was killed (SIGKILL), or its "
@@ -133,7 +135,7 @@ def test_summary_merges_and_marks_partial(caps):
     # vecAdd: 10 launches from the parent's stats, 1 derived from the child's records.
     assert table_row(text, VECADD_NAME)[:8] == ["11*", "0*", "0*", "0*", "3", "9.000", "100.0",
                                                  "3000.000"]
-    assert "* partial: the capture has no exit statistics" in text
+    assert "* partial: the capture holds no counts of the kernel" in text
 
 
 def test_summary_truncates_long_names(caps):
@@ -188,12 +190,13 @@ def test_json_schema(caps):
         "complete": True, "dropped": 4, "write_lost_bytes": 0, "capped_bytes": 0,
         "write_errno": 0, "write_error": None, "trailing_bytes": 0, "launch_records": 3,
         "timing_records": 2, "timing_sources": {"events": 2}, "on_error_launches": 0,
-        "stats_partial": False, "ending": None,
+        "stats_partial": False, "partial": True, "ending": None,
         "table_full": False, "truncated": False, "undecided_launches": 0, "run": {},
         "devices": [{"device": 0, "uuid": "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"}],
         "holds": []}
     assert doc["captures"][1]["complete"] is False
     assert doc["captures"][1]["stats_partial"] is True
+    assert doc["captures"][1]["partial"] is False
     assert doc["denied_by_rule"] == [{"rule": "deny-scale", "denied": 1, "partial": False}]
     assert doc["unmatched_timings"] == 0
 
@@ -251,6 +254,9 @@ def test_chrome_trace(caps):
     meta = {(e["pid"], e["tid"], e["name"]): e["args"] for e in events if e["ph"] == "M"}
     assert meta[(100, 0, "process_name")]["name"] == "./app --size 4 (pid 100)"
     assert (101, 202, "thread_name") in meta
+    # The parent's capture dropped records: its track says that launches are missing.
+    assert "partial capture" in meta[(100, 0, "process_labels")]["labels"]
+    assert (101, 0, "process_labels") not in meta
 
     cpu = [e for e in events if e["ph"] == "X" and e["cat"] != "gpu"]
     assert len(cpu) == 5
@@ -346,7 +352,8 @@ def test_summary_reports_write_errors_and_the_size_cap(tmp_path):
         in text
     assert ("2.0 KiB (2048 bytes) not written (size cap reached: clc-run --capture-limit)"
             in text)
-    assert "some records never reached the file" in text
+    assert "PARTIAL" in text and "partial: records of the run are missing from the file" in text
+    assert "its counts are whole" in text
     (c,) = to_json([cap])["captures"]
     assert (c["write_lost_bytes"], c["capped_bytes"], c["write_errno"], c["write_error"]) == \
         (5 * 2**20, 2048, errno.ENOSPC, "ENOSPC (No space left on device)")
