@@ -126,6 +126,28 @@ static uint64_t gate_priority(const clc_entry *e, const clc_launch *l) {
                                   (entry_point & CLC_ENTRY_PTSZ) != 0);
 }
 
+/* clc-run's --launch-skip and --launch-count: of the launches the policy records or times,
+ * the process writes the records of the skip-th on (from 0), `count` of them (every one when
+ * it is 0), as ncu's -s and -c do; every launch is counted all the same. The settings are read
+ * at the first such launch (a plain read of the sealed copy: safe from any thread or handler). */
+static _Atomic uint64_t g_recordable, g_window_skip, g_window_end;
+static _Atomic int g_window_read;
+
+static int in_launch_window(void) {
+    if (!atomic_load_explicit(&g_window_read, memory_order_acquire)) {
+        const char *skip = clc_setting("CLC_LAUNCH_SKIP"), *count = clc_setting("CLC_LAUNCH_COUNT");
+        uint64_t s = skip ? strtoull(skip, NULL, 10) : 0, c = count ? strtoull(count, NULL, 10) : 0;
+        atomic_store_explicit(&g_window_skip, s, memory_order_relaxed);
+        atomic_store_explicit(&g_window_end, c ? s + c : 0, memory_order_relaxed);
+        atomic_store_explicit(&g_window_read, 1, memory_order_release);
+    }
+    uint64_t skip = atomic_load_explicit(&g_window_skip, memory_order_relaxed);
+    uint64_t end = atomic_load_explicit(&g_window_end, memory_order_relaxed);
+    if (!skip && !end) return 1;
+    uint64_t n = atomic_fetch_add_explicit(&g_recordable, 1, memory_order_relaxed);
+    return n >= skip && (!end || n < end);
+}
+
 /* Everything a launch that is not a plain allow needs: kept out of the inlined fast path. */
 __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, const clc_launch *l,
                                              int reentrant) {
@@ -151,6 +173,9 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, cons
     g->timing = NULL;
     g->seq = atomic_fetch_add_explicit(&g_seq, 1, memory_order_relaxed);
     g->record = (o->flags & CLC_FLAG_RECORD) != 0;
+    int timed = (o->flags & CLC_FLAG_TIME) != 0;
+    if ((g->record || timed) && o->action != CLC_ACTION_DENY && !in_launch_window())
+        g->record = timed = 0;
     if (o->action == CLC_ACTION_DENY) {
         clc_count_denied_by(o->rule);
         if (e &&
@@ -159,7 +184,7 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, cons
     }
     g->t_ns = g->record ? clc_launch_time_ns() : 0;
     /* Timing takes the thread's event pool: not from inside clc's own work. */
-    if ((o->flags & CLC_FLAG_TIME) && o->action != CLC_ACTION_DENY && e && !reentrant &&
+    if (timed && o->action != CLC_ACTION_DENY && e && !reentrant &&
         (entry_point & ~(uint32_t)CLC_ENTRY_PTSZ) < CLC_ENTRY_GRAPH_ADD_NODE) {
         t_in_clc = 1;
         clc_timing_begin(&g->timing, l->stream, (entry_point & CLC_ENTRY_PTSZ) != 0, e, g->seq);

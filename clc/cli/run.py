@@ -123,6 +123,20 @@ def parse_size(text):
     return int(m[1]) * _UNITS[m[2]]
 
 
+def _count(least):
+    """argparse's type for a count of launches, at least `least`."""
+    def count(text):
+        try:
+            n = int(text)
+        except ValueError:
+            n = -1
+        if n < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least "
+                                             f"{least}")
+        return n
+    return count
+
+
 def _exit_code(text):
     """argparse's type for --error-exitcode: a status a process can exit with."""
     try:
@@ -175,6 +189,12 @@ class RunCommand:
                             default=DEFAULT_CAPTURE_LIMIT,
                             help="largest capture file per process, e.g. 500M or 4G; records "
                                  "past it are dropped and counted (default: 2G; 0: no limit)")
+        parser.add_argument("--launch-skip", metavar="N", type=_count(0), default=0,
+                            help="of the launches the policy records or times, write none of "
+                                 "the first N of each process (as ncu's -s); all are counted")
+        parser.add_argument("--launch-count", metavar="N", type=_count(1),
+                            help="write the records of N launches of each process at most (as "
+                                 "ncu's -c), after --launch-skip's; all are counted")
         parser.add_argument("--timing", choices=MODES, default="auto",
                             help="where the GPU times of timed launches (time: true) come from: "
                                  "CUPTI's kernel records, CUDA events around each launch, or "
@@ -199,7 +219,7 @@ class RunCommand:
         environ = job_environment(dict(os.environ))
         if args.tenant is not None:
             environ["CLC_TENANT"] = args.tenant
-        run_json = run_record(environ, args.label)
+        run_json = run_record(environ, args.label, args.launch_skip, args.launch_count)
         check_capture_limit(args.capture_limit, policy_json, deciders, run_json)
         # Not resolve(): a link at the output is refused, never followed.
         output = pathlib.Path(os.path.abspath(args.output)) if args.output else None
@@ -216,6 +236,9 @@ class RunCommand:
         settings.update(run_settings(policy, argv, deciders, run_json, args.capture_limit,
                                      args.timing, args.cupti, settings.get("CLC_TENANT", ""),
                                      args.verbose))
+        if args.launch_skip or args.launch_count:
+            settings["CLC_LAUNCH_SKIP"] = str(args.launch_skip)
+            settings["CLC_LAUNCH_COUNT"] = str(args.launch_count or 0)
         status, output, run, started_ns = self._supervise(args, argv, policy, strict, env,
                                                           settings, output)
         if output is None:  # --no-capture

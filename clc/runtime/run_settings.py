@@ -34,10 +34,14 @@ def count_deciders(policy_json):
     return len(compiled.get("rules", [])) + len(compiled.get("hook_deciders", []))
 
 
-def run_record(environ, labels):
-    """The run's record in every capture (CLC_RUN): its tenant, this user, the --label pairs."""
-    return json.dumps({"tenant": environ.get("CLC_TENANT", ""), "uid": os.getuid(),
-                       "labels": dict(labels)}, separators=(",", ":"))
+def run_record(environ, labels, launch_skip=0, launch_count=None):
+    """The run's record in every capture (CLC_RUN): its tenant, this user, the --label pairs,
+    and the window of launches whose records each process writes, when one was given."""
+    record = {"tenant": environ.get("CLC_TENANT", ""), "uid": os.getuid(),
+              "labels": dict(labels)}
+    if launch_skip or launch_count:
+        record["launch_window"] = {"skip": launch_skip, "count": launch_count}
+    return json.dumps(record, separators=(",", ":"))
 
 
 def check_capture_limit(limit, policy_json, deciders, run_json):
