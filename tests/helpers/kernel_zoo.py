@@ -13,9 +13,31 @@ FILES = sorted(p.name for p in ZOO.glob("*.cu"))
 
 
 def cuda_tool(name):
-    """A CUDA toolkit program (nvcc, cuobjdump) on PATH or in /usr/local/cuda/bin, or None."""
-    path = shutil.which(name) or f"/usr/local/cuda/bin/{name}"
-    return path if os.access(path, os.X_OK) else None
+    """A CUDA toolkit program (nvcc, ptxas) on PATH or in /usr/local/cuda/bin, else the one the
+    test extra's NVIDIA wheels bring (nvidia-cuda-nvcc: no CUDA toolkit needed), or None. The
+    wheels' nvcc finds its libraries (for linking a program) through NVCC_APPEND_FLAGS, set here
+    for every nvcc the tests run."""
+    for path in (shutil.which(name), f"/usr/local/cuda/bin/{name}"):
+        if path and os.access(path, os.X_OK) and os.path.isfile(path):
+            return path
+    for top in _wheel_tops():
+        path = top / "bin" / name
+        if os.access(path, os.X_OK):
+            if name == "nvcc":
+                flags = os.environ.get("NVCC_APPEND_FLAGS", "")
+                os.environ["NVCC_APPEND_FLAGS"] = f"{flags} -L{top / 'lib'}".strip()
+            return str(path)
+    return None
+
+
+def _wheel_tops():
+    """nvidia/cu*/ of the NVIDIA wheels, where they are installed."""
+    try:
+        import nvidia
+    except ImportError:
+        return []
+    return sorted((d for base in nvidia.__path__ for d in pathlib.Path(base).glob("cu*")),
+                  reverse=True)
 
 
 def zoo_ptx_text(zoo_ptx, name):

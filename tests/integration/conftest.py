@@ -18,7 +18,8 @@ def zoo_ptx(tmp_path_factory):
     """{file name: PTX text}, every zoo program compiled with nvcc -ptx -arch=sm_90 at once."""
     nvcc = cuda_tool("nvcc")
     if nvcc is None:
-        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): the zoo is compiled with it")
+        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin, nvidia-cuda-nvcc): "
+                    "the zoo is compiled with it")
     out = tmp_path_factory.mktemp("zoo_ptx")
 
     def build(name):

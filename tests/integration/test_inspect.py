@@ -4,14 +4,13 @@
 import concurrent.futures
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from clc.cli.main import build_parser
-from kernel_zoo import zoo_ptx_text
+from kernel_zoo import cuda_tool, zoo_ptx_text
 
 SOURCE = r"""
 template <typename T> __global__ void scale(T *x, T a, int n) {
@@ -38,10 +37,10 @@ BUILDS = {
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
-                                    if os.access("/usr/local/cuda/bin/nvcc", os.X_OK) else None)
+    nvcc = cuda_tool("nvcc")
     if nvcc is None:
-        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): these tests build the "
+        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin, nvidia-cuda-nvcc): "
+                    "these tests build the "
                     "programs they inspect with it")
     d = tmp_path_factory.mktemp("inspect")
     (d / "k.cu").write_text(SOURCE)

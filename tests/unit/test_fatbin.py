@@ -9,7 +9,6 @@ the parsing and error paths where nvcc is absent.
 import concurrent.futures
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from clc.wrapping.fatbin import (CONTAINER_MAGIC, WRAPPER_MAGIC, FatbinError, parse_image,
                         ptx_kernels)
+from kernel_zoo import cuda_tool
 
 KERNELS_CU = r"""
 template <typename T> __global__ void scale(T *x, T a, int n) {
@@ -68,17 +68,13 @@ BUILDS = {
 }
 
 
-def find_nvcc():
-    return shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """name -> path of each BUILDS input, built with nvcc in a temporary directory."""
-    nvcc = find_nvcc()
+    nvcc = cuda_tool("nvcc")
     if nvcc is None:
-        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): these tests build their "
+        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin, nvidia-cuda-nvcc): "
+                    "these tests build their "
                     "fatbins, cubins and programs with it")
     d = tmp_path_factory.mktemp("fatbin")
     (d / "k.cu").write_text(KERNELS_CU)

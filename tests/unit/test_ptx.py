@@ -8,7 +8,6 @@ here when nvcc is installed, and every round trip is given to ptxas when it is.
 
 import concurrent.futures
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -16,16 +15,12 @@ import pytest
 from clc.wrapping.ptx import (INDIRECT, Block, Label, PtxError, barriers, calls, callees,
                      cluster_directives, cluster_uses, ctaid_reads, envreg_reads, exits,
                      loop_verdict, nctaid_reads, parse, remap_ok, remap_verdict, tokenize)
+from kernel_zoo import cuda_tool
 
 HEADER = ".version 9.0\n.target sm_90\n.address_size 64\n"
 
 
-def _tool(name):
-    path = shutil.which(name) or f"/usr/local/cuda/bin/{name}"
-    return path if os.access(path, os.X_OK) else None
-
-
-NVCC, PTXAS = _tool("nvcc"), _tool("ptxas")
+NVCC, PTXAS = cuda_tool("nvcc"), cuda_tool("ptxas")
 
 
 def kernel(body, params=".param .u64 k_param_0, .param .u32 k_param_1", before="",
@@ -628,7 +623,8 @@ NVCC_BUILDS = {"plain": [], "debug": ["-G"], "lineinfo": ["-lineinfo"], "rdc": [
 @pytest.fixture(scope="module")
 def nvcc_ptx(tmp_path_factory):
     if NVCC is None:
-        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): these tests parse its output")
+        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin, nvidia-cuda-nvcc): "
+                    "these tests parse its output")
     d = tmp_path_factory.mktemp("ptx")
     (d / "k.cu").write_text(NVCC_SOURCE)
 
