@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clc.capture.reader import gpu_uuid
-from harness import clc_command, env_for
+from harness import DENY_DEBUG, clc_command, env_for
 
 AUDIT = """\
 version: 1
@@ -195,19 +195,6 @@ def test_the_capture_limit_is_never_exceeded(native, clc_run, tmp_path, threads)
     assert len(cap.kernels) == 2
 
 
-# Records every allowed launch; denies debug_kernel.
-FLOOD = """\
-version: 1
-default: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-  - name: record-rest
-    match: {kernel: "*"}
-    action: allow
-    record: true
-"""
 VECADD_NAME = "vecAdd(float const*, float const*, float*, int)"
 DEBUG_NAME = "debug_kernel(int*)"
 
@@ -266,7 +253,7 @@ def reported_counts(path):
 def test_counts_survive_the_size_cap_and_sigkill(native, clc_run, pause_ms):
     # GIVEN a program that makes millions of launches in 3 s, each recorded or denied, under a
     # capture limit of 1 MiB, then is killed by SIGKILL: at once, or 1.5 s after its last launch
-    run = clc_run(FLOOD, [native["prog_life"], "flood", "3000", pause_ms],
+    run = clc_run(DENY_DEBUG, [native["prog_life"], "flood", "3000", pause_ms],
                   options=["--capture-limit", "1M"])
     assert run.proc.returncode == 128 + signal.SIGKILL, run.stderr[-3000:]
     ticks = flood_lines(run.stdout)
