@@ -80,11 +80,14 @@ class View:
     """Which kernels a summary or CSV shows, in which order, with names how wide: kernels are
     globs and kernel_regex a regular expression, tried as a policy's `kernel` and
     `kernel_regex` are (on the base name, the demangled and the mangled name); width 0 shows
-    whole names."""
+    whole names. t_from and t_to (seconds since the earliest capture's start, or None) cut
+    the launches the listing reports give (clc.capture.per_launch.Picker)."""
     kernels: tuple = ()
     kernel_regex: str = None
     sort: str = "launches"
     width: int = KERNEL_WIDTH
+    t_from: float = None
+    t_to: float = None
 
     def shows(self, row):
         if not self.kernels and self.kernel_regex is None:
@@ -910,29 +913,34 @@ def write_chrome(captures, out):
 
 # ---- output -----------------------------------------------------------------------------------
 
-def write_report(captures, fmt, out=None, view=None):
+def write_report(captures, fmt, out=None, view=None, per_launch=False):
     """Write the `fmt` report (one of FORMATS) of `captures` to `out`: a text file, a new
-    file's path (see clc.outputs.open_output), or None for stdout. Returns notes for the user
-    (GPU times that matched no launch record)."""
+    file's path (see clc.outputs.open_output), or None for stdout; per_launch: the CSV lists
+    launches, not kernels. Returns notes for the user (GPU times that matched no launch
+    record)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
     if out is None:
-        return _write(captures, fmt, sys.stdout, view)
+        return _write(captures, fmt, sys.stdout, view, per_launch)
     if isinstance(out, (str, os.PathLike)):
         from clc.outputs import open_output
         with open_output(out, mode=0o644, text=True, buffering=WRITE_BUFFER) as f:
-            return _write(captures, fmt, f, view)
-    return _write(captures, fmt, out, view)
+            return _write(captures, fmt, f, view, per_launch)
+    return _write(captures, fmt, out, view, per_launch)
 
 
-def _write(captures, fmt, out, view=None):
+def _write(captures, fmt, out, view=None, per_launch=False):
     if fmt == "summary":
         out.write(summary(captures, view))
         return []
-    if fmt == "csv":
+    if fmt == "csv" and per_launch:
+        from clc.capture.per_launch import write_per_launch_csv
+        unmatched = write_per_launch_csv(captures, out, view or View(), _csv_text)
+    elif fmt == "csv":
         to_csv(captures, out, view)
         return []
-    unmatched = (write_json if fmt == "json" else write_chrome)(captures, out)
+    else:
+        unmatched = (write_json if fmt == "json" else write_chrome)(captures, out)
     if not unmatched:
         return []
     return [f"{unmatched} GPU time{'s' if unmatched != 1 else ''} matched no launch record: "

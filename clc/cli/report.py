@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`clc report FILE... [--format summary|csv|json|chrome] [--kernel GLOB]... [--kernel-regex RE]
-[--sort COLUMN] [--width N] [--no-children] [-o OUT|-] [--force]`"""
+"""`clc report FILE... [--format summary|csv|json|chrome] [--per-launch] [--kernel GLOB]...
+[--kernel-regex RE] [--from S] [--to S] [--sort COLUMN] [--width N] [--no-children]
+[-o OUT|-] [--force]`"""
 
 import argparse
 import os
@@ -32,6 +33,14 @@ class ReportCommand:
         parser.add_argument("--kernel-regex", metavar="RE",
                             help="only kernels whose name a regular expression finds (as a "
                                  "policy's `kernel_regex`)")
+        parser.add_argument("--per-launch", action="store_true",
+                            help="with --format csv: one row per recorded launch (as nsys's "
+                                 "trace reports), not per kernel")
+        parser.add_argument("--from", dest="t_from", type=_seconds, metavar="S",
+                            help="list only launches at or after S seconds from the start of "
+                                 "the earliest capture (the Chrome trace's 0)")
+        parser.add_argument("--to", dest="t_to", type=_seconds, metavar="S",
+                            help="list only launches before S seconds from that start")
         parser.add_argument("--sort", choices=SORTS, default="launches",
                             help="the kernels' order (summary, csv): largest first, name A-Z")
         parser.add_argument("--width", type=_width, default=KERNEL_WIDTH, metavar="N",
@@ -56,17 +65,14 @@ class ReportCommand:
         out = None
         if args.output == "-":
             args.output = None
-        filtered = args.kernel or args.kernel_regex is not None or args.sort != "launches"
-        if filtered and (args.format == "chrome" or args.format == "json" and
-                         not args.baseline):
-            raise ClcError(f"--kernel, --kernel-regex and --sort shape the summary and csv, not "
-                           f"--format {args.format}", EXIT_USAGE)
+        _check_selection(args)
         if args.kernel_regex is not None:
             from clc.policy.regex import regex_problem
             problem = regex_problem(args.kernel_regex)
             if problem:
                 raise ClcError(f"--kernel-regex {args.kernel_regex!r}: {problem}", EXIT_USAGE)
-        view = View(tuple(args.kernel), args.kernel_regex, args.sort, args.width)
+        view = View(tuple(args.kernel), args.kernel_regex, args.sort, args.width, args.t_from,
+                    args.t_to)
         if args.baseline and args.format == "chrome":
             raise ClcError("--baseline compares runs in a summary, csv or json, not a Chrome "
                            "trace", EXIT_USAGE)
@@ -90,7 +96,8 @@ class ReportCommand:
                     write_comparison(captures, baseline, args.format, out or sys.stdout, view)
                     notes = []
                 else:
-                    notes = write_report(captures, args.format, out or sys.stdout, view)
+                    notes = write_report(captures, args.format, out or sys.stdout, view,
+                                         args.per_launch)
                 (out or sys.stdout).flush()
                 if out is not None:
                     out.close()
@@ -114,6 +121,38 @@ class ReportCommand:
                   f"{'s' if len(captures) != 1 else ''} written to {args.output}",
                   file=sys.stderr)
         return 0
+
+
+def _check_selection(args):
+    """Refuse options that do not apply to the report asked for, rather than ignore them."""
+    if args.per_launch and (args.format != "csv" or args.baseline):
+        raise ClcError("--per-launch lists launches in a csv report (--format csv), without "
+                       "--baseline", EXIT_USAGE)
+    comparing = args.baseline and args.format != "chrome"
+    listing = args.per_launch or args.format in ("json", "chrome") and not comparing
+    if (args.kernel or args.kernel_regex is not None) and listing and not args.per_launch:
+        raise ClcError(f"--kernel and --kernel-regex shape the summary and csv, not --format "
+                       f"{args.format}", EXIT_USAGE)
+    if args.sort != "launches" and listing:
+        what = "--per-launch" if args.per_launch else f"--format {args.format}"
+        raise ClcError(f"--sort orders the kernels of a summary or a per-kernel csv, not "
+                       f"{what}", EXIT_USAGE)
+    if (args.t_from is not None or args.t_to is not None) and not args.per_launch:
+        raise ClcError("--from and --to cut the launches listed (--format csv --per-launch), "
+                       "not per-kernel counts or a comparison", EXIT_USAGE)
+    if args.t_from is not None and args.t_to is not None and args.t_to <= args.t_from:
+        raise ClcError(f"--to {args.t_to:g} is not after --from {args.t_from:g}", EXIT_USAGE)
+
+
+def _seconds(text):
+    try:
+        s = float(text)
+    except ValueError:
+        s = -1.0
+    if not (0 <= s < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds from the start of the "
+                                         f"capture (a number, 0 or more)")
+    return s
 
 
 def _width(text):

@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`clc report`'s launch listings cut down: the per-launch CSV, --kernel and a time window."""
+
+import csv
+import io
+import tracemalloc
+
+import pytest
+
+from capture_writer import CaptureWriter, big_capture
+from clc import abi
+from clc.capture.per_launch import PER_LAUNCH_COLUMNS, write_per_launch_csv
+from clc.capture.reader import scan_captures
+from clc.capture.reports import View, _csv_text
+from clc.cli.main import main
+
+VECADD = "_Z6vecAddPKfS0_Pfi"
+SCALE = "_Z5scalePff"
+START = 1_000_000_000
+
+
+@pytest.fixture
+def cap(tmp_path):
+    """vecAdd launched at 1 s, 2 s and 3 s after the capture's start (the first two timed),
+    scale at 1.5 s by another thread on a stream, denied by a rule named like a formula."""
+    w = CaptureWriter(start_monotonic_ns=START)
+    w.process("./app")
+    w.policy({"rules": [{"name": "=deny scale", "kernel": "scale*", "action": "deny"}]})
+    w.kernel(0, VECADD)
+    w.kernel(1, SCALE)
+    w.launch(0, 0, t_ns=START + 1_000_000_000, grid=(64, 2, 1), block=(256, 1, 1), timed=True)
+    w.launch(1, 1, t_ns=START + 1_500_000_000, stream=0x7F00, tid=4243,
+             action=abi.ACTION_DENY, rule=0, shared_mem=1024)
+    w.launch(2, 0, t_ns=START + 2_000_000_000, timed=True)
+    w.timing(0, 0, 5000)
+    w.timing(2, 0, 7000)
+    w.launch(3, 0, t_ns=START + 3_000_000_000)
+    w.kernel_stats(0, launches=3, recorded=3, timed=2, gpu_ns=12000)
+    w.kernel_stats(1, launches=1, recorded=1, denied=1)
+    w.end()
+    return w.write(tmp_path / "cap.clc")
+
+
+def report(capsys, *argv):
+    try:
+        rc = main(["report", *map(str, argv)])
+    except SystemExit as e:  # argparse's own refusals
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def rows_of(text):
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_per_launch_csv_has_a_row_per_launch(cap, capsys):
+    rc, out, err = report(capsys, cap, "--format", "csv", "--per-launch")
+    assert rc == 0, err
+    assert out.splitlines()[0] == ",".join(PER_LAUNCH_COLUMNS)
+    rows = rows_of(out)
+    assert [r["seq"] for r in rows] == ["0", "1", "2", "3"]
+    first, scale = rows[0], rows[1]
+    assert first == {"pid": "4242", "seq": "0", "t_ns": str(START + 1_000_000_000),
+                     "kernel": "vecAdd(float const*, float const*, float*, int)",
+                     "mangled": VECADD, "grid": "64x2x1", "block": "256x1x1",
+                     "shared_mem": "0", "stream": "0x0", "tid": "4242",
+                     "entry": "cuLaunchKernel", "action": "allow", "rule": "default",
+                     "result": "0", "gpu_ns": "5000"}
+    assert (scale["kernel"], scale["stream"], scale["tid"], scale["action"],
+            scale["shared_mem"]) == ("scale(float*, float)", "0x7f00", "4243", "deny", "1024")
+    # a rule's name, the policy's to choose, cannot start a spreadsheet formula
+    assert scale["rule"] == "'=deny scale"
+    assert [r["gpu_ns"] for r in rows] == ["5000", "", "7000", ""]
+
+
+def test_per_launch_csv_honours_kernel_and_the_time_window(cap, capsys):
+    rc, out, _ = report(capsys, cap, "--format", "csv", "--per-launch", "--kernel", "vec*")
+    assert rc == 0 and [r["seq"] for r in rows_of(out)] == ["0", "2", "3"]
+    rc, out, _ = report(capsys, cap, "--format", "csv", "--per-launch", "--kernel-regex",
+                        "^sc")
+    assert [r["seq"] for r in rows_of(out)] == ["1"]
+    # from 1.5 s up to, not including, 3 s
+    rc, out, _ = report(capsys, cap, "--format", "csv", "--per-launch", "--from", "1.5",
+                        "--to", "3")
+    assert [r["seq"] for r in rows_of(out)] == ["1", "2"]
+    rc, out, _ = report(capsys, cap, "--format", "csv", "--per-launch", "--from", "2",
+                        "--kernel", "vec*")
+    assert [r["seq"] for r in rows_of(out)] == ["2", "3"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--per-launch"], "--per-launch lists launches in a csv report"),
+    (["--format", "json", "--per-launch"], "--per-launch lists launches in a csv report"),
+    (["--format", "csv", "--per-launch", "--sort", "name"],
+     "--sort orders the kernels of a summary or a per-kernel csv, not --per-launch"),
+    (["--format", "csv", "--from", "1"], "--from and --to cut the launches listed"),
+    (["--format", "csv", "--per-launch", "--from", "2", "--to", "1"],
+     "--to 1 is not after --from 2"),
+    (["--format", "csv", "--per-launch", "--from", "-1"], "'-1': expected seconds"),
+    (["--format", "csv", "--per-launch", "--to", "nan"], "'nan': expected seconds"),
+])
+def test_options_that_do_not_apply_are_refused(cap, capsys, argv, said):
+    rc, _, err = report(capsys, cap, *argv)
+    assert rc == 2 and said in err
+
+
+def test_per_launch_csv_memory_does_not_grow_with_launches(tmp_path):
+    # GIVEN a capture of 100,000 launches (every tenth timed), three launch windows
+    path = big_capture(tmp_path / "big.clc", 100_000)
+    caps = scan_captures([path])
+
+    class Counting:
+        lines = 0
+
+        def write(self, text):
+            self.lines += text.count("\n")
+
+    out = Counting()
+    tracemalloc.start()
+    try:
+        unmatched = write_per_launch_csv(caps, out, View(), _csv_text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # THEN every launch is a row, written while memory stays about the launch window's
+    assert out.lines == 100_001 and unmatched == 0
+    assert peak < 16 * 2**20
