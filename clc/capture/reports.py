@@ -20,9 +20,10 @@ from array import array
 from dataclasses import dataclass, field
 
 from clc import abi
+from clc.capture import distribution
 from clc.capture.reader import LAUNCH_WINDOW, error_name, gpu_times, launch_stream
 
-__all__ = ["FORMATS", "SORTS", "View", "summary", "to_csv", "to_json", "to_chrome",
+__all__ = ["FORMATS", "SORTS", "View", "csv_columns", "summary", "to_csv", "to_json", "to_chrome",
            "write_json", "write_chrome", "write_report", "write_comparison", "compare_rows",
            "WRITE_BUFFER"]
 
@@ -57,6 +58,11 @@ class _Row(abi.Counters):
         s = self.times
         return s[max(0, math.ceil(q * len(s)) - 1)] if s else None
 
+    def spread(self, percentiles):
+        """GPU times' min, each percentile's, max (ns) and standard deviation; None untimed."""
+        ps = [self.quantile(p / 100) for p in percentiles]
+        return [self.quantile(0), *ps, self.quantile(1), distribution.std_dev(self.times)]
+
 
 # --sort's columns: the key a row sorts by (larger first, but the name)
 SORTS = {
@@ -88,6 +94,7 @@ class View:
     width: int = KERNEL_WIDTH
     t_from: float = None
     t_to: float = None
+    percentiles: tuple = distribution.DEFAULT_PERCENTILES
 
     def shows(self, row):
         if not self.kernels and self.kernel_regex is None:
@@ -270,15 +277,15 @@ def _us(ns, none="-"):
 
 
 def _row_cells(launches, graph_nodes, denied, failed, recorded, timed, gpu_ns, partial, name,
-               total_ns, row=None):
+               total_ns, row=None, percentiles=()):
     mark = "*" if partial else ""
     if timed:
         gpu = [f"{gpu_ns / 1e6:.3f}", f"{100 * gpu_ns / total_ns:.1f}" if total_ns else "-",
                f"{gpu_ns / timed / 1e3:.3f}"]
     else:
         gpu = ["-", "-", "-"]
-    dist = [_us(row.quantile(q)) for q in (0, 0.5, 1, 0.99)] if row is not None else \
-        ["", "", "", ""]
+    dist = [_us(v) for v in row.spread(percentiles)] if row is not None else \
+        [""] * (len(percentiles) + 3)
     return [f"{launches}{mark}", f"{graph_nodes}{mark}", f"{denied}{mark}", f"{failed}{mark}",
             f"{recorded}", *gpu, *dist, name]
 
@@ -349,8 +356,9 @@ def summary(captures, view=None):
       besides those the policy asks to record, the first abi.DENIED_RECORDED denied launches
       of each kernel are recorded for audit. At most Launches + Graph nodes.
     - GPU total (ms), Share (%), GPU mean (us): over the launches timed; the share of all
-      kernels' GPU time. Min, Median, Max, P99 (us): of the timed launches' GPU times (their
-      TIMING records), by nearest rank.
+      kernels' GPU time. Min, the view's percentiles (Median, P99 by default), Max (us): of
+      the timed launches' GPU times (their TIMING records), by nearest rank; Std dev (us):
+      their sample standard deviation.
 
     view (a View) picks the kernels shown, their order and the names' width; the Total row
     adds up the kernels shown.
@@ -367,11 +375,13 @@ def summary(captures, view=None):
     view = view or View()
     rows, every = _view_rows(captures, view)
     total_ns = sum(r.gpu_ns for r in every)
+    ps = view.percentiles
     headers = ["Launches", "Graph nodes", "Denied", "Failed", "Recorded", "GPU total (ms)",
-               "Share (%)", "GPU mean (us)", "Min (us)", "Median (us)", "Max (us)", "P99 (us)",
+               "Share (%)", "GPU mean (us)", "Min (us)",
+               *(f"{distribution.label(p)} (us)" for p in ps), "Max (us)", "Std dev (us)",
                "Kernel"]
     table = [_row_cells(r.launches, r.graph_nodes, r.denied, r.failed, r.recorded, r.timed,
-                        r.gpu_ns, r.partial, _truncate(r.name, view.width), total_ns, r)
+                        r.gpu_ns, r.partial, _truncate(r.name, view.width), total_ns, r, ps)
              for r in rows]
     partial = any(r.partial for r in rows)
     shown = f"{len(rows)} kernel{'' if len(rows) == 1 else 's'}"
@@ -381,7 +391,7 @@ def summary(captures, view=None):
         sum(r.launches for r in rows), sum(r.graph_nodes for r in rows),
         sum(r.denied for r in rows), sum(r.failed for r in rows), sum(r.recorded for r in rows),
         sum(r.timed for r in rows), sum(r.gpu_ns for r in rows), partial, f"Total ({shown})",
-        total_ns))
+        total_ns, percentiles=ps))
     line, rule = _table(headers, table)
     out.append(line(headers))
     out.append(rule)
@@ -594,9 +604,12 @@ def write_comparison(captures, baseline, fmt, out, view=None):
 
 # ---- csv --------------------------------------------------------------------------------------
 
-CSV_COLUMNS = ("kernel", "mangled", "launches", "graph_nodes", "denied", "failed", "recorded",
-               "timed", "gpu_total_ms", "share_pct", "gpu_mean_us", "gpu_min_us",
-               "gpu_median_us", "gpu_max_us", "gpu_p99_us", "partial", "capture_partial")
+def csv_columns(percentiles=distribution.DEFAULT_PERCENTILES):
+    """The per-kernel CSV's header: a column per percentile, between min and max."""
+    return ("kernel", "mangled", "launches", "graph_nodes", "denied", "failed", "recorded",
+            "timed", "gpu_total_ms", "share_pct", "gpu_mean_us", "gpu_min_us",
+            *(f"gpu_{distribution.key(p)}_us" for p in percentiles), "gpu_max_us",
+            "gpu_std_us", "partial", "capture_partial")
 
 
 def to_csv(captures, out, view=None):
@@ -607,7 +620,7 @@ def to_csv(captures, out, view=None):
     rows, every = _view_rows(captures, view)
     total_ns = sum(r.gpu_ns for r in every)
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    w.writerow(csv_columns(view.percentiles))
     for r in rows:
         w.writerow([
             _csv_text(r.name), _csv_text(r.mangled), r.launches, r.graph_nodes, r.denied,
@@ -615,7 +628,7 @@ def to_csv(captures, out, view=None):
             r.timed, f"{r.gpu_ns / 1e6:.6f}" if r.timed else "",
             f"{100 * r.gpu_ns / total_ns:.3f}" if r.timed and total_ns else "",
             _us(r.gpu_ns / r.timed if r.timed else None, ""),
-            *(_us(r.quantile(q), "") for q in (0, 0.5, 1, 0.99)), int(r.partial),
+            *(_us(v, "") for v in r.spread(view.percentiles)), int(r.partial),
             int(r.capture_partial)])
 
 
@@ -643,7 +656,12 @@ def _json_captures(captures):
     } for c in captures]
 
 
-def _json_kernels(captures):
+def _json_kernels(captures, view):
+    def spread(r):
+        low, *ps, high, std = r.spread(view.percentiles)
+        return {"gpu_ns_min": low, "gpu_ns_max": high, "gpu_ns_std": std,
+                "gpu_ns_percentiles": dict(zip((f"{p:g}" for p in view.percentiles), ps))}
+
     return [{
         "name": r.name,
         "mangled": r.mangled,
@@ -657,9 +675,10 @@ def _json_kernels(captures):
         "confined_sms": sorted(r.confined_sms),
         "gpu_ns_total": r.gpu_ns,
         "gpu_ns_mean": r.gpu_ns / r.timed if r.timed else None,
+        **spread(r),
         "rules": sorted(r.rules),
         "partial": r.partial,
-    } for r in _kernel_rows(captures)]
+    } for r in _kernel_rows(captures, times=True)]
 
 
 def _json_rules(captures):
@@ -717,21 +736,21 @@ def _json_messages(captures):
             for cap in captures for m in cap.messages]
 
 
-def _head(captures):
+def _head(captures, view):
     return {"version": JSON_VERSION, "captures": _json_captures(captures),
-            "kernels": _json_kernels(captures), "denied_by_rule": _json_rules(captures)}
+            "kernels": _json_kernels(captures, view), "denied_by_rule": _json_rules(captures)}
 
 
 def _unmatched(streams):
     return sum(s.unmatched_timings for s in streams)
 
 
-def to_json(captures):
+def to_json(captures, view=None):
     """Everything in the captures as plain data (schema version JSON_VERSION), launches
     included: in memory, for small captures; write_json streams the same document."""
     captures = list(captures)
     streams = [launch_stream(cap) for cap in captures]
-    doc = _head(captures)
+    doc = _head(captures, view or View())
     doc["launches"] = [d for cap, s in zip(captures, streams) for d in _json_launches(cap, s)]
     doc["unmatched_timings"] = _unmatched(streams)
     doc["modules"] = _json_modules(captures)
@@ -740,7 +759,7 @@ def to_json(captures):
     return doc
 
 
-def write_json(captures, out):
+def write_json(captures, out, view=None):
     """Write to_json's document to the text file `out`, one launch at a time (one launch a
     line); returns the number of GPU times matched to no launch record."""
     captures = list(captures)
@@ -750,7 +769,7 @@ def write_json(captures, out):
         out.write(f"  {json.dumps(key)}: {text}{'' if last else ','}\n")
 
     out.write("{\n")
-    for key, value in _head(captures).items():
+    for key, value in _head(captures, view or View()).items():
         item(key, value)
     out.write('  "launches": [')
     sep = "\n    "
@@ -940,7 +959,8 @@ def _write(captures, fmt, out, view=None, per_launch=False):
         to_csv(captures, out, view)
         return []
     else:
-        unmatched = (write_json if fmt == "json" else write_chrome)(captures, out)
+        unmatched = (write_json(captures, out, view) if fmt == "json" else
+                     write_chrome(captures, out))
     if not unmatched:
         return []
     return [f"{unmatched} GPU time{'s' if unmatched != 1 else ''} matched no launch record: "

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 
+from clc.capture.distribution import DEFAULT_PERCENTILES, parse_percentiles
 from clc.capture.reader import CaptureError, scan_captures
 from clc.runtime.run_captures import begun, capture_files
 from clc.errors import EXIT_USAGE, ClcError
@@ -41,6 +42,11 @@ class ReportCommand:
                                  "the earliest capture (the Chrome trace's 0)")
         parser.add_argument("--to", dest="t_to", type=_seconds, metavar="S",
                             help="list only launches before S seconds from that start")
+        parser.add_argument("--percentiles", type=_percentiles, metavar="P,P...",
+                            default=DEFAULT_PERCENTILES,
+                            help="the GPU-time percentiles of each kernel (summary, csv, json; "
+                                 "each in (0, 100], by nearest rank; default 50,99), beside its "
+                                 "min, max and standard deviation")
         parser.add_argument("--sort", choices=SORTS, default="launches",
                             help="the kernels' order (summary, csv): largest first, name A-Z")
         parser.add_argument("--width", type=_width, default=KERNEL_WIDTH, metavar="N",
@@ -72,7 +78,7 @@ class ReportCommand:
             if problem:
                 raise ClcError(f"--kernel-regex {args.kernel_regex!r}: {problem}", EXIT_USAGE)
         view = View(tuple(args.kernel), args.kernel_regex, args.sort, args.width, args.t_from,
-                    args.t_to)
+                    args.t_to, args.percentiles)
         if args.baseline and args.format == "chrome":
             raise ClcError("--baseline compares runs in a summary, csv or json, not a Chrome "
                            "trace", EXIT_USAGE)
@@ -140,8 +146,19 @@ def _check_selection(args):
     if (args.t_from is not None or args.t_to is not None) and not args.per_launch:
         raise ClcError("--from and --to cut the launches listed (--format csv --per-launch), "
                        "not per-kernel counts or a comparison", EXIT_USAGE)
+    if args.percentiles != DEFAULT_PERCENTILES and (args.baseline or args.per_launch or
+                                                    args.format == "chrome"):
+        raise ClcError("--percentiles shapes the per-kernel summary, csv and json, not a "
+                       "comparison, --per-launch or a Chrome trace", EXIT_USAGE)
     if args.t_from is not None and args.t_to is not None and args.t_to <= args.t_from:
         raise ClcError(f"--to {args.t_to:g} is not after --from {args.t_from:g}", EXIT_USAGE)
+
+
+def _percentiles(text):
+    try:
+        return parse_percentiles(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
 
 
 def _seconds(text):

@@ -2,6 +2,8 @@
 """`clc report`'s launch listings cut down: the per-launch CSV, --kernel and a time window."""
 
 import csv
+import json
+import re
 import io
 import tracemalloc
 
@@ -126,3 +128,70 @@ def test_per_launch_csv_memory_does_not_grow_with_launches(tmp_path):
     # THEN every launch is a row, written while memory stays about the launch window's
     assert out.lines == 100_001 and unmatched == 0
     assert peak < 16 * 2**20
+
+
+# ---- percentiles and standard deviation ----------------------------------------------------
+
+@pytest.fixture
+def spread(tmp_path):
+    """vecAdd's 100 timed launches took 1, 2, ..., 100 us."""
+    w = CaptureWriter(start_monotonic_ns=START)
+    w.process("./app")
+    w.kernel(0, VECADD)
+    for seq in range(100):
+        w.launch(seq, 0, timed=True)
+        w.timing(seq, 0, 1000 * (seq + 1))
+    w.kernel_stats(0, launches=100, recorded=100, timed=100, gpu_ns=5050 * 1000)
+    w.end()
+    return w.write(tmp_path / "spread.clc")
+
+
+def summary_columns(text):
+    lines = text.splitlines()
+    header = next(ln for ln in lines if ln.startswith("Launches"))
+    row = next(ln for ln in lines if ln.endswith("int)"))
+    names = re.split(r"\s{2,}", header.strip())
+    return dict(zip(names, row.split()[:len(names) - 1]))
+
+
+def test_chosen_percentiles_and_std_dev_in_summary_csv_and_json(spread, capsys):
+    rc, out, err = report(capsys, spread, "--percentiles", "90,50,99.9")
+    assert rc == 0, err
+    cols = summary_columns(out)
+    # nearest rank: the 90th of 1..100 us is 90, the 99.9th 100; the sample std dev 29.011
+    assert (cols["Min (us)"], cols["Median (us)"], cols["P90 (us)"], cols["P99.9 (us)"],
+            cols["Max (us)"], cols["Std dev (us)"]) == (
+        "1.000", "50.000", "90.000", "100.000", "100.000", "29.011")
+    assert "P99 (us)" not in cols
+    rc, out, _ = report(capsys, spread, "--format", "csv", "--percentiles", "50,90,99.9")
+    (row,) = rows_of(out)
+    assert (row["gpu_median_us"], row["gpu_p90_us"], row["gpu_p99_9_us"], row["gpu_std_us"]) \
+        == ("50.000", "90.000", "100.000", "29.011")
+    rc, out, _ = report(capsys, spread, "--format", "json", "--percentiles", "90")
+    (k,) = json.loads(out)["kernels"]
+    assert k["gpu_ns_percentiles"] == {"90": 90_000}
+    assert (k["gpu_ns_min"], k["gpu_ns_max"]) == (1000, 100_000)
+    assert k["gpu_ns_std"] == pytest.approx(29011.49, abs=0.01)
+
+
+def test_default_percentiles_are_the_median_and_p99(spread, capsys):
+    cols = summary_columns(report(capsys, spread)[1])
+    assert (cols["Median (us)"], cols["P99 (us)"], cols["Std dev (us)"]) == (
+        "50.000", "99.000", "29.011")
+
+
+@pytest.mark.parametrize("value, said", [
+    ("0,50", "'0,50': 0 is not a percentile in (0, 100]"),
+    ("50,101", "'50,101': 101 is not a percentile in (0, 100]"),
+    ("50,,99", "'50,,99': '' is not a number"),
+    ("p99", "'p99': 'p99' is not a number"),
+    ("nan", "'nan': nan is not a percentile in (0, 100]"),
+])
+def test_percentiles_are_checked(spread, capsys, value, said):
+    rc, _, err = report(capsys, spread, "--percentiles", value)
+    assert rc == 2 and f"argument --percentiles: {said}" in err
+
+
+def test_percentiles_are_refused_where_they_do_not_apply(spread, capsys):
+    rc, _, err = report(capsys, spread, "--format", "chrome", "--percentiles", "90")
+    assert rc == 2 and "--percentiles shapes the per-kernel summary, csv and json" in err
