@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from clc import abi
 from clc.capture import distribution
+from clc.capture.per_launch import Picker, run_start
 from clc.capture.reader import LAUNCH_WINDOW, error_name, gpu_times, launch_stream
 
 __all__ = ["FORMATS", "SORTS", "View", "csv_columns", "summary", "to_csv", "to_json", "to_chrome",
@@ -678,7 +679,7 @@ def _json_kernels(captures, view):
         **spread(r),
         "rules": sorted(r.rules),
         "partial": r.partial,
-    } for r in _kernel_rows(captures, times=True)]
+    } for r in _kernel_rows(captures, times=True) if view.shows(r)]
 
 
 def _json_rules(captures):
@@ -709,7 +710,7 @@ def _json_launches(cap, stream):
         }
 
 
-def _json_modules(captures):
+def _json_modules(captures, pick):
     return [{
         "pid": cap.pid,
         "t_ns": m.t_ns,
@@ -721,7 +722,7 @@ def _json_modules(captures):
         "preserved": bool(m.preserved),
         "result": m.result,
         "path": m.path,
-    } for cap in captures for m in cap.modules]
+    } for cap in captures for m in cap.modules if pick.in_window(m.t_ns)]
 
 
 def _json_wrapped(captures):
@@ -731,14 +732,19 @@ def _json_wrapped(captures):
             for cap in captures for w in cap.wrap_stats]
 
 
-def _json_messages(captures):
+def _json_messages(captures, pick):
     return [{"pid": cap.pid, "level": m.level_name, "text": m.text}
-            for cap in captures for m in cap.messages]
+            for cap in captures for m in cap.messages if pick.in_window(m.t_ns)]
 
 
 def _head(captures, view):
-    return {"version": JSON_VERSION, "captures": _json_captures(captures),
+    head = {"version": JSON_VERSION, "captures": _json_captures(captures),
             "kernels": _json_kernels(captures, view), "denied_by_rule": _json_rules(captures)}
+    if view.filtered or view.t_from is not None or view.t_to is not None:
+        # a reader of the file must know its launches are not all of the run's
+        head["selection"] = {"kernels": list(view.kernels), "kernel_regex": view.kernel_regex,
+                             "from_s": view.t_from, "to_s": view.t_to}
+    return head
 
 
 def _unmatched(streams):
@@ -749,13 +755,16 @@ def to_json(captures, view=None):
     """Everything in the captures as plain data (schema version JSON_VERSION), launches
     included: in memory, for small captures; write_json streams the same document."""
     captures = list(captures)
+    view = view or View()
+    pick = Picker(captures, view)
     streams = [launch_stream(cap) for cap in captures]
-    doc = _head(captures, view or View())
-    doc["launches"] = [d for cap, s in zip(captures, streams) for d in _json_launches(cap, s)]
+    doc = _head(captures, view)
+    doc["launches"] = [d for cap, s in zip(captures, streams)
+                       for d in _json_launches(cap, pick.launches(cap, s))]
     doc["unmatched_timings"] = _unmatched(streams)
-    doc["modules"] = _json_modules(captures)
+    doc["modules"] = _json_modules(captures, pick)
     doc["wrapped"] = _json_wrapped(captures)
-    doc["messages"] = _json_messages(captures)
+    doc["messages"] = _json_messages(captures, pick)
     return doc
 
 
@@ -763,13 +772,15 @@ def write_json(captures, out, view=None):
     """Write to_json's document to the text file `out`, one launch at a time (one launch a
     line); returns the number of GPU times matched to no launch record."""
     captures = list(captures)
+    view = view or View()
+    pick = Picker(captures, view)
 
     def item(key, value, last=False):
         text = json.dumps(value, indent=2).replace("\n", "\n  ")
         out.write(f"  {json.dumps(key)}: {text}{'' if last else ','}\n")
 
     out.write("{\n")
-    for key, value in _head(captures, view or View()).items():
+    for key, value in _head(captures, view).items():
         item(key, value)
     out.write('  "launches": [')
     sep = "\n    "
@@ -779,7 +790,7 @@ def write_json(captures, out, view=None):
         for cap in captures:
             stream = launch_stream(cap)
             streams.append(stream)
-            for d in _json_launches(cap, stream):
+            for d in _json_launches(cap, pick.launches(cap, stream)):
                 out.write(sep)
                 out.write(json.dumps(d))
                 sep = ",\n    "
@@ -789,9 +800,9 @@ def write_json(captures, out, view=None):
     out.write("\n  ],\n" if sep != "\n    " else "],\n")
     unmatched = _unmatched(streams)
     item("unmatched_timings", unmatched)
-    item("modules", _json_modules(captures))
+    item("modules", _json_modules(captures, pick))
     item("wrapped", _json_wrapped(captures))
-    item("messages", _json_messages(captures), last=True)
+    item("messages", _json_messages(captures, pick), last=True)
     out.write("}\n")
     return unmatched
 
@@ -838,8 +849,9 @@ def _meta(name, pid, tid, value):
     return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": value}
 
 
-def _chrome_events(captures, streams):
-    base = min((c.start_monotonic_ns for c in captures), default=0)
+def _chrome_events(captures, streams, view=None):
+    base = run_start(captures)
+    pick = Picker(captures, view or View())
 
     def us(t_ns):
         return (t_ns - base) / 1e3
@@ -853,7 +865,7 @@ def _chrome_events(captures, streams):
         cpu_tids = set()
         stream = launch_stream(cap)
         streams.append(stream)
-        for ln in stream:
+        for ln in pick.launches(cap, stream):
             name = cap.kernel(ln.kernel_id).name
             cpu_tids.add(ln.tid)
             args = {
@@ -890,26 +902,26 @@ def _chrome_events(captures, streams):
             yield _meta("thread_name", pid, tid, {"name": f"GPU stream {s:#x}"})
             # Below the CPU threads, which sort by tid.
             yield _meta("thread_sort_index", pid, tid, {"sort_index": tid})
-        for m in cap.modules:
+        for m in (m for m in cap.modules if pick.in_window(m.t_ns)):
             yield {"ph": "i", "s": "p", "name": m.api_name, "cat": "module",
                    "pid": pid, "tid": pid, "ts": us(m.t_ns),
                    "args": {"image": m.image_name, "handle": f"{m.handle:#x}",
                             "image_size": m.image_size, "path": m.path,
                             "result": m.result}}
-        for m in cap.messages:
+        for m in (m for m in cap.messages if pick.in_window(m.t_ns)):
             yield {"ph": "i", "s": "p", "name": f"clc {m.level_name}",
                    "cat": "message", "pid": pid, "tid": pid, "ts": us(m.t_ns),
                    "args": {"text": m.text}}
 
 
-def to_chrome(captures):
+def to_chrome(captures, view=None):
     """A Chrome trace event file (chrome://tracing, Perfetto) of launches, GPU time, loads, in
     memory; write_chrome streams the same."""
     captures = list(captures)
-    return {"traceEvents": list(_chrome_events(captures, [])), "displayTimeUnit": "ns"}
+    return {"traceEvents": list(_chrome_events(captures, [], view)), "displayTimeUnit": "ns"}
 
 
-def write_chrome(captures, out):
+def write_chrome(captures, out, view=None):
     """Write to_chrome's trace to the text file `out`, one event at a time; returns the number
     of GPU times matched to no launch record."""
     captures = list(captures)
@@ -918,7 +930,7 @@ def write_chrome(captures, out):
     sep = ""
     progress = _Progress(sum(c.launch_records for c in captures), "clc report: trace", out)
     try:
-        for event in _chrome_events(captures, streams):
+        for event in _chrome_events(captures, streams, view):
             out.write(sep)
             out.write(json.dumps(event, separators=(",", ":")))
             sep = ","
@@ -960,7 +972,7 @@ def _write(captures, fmt, out, view=None, per_launch=False):
         return []
     else:
         unmatched = (write_json(captures, out, view) if fmt == "json" else
-                     write_chrome(captures, out))
+                     write_chrome(captures, out, view))
     if not unmatched:
         return []
     return [f"{unmatched} GPU time{'s' if unmatched != 1 else ''} matched no launch record: "

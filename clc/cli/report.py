@@ -136,16 +136,13 @@ def _check_selection(args):
                        "--baseline", EXIT_USAGE)
     comparing = args.baseline and args.format != "chrome"
     listing = args.per_launch or args.format in ("json", "chrome") and not comparing
-    if (args.kernel or args.kernel_regex is not None) and listing and not args.per_launch:
-        raise ClcError(f"--kernel and --kernel-regex shape the summary and csv, not --format "
-                       f"{args.format}", EXIT_USAGE)
     if args.sort != "launches" and listing:
         what = "--per-launch" if args.per_launch else f"--format {args.format}"
         raise ClcError(f"--sort orders the kernels of a summary or a per-kernel csv, not "
                        f"{what}", EXIT_USAGE)
-    if (args.t_from is not None or args.t_to is not None) and not args.per_launch:
-        raise ClcError("--from and --to cut the launches listed (--format csv --per-launch), "
-                       "not per-kernel counts or a comparison", EXIT_USAGE)
+    if (args.t_from is not None or args.t_to is not None) and not listing:
+        raise ClcError("--from and --to cut the launches listed (--format json, chrome, or csv "
+                       "--per-launch), not per-kernel counts or a comparison", EXIT_USAGE)
     if args.percentiles != DEFAULT_PERCENTILES and (args.baseline or args.per_launch or
                                                     args.format == "chrome"):
         raise ClcError("--percentiles shapes the per-kernel summary, csv and json, not a "

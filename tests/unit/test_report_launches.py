@@ -195,3 +195,45 @@ def test_percentiles_are_checked(spread, capsys, value, said):
 def test_percentiles_are_refused_where_they_do_not_apply(spread, capsys):
     rc, _, err = report(capsys, spread, "--format", "chrome", "--percentiles", "90")
     assert rc == 2 and "--percentiles shapes the per-kernel summary, csv and json" in err
+
+
+# ---- --kernel and the time window for JSON and the Chrome trace ---------------------------
+
+def report_schema():
+    import importlib.resources
+
+    import jsonschema
+    schema = json.loads(importlib.resources.files("clc.schemas").joinpath(
+        "report-1.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_json_is_cut_down_by_kernel_and_time(cap, capsys):
+    rc, out, err = report(capsys, cap, "--format", "json", "--kernel", "vec*", "--to", "2.5")
+    assert rc == 0, err
+    doc = json.loads(out)
+    report_schema().validate(doc)
+    # vecAdd's launches before 2.5 s, and only vecAdd's row
+    assert [ln["seq"] for ln in doc["launches"]] == [0, 2]
+    assert [k["mangled"] for k in doc["kernels"]] == [VECADD]
+    assert doc["selection"] == {"kernels": ["vec*"], "kernel_regex": None, "from_s": None,
+                                "to_s": 2.5}
+    # the whole document says no selection
+    rc, out, _ = report(capsys, cap, "--format", "json")
+    doc = json.loads(out)
+    assert "selection" not in doc and len(doc["launches"]) == 4
+
+
+def test_chrome_trace_is_cut_down_by_kernel_and_time(cap, capsys):
+    rc, out, err = report(capsys, cap, "--format", "chrome", "--from", "1.2")
+    assert rc == 0, err
+    events = json.loads(out)["traceEvents"]
+    launches = [e for e in events if e.get("cat") in ("launch", "denied")]
+    assert [e["args"]["seq"] for e in launches] == [1, 2, 3]
+    # the trace's 0 is the capture's start: a window read off the timeline cuts the same
+    assert launches[0]["ts"] == pytest.approx(1.5e6)
+    assert [e["args"]["seq"] for e in events if e.get("cat") == "gpu"] == [2]
+    rc, out, err = report(capsys, cap, "--format", "chrome", "--kernel-regex", "^scale")
+    launches = [e for e in json.loads(out)["traceEvents"]
+                if e.get("cat") in ("launch", "denied")]
+    assert [e["name"] for e in launches] == ["scale(float*, float)"]
