@@ -99,6 +99,7 @@ class ReportCommand:
                 raise ClcError(str(e), EXIT_USAGE) from None
             try:
                 if baseline is not None:
+                    _warn_partial(captures, baseline)
                     write_comparison(captures, baseline, args.format, out or sys.stdout, view)
                     notes = []
                 else:
@@ -127,6 +128,22 @@ class ReportCommand:
                   f"{'s' if len(captures) != 1 else ''} written to {args.output}",
                   file=sys.stderr)
         return 0
+
+
+def _warn_partial(captures, baseline):
+    """Say once, before the comparison, which captures of either side lack records (as the
+    summary's PARTIAL) or the shim's counts (its `*`): a change between the runs can then come
+    from what is missing."""
+    sides = []
+    for side, caps in (("baseline", baseline), ("current", captures)):
+        partial = [c.path for c in caps if c.partial or c.stats_partial]
+        if partial:
+            sides.append(f"{side} {', '.join(partial)}")
+    if sides:
+        print(f"clc: warning: --baseline compares partial captures ({'; '.join(sides)}): "
+              f"records or counts of their runs are missing from the files (clc report of "
+              f"each says which), so a change may come from what is missing, not from the "
+              f"runs", file=sys.stderr)
 
 
 def _check_selection(args):

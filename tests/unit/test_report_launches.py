@@ -237,3 +237,32 @@ def test_chrome_trace_is_cut_down_by_kernel_and_time(cap, capsys):
     launches = [e for e in json.loads(out)["traceEvents"]
                 if e.get("cat") in ("launch", "denied")]
     assert [e["name"] for e in launches] == ["scale(float*, float)"]
+
+
+# ---- --baseline of partial captures ---------------------------------------------------------
+
+def a_run(path, dropped=0, counts=True):
+    w = CaptureWriter()
+    w.process("./app")
+    w.kernel(0, VECADD)
+    w.launch(0, 0)
+    if counts:
+        w.kernel_stats(0, launches=1, recorded=1)
+    w.end(dropped=dropped)
+    return w.write(path)
+
+
+def test_baseline_warns_once_when_either_capture_is_partial(tmp_path, capsys):
+    whole = a_run(tmp_path / "whole.clc")
+    dropped = a_run(tmp_path / "dropped.clc", dropped=7)
+    derived = a_run(tmp_path / "derived.clc", counts=False)
+    rc, out, err = report(capsys, whole, "--baseline", dropped)
+    assert rc == 0 and "Launches (base)" in out
+    assert err.count("warning") == 1
+    assert f"--baseline compares partial captures (baseline {dropped})" in err
+    rc, _, err = report(capsys, derived, "--baseline", dropped, "--format", "csv")
+    assert err.count("warning") == 1
+    assert f"(baseline {dropped}; current {derived})" in err
+    # two whole runs: nothing said
+    rc, _, err = report(capsys, whole, "--baseline", a_run(tmp_path / "w2.clc"))
+    assert rc == 0 and err == ""
