@@ -53,6 +53,7 @@ class _Row(abi.Counters):
     key: object = None  # what rows merge by: the mangled name, or (capture, kernel id)
     # each timed launch's gpu_ns, sorted once all are read (_kernel_rows)
     times: array = field(default_factory=lambda: array("q"))
+    sources: dict = field(default_factory=dict)  # timing source's name -> its timed launches
 
     def quantile(self, q):
         """The q-quantile (0..1) of its launches' GPU times, by nearest rank; None untimed."""
@@ -143,9 +144,11 @@ def _kernel_rows(captures, times=False):
             if kid in keys:
                 rows[keys[kid]].rules.update(cap.rule_name(r) for r in rules)
         if times and cap.timing_records:
-            for kid, gpu_ns in gpu_times(cap):
+            for kid, gpu_ns, source in gpu_times(cap):
                 if kid in keys:
-                    rows[keys[kid]].times.append(gpu_ns)
+                    row = rows[keys[kid]]
+                    row.times.append(gpu_ns)
+                    row.sources[source] = row.sources.get(source, 0) + 1
     for row in rows.values():
         if row.times:
             row.times = array("q", sorted(row.times))
@@ -409,9 +412,9 @@ def summary(captures, view=None):
         notes.append(f"Recorded: LAUNCH records written. The first {abi.DENIED_RECORDED} "
                      "denied launches of each kernel are recorded for audit, even when the "
                      "policy records nothing.")
-    sources = {}
-    for cap in captures:
-        for source, n in cap.timing_sources.items():
+    sources = {}  # of the kernels shown only, as the table's totals
+    for r in rows:
+        for source, n in r.sources.items():
             sources[source] = sources.get(source, 0) + n
     if sources:
         notes.append("GPU times: " + ", ".join(

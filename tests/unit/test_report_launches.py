@@ -266,3 +266,31 @@ def test_baseline_warns_once_when_either_capture_is_partial(tmp_path, capsys):
     # two whole runs: nothing said
     rc, _, err = report(capsys, whole, "--baseline", a_run(tmp_path / "w2.clc"))
     assert rc == 0 and err == ""
+
+
+# ---- the GPU times line of a summary cut down by --kernel ---------------------------------
+
+def test_gpu_times_line_counts_only_the_kernels_shown(tmp_path, capsys):
+    # GIVEN vecAdd timed 3 times by events, scale twice by CUPTI
+    w = CaptureWriter()
+    w.process("./app")
+    w.kernel(0, VECADD)
+    w.kernel(1, SCALE)
+    for seq, kid, source in ((0, 0, abi.TIMING_EVENTS), (1, 0, abi.TIMING_EVENTS),
+                             (2, 0, abi.TIMING_EVENTS), (3, 1, abi.TIMING_CUPTI),
+                             (4, 1, abi.TIMING_CUPTI)):
+        w.launch(seq, kid, timed=True)
+        w.timing(seq, kid, 1000, source=source)
+    w.kernel_stats(0, launches=3, recorded=3, timed=3, gpu_ns=3000)
+    w.kernel_stats(1, launches=2, recorded=2, timed=2, gpu_ns=2000)
+    w.end()
+    path = w.write(tmp_path / "two.clc")
+    rc, out, _ = report(capsys, path)
+    out = " ".join(out.split())  # the line is wrapped
+    assert "GPU times: CUDA events recorded around each launch (3 launches), CUPTI kernel " \
+        "records (the kernels' own start and end) (2 launches)." in out
+    # WHEN only vecAdd is shown THEN only its timed launches are said
+    rc, out, _ = report(capsys, path, "--kernel", "vec*")
+    out = " ".join(out.split())
+    assert rc == 0 and "GPU times: CUDA events recorded around each launch (3 launches)." in out
+    assert "CUPTI" not in out
