@@ -23,6 +23,7 @@ from clc import abi
 from clc.capture import distribution
 from clc.capture.per_launch import Picker, run_start
 from clc.capture.reader import LAUNCH_WINDOW, error_name, gpu_times, launch_stream
+from clc.words import count
 
 __all__ = ["FORMATS", "SORTS", "View", "csv_columns", "summary", "to_csv", "to_json", "to_chrome",
            "write_json", "write_chrome", "write_report", "write_comparison", "compare_rows",
@@ -182,7 +183,7 @@ def _size(n):
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit} ({n} bytes)"
-    return f"{n} byte{'' if n == 1 else 's'}"
+    return count(n, "byte")
 
 
 def ending(cap):
@@ -208,7 +209,7 @@ def _capture_lines(cap):
         parts.append(ending(cap))
     notes = []
     if cap.dropped:
-        parts.append(f"{cap.dropped} records dropped (buffers full)")
+        parts.append(f"{count(cap.dropped, 'record')} dropped (buffers full)")
     if cap.write_lost_bytes:
         why = f" ({error_name(cap.write_errno)})" if cap.write_errno else ""
         parts.append(f"{_size(cap.write_lost_bytes)} lost to write errors{why}")
@@ -222,7 +223,8 @@ def _capture_lines(cap):
     if cap.table_full:
         parts.append("decision table full")
     if cap.undecided_launches:
-        parts.append(f"{cap.undecided_launches} launches decided by on_error without a kernel "
+        parts.append(f"{count(cap.undecided_launches, 'launch', 'launches')} decided by "
+                     f"on_error without a kernel "
                      f"(the driver could not be placed, or a signal handler launched a kernel "
                      f"not decided yet)")
     if not cap.complete:
@@ -313,12 +315,12 @@ def _hold_line(cap):
     if waits:
         total = sum(h.held_ns for h in waits)
         longest = max(h.held_ns for h in waits)
-        parts.append(f"{len(waits)} hold{'s' if len(waits) != 1 else ''}, "
-                     f"{total / 1e6:.1f} ms in all, longest {longest / 1e6:.2f} ms")
+        parts.append(f"{count(len(waits), 'hold')}, {total / 1e6:.1f} ms in all, longest "
+                     f"{longest / 1e6:.2f} ms")
     if shared:
         total = sum(h.held_ns for h in shared)
-        parts.append(f"on its held share in {len(shared)} busy period"
-                     f"{'s' if len(shared) != 1 else ''}, {total / 1e6:.1f} ms in all")
+        parts.append(f"on its held share in {count(len(shared), 'busy period')}, "
+                     f"{total / 1e6:.1f} ms in all")
     text = f"pid {cap.pid}: " + ", ".join(parts)
     lags = sorted(h.lag_ns for h in cap.holds if h.lag_ns)
     if lags:
@@ -332,14 +334,16 @@ def _hold_line(cap):
     return text
 
 
-_WRAP_WORDS = (("blocks", "blocks run"), ("threads", "threads"), ("skipped", "blocks skipped"),
-               ("max_resident", "most resident"), ("share_sms", "SMs"))
+# (count, its noun or None, the words after)
+_WRAP_WORDS = (("blocks", "block", " run"), ("threads", "thread", ""),
+               ("skipped", "block", " skipped"), ("max_resident", None, " most resident"),
+               ("share_sms", "SM", ""))
 
 
 def _wrap_line(w):
     """A wrapped kernel's counts in words."""
-    parts = [f"{getattr(w, key)} {words}" for key, words in _WRAP_WORDS
-             if key != "share_sms" or w.share_sms]
+    parts = [(count(getattr(w, key), noun) if noun else str(getattr(w, key))) + after
+             for key, noun, after in _WRAP_WORDS if key != "share_sms" or w.share_sms]
     return f"{_shown(w.kernel)} ({_shown(w.wrapper)}): " + ", ".join(parts)
 
 
@@ -388,7 +392,7 @@ def summary(captures, view=None):
                         r.gpu_ns, r.partial, _truncate(r.name, view.width), total_ns, r, ps)
              for r in rows]
     partial = any(r.partial for r in rows)
-    shown = f"{len(rows)} kernel{'' if len(rows) == 1 else 's'}"
+    shown = count(len(rows), "kernel")
     if view.filtered:
         shown += f" of {len(every)}"
     table.append(_row_cells(
@@ -418,7 +422,7 @@ def summary(captures, view=None):
             sources[source] = sources.get(source, 0) + n
     if sources:
         notes.append("GPU times: " + ", ".join(
-            f"{_TIMING_SOURCE_WORDS.get(s, f'source {s}')} ({n} launch{'es' if n != 1 else ''})"
+            f"{_TIMING_SOURCE_WORDS.get(s, f'source {s}')} ({count(n, 'launch', 'launches')})"
             for s, n in sources.items()) + ".")
     if partial:
         notes.append("* partial: the capture holds no counts of the kernel (see above); its "
@@ -431,8 +435,7 @@ def summary(captures, view=None):
     confined = [r for r in rows if r.confined_sms]
     if confined:
         out.append("")
-        out.append(f"Confined by a green context (sm_share): {len(confined)} kernel"
-                   f"{'' if len(confined) == 1 else 's'}")
+        out.append(f"Confined by a green context (sm_share): {count(len(confined), 'kernel')}")
         for r in confined:
             sms = " or ".join(str(n) for n in sorted(r.confined_sms))
             out.append(f"  {sms} SMs  {_truncate(r.name, view.width)}")
@@ -466,7 +469,7 @@ def summary(captures, view=None):
     on_error = sum(c.on_error_launches for c in captures)
     if on_error:
         out.append("")
-        out.append(_wrap(f"Fell to on_error: {on_error} launch{'es' if on_error != 1 else ''} "
+        out.append(_wrap(f"Fell to on_error: {count(on_error, 'launch', 'launches')} "
                          "that clc could not decide got the policy's on_error (the messages "
                          "say why)."))
 
@@ -570,7 +573,7 @@ def _comparison_summary(captures, baseline, rows, width):
     out += [line(headers), rule, *(line(t) for t in table)]
     only_base = sum(1 for r in rows if not r["current"]["launches"] and r["baseline"]["launches"])
     if only_base:
-        out += ["", _wrap(f"{only_base} kernel{'s' if only_base != 1 else ''} of the baseline "
+        out += ["", _wrap(f"{count(only_base, 'kernel')} of the baseline "
                           "did not run in the current captures (listed last).")]
     return "\n".join(out) + "\n"
 
@@ -978,6 +981,6 @@ def _write(captures, fmt, out, view=None, per_launch=False):
                      write_chrome(captures, out, view))
     if not unmatched:
         return []
-    return [f"{unmatched} GPU time{'s' if unmatched != 1 else ''} matched no launch record: "
+    return [f"{count(unmatched, 'GPU time')} matched no launch record: "
             f"the launch's record was lost, or lay more than {LAUNCH_WINDOW} launch records "
             f"away in the file"]

@@ -124,8 +124,8 @@ class ReportCommand:
         for note in notes:
             print(f"clc: {note}", file=sys.stderr)
         if args.output:
-            print(f"clc: {args.format} report of {len(captures)} capture"
-                  f"{'s' if len(captures) != 1 else ''} written to {args.output}",
+            print(f"clc: {args.format} report of {count(len(captures), 'capture')} written to "
+                  f"{args.output}",
                   file=sys.stderr)
         return 0
 

@@ -294,3 +294,29 @@ def test_gpu_times_line_counts_only_the_kernels_shown(tmp_path, capsys):
     out = " ".join(out.split())
     assert rc == 0 and "GPU times: CUDA events recorded around each launch (3 launches)." in out
     assert "CUPTI" not in out
+
+
+# ---- counts in words ------------------------------------------------------------------------
+
+def test_counts_of_one_are_said_in_the_singular(tmp_path, capsys):
+    # GIVEN a capture that lost 1 record, with 1 launch that fell to on_error and 1 GPU time
+    # whose launch record is missing, read into a file
+    w = CaptureWriter()
+    w.process("./app")
+    w.kernel(0, VECADD)
+    w.launch(0, 0, rule=abi.RULE_ON_ERROR)
+    w.timing(5, 0, 1000)
+    w.wrap_stats("vecAdd", "sm_share share=0.25", blocks=1, threads=1, skipped=0,
+                 max_resident=1, share_sms=1)
+    w.end(dropped=1)
+    path = w.write(tmp_path / "one.clc")
+    rc, out, err = report(capsys, path, "--format", "json", "-o", tmp_path / "r.json")
+    assert rc == 0
+    assert "clc: 1 GPU time matched no launch record" in err
+    assert f"clc: json report of 1 capture written to {tmp_path / 'r.json'}" in err
+    rc, out, _ = report(capsys, path)
+    text = " ".join(out.split())
+    for said in ("1 record dropped (buffers full)", "Total (1 kernel)",
+                 "Fell to on_error: 1 launch that clc",
+                 "1 block run, 1 thread, 0 blocks skipped, 1 most resident, 1 SM"):
+        assert said in text
