@@ -446,15 +446,16 @@ def _iter_file(cap):
 
 
 def gpu_times(cap):
-    """(kernel_id, gpu_ns) of each TIMING record of cap's file, read again, in file order: the
-    GPU time of every timed launch, for distributions (reports)."""
+    """(kernel_id, gpu_ns, source name) of each TIMING record of cap's file, read again, in
+    file order: the GPU time of every timed launch, for distributions (reports)."""
     f, records = _iter_file(cap)
     timing = abi.REC_TIMING_BODY
     try:
         for rtype, buf, b, e in records:
             if rtype == abi.REC_TIMING and e - b >= timing.size:
-                _, kernel_id, _, gpu_ns = timing.unpack_from(buf, b)
-                yield kernel_id, _gpu_ns(cap.path, records, b, gpu_ns)
+                _, kernel_id, source, gpu_ns = timing.unpack_from(buf, b)
+                yield (kernel_id, _gpu_ns(cap.path, records, b, gpu_ns),
+                       abi.TIMING_SOURCES.get(source, str(source)))
     except OSError as e:
         raise CaptureError(cap.path, f"cannot read: {e.strerror or e}") from None
     finally:

@@ -20,9 +20,12 @@ from array import array
 from dataclasses import dataclass, field
 
 from clc import abi
+from clc.capture import distribution
+from clc.capture.per_launch import Picker, run_start
 from clc.capture.reader import LAUNCH_WINDOW, error_name, gpu_times, launch_stream
+from clc.words import count
 
-__all__ = ["FORMATS", "SORTS", "View", "summary", "to_csv", "to_json", "to_chrome",
+__all__ = ["FORMATS", "SORTS", "View", "csv_columns", "summary", "to_csv", "to_json", "to_chrome",
            "write_json", "write_chrome", "write_report", "write_comparison", "compare_rows",
            "WRITE_BUFFER"]
 
@@ -51,11 +54,17 @@ class _Row(abi.Counters):
     key: object = None  # what rows merge by: the mangled name, or (capture, kernel id)
     # each timed launch's gpu_ns, sorted once all are read (_kernel_rows)
     times: array = field(default_factory=lambda: array("q"))
+    sources: dict = field(default_factory=dict)  # timing source's name -> its timed launches
 
     def quantile(self, q):
         """The q-quantile (0..1) of its launches' GPU times, by nearest rank; None untimed."""
         s = self.times
         return s[max(0, math.ceil(q * len(s)) - 1)] if s else None
+
+    def spread(self, percentiles):
+        """GPU times' min, each percentile's, max (ns) and standard deviation; None untimed."""
+        ps = [self.quantile(p / 100) for p in percentiles]
+        return [self.quantile(0), *ps, self.quantile(1), distribution.std_dev(self.times)]
 
 
 # --sort's columns: the key a row sorts by (larger first, but the name)
@@ -80,11 +89,15 @@ class View:
     """Which kernels a summary or CSV shows, in which order, with names how wide: kernels are
     globs and kernel_regex a regular expression, tried as a policy's `kernel` and
     `kernel_regex` are (on the base name, the demangled and the mangled name); width 0 shows
-    whole names."""
+    whole names. t_from and t_to (seconds since the earliest capture's start, or None) cut
+    the launches the listing reports give (clc.capture.per_launch.Picker)."""
     kernels: tuple = ()
     kernel_regex: str = None
     sort: str = "launches"
     width: int = KERNEL_WIDTH
+    t_from: float = None
+    t_to: float = None
+    percentiles: tuple = distribution.DEFAULT_PERCENTILES
 
     def shows(self, row):
         if not self.kernels and self.kernel_regex is None:
@@ -132,9 +145,11 @@ def _kernel_rows(captures, times=False):
             if kid in keys:
                 rows[keys[kid]].rules.update(cap.rule_name(r) for r in rules)
         if times and cap.timing_records:
-            for kid, gpu_ns in gpu_times(cap):
+            for kid, gpu_ns, source in gpu_times(cap):
                 if kid in keys:
-                    rows[keys[kid]].times.append(gpu_ns)
+                    row = rows[keys[kid]]
+                    row.times.append(gpu_ns)
+                    row.sources[source] = row.sources.get(source, 0) + 1
     for row in rows.values():
         if row.times:
             row.times = array("q", sorted(row.times))
@@ -168,7 +183,7 @@ def _size(n):
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit} ({n} bytes)"
-    return f"{n} byte{'' if n == 1 else 's'}"
+    return count(n, "byte")
 
 
 def ending(cap):
@@ -194,7 +209,7 @@ def _capture_lines(cap):
         parts.append(ending(cap))
     notes = []
     if cap.dropped:
-        parts.append(f"{cap.dropped} records dropped (buffers full)")
+        parts.append(f"{count(cap.dropped, 'record')} dropped (buffers full)")
     if cap.write_lost_bytes:
         why = f" ({error_name(cap.write_errno)})" if cap.write_errno else ""
         parts.append(f"{_size(cap.write_lost_bytes)} lost to write errors{why}")
@@ -208,7 +223,8 @@ def _capture_lines(cap):
     if cap.table_full:
         parts.append("decision table full")
     if cap.undecided_launches:
-        parts.append(f"{cap.undecided_launches} launches decided by on_error without a kernel "
+        parts.append(f"{count(cap.undecided_launches, 'launch', 'launches')} decided by "
+                     f"on_error without a kernel "
                      f"(the driver could not be placed, or a signal handler launched a kernel "
                      f"not decided yet)")
     if not cap.complete:
@@ -267,15 +283,15 @@ def _us(ns, none="-"):
 
 
 def _row_cells(launches, graph_nodes, denied, failed, recorded, timed, gpu_ns, partial, name,
-               total_ns, row=None):
+               total_ns, row=None, percentiles=()):
     mark = "*" if partial else ""
     if timed:
         gpu = [f"{gpu_ns / 1e6:.3f}", f"{100 * gpu_ns / total_ns:.1f}" if total_ns else "-",
                f"{gpu_ns / timed / 1e3:.3f}"]
     else:
         gpu = ["-", "-", "-"]
-    dist = [_us(row.quantile(q)) for q in (0, 0.5, 1, 0.99)] if row is not None else \
-        ["", "", "", ""]
+    dist = [_us(v) for v in row.spread(percentiles)] if row is not None else \
+        [""] * (len(percentiles) + 3)
     return [f"{launches}{mark}", f"{graph_nodes}{mark}", f"{denied}{mark}", f"{failed}{mark}",
             f"{recorded}", *gpu, *dist, name]
 
@@ -299,12 +315,12 @@ def _hold_line(cap):
     if waits:
         total = sum(h.held_ns for h in waits)
         longest = max(h.held_ns for h in waits)
-        parts.append(f"{len(waits)} hold{'s' if len(waits) != 1 else ''}, "
-                     f"{total / 1e6:.1f} ms in all, longest {longest / 1e6:.2f} ms")
+        parts.append(f"{count(len(waits), 'hold')}, {total / 1e6:.1f} ms in all, longest "
+                     f"{longest / 1e6:.2f} ms")
     if shared:
         total = sum(h.held_ns for h in shared)
-        parts.append(f"on its held share in {len(shared)} busy period"
-                     f"{'s' if len(shared) != 1 else ''}, {total / 1e6:.1f} ms in all")
+        parts.append(f"on its held share in {count(len(shared), 'busy period')}, "
+                     f"{total / 1e6:.1f} ms in all")
     text = f"pid {cap.pid}: " + ", ".join(parts)
     lags = sorted(h.lag_ns for h in cap.holds if h.lag_ns)
     if lags:
@@ -318,14 +334,16 @@ def _hold_line(cap):
     return text
 
 
-_WRAP_WORDS = (("blocks", "blocks run"), ("threads", "threads"), ("skipped", "blocks skipped"),
-               ("max_resident", "most resident"), ("share_sms", "SMs"))
+# (count, its noun or None, the words after)
+_WRAP_WORDS = (("blocks", "block", " run"), ("threads", "thread", ""),
+               ("skipped", "block", " skipped"), ("max_resident", None, " most resident"),
+               ("share_sms", "SM", ""))
 
 
 def _wrap_line(w):
     """A wrapped kernel's counts in words."""
-    parts = [f"{getattr(w, key)} {words}" for key, words in _WRAP_WORDS
-             if key != "share_sms" or w.share_sms]
+    parts = [(count(getattr(w, key), noun) if noun else str(getattr(w, key))) + after
+             for key, noun, after in _WRAP_WORDS if key != "share_sms" or w.share_sms]
     return f"{_shown(w.kernel)} ({_shown(w.wrapper)}): " + ", ".join(parts)
 
 
@@ -346,8 +364,9 @@ def summary(captures, view=None):
       besides those the policy asks to record, the first abi.DENIED_RECORDED denied launches
       of each kernel are recorded for audit. At most Launches + Graph nodes.
     - GPU total (ms), Share (%), GPU mean (us): over the launches timed; the share of all
-      kernels' GPU time. Min, Median, Max, P99 (us): of the timed launches' GPU times (their
-      TIMING records), by nearest rank.
+      kernels' GPU time. Min, the view's percentiles (Median, P99 by default), Max (us): of
+      the timed launches' GPU times (their TIMING records), by nearest rank; Std dev (us):
+      their sample standard deviation.
 
     view (a View) picks the kernels shown, their order and the names' width; the Total row
     adds up the kernels shown.
@@ -364,21 +383,23 @@ def summary(captures, view=None):
     view = view or View()
     rows, every = _view_rows(captures, view)
     total_ns = sum(r.gpu_ns for r in every)
+    ps = view.percentiles
     headers = ["Launches", "Graph nodes", "Denied", "Failed", "Recorded", "GPU total (ms)",
-               "Share (%)", "GPU mean (us)", "Min (us)", "Median (us)", "Max (us)", "P99 (us)",
+               "Share (%)", "GPU mean (us)", "Min (us)",
+               *(f"{distribution.label(p)} (us)" for p in ps), "Max (us)", "Std dev (us)",
                "Kernel"]
     table = [_row_cells(r.launches, r.graph_nodes, r.denied, r.failed, r.recorded, r.timed,
-                        r.gpu_ns, r.partial, _truncate(r.name, view.width), total_ns, r)
+                        r.gpu_ns, r.partial, _truncate(r.name, view.width), total_ns, r, ps)
              for r in rows]
     partial = any(r.partial for r in rows)
-    shown = f"{len(rows)} kernel{'' if len(rows) == 1 else 's'}"
+    shown = count(len(rows), "kernel")
     if view.filtered:
         shown += f" of {len(every)}"
     table.append(_row_cells(
         sum(r.launches for r in rows), sum(r.graph_nodes for r in rows),
         sum(r.denied for r in rows), sum(r.failed for r in rows), sum(r.recorded for r in rows),
         sum(r.timed for r in rows), sum(r.gpu_ns for r in rows), partial, f"Total ({shown})",
-        total_ns))
+        total_ns, percentiles=ps))
     line, rule = _table(headers, table)
     out.append(line(headers))
     out.append(rule)
@@ -395,13 +416,13 @@ def summary(captures, view=None):
         notes.append(f"Recorded: LAUNCH records written. The first {abi.DENIED_RECORDED} "
                      "denied launches of each kernel are recorded for audit, even when the "
                      "policy records nothing.")
-    sources = {}
-    for cap in captures:
-        for source, n in cap.timing_sources.items():
+    sources = {}  # of the kernels shown only, as the table's totals
+    for r in rows:
+        for source, n in r.sources.items():
             sources[source] = sources.get(source, 0) + n
     if sources:
         notes.append("GPU times: " + ", ".join(
-            f"{_TIMING_SOURCE_WORDS.get(s, f'source {s}')} ({n} launch{'es' if n != 1 else ''})"
+            f"{_TIMING_SOURCE_WORDS.get(s, f'source {s}')} ({count(n, 'launch', 'launches')})"
             for s, n in sources.items()) + ".")
     if partial:
         notes.append("* partial: the capture holds no counts of the kernel (see above); its "
@@ -414,8 +435,7 @@ def summary(captures, view=None):
     confined = [r for r in rows if r.confined_sms]
     if confined:
         out.append("")
-        out.append(f"Confined by a green context (sm_share): {len(confined)} kernel"
-                   f"{'' if len(confined) == 1 else 's'}")
+        out.append(f"Confined by a green context (sm_share): {count(len(confined), 'kernel')}")
         for r in confined:
             sms = " or ".join(str(n) for n in sorted(r.confined_sms))
             out.append(f"  {sms} SMs  {_truncate(r.name, view.width)}")
@@ -449,7 +469,7 @@ def summary(captures, view=None):
     on_error = sum(c.on_error_launches for c in captures)
     if on_error:
         out.append("")
-        out.append(_wrap(f"Fell to on_error: {on_error} launch{'es' if on_error != 1 else ''} "
+        out.append(_wrap(f"Fell to on_error: {count(on_error, 'launch', 'launches')} "
                          "that clc could not decide got the policy's on_error (the messages "
                          "say why)."))
 
@@ -553,7 +573,7 @@ def _comparison_summary(captures, baseline, rows, width):
     out += [line(headers), rule, *(line(t) for t in table)]
     only_base = sum(1 for r in rows if not r["current"]["launches"] and r["baseline"]["launches"])
     if only_base:
-        out += ["", _wrap(f"{only_base} kernel{'s' if only_base != 1 else ''} of the baseline "
+        out += ["", _wrap(f"{count(only_base, 'kernel')} of the baseline "
                           "did not run in the current captures (listed last).")]
     return "\n".join(out) + "\n"
 
@@ -591,9 +611,12 @@ def write_comparison(captures, baseline, fmt, out, view=None):
 
 # ---- csv --------------------------------------------------------------------------------------
 
-CSV_COLUMNS = ("kernel", "mangled", "launches", "graph_nodes", "denied", "failed", "recorded",
-               "timed", "gpu_total_ms", "share_pct", "gpu_mean_us", "gpu_min_us",
-               "gpu_median_us", "gpu_max_us", "gpu_p99_us", "partial", "capture_partial")
+def csv_columns(percentiles=distribution.DEFAULT_PERCENTILES):
+    """The per-kernel CSV's header: a column per percentile, between min and max."""
+    return ("kernel", "mangled", "launches", "graph_nodes", "denied", "failed", "recorded",
+            "timed", "gpu_total_ms", "share_pct", "gpu_mean_us", "gpu_min_us",
+            *(f"gpu_{distribution.key(p)}_us" for p in percentiles), "gpu_max_us",
+            "gpu_std_us", "partial", "capture_partial")
 
 
 def to_csv(captures, out, view=None):
@@ -604,7 +627,7 @@ def to_csv(captures, out, view=None):
     rows, every = _view_rows(captures, view)
     total_ns = sum(r.gpu_ns for r in every)
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    w.writerow(csv_columns(view.percentiles))
     for r in rows:
         w.writerow([
             _csv_text(r.name), _csv_text(r.mangled), r.launches, r.graph_nodes, r.denied,
@@ -612,7 +635,7 @@ def to_csv(captures, out, view=None):
             r.timed, f"{r.gpu_ns / 1e6:.6f}" if r.timed else "",
             f"{100 * r.gpu_ns / total_ns:.3f}" if r.timed and total_ns else "",
             _us(r.gpu_ns / r.timed if r.timed else None, ""),
-            *(_us(r.quantile(q), "") for q in (0, 0.5, 1, 0.99)), int(r.partial),
+            *(_us(v, "") for v in r.spread(view.percentiles)), int(r.partial),
             int(r.capture_partial)])
 
 
@@ -640,7 +663,12 @@ def _json_captures(captures):
     } for c in captures]
 
 
-def _json_kernels(captures):
+def _json_kernels(captures, view):
+    def spread(r):
+        low, *ps, high, std = r.spread(view.percentiles)
+        return {"gpu_ns_min": low, "gpu_ns_max": high, "gpu_ns_std": std,
+                "gpu_ns_percentiles": dict(zip((f"{p:g}" for p in view.percentiles), ps))}
+
     return [{
         "name": r.name,
         "mangled": r.mangled,
@@ -654,9 +682,10 @@ def _json_kernels(captures):
         "confined_sms": sorted(r.confined_sms),
         "gpu_ns_total": r.gpu_ns,
         "gpu_ns_mean": r.gpu_ns / r.timed if r.timed else None,
+        **spread(r),
         "rules": sorted(r.rules),
         "partial": r.partial,
-    } for r in _kernel_rows(captures)]
+    } for r in _kernel_rows(captures, times=True) if view.shows(r)]
 
 
 def _json_rules(captures):
@@ -687,7 +716,7 @@ def _json_launches(cap, stream):
         }
 
 
-def _json_modules(captures):
+def _json_modules(captures, pick):
     return [{
         "pid": cap.pid,
         "t_ns": m.t_ns,
@@ -699,7 +728,7 @@ def _json_modules(captures):
         "preserved": bool(m.preserved),
         "result": m.result,
         "path": m.path,
-    } for cap in captures for m in cap.modules]
+    } for cap in captures for m in cap.modules if pick.in_window(m.t_ns)]
 
 
 def _json_wrapped(captures):
@@ -709,45 +738,55 @@ def _json_wrapped(captures):
             for cap in captures for w in cap.wrap_stats]
 
 
-def _json_messages(captures):
+def _json_messages(captures, pick):
     return [{"pid": cap.pid, "level": m.level_name, "text": m.text}
-            for cap in captures for m in cap.messages]
+            for cap in captures for m in cap.messages if pick.in_window(m.t_ns)]
 
 
-def _head(captures):
-    return {"version": JSON_VERSION, "captures": _json_captures(captures),
-            "kernels": _json_kernels(captures), "denied_by_rule": _json_rules(captures)}
+def _head(captures, view):
+    head = {"version": JSON_VERSION, "captures": _json_captures(captures),
+            "kernels": _json_kernels(captures, view), "denied_by_rule": _json_rules(captures)}
+    if view.filtered or view.t_from is not None or view.t_to is not None:
+        # a reader of the file must know its launches are not all of the run's
+        head["selection"] = {"kernels": list(view.kernels), "kernel_regex": view.kernel_regex,
+                             "from_s": view.t_from, "to_s": view.t_to}
+    return head
 
 
 def _unmatched(streams):
     return sum(s.unmatched_timings for s in streams)
 
 
-def to_json(captures):
+def to_json(captures, view=None):
     """Everything in the captures as plain data (schema version JSON_VERSION), launches
     included: in memory, for small captures; write_json streams the same document."""
     captures = list(captures)
+    view = view or View()
+    pick = Picker(captures, view)
     streams = [launch_stream(cap) for cap in captures]
-    doc = _head(captures)
-    doc["launches"] = [d for cap, s in zip(captures, streams) for d in _json_launches(cap, s)]
+    doc = _head(captures, view)
+    doc["launches"] = [d for cap, s in zip(captures, streams)
+                       for d in _json_launches(cap, pick.launches(cap, s))]
     doc["unmatched_timings"] = _unmatched(streams)
-    doc["modules"] = _json_modules(captures)
+    doc["modules"] = _json_modules(captures, pick)
     doc["wrapped"] = _json_wrapped(captures)
-    doc["messages"] = _json_messages(captures)
+    doc["messages"] = _json_messages(captures, pick)
     return doc
 
 
-def write_json(captures, out):
+def write_json(captures, out, view=None):
     """Write to_json's document to the text file `out`, one launch at a time (one launch a
     line); returns the number of GPU times matched to no launch record."""
     captures = list(captures)
+    view = view or View()
+    pick = Picker(captures, view)
 
     def item(key, value, last=False):
         text = json.dumps(value, indent=2).replace("\n", "\n  ")
         out.write(f"  {json.dumps(key)}: {text}{'' if last else ','}\n")
 
     out.write("{\n")
-    for key, value in _head(captures).items():
+    for key, value in _head(captures, view).items():
         item(key, value)
     out.write('  "launches": [')
     sep = "\n    "
@@ -757,7 +796,7 @@ def write_json(captures, out):
         for cap in captures:
             stream = launch_stream(cap)
             streams.append(stream)
-            for d in _json_launches(cap, stream):
+            for d in _json_launches(cap, pick.launches(cap, stream)):
                 out.write(sep)
                 out.write(json.dumps(d))
                 sep = ",\n    "
@@ -767,9 +806,9 @@ def write_json(captures, out):
     out.write("\n  ],\n" if sep != "\n    " else "],\n")
     unmatched = _unmatched(streams)
     item("unmatched_timings", unmatched)
-    item("modules", _json_modules(captures))
+    item("modules", _json_modules(captures, pick))
     item("wrapped", _json_wrapped(captures))
-    item("messages", _json_messages(captures), last=True)
+    item("messages", _json_messages(captures, pick), last=True)
     out.write("}\n")
     return unmatched
 
@@ -816,8 +855,9 @@ def _meta(name, pid, tid, value):
     return {"ph": "M", "name": name, "pid": pid, "tid": tid, "args": value}
 
 
-def _chrome_events(captures, streams):
-    base = min((c.start_monotonic_ns for c in captures), default=0)
+def _chrome_events(captures, streams, view=None):
+    base = run_start(captures)
+    pick = Picker(captures, view or View())
 
     def us(t_ns):
         return (t_ns - base) / 1e3
@@ -831,7 +871,7 @@ def _chrome_events(captures, streams):
         cpu_tids = set()
         stream = launch_stream(cap)
         streams.append(stream)
-        for ln in stream:
+        for ln in pick.launches(cap, stream):
             name = cap.kernel(ln.kernel_id).name
             cpu_tids.add(ln.tid)
             args = {
@@ -868,26 +908,26 @@ def _chrome_events(captures, streams):
             yield _meta("thread_name", pid, tid, {"name": f"GPU stream {s:#x}"})
             # Below the CPU threads, which sort by tid.
             yield _meta("thread_sort_index", pid, tid, {"sort_index": tid})
-        for m in cap.modules:
+        for m in (m for m in cap.modules if pick.in_window(m.t_ns)):
             yield {"ph": "i", "s": "p", "name": m.api_name, "cat": "module",
                    "pid": pid, "tid": pid, "ts": us(m.t_ns),
                    "args": {"image": m.image_name, "handle": f"{m.handle:#x}",
                             "image_size": m.image_size, "path": m.path,
                             "result": m.result}}
-        for m in cap.messages:
+        for m in (m for m in cap.messages if pick.in_window(m.t_ns)):
             yield {"ph": "i", "s": "p", "name": f"clc {m.level_name}",
                    "cat": "message", "pid": pid, "tid": pid, "ts": us(m.t_ns),
                    "args": {"text": m.text}}
 
 
-def to_chrome(captures):
+def to_chrome(captures, view=None):
     """A Chrome trace event file (chrome://tracing, Perfetto) of launches, GPU time, loads, in
     memory; write_chrome streams the same."""
     captures = list(captures)
-    return {"traceEvents": list(_chrome_events(captures, [])), "displayTimeUnit": "ns"}
+    return {"traceEvents": list(_chrome_events(captures, [], view)), "displayTimeUnit": "ns"}
 
 
-def write_chrome(captures, out):
+def write_chrome(captures, out, view=None):
     """Write to_chrome's trace to the text file `out`, one event at a time; returns the number
     of GPU times matched to no launch record."""
     captures = list(captures)
@@ -896,7 +936,7 @@ def write_chrome(captures, out):
     sep = ""
     progress = _Progress(sum(c.launch_records for c in captures), "clc report: trace", out)
     try:
-        for event in _chrome_events(captures, streams):
+        for event in _chrome_events(captures, streams, view):
             out.write(sep)
             out.write(json.dumps(event, separators=(",", ":")))
             sep = ","
@@ -910,31 +950,37 @@ def write_chrome(captures, out):
 
 # ---- output -----------------------------------------------------------------------------------
 
-def write_report(captures, fmt, out=None, view=None):
+def write_report(captures, fmt, out=None, view=None, per_launch=False):
     """Write the `fmt` report (one of FORMATS) of `captures` to `out`: a text file, a new
-    file's path (see clc.outputs.open_output), or None for stdout. Returns notes for the user
-    (GPU times that matched no launch record)."""
+    file's path (see clc.outputs.open_output), or None for stdout; per_launch: the CSV lists
+    launches, not kernels. Returns notes for the user (GPU times that matched no launch
+    record)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
     if out is None:
-        return _write(captures, fmt, sys.stdout, view)
+        return _write(captures, fmt, sys.stdout, view, per_launch)
     if isinstance(out, (str, os.PathLike)):
         from clc.outputs import open_output
         with open_output(out, mode=0o644, text=True, buffering=WRITE_BUFFER) as f:
-            return _write(captures, fmt, f, view)
-    return _write(captures, fmt, out, view)
+            return _write(captures, fmt, f, view, per_launch)
+    return _write(captures, fmt, out, view, per_launch)
 
 
-def _write(captures, fmt, out, view=None):
+def _write(captures, fmt, out, view=None, per_launch=False):
     if fmt == "summary":
         out.write(summary(captures, view))
         return []
-    if fmt == "csv":
+    if fmt == "csv" and per_launch:
+        from clc.capture.per_launch import write_per_launch_csv
+        unmatched = write_per_launch_csv(captures, out, view or View(), _csv_text)
+    elif fmt == "csv":
         to_csv(captures, out, view)
         return []
-    unmatched = (write_json if fmt == "json" else write_chrome)(captures, out)
+    else:
+        unmatched = (write_json(captures, out, view) if fmt == "json" else
+                     write_chrome(captures, out, view))
     if not unmatched:
         return []
-    return [f"{unmatched} GPU time{'s' if unmatched != 1 else ''} matched no launch record: "
+    return [f"{count(unmatched, 'GPU time')} matched no launch record: "
             f"the launch's record was lost, or lay more than {LAUNCH_WINDOW} launch records "
             f"away in the file"]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from clc import __version__
+from clc import __version__, words
 from clc.runtime.shim import PACKAGE, bridge_path, libpython_path, preload_path
 
 # the task launcher, beside the plugin (shim/slurm/clc_slurm_exec.c)
@@ -48,7 +48,8 @@ def driver_status():
             cuda.cuDeviceGetName(name, 256, dev)
             names.append(f"{i}: {name.value.decode(errors='replace')}")
     v = version.value
-    return True, f"CUDA driver API {v // 1000}.{v % 1000 // 10}, {count.value} GPU(s): " + (
+    gpus = words.count(count.value, "GPU")
+    return True, f"CUDA driver API {v // 1000}.{v % 1000 // 10}, {gpus}: " + (
         "; ".join(names) or "none")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from clc.capture.reader import CaptureError, scan_capture
 from clc.errors import EXIT_USAGE, ClcError
 from clc.outputs import check_output, open_output, remove_output, resolve_parent
+from clc.words import count
 
 __all__ = ["MetricsCommand"]
 
@@ -162,19 +163,20 @@ class MetricsCommand:
                   f"launches are counted together as kernel=\"{OTHER_KERNELS}\" "
                   f"(--max-kernels)", file=sys.stderr)
         if partial:
-            print(f"clc metrics: {len(partial)} capture(s) partial, their records dropped at the "
-                  f"size cap (clc-run --capture-limit), for full buffers or to write errors: "
-                  f"their counts are whole (clc_captures_partial): "
+            print(f"clc metrics: {count(len(partial), 'capture')} partial, their records dropped "
+                  f"at the size cap (clc-run --capture-limit), for full buffers or to write "
+                  f"errors: their counts are whole (clc_captures_partial): "
                   + "; ".join(partial[:5]) + (" ..." if len(partial) > 5 else ""),
                   file=sys.stderr)
         if unreadable:
-            print(f"clc metrics: {len(unreadable)} file(s) left out, not readable as captures: "
+            print(f"clc metrics: {count(len(unreadable), 'file')} left out, not readable as "
+                  f"captures: "
                   + "; ".join(unreadable[:5]) + (" ..." if len(unreadable) > 5 else ""),
                   file=sys.stderr)
         text = generate_latest(registry(tally)).decode()
         if args.output:
             write_atomically(args.output, text, args.force)
-            print(f"clc metrics: {sum(tally.processes.values())} capture(s) counted into "
+            print(f"clc metrics: {count(sum(tally.processes.values()), 'capture')} counted into "
                   f"{args.output}", file=sys.stderr)
         else:
             sys.stdout.write(text)

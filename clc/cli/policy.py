@@ -7,6 +7,7 @@ import os
 import pwd
 import sys
 
+from clc import words
 from clc.demangle import demangle
 from clc.errors import EXIT_USAGE, ClcError
 from clc.runtime.hooks import hook_ref_errors, hook_rule_errors
@@ -101,14 +102,14 @@ class PolicyCommand:
                 errors = list(e.errors) + hook_ref_errors(e.path, e.hooks)
             if errors:
                 print(PolicyError.collect(errors), file=sys.stderr)
-                print(f"{path}: {len(errors)} error{'s' if len(errors) != 1 else ''}",
+                print(f"{path}: {words.count(len(errors), 'error')}",
                       file=sys.stderr)
                 failed = True
                 continue
             for warning in policy.warnings:
                 print(warning, file=sys.stderr)
             count = len(policy.warnings)
-            warned = f"{count} warning{'s' if count != 1 else ''}"
+            warned = words.count(count, "warning")
             if strict and count:
                 print(f"{path}: {warned}, which --strict makes errors", file=sys.stderr)
                 failed = True
@@ -116,9 +117,10 @@ class PolicyCommand:
             classes = ""
             if policy.priority is not None:
                 n = len(policy.priority.classes)
-                classes = f", {n} priority class{'es' if n != 1 else ''}"
-            print(f"{path}: ok ({len(policy.rules)} rules{classes}, default {policy.default}, "
-                  f"on_error {policy.on_error}" + (f", {warned})" if count else ")"))
+                classes = f", {words.count(n, 'priority class', 'priority classes')}"
+            print(f"{path}: ok ({words.count(len(policy.rules), 'rule')}{classes}, default "
+                  f"{policy.default}, on_error {policy.on_error}"
+                  + (f", {warned})" if count else ")"))
         return EXIT_USAGE if failed else 0
 
     @staticmethod

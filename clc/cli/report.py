@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`clc report FILE... [--format summary|csv|json|chrome] [--kernel GLOB]... [--kernel-regex RE]
-[--sort COLUMN] [--width N] [--no-children] [-o OUT|-] [--force]`"""
+"""`clc report FILE... [--format summary|csv|json|chrome] [--per-launch] [--kernel GLOB]...
+[--kernel-regex RE] [--from S] [--to S] [--sort COLUMN] [--width N] [--no-children]
+[-o OUT|-] [--force]`"""
 
 import argparse
 import os
 import sys
 
+from clc.capture.distribution import DEFAULT_PERCENTILES, parse_percentiles
 from clc.capture.reader import CaptureError, scan_captures
 from clc.runtime.run_captures import begun, capture_files
 from clc.errors import EXIT_USAGE, ClcError
@@ -32,6 +34,19 @@ class ReportCommand:
         parser.add_argument("--kernel-regex", metavar="RE",
                             help="only kernels whose name a regular expression finds (as a "
                                  "policy's `kernel_regex`)")
+        parser.add_argument("--per-launch", action="store_true",
+                            help="with --format csv: one row per recorded launch (as nsys's "
+                                 "trace reports), not per kernel")
+        parser.add_argument("--from", dest="t_from", type=_seconds, metavar="S",
+                            help="list only launches at or after S seconds from the start of "
+                                 "the earliest capture (the Chrome trace's 0)")
+        parser.add_argument("--to", dest="t_to", type=_seconds, metavar="S",
+                            help="list only launches before S seconds from that start")
+        parser.add_argument("--percentiles", type=_percentiles, metavar="P,P...",
+                            default=DEFAULT_PERCENTILES,
+                            help="the GPU-time percentiles of each kernel (summary, csv, json; "
+                                 "each in (0, 100], by nearest rank; default 50,99), beside its "
+                                 "min, max and standard deviation")
         parser.add_argument("--sort", choices=SORTS, default="launches",
                             help="the kernels' order (summary, csv): largest first, name A-Z")
         parser.add_argument("--width", type=_width, default=KERNEL_WIDTH, metavar="N",
@@ -56,17 +71,14 @@ class ReportCommand:
         out = None
         if args.output == "-":
             args.output = None
-        filtered = args.kernel or args.kernel_regex is not None or args.sort != "launches"
-        if filtered and (args.format == "chrome" or args.format == "json" and
-                         not args.baseline):
-            raise ClcError(f"--kernel, --kernel-regex and --sort shape the summary and csv, not "
-                           f"--format {args.format}", EXIT_USAGE)
+        _check_selection(args)
         if args.kernel_regex is not None:
             from clc.policy.regex import regex_problem
             problem = regex_problem(args.kernel_regex)
             if problem:
                 raise ClcError(f"--kernel-regex {args.kernel_regex!r}: {problem}", EXIT_USAGE)
-        view = View(tuple(args.kernel), args.kernel_regex, args.sort, args.width)
+        view = View(tuple(args.kernel), args.kernel_regex, args.sort, args.width, args.t_from,
+                    args.t_to, args.percentiles)
         if args.baseline and args.format == "chrome":
             raise ClcError("--baseline compares runs in a summary, csv or json, not a Chrome "
                            "trace", EXIT_USAGE)
@@ -87,10 +99,12 @@ class ReportCommand:
                 raise ClcError(str(e), EXIT_USAGE) from None
             try:
                 if baseline is not None:
+                    _warn_partial(captures, baseline)
                     write_comparison(captures, baseline, args.format, out or sys.stdout, view)
                     notes = []
                 else:
-                    notes = write_report(captures, args.format, out or sys.stdout, view)
+                    notes = write_report(captures, args.format, out or sys.stdout, view,
+                                         args.per_launch)
                 (out or sys.stdout).flush()
                 if out is not None:
                     out.close()
@@ -110,10 +124,66 @@ class ReportCommand:
         for note in notes:
             print(f"clc: {note}", file=sys.stderr)
         if args.output:
-            print(f"clc: {args.format} report of {len(captures)} capture"
-                  f"{'s' if len(captures) != 1 else ''} written to {args.output}",
+            print(f"clc: {args.format} report of {count(len(captures), 'capture')} written to "
+                  f"{args.output}",
                   file=sys.stderr)
         return 0
+
+
+def _warn_partial(captures, baseline):
+    """Say once, before the comparison, which captures of either side lack records (as the
+    summary's PARTIAL) or the shim's counts (its `*`): a change between the runs can then come
+    from what is missing."""
+    sides = []
+    for side, caps in (("baseline", baseline), ("current", captures)):
+        partial = [c.path for c in caps if c.partial or c.stats_partial]
+        if partial:
+            sides.append(f"{side} {', '.join(partial)}")
+    if sides:
+        print(f"clc: warning: --baseline compares partial captures ({'; '.join(sides)}): "
+              f"records or counts of their runs are missing from the files (clc report of "
+              f"each says which), so a change may come from what is missing, not from the "
+              f"runs", file=sys.stderr)
+
+
+def _check_selection(args):
+    """Refuse options that do not apply to the report asked for, rather than ignore them."""
+    if args.per_launch and (args.format != "csv" or args.baseline):
+        raise ClcError("--per-launch lists launches in a csv report (--format csv), without "
+                       "--baseline", EXIT_USAGE)
+    comparing = args.baseline and args.format != "chrome"
+    listing = args.per_launch or args.format in ("json", "chrome") and not comparing
+    if args.sort != "launches" and listing:
+        what = "--per-launch" if args.per_launch else f"--format {args.format}"
+        raise ClcError(f"--sort orders the kernels of a summary or a per-kernel csv, not "
+                       f"{what}", EXIT_USAGE)
+    if (args.t_from is not None or args.t_to is not None) and not listing:
+        raise ClcError("--from and --to cut the launches listed (--format json, chrome, or csv "
+                       "--per-launch), not per-kernel counts or a comparison", EXIT_USAGE)
+    if args.percentiles != DEFAULT_PERCENTILES and (args.baseline or args.per_launch or
+                                                    args.format == "chrome"):
+        raise ClcError("--percentiles shapes the per-kernel summary, csv and json, not a "
+                       "comparison, --per-launch or a Chrome trace", EXIT_USAGE)
+    if args.t_from is not None and args.t_to is not None and args.t_to <= args.t_from:
+        raise ClcError(f"--to {args.t_to:g} is not after --from {args.t_from:g}", EXIT_USAGE)
+
+
+def _percentiles(text):
+    try:
+        return parse_percentiles(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+
+
+def _seconds(text):
+    try:
+        s = float(text)
+    except ValueError:
+        s = -1.0
+    if not (0 <= s < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds from the start of the "
+                                         f"capture (a number, 0 or more)")
+    return s
 
 
 def _width(text):

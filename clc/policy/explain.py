@@ -12,6 +12,7 @@ from clc import abi
 from clc.cuda_errors import error_name
 from clc.policy.decision import Outcome
 from clc.policy.names import Identity, KernelInfo, _quoted
+from clc.words import count
 
 __all__ = ["Step", "Explanation"]
 
@@ -88,9 +89,9 @@ class Explanation:
             lines.append(info.identity.format())
         grid_blocks = math.prod(self.grid)
         block_threads = math.prod(self.block)
-        lines.append(f"launch: grid {self.grid} = {grid_blocks} blocks, block {self.block} = "
-                     f"{block_threads} threads")
-        lines.append(f"  dynamic shared memory: {self.shared_mem} bytes")
+        lines.append(f"launch: grid {self.grid} = {count(grid_blocks, 'block')}, block "
+                     f"{self.block} = {count(block_threads, 'thread')}")
+        lines.append(f"  dynamic shared memory: {count(self.shared_mem, 'byte')}")
         if self.cli_hooks:
             lines.append("hooks:")
             for number, label in enumerate(self.cli_hooks):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from clc.policy.keys import BEST_EFFORT, CLASS_MATCH_KEYS, LATENCY_CRITICAL, PRIORITY_CLASSES
 from clc.policy.names import KernelInfo
 from clc.policy.rule import Rule
+from clc.words import count
 
 __all__ = ["LATENCY_CRITICAL", "BEST_EFFORT", "PRIORITY_CLASSES", "DEFAULT_BOARD",
            "PriorityClass", "Priority"]
@@ -46,10 +47,10 @@ class PriorityClass:
         if self.held_share:
             return (f"'{self.name}' ({self.kind}: held to {self.held_share:g} of the SMs, the "
                     "device's last ones, while latency-critical work is busy on its GPU; at "
-                    f"most {self.run_ahead} launches queued ahead)")
+                    f"most {count(self.run_ahead, 'launch', 'launches')} queued ahead)")
         return (f"'{self.name}' ({self.kind}: held while latency-critical work is busy on its "
                 f"GPU, never for more than {1 - self.floor:.0%} of any 100 ms; at most "
-                f"{self.run_ahead} launches queued ahead)")
+                f"{count(self.run_ahead, 'launch', 'launches')} queued ahead)")
 
 
 @dataclass(frozen=True)

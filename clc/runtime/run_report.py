@@ -12,6 +12,7 @@ from clc.capture.reports import summary
 from clc.runtime.run_captures import stem
 from clc.runtime.status import MAX_BYTES, MAX_PER_SENDER
 from clc.runtime.unpreloadable import static_program
+from clc.words import count
 
 __all__ = ["read_captures", "report", "unseen", "dropped", "say_unseen", "say_unsettled"]
 
@@ -34,10 +35,10 @@ def report(files, captures, shimmed, program, quiet=False):
         else:
             names = ", ".join(f"{name} ({pid})" for pid, name in sorted(shimmed.items())[:5])
             more = f" and {len(shimmed) - 5} more" if len(shimmed) > 5 else ""
-            print(f"clc: the program launched no kernel in the {len(shimmed)} process"
-                  f"{'es' if len(shimmed) > 1 else ''} clc ran in ({names}{more}); a CUDA "
-                  f"program they started without clc's preload (env -i, setuid, static) would "
-                  f"not be seen. No capture was written", file=sys.stderr)
+            print(f"clc: the program launched no kernel in the "
+                  f"{count(len(shimmed), 'process', 'processes')} clc ran in ({names}{more}); a "
+                  f"CUDA program they started without clc's preload (env -i, setuid, static) "
+                  f"would not be seen. No capture was written", file=sys.stderr)
         return
     if captures is not None and not quiet:
         print(summary(captures), file=sys.stderr)
@@ -61,9 +62,8 @@ def unseen(run):
 
 
 def dropped(run):
-    return (f"{run.dropped} status message{'s' if run.dropped != 1 else ''} from "
-            f"{run.dropped_senders} process{'es' if run.dropped_senders != 1 else ''} "
-            f"not kept")
+    return (f"{count(run.dropped, 'status message')} from "
+            f"{count(run.dropped_senders, 'process', 'processes')} not kept")
 
 
 def say_unseen(run):

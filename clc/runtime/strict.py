@@ -6,6 +6,7 @@ policy names no on_error."""
 import os
 
 from clc.runtime.run_report import dropped, unseen
+from clc.words import count
 
 __all__ = ["fallback_on_error", "strict_violation"]
 
@@ -23,13 +24,13 @@ def strict_violation(files, captures, run):
     parts = []
     unshimmed = unseen(run)
     if unshimmed:
-        parts.append(f"{len(unshimmed)} process{'es' if len(unshimmed) != 1 else ''} ran "
-                     f"without clc's shim ({unshimmed[0].path})")
+        parts.append(f"{count(len(unshimmed), 'process', 'processes')} ran without clc's "
+                     f"shim ({unshimmed[0].path})")
     if run.dropped:
         parts.append(f"the run's account of its processes is incomplete ({dropped(run)})")
     if run.unsettled:
         n = len(run.unsettled)
-        parts.append(f"{n} process{'es' if n != 1 else ''} ran without clc-run's settings "
+        parts.append(f"{count(n, 'process', 'processes')} ran without clc-run's settings "
                      f"({min(run.unsettled.items())[1]})")
     if not files:
         if not run.started:
@@ -40,8 +41,8 @@ def strict_violation(files, captures, run):
     missing = sorted(p for p in run.captures if os.path.abspath(p) not in read)
     missing += sorted(run.failed_captures)
     if captures is not None and missing:
-        parts.append(f"{len(missing)} capture{'s' if len(missing) != 1 else ''} of the run "
-                     f"missing or unwritable ({missing[0]})")
+        parts.append(f"{count(len(missing), 'capture')} of the run missing or unwritable "
+                     f"({missing[0]})")
     captures = captures or []
     denied = sum(sum(c.rule_stats.values()) if c.rule_stats
                  else sum(s.denied for s in c.stats.values()) for c in captures)
@@ -51,15 +52,14 @@ def strict_violation(files, captures, run):
             or c.truncated]
     full = [c for c in captures if c.table_full]
     if lost:
-        parts.append(f"{len(lost)} capture{'s' if len(lost) != 1 else ''} incomplete or "
-                     f"short of records ({lost[0].path}), so what they hold cannot vouch "
-                     f"for the run")
+        parts.append(f"{count(len(lost), 'capture')} incomplete or short of records "
+                     f"({lost[0].path}), so what they hold cannot vouch for the run")
     if full:
-        parts.append(f"the decision table filled in {len(full)} process"
-                     f"{'es' if len(full) != 1 else ''} ({full[0].path})")
+        parts.append(f"the decision table filled in {count(len(full), 'process', 'processes')} "
+                     f"({full[0].path})")
     if denied:
-        parts.append(f"{denied} launch{'es' if denied != 1 else ''} or graph-node call"
+        parts.append(f"{count(denied, 'launch', 'launches')} or graph-node call"
                      f"{'s' if denied != 1 else ''} denied")
     if on_error:
-        parts.append(f"{on_error} launch{'es' if on_error != 1 else ''} fell to on_error")
+        parts.append(f"{count(on_error, 'launch', 'launches')} fell to on_error")
     return " and ".join(parts) or None

@@ -31,7 +31,7 @@ def report_wrap_exit(wrapping, message):
         if counts["skipped"]:
             total = counts["skipped"] + counts["blocks"]
             message(abi.MSG_WARNING, f"{name}: the deadline wrapper skipped "
-                    f"{counts['skipped']} blocks (of {total})")
+                    f"{count(counts['skipped'], 'block')} (of {total})")
     for name, wrapper, source, ms in wrapping.timings:
         message(abi.MSG_INFO, f"wrap build: {name} with {os.path.basename(wrapper)}: "
                 f"{source} in {ms:.1f} ms")

@@ -450,7 +450,7 @@ def test_mutated_captures_render_or_give_clear_errors_in_every_report(tmp_path, 
         assert code == 0
         # a capture it reads may be partial (records lost), which it says too
         said = [line for line in err.splitlines()
-                if not line.startswith("clc metrics: 1 capture(s) partial")]
-        assert not said or said[0].startswith(f"clc metrics: 1 file(s) left out, not readable "
+                if not line.startswith("clc metrics: 1 capture partial")]
+        assert not said or said[0].startswith(f"clc metrics: 1 file left out, not readable "
                                               f"as captures: {path} ("), err
     assert rendered > 1000 and refused > 10

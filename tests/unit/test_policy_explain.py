@@ -59,7 +59,7 @@ def test_explain_shape_rule():
           demangled: vecAdd(float const*, float const*, float*, int)
           mangled:   _Z6vecAddPKfS0_Pfi
         device 0, process 'a.out', tenant ''
-        launch: grid (20, 1, 1) = 20 blocks, block (1, 1, 1) = 1 threads
+        launch: grid (20, 1, 1) = 20 blocks, block (1, 1, 1) = 1 thread
           dynamic shared memory: 0 bytes
         rules:
           1. no-debug-kernels: no match: kernel glob '*debug*' does not match 'vecAdd'

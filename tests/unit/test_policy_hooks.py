@@ -215,7 +215,7 @@ def test_explain_hooks_and_hook_rules(hook_dir):
         "  demangled: vecAdd(float const*, float const*, float*, int)",
         "  mangled:   _Z6vecAddPKfS0_Pfi",
         "device 0, process 'a.out', tenant ''",
-        "launch: grid (200, 1, 1) = 200 blocks, block (1, 1, 1) = 1 threads",
+        "launch: grid (200, 1, 1) = 200 blocks, block (1, 1, 1) = 1 thread",
         "  dynamic shared memory: 0 bytes",
         "hooks:",
         "  hook file myhooks.py: asked first (its @clc.on_launch hooks, in order)",

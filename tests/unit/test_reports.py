@@ -32,7 +32,7 @@ CAPTURE_KEYS = {"path", "pid", "ppid", "command", "complete", "dropped", "write_
                 "holds"}
 KERNEL_KEYS = {"name", "mangled", "devices", "launches", "denied", "recorded", "timed",
                "graph_nodes", "failed", "gpu_ns_total", "gpu_ns_mean", "rules", "partial",
-               "confined_sms"}
+               "confined_sms", "gpu_ns_min", "gpu_ns_max", "gpu_ns_std", "gpu_ns_percentiles"}
 RULE_KEYS = {"rule", "denied", "partial"}
 LAUNCH_KEYS = {"pid", "seq", "kernel", "mangled", "t_ns", "grid", "block", "shared_mem",
                "stream", "tid", "entry", "ptsz", "action", "rule", "result", "gpu_ns"}
@@ -94,18 +94,20 @@ def table_row(text, name):
 def test_summary_numbers(tmp_path):
     text = summary([parent(tmp_path)])
     # Launches, Graph nodes, Denied, Failed, Recorded, GPU total, Share, GPU mean, and the
-    # timed launches' Min, Median, Max, P99: vecAdd's two timed launches took 2 and 4 ms
+    # timed launches' Min, Median, P99, Max and sample standard deviation: vecAdd's two timed
+    # launches took 2 and 4 ms
     assert table_row(text, VECADD_NAME) == ["10", "0", "0", "0", "2", "6.000", "100.0",
                                             "3000.000", "2000.000", "2000.000", "4000.000",
-                                            "4000.000"]
-    assert table_row(text, SCALE_NAME) == ["3", "2", "1", "0", "1"] + ["-"] * 7
+                                            "4000.000", "1414.214"]
+    assert table_row(text, SCALE_NAME) == ["3", "2", "1", "0", "1"] + ["-"] * 8
     assert table_row(text, "Total (2 kernels)") == ["13", "2", "1", "0", "3", "6.000", "100.0",
                                                     "3000.000"]
     lines = text.splitlines()
     header = next(ln for ln in lines if "Launches" in ln)
     assert re.split(r"\s{2,}", header.strip()) == [
         "Launches", "Graph nodes", "Denied", "Failed", "Recorded", "GPU total (ms)", "Share (%)",
-        "GPU mean (us)", "Min (us)", "Median (us)", "Max (us)", "P99 (us)", "Kernel"]
+        "GPU mean (us)", "Min (us)", "Median (us)", "P99 (us)", "Max (us)", "Std dev (us)",
+        "Kernel"]
     # Sorted by launches, most first.
     assert lines.index(next(ln for ln in lines if ln.endswith(VECADD_NAME))) < \
         lines.index(next(ln for ln in lines if ln.endswith(SCALE_NAME)))
@@ -208,7 +210,10 @@ def test_json_kernels(caps):
     assert vec == {"name": VECADD_NAME, "mangled": VECADD, "devices": [0, 1], "launches": 11,
                    "denied": 0, "recorded": 3, "timed": 3, "graph_nodes": 0, "failed": 0,
                    "gpu_ns_total": 9_000_000, "gpu_ns_mean": 3_000_000.0,
-                   "rules": ["child-rule", "time-vecadd"], "partial": True, "confined_sms": []}
+                   "rules": ["child-rule", "time-vecadd"], "partial": True, "confined_sms": [],
+                   # its launches took 2, 3 and 4 ms
+                   "gpu_ns_min": 2_000_000, "gpu_ns_max": 4_000_000, "gpu_ns_std": 1_000_000.0,
+                   "gpu_ns_percentiles": {"50": 3_000_000, "99": 4_000_000}}
     scale = kernels[SCALE]
     assert (scale["launches"], scale["denied"], scale["graph_nodes"], scale["gpu_ns_mean"],
             scale["rules"]) == (3, 1, 2, None, ["deny-scale"])
@@ -404,7 +409,7 @@ def test_denied_launches_recorded_for_audit(tmp_path):
     cap = deny_example_capture(tmp_path)
     text = summary([cap])
     # THEN the table counts 16 records of 20 denied launches and says why they are recorded
-    assert table_row(text, "debug_kernel(int*)") == ["20", "0", "20", "0", "16"] + ["-"] * 7
+    assert table_row(text, "debug_kernel(int*)") == ["20", "0", "20", "0", "16"] + ["-"] * 8
     assert "The first 16 denied launches of each kernel are recorded for audit" in \
         " ".join(text.split())
     # AND the JSON names the rule that denied them, from the capture's policy
