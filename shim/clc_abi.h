@@ -2,9 +2,9 @@
  *
  * clc_abi.h: everything the C shim and the Python side must agree on.
  *
- * The Python mirror is clc/abi.py; tests/unit/test_abi.py parses this header and fails when
- * the two disagree. Change both together, and bump CLC_CAPTURE_VERSION when a record's layout
- * changes.
+ * Written once, here: shim/abi_gen.py turns its #defines, structs, X-macro lists and the
+ * clc_shim_ prototypes into clc/_abi_generated.py when clc is built, and clc/abi.py builds the
+ * Python layer on that. Bump CLC_CAPTURE_VERSION when a record's layout changes.
  *
  * All integers are little-endian, records are 8-byte aligned, and every struct here has an
  * explicit size with no implicit padding, so that Python can read it with struct.unpack.
@@ -554,8 +554,8 @@ typedef struct clc_rec_hold {
 #define CLC_STATUS_NO_SETTINGS "no-settings" /* the shim started without its settings: the name */
 
 /* ---- stage 1's exports, called by the engine in the program's Python --------------------- */
-/* Python calls them through ctypes with the types clc.abi.SHIM_EXPORTS gives, held to these
- * prototypes by tests/unit/test_abi.py. */
+/* Python calls them through ctypes with the types of these prototypes (clc.abi.SHIM_EXPORTS,
+ * generated from them). */
 
 /* A sealed setting's value (CLC_SETTING_KEYS), or NULL when clc-run gave none. */
 const char *clc_shim_setting(const char *key);
