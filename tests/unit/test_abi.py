@@ -529,6 +529,34 @@ def test_the_status_words_are_the_headers(defines):
         assert f"abi.{name[len('CLC_'):]}" in status, name
 
 
+def test_the_priority_settings_cross_through_the_header(defines):
+    # GIVEN what the header says of the priority classes' settings
+    names = [n for n in defines if n.startswith("CLC_PRIORITY_")]
+    assert "CLC_PRIORITY_FLOOR_MIN" in names and "CLC_PRIORITY_MAX_TRUSTED" in names
+    # THEN the shim reads each of them from there, and spells none of their values itself
+    code = strip_comments((HEADER.parent / "priority.c").read_text())
+    for name in names:
+        assert re.search(rf"\b{name}\b", code), f"shim/priority.c does not use {name}"
+    for word in ('"lc"', '"be"', '"/dev/shm'):
+        assert word not in code, word
+    # AND clc-run's side takes its words, board, limits, ranges and defaults from clc.abi
+    from clc.policy.keys import CLASS_KEYS, PRIORITY_KEYS
+    from clc.policy.priority import DEFAULT_BOARD, Priority, PriorityClass
+    from clc.runtime import priority_class
+    floor, run_ahead = CLASS_KEYS["floor"].value, CLASS_KEYS["run_ahead"].value
+    idle = PRIORITY_KEYS["idle_after_ms"].value
+    assert (floor.lo, floor.hi) == (abi.PRIORITY_FLOOR_MIN, abi.PRIORITY_FLOOR_MAX)
+    assert (run_ahead.lo, run_ahead.hi) == (abi.PRIORITY_RUN_AHEAD_MIN,
+                                            abi.PRIORITY_RUN_AHEAD_MAX)
+    assert (idle.lo, idle.lo_open, idle.hi) == (0, True, abi.PRIORITY_IDLE_MS_MAX)
+    assert DEFAULT_BOARD.encode() == abi.PRIORITY_BOARD_DEFAULT
+    some = PriorityClass("x", "best-effort")
+    assert (some.floor, some.run_ahead) == (abi.PRIORITY_FLOOR_DEFAULT,
+                                            abi.PRIORITY_RUN_AHEAD_DEFAULT)
+    assert Priority(()).idle_after_ms == abi.PRIORITY_IDLE_MS_DEFAULT
+    assert priority_class._MAX_TRUSTED_USERS == abi.PRIORITY_MAX_TRUSTED - 2
+
+
 def test_the_slurm_headers_names_are_pythons():
     # GIVEN clc_slurm.h, which the Slurm plugin and its launcher build with on their own
     slurm_defines = parse_defines(SLURM_HEADER.read_text())
