@@ -12,7 +12,7 @@ import re
 import struct
 
 try:
-    from clc import _abi_generated as _h
+    import clc._abi_generated as _h
 except ModuleNotFoundError as e:
     if e.name != "clc._abi_generated":
         raise

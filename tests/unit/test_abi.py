@@ -9,7 +9,10 @@ takes the layouts from cffi) and this parser must agree.
 
 import re
 import runpy
+import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -253,6 +256,19 @@ def test_the_generators_layouts_are_the_parsers(structs):
         assert size == structs[name][0], name
         assert [(m[0], m[1], m[3]) for m in members] == \
             [(f[0], f[1], f[4]) for f in structs[name][2]], name
+
+
+def test_a_tree_never_built_says_how_to_build_it(tmp_path):
+    # GIVEN the package without the module the build writes (a checkout not yet installed)
+    shutil.copytree(HEADER.parents[1] / "clc", tmp_path / "clc", ignore=shutil.ignore_patterns(
+        "_abi_generated.py", "__pycache__", "*.so", "demo"))
+    # WHEN clc.abi is imported from it (no site: only that tree is on the path)
+    proc = subprocess.run([sys.executable, "-S", "-c", "import clc.abi"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    # THEN it fails saying what is missing and how to make it
+    assert proc.returncode != 0
+    assert "ImportError: clc/_abi_generated.py is missing" in proc.stderr, proc.stderr
+    assert "pip install -e ." in proc.stderr
 
 
 def test_python_refuses_a_layout_with_implicit_padding(monkeypatch):
