@@ -13,6 +13,7 @@ spank.h is found: Debian's libslurm-dev; $CLC_SLURM_INCLUDE names another includ
 
 import os
 import pathlib
+import runpy
 import subprocess
 import sys
 import sysconfig
@@ -104,6 +105,12 @@ have_spank = os.path.exists(os.path.join(SLURM_INCLUDE, "slurm", "spank.h"))
 if not have_spank:
     print(f"clc: {SLURM_INCLUDE}/slurm/spank.h not found: the SPANK plugin is not built "
           "(install libslurm-dev, or set CLC_SLURM_INCLUDE)")
+
+# clc/_abi_generated.py, the contract headers as Python (shim/abi_gen.py): written before
+# setuptools lists the package's modules, so that the wheel holds it and an editable install
+# imports it from the tree.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim", "abi_gen.py"))[
+    "write"]()
 
 setup(
     ext_modules=[preload, spank] if have_spank else [preload],

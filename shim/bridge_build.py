@@ -7,7 +7,7 @@ a C host stage 1 has loaded libpython with RTLD_GLOBAL first and calls clc_bridg
 """
 
 import pathlib
-import re
+import runpy
 
 import cffi
 
@@ -16,20 +16,12 @@ __all__ = ["ffibuilder"]
 SHIM = pathlib.Path(__file__).resolve().parent
 
 
-def _abi_declarations():
-    """clc_abi.h as cffi reads it: its numeric #defines and typedefs, without the other
-    preprocessor lines (guards, includes, the string magic)."""
-    text = (SHIM / "clc_abi.h").read_text()
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S).replace("\\\n", " ")
-    # Stage 1's exports: the engine calls them through ctypes (clc.abi.SHIM_EXPORTS).
-    text = re.sub(r"^[^\n;#{}]*\bclc_shim_\w+\([^;]*\);", "", text, flags=re.M)
-    numeric = re.compile(r"#define\s+\w+\s+\d+\s*$")
-    return "\n".join(line for line in text.splitlines()
-                     if not line.lstrip().startswith("#") or numeric.match(line.strip()))
+# clc_abi.h as cffi reads it: the same declarations clc/_abi_generated.py's layouts come from.
+_abi_declarations = runpy.run_path(str(SHIM / "abi_gen.py"))["declarations"]
 
 
 ffibuilder = cffi.FFI()
-ffibuilder.cdef(_abi_declarations())
+ffibuilder.cdef(_abi_declarations((SHIM / "clc_abi.h").read_text()))
 # For the engine (clc.runtime._bridge.lib): the time its timed dispatchers took, by kernel id.
 ffibuilder.cdef("int clc_bridge_dispatch_time(uint32_t kernel_id, uint64_t out[3]);")
 # For the exit entry: the program's C stdio flushed.

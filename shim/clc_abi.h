@@ -2,9 +2,9 @@
  *
  * clc_abi.h: everything the C shim and the Python side must agree on.
  *
- * The Python mirror is clc/abi.py; tests/unit/test_abi.py parses this header and fails when
- * the two disagree. Change both together, and bump CLC_CAPTURE_VERSION when a record's layout
- * changes.
+ * Written once, here: shim/abi_gen.py turns its #defines, structs, X-macro lists and the
+ * clc_shim_ prototypes into clc/_abi_generated.py when clc is built, and clc/abi.py builds the
+ * Python layer on that. Bump CLC_CAPTURE_VERSION when a record's layout changes.
  *
  * All integers are little-endian, records are 8-byte aligned, and every struct here has an
  * explicit size with no implicit padding, so that Python can read it with struct.unpack.
@@ -543,6 +543,29 @@ typedef struct clc_rec_hold {
 #define CLC_HOLD_SHARED 32  /* not a wait: a busy period whose launches ran on the held share
                                (held_share), from its first launch to the first found idle */
 
+/* ---- priority classes: what clc-run seals for shim/priority.c (docs/priority.md) ----------- */
+/* CLC_PRIORITY's value: the process's class */
+#define CLC_PRIORITY_WORD_LC "lc" /* latency-critical */
+#define CLC_PRIORITY_WORD_BE "be" /* best-effort */
+/* The board's directory when the policy names none (CLC_PRIORITY_BOARD) */
+#define CLC_PRIORITY_BOARD_DEFAULT "/dev/shm/clc-board"
+/* The users whose board directories a best-effort process reads: its own and root's, and at
+ * most CLC_PRIORITY_MAX_TRUSTED - 2 more that the policy's latency-critical classes name
+ * (CLC_PRIORITY_TRUST); clc-run refuses a policy that names more. */
+#define CLC_PRIORITY_MAX_TRUSTED 256
+/* The classes' settings: the policy loader refuses values outside these ranges, and the shim
+ * puts the default in their place whatever clc-run sealed. */
+#define CLC_PRIORITY_FLOOR_MIN 0.001 /* CLC_PRIORITY_FLOOR: the share of time a held process runs */
+#define CLC_PRIORITY_FLOOR_MAX 1
+#define CLC_PRIORITY_FLOOR_DEFAULT 0.1
+#define CLC_PRIORITY_RUN_AHEAD_MIN 4 /* CLC_PRIORITY_RUN_AHEAD: launches ahead of the GPU */
+#define CLC_PRIORITY_RUN_AHEAD_MAX 256
+#define CLC_PRIORITY_RUN_AHEAD_DEFAULT 32
+/* CLC_PRIORITY_IDLE_MS: milliseconds without a launch after which a latency-critical GPU is
+ * idle; more than 0 (the range is open there), at most the maximum */
+#define CLC_PRIORITY_IDLE_MS_MAX 10000
+#define CLC_PRIORITY_IDLE_MS_DEFAULT 20
+
 /* ---- the status socket: what each process tells clc-run (CLC_STATUS) ------------------------ */
 /* One datagram per message: a word below, a space, then the text (clc/runtime/status.py). */
 #define CLC_STATUS_START "start"                   /* the shim started: the process's name */
@@ -554,8 +577,8 @@ typedef struct clc_rec_hold {
 #define CLC_STATUS_NO_SETTINGS "no-settings" /* the shim started without its settings: the name */
 
 /* ---- stage 1's exports, called by the engine in the program's Python --------------------- */
-/* Python calls them through ctypes with the types clc.abi.SHIM_EXPORTS gives, held to these
- * prototypes by tests/unit/test_abi.py. */
+/* Python calls them through ctypes with the types of these prototypes (clc.abi.SHIM_EXPORTS,
+ * generated from them). */
 
 /* A sealed setting's value (CLC_SETTING_KEYS), or NULL when clc-run gave none. */
 const char *clc_shim_setting(const char *key);

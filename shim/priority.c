@@ -57,7 +57,6 @@
 #define BOARD_VERSION 1
 #define BOARD_DEVICES 16
 #define MAX_SLOTS 64
-#define MAX_TRUSTED 256            /* users whose directories a best-effort process reads */
 #define MAX_ENTRIES 1024           /* directory entries one scan reads, all directories */
 #define SCAN_NS 50000000ull        /* the directories are read again after 50 ms */
 #define HOLD_STEP_NS 20000ull      /* a held launch looks again every 20 us */
@@ -67,7 +66,6 @@
 #define RUN_AHEAD_STEP 4           /* an event every 4 launches */
 #define RUN_AHEAD_STREAMS 32       /* streams kept from running ahead */
 #define RUN_AHEAD_WAIT_NS 200000000ull /* a run-ahead wait gives up after 200 ms */
-#define DEFAULT_BOARD "/dev/shm/clc-board"
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
 
 typedef struct {
@@ -96,10 +94,10 @@ static dev_t g_board_dev; /* what g_board was opened on: checked before each use
 static ino_t g_board_ino;
 static int g_board_bad;  /* the board cannot be used: every launch held to the floor */
 static int g_board_refused; /* ... for good: it is another user's, or others may replace it */
-static double g_floor = 0.1;
-static unsigned g_run_ahead = 32;
+static double g_floor = CLC_PRIORITY_FLOOR_DEFAULT;
+static unsigned g_run_ahead = CLC_PRIORITY_RUN_AHEAD_DEFAULT;
 static uint64_t g_held_word; /* CLC_ACTION_CONFINE word of a held launch (held_share); 0: wait */
-static uint64_t g_idle_ns = 20000000ull;
+static uint64_t g_idle_ns = CLC_PRIORITY_IDLE_MS_DEFAULT * 1000000ull;
 static char g_board_path[256];
 
 /* ---- shared: the board directory, users' directories, process start times --------------- */
@@ -148,7 +146,8 @@ static void board_unusable(const char *why) {
  * when it is missing; it must be this user's or root's, and sticky when others may write it. */
 static int open_board(void) {
     const char *path = clc_setting("CLC_PRIORITY_BOARD");
-    snprintf(g_board_path, sizeof g_board_path, "%s", path && *path ? path : DEFAULT_BOARD);
+    snprintf(g_board_path, sizeof g_board_path, "%s",
+             path && *path ? path : CLC_PRIORITY_BOARD_DEFAULT);
     char last[256];
     int parent = clc_open_parent(g_board_path, last, sizeof last);
     if (parent < 0) return -1;
@@ -455,19 +454,19 @@ static int g_table_full;
 static uint64_t g_scanned_ns;
 static unsigned char g_be_uuid[BOARD_DEVICES][16];
 static int g_be_uuid_known[BOARD_DEVICES];
-static uid_t g_trusted[MAX_TRUSTED];
+static uid_t g_trusted[CLC_PRIORITY_MAX_TRUSTED];
 static int g_n_trusted;
 
 static void trust(uid_t uid) {
     for (int i = 0; i < g_n_trusted; i++)
         if (g_trusted[i] == uid) return;
-    if (g_n_trusted < MAX_TRUSTED)
+    if (g_n_trusted < CLC_PRIORITY_MAX_TRUSTED)
         g_trusted[g_n_trusted++] = uid;
     else if (CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "priority: more than %d latency-critical users: the slots of "
                 "the others are not read",
-                MAX_TRUSTED);
+                CLC_PRIORITY_MAX_TRUSTED);
 }
 
 static void read_trust(void) {
@@ -1026,17 +1025,21 @@ uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int 
 int clc_priority_start(void) {
     const char *c = clc_setting("CLC_PRIORITY");
     if (!c || !*c) return 0;
-    g_class = strcmp(c, "lc") == 0 ? CLC_PRIORITY_LC : strcmp(c, "be") == 0 ? CLC_PRIORITY_BE : 0;
+    g_class = strcmp(c, CLC_PRIORITY_WORD_LC) == 0   ? CLC_PRIORITY_LC
+              : strcmp(c, CLC_PRIORITY_WORD_BE) == 0 ? CLC_PRIORITY_BE
+                                                     : 0;
     if (!g_class) return 0;
     const char *v;
     /* clc-run checked these; kept in range whatever they say */
     if ((v = clc_setting("CLC_PRIORITY_FLOOR"))) g_floor = strtod(v, NULL);
-    if (!(g_floor >= 0.001 && g_floor <= 1)) g_floor = 0.1;
+    if (!(g_floor >= CLC_PRIORITY_FLOOR_MIN && g_floor <= CLC_PRIORITY_FLOOR_MAX))
+        g_floor = CLC_PRIORITY_FLOOR_DEFAULT;
     if ((v = clc_setting("CLC_PRIORITY_RUN_AHEAD"))) g_run_ahead = (unsigned)strtoul(v, NULL, 10);
-    if (g_run_ahead < 4 || g_run_ahead > 256) g_run_ahead = 32;
+    if (g_run_ahead < CLC_PRIORITY_RUN_AHEAD_MIN || g_run_ahead > CLC_PRIORITY_RUN_AHEAD_MAX)
+        g_run_ahead = CLC_PRIORITY_RUN_AHEAD_DEFAULT;
     if ((v = clc_setting("CLC_PRIORITY_IDLE_MS"))) {
         double ms = strtod(v, NULL);
-        if (ms > 0 && ms <= 10000) g_idle_ns = (uint64_t)(ms * 1e6);
+        if (ms > 0 && ms <= CLC_PRIORITY_IDLE_MS_MAX) g_idle_ns = (uint64_t)(ms * 1e6);
     }
     if ((v = clc_setting("CLC_PRIORITY_HELD_SHARE"))) {
         double share = strtod(v, NULL);

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clc import abi
+
 __all__ = [
     "SUPPORTED_VERSION", "U64_MAX", "INT32_MAX", "ID_MAX", "VERDICTS", "RULE_ACTIONS",
     "RANGE_OPS", "LATENCY_CRITICAL", "BEST_EFFORT", "PRIORITY_CLASSES", "HOOK_FORM",
@@ -337,8 +339,9 @@ CLASS_KEYS = {
     "class": Key(Words(PRIORITY_CLASSES), required=True),
     "match": Key(Mapping(CLASS_MATCH_KEYS, min_keys=1), required=True),
     # Without a floor a held process could starve.
-    "floor": Key(Number(0.001, 1), only=(BEST_EFFORT,)),
-    "run_ahead": Key(Number(4, 256, integer=True), only=(BEST_EFFORT,)),
+    "floor": Key(Number(abi.PRIORITY_FLOOR_MIN, abi.PRIORITY_FLOOR_MAX), only=(BEST_EFFORT,)),
+    "run_ahead": Key(Number(abi.PRIORITY_RUN_AHEAD_MIN, abi.PRIORITY_RUN_AHEAD_MAX, integer=True),
+                     only=(BEST_EFFORT,)),
     # 0: a held launch waits; else it runs on this share of the SMs.
     "held_share": Key(Number(0, 1, hi_open=True), only=(BEST_EFFORT,)),
 }
@@ -346,7 +349,7 @@ CLASS_KEYS = {
 PRIORITY_KEYS = {
     "classes": Key(Listing(Mapping(CLASS_KEYS)), required=True),
     "board": Key(Pattern("^/")),
-    "idle_after_ms": Key(Number(0, 10000, lo_open=True)),
+    "idle_after_ms": Key(Number(0, abi.PRIORITY_IDLE_MS_MAX, lo_open=True)),
 }
 
 TOP_KEYS = {

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clc import abi
+
 from clc.policy.keys import BEST_EFFORT, CLASS_MATCH_KEYS, LATENCY_CRITICAL, PRIORITY_CLASSES
 from clc.policy.names import KernelInfo
 from clc.policy.rule import Rule
@@ -14,7 +16,7 @@ from clc.words import count
 __all__ = ["LATENCY_CRITICAL", "BEST_EFFORT", "PRIORITY_CLASSES", "DEFAULT_BOARD",
            "PriorityClass", "Priority"]
 
-DEFAULT_BOARD = "/dev/shm/clc-board"
+DEFAULT_BOARD = abi.PRIORITY_BOARD_DEFAULT.decode()
 _CLASS_MATCH_FIELDS = tuple(CLASS_MATCH_KEYS)
 
 
@@ -25,8 +27,10 @@ class PriorityClass:
 
     name: str
     kind: str  # LATENCY_CRITICAL or BEST_EFFORT
-    floor: float = 0.1  # the share of time a best-effort process is never held
-    run_ahead: int = 32  # launches it may queue per context while latency-critical work runs
+    # the share of time a best-effort process is never held
+    floor: float = abi.PRIORITY_FLOOR_DEFAULT
+    # launches it may queue per context while latency-critical work runs
+    run_ahead: int = abi.PRIORITY_RUN_AHEAD_DEFAULT
     line: int = 0
     # 0: a held launch waits; else it runs on this share of the SMs, the device's last ones
     held_share: float = 0.0
@@ -60,7 +64,7 @@ class Priority:
 
     classes: tuple[PriorityClass, ...] = ()
     board: str = DEFAULT_BOARD
-    idle_after_ms: float = 20.0
+    idle_after_ms: float = float(abi.PRIORITY_IDLE_MS_DEFAULT)
 
     def class_of(self, info: KernelInfo) -> PriorityClass | None:
         return next((c for c in self.classes if c.check(info)[0]), None)

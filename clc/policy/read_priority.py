@@ -5,6 +5,7 @@ keys and ranges as CLASS_KEYS gives them, its match read as a rule's is.
 
 from __future__ import annotations
 
+from clc import abi
 from clc.policy.keys import (BEST_EFFORT, CLASS_KEYS, CLASS_MATCH_KEYS, LATENCY_CRITICAL,
                              PRIORITY_CLASSES, PRIORITY_KEYS, only_on)
 from clc.policy.priority import DEFAULT_BOARD, Priority, PriorityClass
@@ -34,7 +35,7 @@ class _PriorityReader(_MatchReader):
         before = len(self.errors)
         meant = set()
         pairs = self.mapping(node, _PRIORITY_KEYS, "in priority", meant=meant)
-        board, idle = DEFAULT_BOARD, 20.0
+        board, idle = DEFAULT_BOARD, float(abi.PRIORITY_IDLE_MS_DEFAULT)
         if "board" in pairs:
             board = self.attempt(self.board, pairs["board"][1])
         if "idle_after_ms" in pairs:
@@ -133,7 +134,8 @@ class _PriorityReader(_MatchReader):
     def best_effort(self, pairs: dict, name: str, kind: str | None) -> tuple:
         """A class's floor, run_ahead and held_share: their defaults unless it gives them, only
         a best-effort class may."""
-        floor, run_ahead, held_share = 0.1, 32, 0.0
+        floor, run_ahead = abi.PRIORITY_FLOOR_DEFAULT, abi.PRIORITY_RUN_AHEAD_DEFAULT
+        held_share = 0.0
         for key in _BEST_EFFORT_KEYS:
             if key in pairs and kind == LATENCY_CRITICAL:
                 self.report(pairs[key][0], f"'{key}' is only allowed on a best-effort class "

@@ -7,13 +7,15 @@ import shutil
 import stat
 import sys
 
+from clc import abi
 from clc.errors import EXIT_USAGE, ClcError
 from clc.policy import KernelInfo, process_identity
 from clc.policy.model import LATENCY_CRITICAL
 
 __all__ = ["priority_settings", "board_problem"]
 
-_MAX_TRUSTED_USERS = 254  # the shim reads 256 users' directories: this user and root besides
+# The users whose slots a best-effort process reads besides its own and root's.
+_MAX_TRUSTED_USERS = abi.PRIORITY_MAX_TRUSTED - 2
 
 
 def _latency_critical_users(priority):
@@ -102,7 +104,8 @@ def priority_settings(policy, argv, tenant, verbose=False):
                                   if found.kind == LATENCY_CRITICAL else
                                   "this program's launches are held to its floor"),
               file=sys.stderr)
-    out = {"CLC_PRIORITY": "lc" if found.kind == LATENCY_CRITICAL else "be",
+    word = abi.PRIORITY_WORD_LC if found.kind == LATENCY_CRITICAL else abi.PRIORITY_WORD_BE
+    out = {"CLC_PRIORITY": word.decode(),
            "CLC_PRIORITY_NAME": found.name, "CLC_PRIORITY_BOARD": priority.board,
            "CLC_PRIORITY_IDLE_MS": repr(priority.idle_after_ms)}
     if found.kind != LATENCY_CRITICAL:

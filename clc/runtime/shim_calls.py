@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Stage 1's exports, called from the program's Python: the sealed settings, messages into the
 capture, every kernel's counts, a wrapped kernel's counts. Each is typed from
-clc.abi.SHIM_EXPORTS, which tests/unit/test_abi.py holds to clc_abi.h's prototypes. Outside a
+clc.abi.SHIM_EXPORTS, generated from clc_abi.h's prototypes. Outside a
 process clc started (no stage 1), each says so: {} / False / [].
 
 Standard library only: it runs in the traced program's Python."""

@@ -3,12 +3,14 @@
 (shim/slurm/) puts under clc: the job's environment. The launcher starts clc-run in an
 environment of its own, so that nothing of the job's runs code inside clc's Python, and hands
 the job's environment over whole in a memfd; clc-run gives it to the program. The names are
-those of shim/slurm/clc_slurm.h (tests/unit/test_slurm_contract.py checks that they agree)."""
+those of shim/slurm/clc_slurm.h, as clc.abi gives them."""
 
 import os
 
-ENV_FD = "CLC_SLURM_ENV_FD"
-ENV_MEMFD = "clc-slurm-env"
+from clc import abi
+
+ENV_FD = abi.SLURM_ENV_FD.decode()
+ENV_MEMFD = abi.SLURM_ENV_MEMFD.decode()
 _MAX = 64 << 20
 
 

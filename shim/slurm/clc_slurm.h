@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * clc_slurm.h: what the SPANK plugin (clc_spank.c) hands a task's launcher (clc_slurm_exec.c),
- * and what the launcher hands clc-run (clc/runtime/slurm.py reads the same names; a test checks
- * that the two sides agree).
+ * and what the launcher hands clc-run (clc/runtime/slurm.py reads the same names from clc.abi,
+ * generated from this header when clc is built: shim/abi_gen.py).
  *
  * The plugin writes the task's settings into a sealed memfd named CLC_SLURM_MEMFD, as
  * "KEY=VALUE\0" records, and names its descriptor in CLC_SLURM_FD. Only the plugin, inside the

@@ -13,11 +13,12 @@ from harness import ROOT
 
 
 def test_the_wheel_builds_cleanly_with_its_data_and_lean_requirements(tmp_path):
-    # GIVEN a copy of the source tree (the build writes into the tree it builds)
+    # GIVEN a copy of the source tree (the build writes into the tree it builds), without what
+    # a build made (the contract's Python module included)
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "*.egg-info", "__pycache__", "*.so", ".pytest_cache",
-        "clc-slurm-exec", "_bridge.c"))
+        "clc-slurm-exec", "_bridge.c", "_abi_generated.py"))
     # WHEN the wheel is built as pip install builds it
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                            "--no-build-isolation", "-v", "-w", str(tmp_path / "dist"), str(src)],
@@ -35,6 +36,10 @@ def test_the_wheel_builds_cleanly_with_its_data_and_lean_requirements(tmp_path):
                      "clc/libclc_preload.so"):
         assert expected in names
     assert any(n.endswith("licenses/LICENSE") for n in names)
+    # AND the contract's Python module, made from the headers by the build, the same as this
+    # tree's
+    generated = zipfile.ZipFile(wheel).read("clc/_abi_generated.py").decode()
+    assert generated == (ROOT / "clc" / "_abi_generated.py").read_text()
     # AND what wrapping alone needs is asked for by the wrap extra only; tqdm by none
     meta = email.message_from_bytes(zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith(".dist-info/METADATA"))))

@@ -1,19 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
-"""clc/abi.py must agree with shim/clc_abi.h: every constant, and every record layout.
+"""clc.abi is what shim/clc_abi.h says: the generated module is the header's, read afresh, and
+the layer clc/abi.py builds on it reads the header's layouts.
 
-The header is parsed here (defines and structs, computed with natural x86-64 alignment) rather
-than compiled, so that this runs without a C compiler; a change to either side alone fails.
+The header is also parsed here on its own (defines and structs, computed with natural x86-64
+alignment) rather than compiled, so that this runs without a C compiler: the generator (which
+takes the layouts from cffi) and this parser must agree.
 """
 
 import re
+import runpy
+import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from clc import abi
+from clc import _abi_generated, abi
 
 HEADER = Path(__file__).resolve().parents[2] / "shim" / "clc_abi.h"
+SLURM_HEADER = HEADER.parent / "slurm" / "clc_slurm.h"
+GEN = runpy.run_path(str(HEADER.parent / "abi_gen.py"))
 
 # (size, alignment, struct format code) of each scalar type the header uses (LP64).
 SCALARS = {
@@ -57,16 +65,23 @@ def strip_comments(text):
 
 
 def parse_defines(text):
-    """{name: int or bytes} for every #define with a value (continued over lines, adjacent
-    string literals joined)."""
+    """{name: int, float or bytes} for every #define with a value (continued over lines,
+    adjacent string literals joined); a value of another form is kept as its text, which then
+    matches nothing of Python's."""
     defines = {}
     text = strip_comments(text).replace("\\\n", " ")
     for name, value in re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(.+?)[ \t]*$", text,
                                   flags=re.M):
         if value.startswith('"'):
             defines[name] = "".join(re.findall(r'"([^"]*)"', value)).encode()
-        else:
+        elif re.fullmatch(r"\(?-?\d+\.\d*\)?", value):
+            defines[name] = float(value.strip("()"))
+        elif re.fullmatch(r"\(?-?(0x[0-9a-fA-F]+|\d+)\)?", value):
             defines[name] = int(value.strip("()"), 0)
+        elif m := re.fullmatch(r"\((\d+)u?\s*<<\s*(\d+)\)", value):
+            defines[name] = int(m[1]) << int(m[2])
+        else:
+            defines[name] = value
     return defines
 
 
@@ -164,7 +179,8 @@ def header_text():
 
 @pytest.fixture(scope="module")
 def defines(header_text):
-    return parse_defines(header_text)
+    # both contract headers: clc_slurm.h's names are Python's too
+    return parse_defines(header_text) | parse_defines(SLURM_HEADER.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +190,94 @@ def structs(header_text, defines):
 
 def python_constants():
     return {name: getattr(abi, name) for name in abi.__all__
-            if name.isupper() and isinstance(getattr(abi, name), (int, bytes))}
+            if name.isupper() and isinstance(getattr(abi, name), (int, float, bytes))}
+
+
+def test_the_generated_module_is_what_the_headers_give():
+    # GIVEN the module the build wrote (installed or in the tree), and the headers now
+    # THEN it is what the generator makes of them: a header changed since the build fails here
+    assert Path(_abi_generated.__file__).read_text() == GEN["generate"](), \
+        "clc/_abi_generated.py is older than the headers: pip install -e . again"
+
+
+def generated(tmp_path, *texts):
+    """The module the generator makes of headers holding `texts`, as a dict."""
+    headers = []
+    for i, text in enumerate(texts):
+        path = tmp_path / f"h{i}.h"
+        path.write_text(text)
+        headers.append((path, "CLC_"))
+    module = {}
+    exec(GEN["generate"](tuple(headers)), module)
+    return module
+
+
+def test_a_header_change_is_the_python_sides(tmp_path, header_text):
+    # GIVEN the header as it is, and with a record's member widened, a record renumbered, a
+    # constant added
+    same = generated(tmp_path, header_text)
+    assert same["LAYOUTS"] == abi.LAYOUTS and same["REC_END"] == abi.REC_END
+    widened = header_text.replace("    uint32_t shared_mem;\n    uint32_t tid;",
+                                  "    uint64_t shared_mem;\n    uint32_t tid;")
+    changed = generated(tmp_path, widened.replace("#define CLC_REC_END 9", "#define CLC_REC_END 99")
+                        + "\n#define CLC_NEW_THING 7\n")
+    # THEN the generated module follows, with nothing written on the Python side
+    assert changed["LAYOUTS"]["clc_rec_launch"][0] == abi.REC_LAUNCH_BODY.size + 8
+    assert ("shared_mem", 56, "uint64_t", 1) in changed["LAYOUTS"]["clc_rec_launch"][1]
+    assert changed["REC_END"] == 99 and changed["NEW_THING"] == 7
+    assert "NEW_THING" in changed["__all__"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("#define CLC_A some_call(3)\n", "CLC_A: cannot read"),
+    ("#define CLC_A sizeof(int)\n", "CLC_A: cannot read"),
+    ("#define CLC_A \"x\\n\"\n", "CLC_A: a string with escapes"),
+    ("#define CLC_F(a) ((a) + 1)\n", "only X-macro lists"),
+    ("#define CLC_L(X) X(a) + X(b)\n", "only X-macro lists"),
+])
+def test_the_generator_refuses_what_it_cannot_read(tmp_path, text, message):
+    # GIVEN a header with something that has no Python form
+    # THEN the build stops, naming it, rather than leaving it out
+    with pytest.raises(ValueError, match=re.escape(message)):
+        generated(tmp_path, text)
+
+
+def test_two_headers_cannot_give_one_python_name(tmp_path):
+    with pytest.raises(ValueError,
+                       match="h1.h: CLC_A gives Python's A, which .*h0.h gives already"):
+        generated(tmp_path, "#define CLC_A 1\n", "#define CLC_A 2\n")
+
+
+def test_the_generators_layouts_are_the_parsers(structs):
+    # GIVEN every struct as cffi laid it out for the generator, and as this file's parser does
+    assert set(abi.LAYOUTS) == set(structs)
+    for name, (size, members) in abi.LAYOUTS.items():
+        # THEN both give the same size and the same members at the same offsets
+        assert size == structs[name][0], name
+        assert [(m[0], m[1], m[3]) for m in members] == \
+            [(f[0], f[1], f[4]) for f in structs[name][2]], name
+
+
+def test_a_tree_never_built_says_how_to_build_it(tmp_path):
+    # GIVEN the package without the module the build writes (a checkout not yet installed)
+    shutil.copytree(HEADER.parents[1] / "clc", tmp_path / "clc", ignore=shutil.ignore_patterns(
+        "_abi_generated.py", "__pycache__", "*.so", "demo"))
+    # WHEN clc.abi is imported from it (no site: only that tree is on the path)
+    proc = subprocess.run([sys.executable, "-S", "-c", "import clc.abi"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    # THEN it fails saying what is missing and how to make it
+    assert proc.returncode != 0
+    assert "ImportError: clc/_abi_generated.py is missing" in proc.stderr, proc.stderr
+    assert "pip install -e ." in proc.stderr
+
+
+def test_python_refuses_a_layout_with_implicit_padding(monkeypatch):
+    # GIVEN a layout with a hole (the header promises none, so that "<" formats read it)
+    monkeypatch.setitem(abi._h.LAYOUTS, "clc_holey", (16, (("a", 0, "uint32_t", 1),
+                                                          ("b", 8, "uint64_t", 1))))
+    # THEN Python refuses to read it rather than misplace a field
+    with pytest.raises(ValueError, match="clc_holey: 4 bytes of implicit padding before b"):
+        abi._layout("clc_holey")
 
 
 def test_parser_agrees_with_the_headers_size_comments(header_text, structs):
@@ -195,8 +298,6 @@ def test_python_constant_matches_header(name, defines):
 def test_every_header_define_is_mirrored(defines):
     constants = python_constants()
     for name, value in defines.items():
-        if name == "CLC_ABI_H":
-            continue
         short = name[len("CLC_"):]
         if short in constants:
             continue
@@ -442,3 +543,43 @@ def test_the_status_words_are_the_headers(defines):
     status = (HEADER.parents[1] / "clc" / "runtime" / "status.py").read_text()
     for name in words:
         assert f"abi.{name[len('CLC_'):]}" in status, name
+
+
+def test_the_priority_settings_cross_through_the_header(defines):
+    # GIVEN what the header says of the priority classes' settings
+    names = [n for n in defines if n.startswith("CLC_PRIORITY_")]
+    assert "CLC_PRIORITY_FLOOR_MIN" in names and "CLC_PRIORITY_MAX_TRUSTED" in names
+    # THEN the shim reads each of them from there, and spells none of their values itself
+    code = strip_comments((HEADER.parent / "priority.c").read_text())
+    for name in names:
+        assert re.search(rf"\b{name}\b", code), f"shim/priority.c does not use {name}"
+    for word in ('"lc"', '"be"', '"/dev/shm'):
+        assert word not in code, word
+    # AND clc-run's side takes its words, board, limits, ranges and defaults from clc.abi
+    from clc.policy.keys import CLASS_KEYS, PRIORITY_KEYS
+    from clc.policy.priority import DEFAULT_BOARD, Priority, PriorityClass
+    from clc.runtime import priority_class
+    floor, run_ahead = CLASS_KEYS["floor"].value, CLASS_KEYS["run_ahead"].value
+    idle = PRIORITY_KEYS["idle_after_ms"].value
+    assert (floor.lo, floor.hi) == (abi.PRIORITY_FLOOR_MIN, abi.PRIORITY_FLOOR_MAX)
+    assert (run_ahead.lo, run_ahead.hi) == (abi.PRIORITY_RUN_AHEAD_MIN,
+                                            abi.PRIORITY_RUN_AHEAD_MAX)
+    assert (idle.lo, idle.lo_open, idle.hi) == (0, True, abi.PRIORITY_IDLE_MS_MAX)
+    assert DEFAULT_BOARD.encode() == abi.PRIORITY_BOARD_DEFAULT
+    some = PriorityClass("x", "best-effort")
+    assert (some.floor, some.run_ahead) == (abi.PRIORITY_FLOOR_DEFAULT,
+                                            abi.PRIORITY_RUN_AHEAD_DEFAULT)
+    assert Priority(()).idle_after_ms == abi.PRIORITY_IDLE_MS_DEFAULT
+    assert priority_class._MAX_TRUSTED_USERS == abi.PRIORITY_MAX_TRUSTED - 2
+
+
+def test_the_slurm_headers_names_are_pythons():
+    # GIVEN clc_slurm.h, which the Slurm plugin and its launcher build with on their own
+    slurm_defines = parse_defines(SLURM_HEADER.read_text())
+    assert slurm_defines
+    # THEN each of its names is in clc.abi, and clc-run reads the job's environment by them
+    for name, value in slurm_defines.items():
+        assert getattr(abi, name[len("CLC_"):]) == value, name
+    from clc.runtime import slurm
+    assert (slurm.ENV_FD.encode(), slurm.ENV_MEMFD.encode()) == (abi.SLURM_ENV_FD,
+                                                                 abi.SLURM_ENV_MEMFD)
