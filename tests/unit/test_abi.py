@@ -393,7 +393,7 @@ def test_every_export_the_engine_calls_is_declared():
     # GIVEN every clc_shim_ function the shim exports, and every one Python names
     shim = HEADER.parent
     exported = set()
-    for src in shim.glob("*.c"):
+    for src in shim.glob("*/*.c"):
         exported |= set(re.findall(r"CLC_EXPORT\s[^;{(]*?\b(clc_shim_\w+)\(", src.read_text()))
     named = set()
     for src in (shim.parent / "clc").rglob("*.py"):
@@ -405,7 +405,7 @@ def test_every_export_the_engine_calls_is_declared():
 
 def test_the_bridges_first_call_types_the_setting_as_declared():
     # GIVEN the bridge's embedding code, which reads CLC_PKG_PATH before clc can be imported
-    code = (HEADER.parent / "bridge_build.py").read_text()
+    code = (HEADER.parent / "bridge" / "bridge_build.py").read_text()
     from clc.runtime import shim_calls
     result, params = abi.SHIM_EXPORTS["clc_shim_setting"]
     # THEN it types clc_shim_setting as the header declares it
@@ -419,8 +419,8 @@ def test_stage_twos_exports_are_declared_with_the_headers_types(header_text):
     # GIVEN the functions stage 2 exports to stage 1, typed in the header
     names = re.findall(r"typedef int \(\*clc_bridge_(\w+)_fn\)", header_text)
     assert sorted(names) == ["decide", "exit", "launch", "module", "start"]
-    bridge = (HEADER.parent / "bridge.c").read_text()
-    loader = (HEADER.parent / "bridge_loader.c").read_text()
+    bridge = (HEADER.parent / "bridge" / "bridge.c").read_text()
+    loader = (HEADER.parent / "deciding" / "bridge_loader.c").read_text()
     for name in names:
         # THEN stage 2 declares each with its type (its definition must then agree, or it does
         # not compile), and stage 1 looks each up by that name into a pointer of that type
@@ -435,7 +435,7 @@ def test_the_status_words_are_the_headers(defines):
     assert words
     # THEN the shim sends only those (never a word spelled in place)
     sent = set()
-    for src in HEADER.parent.glob("*.c"):
+    for src in HEADER.parent.glob("*/*.c"):
         sent |= set(re.findall(r"clc_announce\((\w+|\"[^\"]*\")", src.read_text()))
     assert sent - {"const"} == set(words), sent  # less the definition's parameter
     # AND clc-run's listener reads each of them

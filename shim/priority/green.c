@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "deciding.h"
+#include "priority.h"
 
 /* The driver's green-context calls, by layout (cuda.h, CUDA 13.0). */
 #define CU_DEV_RESOURCE_TYPE_SM 1

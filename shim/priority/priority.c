@@ -51,7 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "deciding.h"
+#include "priority.h"
 
 #define BOARD_MAGIC 0x3144524f42434c43ull /* "CLCBORD1" */
 #define BOARD_VERSION 1
