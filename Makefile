@@ -13,7 +13,8 @@ NVCC ?= nvcc
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard shim/*.c shim/*.h shim/*.py shim/slurm/*.c shim/slurm/*.h clc/demo/*.c)
+$(VENV)/.installed: pyproject.toml setup.py \
+		$(wildcard shim/LAYERS shim/*.h shim/*/*.c shim/*/*.h shim/*/*.py clc/demo/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -25,7 +26,7 @@ test-packages:
 	sh tests/slurm/install-packages.sh
 
 test: test-packages install
-	$(VENV)/bin/clang-format --dry-run --Werror shim/*.c shim/*.h shim/slurm/*.c shim/slurm/*.h
+	$(VENV)/bin/clang-format --dry-run --Werror shim/*.h shim/*/*.c shim/*/*.h
 	$(PY) -m ruff check .
 	$(PY) -m pytest tests
 

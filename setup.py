@@ -3,8 +3,9 @@
 
 Stage 1, the preload library, is plain C with no libpython: it is built as an "extension"
 only so that setuptools compiles it, and is named libclc_preload.so, without the interpreter
-tag, because one build serves every Python. Stage 2 is the cffi bridge (shim/bridge_build.py),
-one build per CPython version.
+tag, because one build serves every Python; its C files live in shim/ by layer, a folder each
+(shim/LAYERS). Stage 2 is the cffi bridge (shim/bridge/bridge_build.py), one build per CPython
+version.
 
 The Slurm parts (shim/slurm/, docs/deploy.md) are built beside the preload library: the task
 launcher clc-slurm-exec (static, always) and the SPANK plugin libclc_spank.so (where Slurm's
@@ -79,14 +80,24 @@ class BuildShim(build_ext):
 
 preload = Extension(
     PRELOAD,
-    sources=[f"shim/{f}" for f in ("core.c", "settings.c", "real.c", "files.c", "decision_cache.c",
-                                  "capture.c", "timing.c", "cupti.c", "decide.c", "decider.c",
-                                  "bridge_loader.c", "replace.c", "green.c", "priority.c",
-                                  "launch.c", "graph.c", "load.c", "context.c", "process.c",
-                                  "leave.c", "image.c",
-                                  "interpose.c", "dlopen.c")],
-    depends=[f"shim/{h}.h" for h in ("shim", "core", "records", "deciding", "hooks", "gate",
-                                     "clc_abi", "elf_dynamic")],
+    sources=[f"shim/{f}" for f in ("core/core.c", "core/settings.c", "core/real.c", "core/files.c",
+                                  "records/decision_cache.c", "records/capture.c",
+                                  "records/counts.c", "records/capture_cap.c",
+                                  "records/capture_file.c", "records/clock.c",
+                                  "records/timing.c", "records/cupti.c",
+                                  "priority/green.c", "priority/green_graph.c",
+                                  "priority/priority.c", "priority/best_effort.c",
+                                  "priority/latency_critical.c", "priority/board.c",
+                                  "deciding/decide.c", "deciding/decider.c",
+                                  "deciding/bridge_loader.c", "deciding/replace.c",
+                                  "hooks/launch.c", "hooks/graph.c", "hooks/load.c",
+                                  "hooks/context.c", "hooks/process.c", "hooks/leave.c",
+                                  "hooks/image.c",
+                                  "entry/interpose.c", "entry/dlopen.c")],
+    # every header of the layers' folders, and the contract
+    depends=["shim/clc_abi.h"] + sorted(str(p) for p in pathlib.Path("shim").glob("*/*.h")
+                                        if p.parent.name != "slurm"),
+    # one include directory: a file names another layer's header by its folder (core/core.h)
     include_dirs=["shim"],
     extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra",
                         "-Wno-unused-parameter"],
@@ -114,6 +125,6 @@ runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim", 
 
 setup(
     ext_modules=[preload, spank] if have_spank else [preload],
-    cffi_modules=["shim/bridge_build.py:ffibuilder"],
+    cffi_modules=["shim/bridge/bridge_build.py:ffibuilder"],
     cmdclass={"build_ext": BuildShim},
 )

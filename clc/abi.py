@@ -128,7 +128,7 @@ KERNEL_QUERY_FIELDS = _fields("clc_kernel_query")
 QUERY_ARGS_STATUS_AT = KERNEL_QUERY_FIELDS.at["args_status"]
 PARAM_INFO = _layout("clc_param_info")
 
-# The decider's messages (clc/runtime/decider.py answers the shim's shim/decider.c)
+# The decider's messages (clc/runtime/decider.py answers the shim's shim/deciding/decider.c)
 DECIDE_REQUEST = _layout("clc_decide_request")
 DECIDE_REPLY = _layout("clc_decide_reply")
 

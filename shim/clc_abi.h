@@ -17,7 +17,7 @@
 /* ---- settings ----------------------------------------------------------------------------
  * What clc-run seals for the shim and the engine: "KEY=VALUE\0" records in a sealed memfd named
  * CLC_SETTINGS_NAME, whose descriptor the environment's CLC_SETTINGS_VAR names
- * (shim/settings.c reads it; clc/runtime/shim.py writes it, refusing any other key). Every
+ * (shim/core/settings.c reads it; clc/runtime/shim.py writes it, refusing any other key). Every
  * key, once: tests/unit/test_settings_keys.py holds the shim's and clc's uses to this list. */
 #define CLC_SETTINGS_NAME "clc-settings"
 #define CLC_SETTINGS_VAR "CLC_SETTINGS_FD"
@@ -543,7 +543,7 @@ typedef struct clc_rec_hold {
 #define CLC_HOLD_SHARED 32  /* not a wait: a busy period whose launches ran on the held share
                                (held_share), from its first launch to the first found idle */
 
-/* ---- priority classes: what clc-run seals for shim/priority.c (docs/priority.md) ----------- */
+/* ---- priority classes: what clc-run seals for shim/priority/ (docs/priority.md) ----------- */
 /* CLC_PRIORITY's value: the process's class */
 #define CLC_PRIORITY_WORD_LC "lc" /* latency-critical */
 #define CLC_PRIORITY_WORD_BE "be" /* best-effort */
@@ -590,7 +590,7 @@ int clc_shim_kernel_counts(clc_kernel_counts *out, int max);
 void clc_shim_wrap_stats(const clc_rec_wrap_stats *stats, const char *kernel, const char *wrapper);
 
 /* ---- stage 2's exports (clc.runtime._bridge), which stage 1 finds with dlsym --------------- */
-/* bridge_loader.c calls them through these types, and shim/bridge.c declares them with them:
+/* bridge_loader.c calls them through these types, and shim/bridge/bridge.c declares them with them:
  * cffi's definitions of the embedding API's three (shim/bridge_build.py) and bridge.c's own
  * two must agree with them, or stage 2 does not compile. Each returns 0 when done. */
 typedef int (*clc_bridge_decide_fn)(const clc_kernel_query *q, clc_decision *out);

@@ -763,7 +763,7 @@ class LaunchStream:
     it leaves the window waits for it, and comes out when it does: timed by events, a thread
     writes its launches' TIMING records at its later timed launches, so with many threads they
     can lie far apart in the file (waiting launches are then bounded by the timings a thread
-    keeps pending, 1024 in shim/timing.c, times the threads); timed by CUPTI, they come when
+    keeps pending, 1024 in shim/records/timing.c, times the threads); timed by CUPTI, they come when
     CUPTI hands its buffer back (every 200 ms, or a buffer's worth of launches). Once
     iterated, `unmatched_timings` counts the TIMING records that matched no launch: its LAUNCH
     record was lost (dropped, capped) or never written.

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The bridge's entry points, in the traced program's Python: what shim/bridge.c (through
-Python's C API) and the cffi embedding code of shim/bridge_build.py call by name. Each turns the
-shim's C structs into the engine's calls (clc.runtime.engine) and its answers back into C, and
-reports its failures once (the shim then applies the policy's on_error)."""
+"""The bridge's entry points, in the traced program's Python: what shim/bridge/bridge.c
+(through Python's C API) and the cffi embedding code of shim/bridge/bridge_build.py call by name.
+Each turns the shim's C structs into the engine's calls (clc.runtime.engine) and its answers
+back into C, and reports its failures once (the shim then applies the policy's on_error)."""
 
 import threading
 
@@ -67,7 +67,7 @@ def bridge_decide(ffi, query, out):
 
 
 def bridge_launch(kernel_id, blob):
-    """clc_bridge_launch (shim/bridge.c, through Python's C API), the first time a
+    """clc_bridge_launch (shim/bridge/bridge.c, through Python's C API), the first time a
     kernel's launch is asked about per shape or at every launch: (the clc_outcome bytes, the
     kernel's dispatcher, whether the bridge times it), which the bridge keeps under the shim's
     kernel id and calls with the query block of each later launch; None for "no opinion" (the

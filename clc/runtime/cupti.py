@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Where a run's GPU times come from (`time: true`): CUPTI's kernel activity records where
-libcupti is found (shim/cupti.c reads them off the launch path), else CUDA events recorded
-around each launch (shim/timing.c). clc-run names the libcupti it found to the shim
+libcupti is found (shim/records/cupti.c reads them off the launch path), else CUDA events recorded
+around each launch (shim/records/timing.c). clc-run names the libcupti it found to the shim
 (CLC_CUPTI); the shim prefers one the program has loaded already."""
 
 import ctypes.util

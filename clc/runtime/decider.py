@@ -4,7 +4,7 @@
 For a policy without Python hooks, the rules are all there is to decide, and nothing about
 them needs the program's interpreter. clc-run listens on a Unix socket in a private directory
 (its path reaches the shim as the sealed CLC_DECIDER setting) and answers each process's
-questions over a connection of its own (shim/decider.c): the program runs whatever Python
+questions over a connection of its own (shim/deciding/decider.c): the program runs whatever Python
 version it likes, or none, its GIL is never waited for, and forked children and the programs
 they exec are decided like the program itself.
 

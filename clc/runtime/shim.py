@@ -85,7 +85,7 @@ def preload_environment(base, *, policy_json, on_error, output, force=False, ver
 
 
 def settings_fd(settings):
-    """A sealed memfd holding `settings` as "KEY=VALUE\0" records (shim/settings.c reads it),
+    """A sealed memfd holding `settings` as "KEY=VALUE\0" records (shim/core/settings.c reads it),
     inheritable: its number goes into the program's CLC_SETTINGS_FD."""
     unknown = sorted(set(settings) - abi.SETTINGS)
     if unknown:

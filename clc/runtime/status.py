@@ -2,7 +2,7 @@
 """What the program's processes tell clc-run about themselves while it runs.
 
 clc-run listens on a datagram socket in a private directory (mode 0700: this user's alone); its
-path reaches the shim as the sealed CLC_STATUS setting (shim/settings.c, `clc_announce`). Each
+path reaches the shim as the sealed CLC_STATUS setting (shim/core/settings.c, `clc_announce`). Each
 process in which the shim starts says so, and says what clc-run must account for afterwards:
 the programs it executes or spawns (each should start a shim of its own), and the capture it
 opened or could not open. The kernel names the sender of each message (SCM_CREDENTIALS), so a

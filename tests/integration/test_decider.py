@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """clc-run answers first sights for policies without Python hooks (clc/runtime/decider.py,
-shim/decider.c): only clc-run is asked, answers stay with their questions, and a program that
-cannot reach it is decided by its own engine."""
+shim/deciding/decider.c): only clc-run is asked, answers stay with their questions, and a program
+that cannot reach it is decided by its own engine."""
 
 import json
 import os

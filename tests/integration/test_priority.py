@@ -47,7 +47,7 @@ priority:
       held_share: 0.25
 """
 
-# The slot a latency-critical process writes (shim/priority.c): a 64-byte header, then one
+# The slot a latency-critical process writes (shim/priority/priority.c): a 64-byte header, then one
 # 64-byte row per GPU.
 HEADER = struct.Struct("<QIIiIQ32s")
 ROW = struct.Struct("<16sIIQQQ16x")

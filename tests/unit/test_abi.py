@@ -494,7 +494,7 @@ def test_every_export_the_engine_calls_is_declared():
     # GIVEN every clc_shim_ function the shim exports, and every one Python names
     shim = HEADER.parent
     exported = set()
-    for src in shim.glob("*.c"):
+    for src in shim.glob("*/*.c"):
         exported |= set(re.findall(r"CLC_EXPORT\s[^;{(]*?\b(clc_shim_\w+)\(", src.read_text()))
     named = set()
     for src in (shim.parent / "clc").rglob("*.py"):
@@ -506,7 +506,7 @@ def test_every_export_the_engine_calls_is_declared():
 
 def test_the_bridges_first_call_types_the_setting_as_declared():
     # GIVEN the bridge's embedding code, which reads CLC_PKG_PATH before clc can be imported
-    code = (HEADER.parent / "bridge_build.py").read_text()
+    code = (HEADER.parent / "bridge" / "bridge_build.py").read_text()
     from clc.runtime import shim_calls
     result, params = abi.SHIM_EXPORTS["clc_shim_setting"]
     # THEN it types clc_shim_setting as the header declares it
@@ -520,8 +520,8 @@ def test_stage_twos_exports_are_declared_with_the_headers_types(header_text):
     # GIVEN the functions stage 2 exports to stage 1, typed in the header
     names = re.findall(r"typedef int \(\*clc_bridge_(\w+)_fn\)", header_text)
     assert sorted(names) == ["decide", "exit", "launch", "module", "start"]
-    bridge = (HEADER.parent / "bridge.c").read_text()
-    loader = (HEADER.parent / "bridge_loader.c").read_text()
+    bridge = (HEADER.parent / "bridge" / "bridge.c").read_text()
+    loader = (HEADER.parent / "deciding" / "bridge_loader.c").read_text()
     for name in names:
         # THEN stage 2 declares each with its type (its definition must then agree, or it does
         # not compile), and stage 1 looks each up by that name into a pointer of that type
@@ -536,7 +536,7 @@ def test_the_status_words_are_the_headers(defines):
     assert words
     # THEN the shim sends only those (never a word spelled in place)
     sent = set()
-    for src in HEADER.parent.glob("*.c"):
+    for src in HEADER.parent.glob("*/*.c"):
         sent |= set(re.findall(r"clc_announce\((\w+|\"[^\"]*\")", src.read_text()))
     assert sent - {"const"} == set(words), sent  # less the definition's parameter
     # AND clc-run's listener reads each of them
@@ -550,9 +550,10 @@ def test_the_priority_settings_cross_through_the_header(defines):
     names = [n for n in defines if n.startswith("CLC_PRIORITY_")]
     assert "CLC_PRIORITY_FLOOR_MIN" in names and "CLC_PRIORITY_MAX_TRUSTED" in names
     # THEN the shim reads each of them from there, and spells none of their values itself
-    code = strip_comments((HEADER.parent / "priority.c").read_text())
+    code = "".join(strip_comments(f.read_text())
+                   for f in sorted((HEADER.parent / "priority").glob("*.[ch]")))
     for name in names:
-        assert re.search(rf"\b{name}\b", code), f"shim/priority.c does not use {name}"
+        assert re.search(rf"\b{name}\b", code), f"shim/priority/ does not use {name}"
     for word in ('"lc"', '"be"', '"/dev/shm'):
         assert word not in code, word
     # AND clc-run's side takes its words, board, limits, ranges and defaults from clc.abi

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""shim/cupti_abi.h, CUPTI's ABI as the shim declares it, against NVIDIA's own headers: a
+"""shim/records/cupti_abi.h, CUPTI's ABI as the shim declares it, against NVIDIA's own headers: a
 program built with both checks each field's offset, each constant and each list of callback
 ids."""
 
@@ -87,7 +87,7 @@ def test_the_shims_cupti_declarations_match_nvidias_header(tmp_path):
     src = tmp_path / "check.c"
     src.write_text(CHECK)
     exe = tmp_path / "check"
-    built = subprocess.run(["gcc", "-std=gnu11", f"-I{inc}", f"-I{REPO / 'shim'}", "-o",
+    built = subprocess.run(["gcc", "-std=gnu11", f"-I{inc}", f"-I{REPO / 'shim' / 'records'}", "-o",
                             str(exe), str(src)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     p = subprocess.run([str(exe)], capture_output=True, text=True)

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The preload library's C files call each other in layers and never in a loop.
 
-The layers are listed once, in shim/shim.h's opening comment. Each file that setup.py builds into
-the preload library is compiled to an object with setup.py's flags; the global symbols each object
-defines and the ones it needs (nm) say which file calls, or reads, which.
+The layers are the folders of shim/, named once, lowest first, in shim/LAYERS. Each file that
+setup.py builds into the preload library is compiled to an object with setup.py's flags; the
+global symbols each object defines and the ones it needs (nm) say which file calls, or reads,
+which; its folder says its layer.
 """
 
 import ast
@@ -17,9 +18,20 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHIM = ROOT / "shim"
+# Folders of shim/ that are not layers of the preload library: stage 2 (the cffi bridge) and the
+# Slurm programs, each built on its own.
+OTHER_STAGES = {"bridge", "slurm"}
+# The contract of both stages and Python, included by name from any layer.
+CONTRACT = "clc_abi.h"
 
-# " *   core:     core.c settings.c real.c" in shim.h's opening comment, lowest layer first.
-LAYER_LINE = re.compile(r"^ \*   (\w+): +((?:[\w.]+\.c ?)+)$", re.M)
+
+def layer_order() -> list[str]:
+    """The layers' folders in shim/LAYERS (a name first on each line), the lowest first."""
+    names = [line.split()[0] for line in (SHIM / "LAYERS").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert names, "shim/LAYERS names no layers"
+    assert len(names) == len(set(names)), f"shim/LAYERS names a layer twice: {names}"
+    return names
 
 
 def preload_build() -> tuple[list[str], list[str]]:
@@ -29,16 +41,21 @@ def preload_build() -> tuple[list[str], list[str]]:
             args = {k.arg: k.value for k in node.keywords}
             sources = [c.value for c in ast.walk(args["sources"])
                        if isinstance(c, ast.Constant) and str(c.value).endswith(".c")]
-            return [f"shim/{pathlib.Path(s).name}" for s in sources], \
+            return [f"shim/{s.removeprefix('shim/')}" for s in sources], \
                 ast.literal_eval(args["extra_compile_args"])
     raise AssertionError("setup.py builds no Extension")
 
 
+def name(path: pathlib.Path | str) -> str:
+    """A file of shim/ by its layer: "records/capture.c"."""
+    return pathlib.Path(path).resolve().relative_to(SHIM).as_posix()
+
+
 def layers() -> dict[str, int]:
-    """Each file's layer in shim.h's list, 0 the lowest."""
-    found = LAYER_LINE.findall((SHIM / "shim.h").read_text())
-    assert found, "shim/shim.h lists no layers"
-    return {f: i for i, (_, files) in enumerate(found) for f in files.split()}
+    """Each built file's layer ("records/capture.c": 1), from its folder, 0 the lowest."""
+    order = layer_order()
+    sources, _ = preload_build()
+    return {name(ROOT / s): order.index(pathlib.Path(s).parent.name) for s in sources}
 
 
 def symbols(obj: pathlib.Path) -> tuple[set[str], set[str]]:
@@ -46,11 +63,11 @@ def symbols(obj: pathlib.Path) -> tuple[set[str], set[str]]:
     defined, needed = set(), set()
     for line in subprocess.run(["nm", "-P", str(obj)], capture_output=True, text=True,
                                check=True).stdout.splitlines():
-        name, kind = line.split()[:2]
+        sym, kind = line.split()[:2]
         if kind in "Uwv":
-            needed.add(name)
+            needed.add(sym)
         elif kind.isupper():
-            defined.add(name)
+            defined.add(sym)
     return defined, needed
 
 
@@ -63,20 +80,20 @@ def calls(tmp_path_factory) -> dict[str, dict[str, list[str]]]:
     out = tmp_path_factory.mktemp("shim_objects")
 
     def compile_one(src: str) -> pathlib.Path:
-        obj = out / (pathlib.Path(src).stem + ".o")
+        obj = out / (name(ROOT / src).replace("/", "__") + ".o")
         subprocess.run(["gcc", "-c", *flags, "-fPIC", "-Ishim", src, "-o", str(obj)], cwd=ROOT,
                        check=True, capture_output=True)
         return obj
 
     with concurrent.futures.ThreadPoolExecutor() as pool:
-        objects = dict(zip((pathlib.Path(s).name for s in sources), pool.map(compile_one, sources)))
-    table = {name: symbols(obj) for name, obj in objects.items()}
-    owner = {sym: name for name, (defined, _) in table.items() for sym in defined}
-    graph = {name: {} for name in table}
-    for name, (_, needed) in table.items():
+        objects = dict(zip((name(ROOT / s) for s in sources), pool.map(compile_one, sources)))
+    table = {f: symbols(obj) for f, obj in objects.items()}
+    owner = {sym: f for f, (defined, _) in table.items() for sym in defined}
+    graph = {f: {} for f in table}
+    for f, (_, needed) in table.items():
         for sym in sorted(needed):
-            if owner.get(sym, name) != name:
-                graph[name].setdefault(owner[sym], []).append(sym)
+            if owner.get(sym, f) != f:
+                graph[f].setdefault(owner[sym], []).append(sym)
     return graph
 
 
@@ -106,15 +123,27 @@ def describe(graph: dict[str, dict[str, list[str]]], a: str, b: str) -> str:
     return f"{a} -> {b} ({', '.join(graph[a][b])})"
 
 
-def test_every_file_of_the_library_has_a_layer():
-    # GIVEN the files setup.py builds into the preload library, and shim.h's layers
+def test_each_layer_is_a_folder_with_its_header():
+    # GIVEN shim/LAYERS and the folders of shim/
+    order = layer_order()
+    folders = {p.name for p in SHIM.iterdir() if p.is_dir()}
+    # THEN each layer is a folder holding a header of its name, and every folder is a layer or
+    # another stage
+    for layer in order:
+        assert (SHIM / layer / f"{layer}.h").is_file(), f"no shim/{layer}/{layer}.h"
+    assert folders - OTHER_STAGES == set(order), "shim/'s folders are not shim/LAYERS' layers"
+    # AND no C file lies loose in shim/: only the contract stays at its top
+    loose = sorted(p.name for p in SHIM.iterdir() if p.suffix in (".c", ".h"))
+    assert loose == [CONTRACT], f"C files outside a layer's folder: {loose}"
+
+
+def test_every_file_of_the_library_is_in_a_layer():
+    # GIVEN the files setup.py builds into the preload library
     sources, _ = preload_build()
-    # THEN each file is in exactly one layer, and each layer's file is built
-    names = [pathlib.Path(s).name for s in sources]
-    listed = [f for _, files in LAYER_LINE.findall((SHIM / "shim.h").read_text())
-              for f in files.split()]
-    assert sorted(listed) == sorted(set(listed)), "a file is listed in two layers"
-    assert sorted(names) == sorted(listed)
+    built = sorted(name(ROOT / s) for s in sources)
+    # THEN they are exactly the C files of the layers' folders: none left out, none from elsewhere
+    in_layers = sorted(name(p) for layer in layer_order() for p in (SHIM / layer).glob("*.c"))
+    assert built == in_layers
 
 
 def test_no_files_call_each_other_in_a_loop(calls):
@@ -131,38 +160,42 @@ def test_calls_go_down_the_layers(calls):
     # THEN a file calls only into its own layer or those below
     upward = [describe(calls, a, b) for a in sorted(calls) for b in sorted(calls[a])
               if layer[b] > layer[a]]
-    assert not upward, "calls up the layers of shim/shim.h: " + "; ".join(upward)
+    assert not upward, "calls up the layers of shim/LAYERS: " + "; ".join(upward)
 
 
-# Each layer's header: it includes the one below it, and each file of the layer includes it
-# (the entry layer's is shim.h, which includes them all).
-LAYER_HEADERS = {"core": "core.h", "records": "records.h", "deciding": "deciding.h",
-                 "hooks": "hooks.h", "entry": "shim.h"}
-INCLUDE = re.compile(r'^#include "(\w+\.h)"', re.M)
+# `#include "x.h"` names a file of the includer's own folder, `#include "core/core.h"` another
+# folder's (the build's one include directory is shim/).
+INCLUDE = re.compile(r'^#include "([\w/]+\.h)"', re.M)
+
+
+def included(path: pathlib.Path) -> set[str]:
+    """The project's headers `path` includes, as names from shim/ ("core/core.h")."""
+    folder = path.parent.name
+    return {h if "/" in h or h == CONTRACT else f"{folder}/{h}"
+            for h in INCLUDE.findall(path.read_text())}
 
 
 def test_each_file_includes_its_layers_header():
-    # GIVEN each file's layer, by name, and each header of the project each file includes
-    named = {f: name for name, files in LAYER_LINE.findall((SHIM / "shim.h").read_text())
-             for f in files.split()}
-    layer_of = {header: name for name, header in LAYER_HEADERS.items()}
-    order = list(LAYER_HEADERS)
-    for f, name in sorted(named.items()):
-        includes = set(INCLUDE.findall((SHIM / f).read_text())) - {"clc_abi.h"}
-        # the launch gate's header stands for the hooks layer's (it includes hooks.h)
-        includes = {"hooks.h" if h == "gate.h" else h for h in includes}
-        layered = {h for h in includes if h in layer_of}
-        # THEN it includes its own layer's header, and none of a layer above its own
-        assert LAYER_HEADERS[name] in layered, f"{f} does not include {LAYER_HEADERS[name]}"
-        above = [h for h in layered if order.index(layer_of[h]) > order.index(name)]
-        assert not above, f"{f} ({name}) includes {above}"
+    order = layer_order()
+    for layer in order:
+        for path in sorted((SHIM / layer).glob("*.[ch]")):
+            includes = included(path)
+            # THEN a C file includes its own layer's header (the launch gate's, gate.h, stands for
+            # the hooks layer's: it includes hooks.h)
+            if path.suffix == ".c":
+                own = {f"{layer}/{layer}.h"} | ({"hooks/gate.h"} if layer == "hooks" else set())
+                assert includes & own, f"{name(path)} does not include {layer}/{layer}.h"
+            # AND no file, header or not, includes a header of a layer above its own
+            above = sorted(h for h in includes - {CONTRACT}
+                           if order.index(h.split("/")[0]) > order.index(layer))
+            assert not above, f"{name(path)} ({layer}) includes {above}"
 
 
 def test_each_layers_header_includes_the_one_below():
-    order = list(LAYER_HEADERS.values())
-    for below, header in zip(order, order[1:]):
-        includes = INCLUDE.findall((SHIM / header).read_text())
+    order = layer_order()
+    headers = [f"{layer}/{layer}.h" for layer in order]
+    for below, header in zip([CONTRACT] + headers, headers):
+        includes = included(SHIM / header)
         assert below in includes, f"{header} does not include {below}"
-        assert not set(includes) & set(order[order.index(header) + 1:]), header
-    assert "gate.h" in (SHIM / "launch.c").read_text()
-    assert '#include "hooks.h"' in (SHIM / "gate.h").read_text()
+    assert "hooks/gate.h" in included(SHIM / "hooks" / "launch.c")
+    assert "hooks/hooks.h" in included(SHIM / "hooks" / "gate.h")

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * bridge.c: the C side of stage 2, the bridge from the shim into Python. Not compiled on its
- * own: shim/bridge_build.py gives it to cffi as the source of clc.runtime._bridge, after Python.h
- * and cffi's own declarations (the embedding API's clc_bridge_* functions).
+ * own: bridge_build.py, beside it, gives it to cffi as the source of clc.runtime._bridge, after
+ * Python.h and cffi's own declarations (the embedding API's clc_bridge_* functions).
  *
  * clc_bridge_start runs before any Python exists (C hosts only), so it is plain C. The
  * interpreter is isolated from the program's environment (PYTHONPATH, PYTHONHOME) and takes

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * core.h: the lowest layer of stage 1 (core.c settings.c real.c files.c; shim.h lists the layers),
+ * core.h: the lowest layer of stage 1 (shim/core/; shim/LAYERS lists the layers, a folder each),
  * which every other layer's header includes: the driver's types, the hooked symbols and their
  * real entry points, the driver's helpers (one table, g_drv), the settings, logging, and the
  * files clc writes.

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * records.h: the records layer of stage 1 (decision_cache.c capture.c cupti.c timing.c): a
- * launch (clc_launch), the decision cache, the capture, GPU timing, the per-rule counts.
+ * records.h: the records layer of stage 1 (shim/records/: decision_cache.c capture.c cupti.c
+ * timing.c): a launch (clc_launch), the decision cache, the capture, GPU timing, the per-rule
+ * counts.
  */
 #ifndef CLC_RECORDS_H
 #define CLC_RECORDS_H
 
-#include "core.h"
+#include "core/core.h"
 
 /* A launch as the program made it, or a graph kernel node as it made or changed it, beyond the
  * kernel: built once by the hook and passed by pointer to the gate (gate.h), the decision

@@ -13,7 +13,8 @@ import cffi
 
 __all__ = ["ffibuilder"]
 
-SHIM = pathlib.Path(__file__).resolve().parent
+HERE = pathlib.Path(__file__).resolve().parent
+SHIM = HERE.parent  # clc_abi.h, the contract, is shared with stage 1
 
 
 # clc_abi.h as cffi reads it: the same declarations clc/_abi_generated.py's layouts come from.
@@ -35,8 +36,8 @@ ffibuilder.embedding_api(
 )
 
 # The C side (clc_bridge_start, which runs before any Python exists, and the per-launch entry
-# through Python's C API) is shim/bridge.c.
-_SOURCE = (SHIM / "bridge.c").read_text()
+# through Python's C API) is shim/bridge/bridge.c.
+_SOURCE = (HERE / "bridge.c").read_text()
 
 ffibuilder.set_source("clc.runtime._bridge", _SOURCE, include_dirs=[str(SHIM)],
                       py_limited_api=False)

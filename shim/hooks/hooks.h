@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
- * hooks.h: the hooks layer of stage 1 (launch.c graph.c load.c context.c process.c leave.c
- * image.c; the launch gate is gate.h): the process's start and end, loaded images, the
+ * hooks.h: the hooks layer of stage 1 (shim/hooks/: launch.c graph.c load.c context.c process.c
+ * leave.c image.c; the launch gate is gate.h): the process's start and end, loaded images, the
  * program's libraries.
  */
 #ifndef CLC_HOOKS_H
 #define CLC_HOOKS_H
 
-#include "deciding.h"
+#include "deciding/deciding.h"
 
 /* ---- the process's start (process.c), then the driver placed ----------------------------- */
 /* process.c: the process's start-up (once, from the constructor or the first hook called before

@@ -11,8 +11,8 @@
 #include <link.h>
 #include <string.h>
 
-#include "elf_dynamic.h"
-#include "shim.h"
+#include "core/elf_dynamic.h"
+#include "entry.h"
 
 /* Forward declarations of the hooks, so the table of hook addresses can be built. */
 #define CLC_HOOK_DECL(name, params) CLC_EXPORT CUresult name params;

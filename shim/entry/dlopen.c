@@ -25,8 +25,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "elf_dynamic.h"
-#include "shim.h"
+#include "core/elf_dynamic.h"
+#include "entry.h"
 
 typedef void *(*dlopen_fn)(const char *, int);
 static dlopen_fn real_dlopen;

@@ -1,0 +1,611 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * best_effort.c: a best-effort process: the latency-critical slots it reads, its launches held
+ * down to the floor, how far it runs ahead of the GPU.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "priority.h"
+#include "priority_internal.h"
+
+/* ---- best-effort: the slots it reads ----------------------------------------------------- */
+
+/* A slot is read with pread through a descriptor kept for it, never mapped: its owner could
+ * shrink the file, and a read of a mapping past its end would kill this process (SIGBUS). The
+ * descriptor is checked before each read (the program may have closed it, and reused its
+ * number): the same file, still a regular file of its size and owner, writable by no one
+ * else. */
+typedef struct {
+    int fd;
+    dev_t dev;
+    ino_t ino;
+    uid_t uid;
+    int32_t pid;
+    uint64_t start_time;
+    uint64_t seen_launched[BOARD_DEVICES];
+    uint64_t seen_ns[BOARD_DEVICES];
+} lc_view;
+
+#define VIEW_FD_MIN 100         /* kept descriptors above the numbers programs use most */
+#define READ_EVERY_NS 5000ull   /* a launch within 5 us of the last look uses what it saw */
+
+pthread_mutex_t g_be_lock = PTHREAD_MUTEX_INITIALIZER;
+static lc_view g_views[MAX_SLOTS];
+static int g_n_views;
+static int g_table_full;
+static uint64_t g_scanned_ns;
+static unsigned char g_be_uuid[BOARD_DEVICES][16];
+static int g_be_uuid_known[BOARD_DEVICES];
+static uid_t g_trusted[CLC_PRIORITY_MAX_TRUSTED];
+static int g_n_trusted;
+
+static void trust(uid_t uid) {
+    for (int i = 0; i < g_n_trusted; i++)
+        if (g_trusted[i] == uid) return;
+    if (g_n_trusted < CLC_PRIORITY_MAX_TRUSTED)
+        g_trusted[g_n_trusted++] = uid;
+    else if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "priority: more than %d latency-critical users: the slots of "
+                "the others are not read",
+                CLC_PRIORITY_MAX_TRUSTED);
+}
+
+void read_trust(void) {
+    trust(geteuid());
+    trust(0);
+    const char *t = clc_setting("CLC_PRIORITY_TRUST");
+    while (t && *t) {
+        char *end;
+        if (*t == 'u') {
+            unsigned long id = strtoul(t + 1, &end, 10);
+            if (end != t + 1) trust((uid_t)id);
+            t = end;
+        } else {
+            t++;
+        }
+        while (*t == ',' || *t == ' ') t++;
+    }
+}
+
+static void say_refused(const char *name, const char *why) {
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "priority: slot %s is not trusted (%s): it does not hold this process (said "
+                "once)",
+                name, why);
+}
+
+/* The slot, read whole into *out: 0 when the view's file is no longer what it was. */
+static int read_view(const lc_view *v, board_slot *out) {
+    struct stat st;
+    if (fstat(v->fd, &st) != 0 || st.st_dev != v->dev || st.st_ino != v->ino ||
+        !S_ISREG(st.st_mode) || (st.st_mode & (S_IWGRP | S_IWOTH)) || st.st_uid != v->uid ||
+        (size_t)st.st_size != sizeof(board_slot))
+        return 0;
+    return pread(v->fd, out, sizeof *out, 0) == (ssize_t)sizeof *out && out->magic == BOARD_MAGIC;
+}
+
+/* Closes a descriptor clc kept, unless the program has put a file of its own at its number. */
+void close_kept(int fd, dev_t dev, ino_t ino) {
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino) close(fd);
+}
+
+static void drop_view(int k) {
+    close_kept(g_views[k].fd, g_views[k].dev, g_views[k].ino);
+    g_views[k] = g_views[--g_n_views];
+}
+
+static void table_full(const char *why) {
+    g_table_full = 1;
+    if (CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "priority: %s: launches of this best-effort process are held to its floor "
+                "while it stays so (said once)",
+                why);
+}
+
+/* One user's directory opened for a scan: the directory (*dir) and a stream over it; NULL when
+ * there is none to read, *go_on then 0 when the scan must stop (no descriptor left). */
+static DIR *open_user_dir(uid_t uid, int *dir, int *go_on) {
+    *go_on = 1;
+    *dir = user_dir(uid, 0);
+    if (*dir < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+            table_full("no descriptor left to read the board");
+            *go_on = 0;
+            return NULL;
+        }
+        if (errno == EPERM) {
+            char name[48];
+            snprintf(name, sizeof name, "u%u", (unsigned)uid);
+            say_refused(name, "a directory another user controls, or others may write");
+        }
+        return NULL;
+    }
+    int dfd = fcntl(*dir, F_DUPFD_CLOEXEC, 0);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0) close(dfd);
+        close(*dir);
+        table_full("no descriptor left to read the board");
+        *go_on = 0;
+    }
+    return d;
+}
+
+/* An entry "lc.*" of user `uid`'s directory: a new slot taken and marked present, a known one
+ * marked present, anything else passed over (a refused one said once). 0 when the scan must
+ * stop (the descriptors or the table ran out). g_be_lock held. */
+static int take_slot(int dir, uid_t uid, const char *name, unsigned char *present) {
+    int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+            table_full("no descriptor left to read a slot");
+            return 0;
+        }
+        return 1; /* a link, or gone */
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return 1;
+    }
+    int known = -1;
+    for (int k = 0; k < g_n_views; k++)
+        if (g_views[k].dev == st.st_dev && g_views[k].ino == st.st_ino) known = k;
+    if (known >= 0) {
+        present[known] = 1;
+        close(fd);
+        return 1;
+    }
+    const char *why = NULL;
+    if (!S_ISREG(st.st_mode))
+        why = "not a regular file";
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        why = "writable by others";
+    else if (st.st_uid != uid)
+        why = "not its directory's user's";
+    else if (st.st_size != 0 && (size_t)st.st_size != sizeof(board_slot))
+        why = "not a slot of this version";
+    if (why || (size_t)st.st_size != sizeof(board_slot)) {
+        if (why) say_refused(name, why);
+        close(fd);
+        return 1;
+    }
+    if (g_n_views == MAX_SLOTS) {
+        close(fd);
+        table_full("more latency-critical slots than a best-effort process reads");
+        return 0;
+    }
+    int kept = fcntl(fd, F_DUPFD_CLOEXEC, VIEW_FD_MIN);
+    close(fd);
+    if (kept < 0) {
+        table_full("no descriptor left to read a slot");
+        return 0;
+    }
+    lc_view *v = &g_views[g_n_views];
+    *v = (lc_view){.fd = kept, .dev = st.st_dev, .ino = st.st_ino, .uid = st.st_uid};
+    board_slot slot;
+    if (!read_view(v, &slot) || slot.version != BOARD_VERSION ||
+        !slot_alive(slot.pid, slot.start_time)) {
+        close(kept);
+        return 1;
+    }
+    v->pid = slot.pid;
+    v->start_time = slot.start_time;
+    present[g_n_views++] = 1;
+    return 1;
+}
+
+/* Reads one user's directory: new slots taken, the ones seen marked present. 0 when the scan
+ * must stop (the entries or the table ran out). g_be_lock held. */
+static int scan_user(uid_t uid, unsigned char *present, int *entries) {
+    int dir, go_on;
+    DIR *d = open_user_dir(uid, &dir, &go_on);
+    if (!d) return go_on;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (++*entries > MAX_ENTRIES) {
+            table_full("more board entries than one scan reads");
+            go_on = 0;
+            break;
+        }
+        if (strncmp(de->d_name, "lc.", 3) != 0) continue;
+        if (!take_slot(dir, uid, de->d_name, present)) {
+            go_on = 0;
+            break;
+        }
+    }
+    closedir(d);
+    close(dir);
+    return go_on;
+}
+
+/* Reads the trusted users' directories again: new slots taken, dead or removed ones dropped.
+ * g_be_lock held. */
+static void scan(uint64_t now) {
+    g_scanned_ns = now;
+    if (board_fd() < 0) return;
+    unsigned char present[MAX_SLOTS] = {0};
+    int entries = 0, complete = 1;
+    g_table_full = 0;
+    for (int i = 0; i < g_n_trusted && complete; i++)
+        complete = scan_user(g_trusted[i], present, &entries);
+    /* drop the slots removed, and those whose process died (not after an incomplete scan:
+     * the slots it did not reach are still there) */
+    for (int k = 0; k < g_n_views;) {
+        if ((complete && !present[k]) || !slot_alive(g_views[k].pid, g_views[k].start_time)) {
+            present[k] = present[g_n_views - 1];
+            drop_view(k);
+        } else {
+            k++;
+        }
+    }
+}
+
+/* Whether a latency-critical process is busy on `device`; *since: when it went busy. */
+static int lc_busy_now(int device, uint64_t now, uint64_t *since) {
+    if (g_board_bad || g_table_full) return 1;
+    if ((unsigned)device >= BOARD_DEVICES) {
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "priority: device %d is beyond the board's %d GPUs: its launches are held "
+                    "to the floor",
+                    device, BOARD_DEVICES);
+        return 1;
+    }
+    if (!g_be_uuid_known[device]) {
+        if (!device_uuid(device, g_be_uuid[device])) {
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING,
+                        "priority: the driver does not name device %d (no UUID): its launches "
+                        "are held to the floor",
+                        device);
+            return 1;
+        }
+        g_be_uuid_known[device] = 1;
+    }
+    board_slot slot;
+    for (int k = 0; k < g_n_views;) {
+        lc_view *v = &g_views[k];
+        if (!read_view(v, &slot)) { /* changed under us: believed no more */
+            drop_view(k);
+            continue;
+        }
+        k++;
+        for (int d = 0; d < BOARD_DEVICES; d++) {
+            const board_row *r = &slot.rows[d];
+            if (!r->used || memcmp(r->uuid, g_be_uuid[device], 16) != 0) continue;
+            uint64_t l = r->launched, s = r->settled;
+            if (l != v->seen_launched[d]) v->seen_launched[d] = l, v->seen_ns[d] = now;
+            /* busy: waiting for its GPU in a synchronization, or not quiet for longer than
+             * the policy's idle_after */
+            if (l != s && (r->waiting || now - v->seen_ns[d] < g_idle_ns)) {
+                *since = r->busy_since_ns;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static struct {
+    uint64_t at_ns, since;
+    int busy;
+} g_looked[BOARD_DEVICES];
+
+/* lc_busy_now, looked at again only READ_EVERY_NS after the last look (g_be_lock held) */
+static int lc_busy(int device, uint64_t now, uint64_t *since) {
+    if ((unsigned)device >= BOARD_DEVICES) return lc_busy_now(device, now, since);
+    if (g_looked[device].at_ns && now - g_looked[device].at_ns < READ_EVERY_NS) {
+        *since = g_looked[device].since;
+        return g_looked[device].busy;
+    }
+    uint64_t s = 0;
+    int busy = lc_busy_now(device, now, &s);
+    g_looked[device].at_ns = now;
+    g_looked[device].since = s;
+    g_looked[device].busy = busy;
+    *since = s;
+    return busy;
+}
+
+/* ---- best-effort: holding, down to the floor --------------------------------------------- */
+
+/* hold statistics of this process, for the exit line */
+uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, g_run_ahead_waits;
+/* The time the process was held, all its threads together (while g_holding of them wait), by
+ * this process's own clock: what a latency-critical process writes on the board says only
+ * whether it is busy, never how long this process was held. Counted per FLOOR_BUCKET_NS in a
+ * ring that covers every window of WINDOW_NS ending now (the oldest bucket is counted whole),
+ * so that the floor holds over any window, not per hold: a latency-critical process that goes
+ * idle for a moment before the floor would let a hold go gains nothing by it. */
+int g_holding;
+held_window g_window;
+
+/* Whether a latency-critical process is busy on `device` now, the directories read again
+ * when a scan is due (g_be_lock held). */
+static int look(int device, uint64_t now, uint64_t *since) {
+    if (now - g_scanned_ns >= SCAN_NS) scan(now);
+    return lc_busy(device, now, since);
+}
+
+/* A hold that ended, counted for the exit line: its HOLD record (g_be_lock held). */
+static clc_rec_hold count_hold(uint64_t start, uint64_t held, uint64_t since, int device,
+                               uint32_t why) {
+    g_holds++;
+    g_held_ns += held;
+    if (held > g_held_max_ns) g_held_max_ns = held;
+    return (clc_rec_hold){start, held, since && since <= start ? start - since : 0, device, why};
+}
+
+/* The ring moved on to the bucket of `now`: the buckets that fall out of it are forgotten
+ * (g_be_lock held). */
+static void window_advance(uint64_t now) {
+    uint64_t bucket = now / FLOOR_BUCKET_NS;
+    if (bucket <= g_window.latest) return;
+    if (bucket - g_window.latest >= FLOOR_BUCKETS) {
+        memset(g_window.held_ns, 0, sizeof g_window.held_ns);
+        g_window.sum = 0;
+    } else {
+        for (uint64_t b = g_window.latest + 1; b <= bucket; b++) {
+            g_window.sum -= g_window.held_ns[b % FLOOR_BUCKETS];
+            g_window.held_ns[b % FLOOR_BUCKETS] = 0;
+        }
+    }
+    g_window.latest = bucket;
+}
+
+/* The time held since the last count, up to `now`, put in the buckets it fell in (g_be_lock
+ * held). A late count (a held thread woken late) loses nothing: the whole span is counted. */
+static void count_held(uint64_t now) {
+    window_advance(now);
+    uint64_t from = g_window.counted_to;
+    g_window.counted_to = now;
+    if (!g_holding || from >= now) return;
+    /* a span longer than the ring (a thread stopped while held) fills it, and no more: its
+     * older part would land on the newer buckets' places */
+    if (g_window.latest + 1 >= FLOOR_BUCKETS) {
+        uint64_t oldest = (g_window.latest + 1 - FLOOR_BUCKETS) * FLOOR_BUCKET_NS;
+        if (from < oldest) from = oldest;
+    }
+    while (from < now) {
+        uint64_t bucket = from / FLOOR_BUCKET_NS, end = (bucket + 1) * FLOOR_BUCKET_NS;
+        if (end > now) end = now;
+        g_window.held_ns[bucket % FLOOR_BUCKETS] += end - from;
+        g_window.sum += end - from;
+        from = end;
+    }
+}
+
+/* Whether a launch may be held now: only while the process was held for less than
+ * (1 - floor) x WINDOW_NS in the window that ends now (g_be_lock held). */
+static int may_hold(uint64_t now) {
+    if (g_floor >= 1) return 0;
+    count_held(now);
+    return g_window.sum < (uint64_t)((1.0 - g_floor) * (double)WINDOW_NS);
+}
+
+static void hold(int device) {
+    pthread_mutex_lock(&g_be_lock);
+    uint64_t now = clc_now_ns(), since = 0;
+    if (!look(device, now, &since) || !may_hold(now)) {
+        pthread_mutex_unlock(&g_be_lock);
+        return;
+    }
+    uint64_t start = now;
+    g_holding++; /* counted from now: may_hold counted the time before */
+    int why = g_board_bad || g_table_full ? CLC_HOLD_NO_BOARD : CLC_HOLD_BUSY;
+    int released_by_floor = 0;
+    for (;;) {
+        pthread_mutex_unlock(&g_be_lock);
+        struct timespec step = {0, HOLD_STEP_NS};
+        nanosleep(&step, NULL);
+        pthread_mutex_lock(&g_be_lock);
+        uint64_t s2;
+        now = clc_now_ns();
+        if (!may_hold(now)) {
+            released_by_floor = 1;
+            break;
+        }
+        if (!look(device, now, &s2)) break;
+    }
+    g_holding--;
+    g_floor_releases += (uint64_t)released_by_floor;
+    clc_rec_hold rec = count_hold(start, now - start, since, device,
+                                  (uint32_t)why | (released_by_floor ? CLC_HOLD_FLOOR : 0));
+    pthread_mutex_unlock(&g_be_lock);
+    clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
+}
+
+/* held_share: while a latency-critical process is busy, launches run on the share instead of
+ * waiting. One HOLD record (CLC_HOLD_SHARED) per busy period: opened at the first launch that
+ * finds the GPU busy, closed at the first that finds it idle, or at exit. g_be_lock held. */
+uint64_t g_shared_start, g_shared_since;
+static int g_shared_device = -1;
+
+void close_shared(uint64_t now) {
+    if (!g_shared_start) return;
+    clc_rec_hold rec = count_hold(g_shared_start, now - g_shared_start, g_shared_since,
+                                  g_shared_device, CLC_HOLD_BUSY | CLC_HOLD_SHARED);
+    g_shared_start = 0;
+    clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
+}
+
+static int held_to_share(int device) {
+    pthread_mutex_lock(&g_be_lock);
+    uint64_t now = clc_now_ns(), since = 0;
+    int busy = look(device, now, &since);
+    if (busy && !g_shared_start) {
+        g_shared_start = now;
+        g_shared_since = since;
+        g_shared_device = device;
+    } else if (!busy) {
+        close_shared(now);
+    }
+    pthread_mutex_unlock(&g_be_lock);
+    return busy;
+}
+
+/* ---- best-effort: how far it runs ahead of the GPU ---------------------------------------- */
+
+ahead_ring g_rings[RUN_AHEAD_STREAMS];
+#define RING_IDLE_NS 1000000000ull /* a ring whose stream launched nothing for 1 s may be reused */
+
+/* Waits, at most RUN_AHEAD_WAIT_NS, for an event; 0 when it gave up (said once). */
+static int wait_event(CUevent ev) {
+    CUresult r = g_drv.event_query(ev);
+    if (r != CUDA_ERROR_NOT_READY) return 1;
+    __atomic_fetch_add(&g_run_ahead_waits, 1, __ATOMIC_RELAXED);
+    uint64_t start = clc_now_ns();
+    while ((r = g_drv.event_query(ev)) == CUDA_ERROR_NOT_READY) {
+        if (clc_now_ns() - start >= RUN_AHEAD_WAIT_NS) {
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING,
+                        "priority: a stream's earlier work did not finish within %llu ms: its "
+                        "launches go on, further ahead than run_ahead, until it does (said once)",
+                        (unsigned long long)(RUN_AHEAD_WAIT_NS / 1000000));
+            return 0;
+        }
+        struct timespec step = {0, HOLD_STEP_NS};
+        nanosleep(&step, NULL);
+    }
+    return 1;
+}
+
+/* Forgets a ring; its events are destroyed when `destroy` (their context is known alive). */
+static void forget_ring(ahead_ring *ring, int destroy) {
+    for (int e = 0; e < 64 && destroy; e++)
+        if (ring->ring[e] && g_drv.event_destroy) g_drv.event_destroy(ring->ring[e]);
+    if (destroy && ring->stalled && g_drv.event_destroy) g_drv.event_destroy(ring->stalled);
+    memset(ring, 0, sizeof *ring);
+}
+
+static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
+    if (!g_n_views || !ctx || !g_drv.event_create || !g_drv.event_record || !g_drv.event_query)
+        return;
+    unsigned n = g_run_ahead / RUN_AHEAD_STEP;
+    if (n < 1) n = 1;
+    if (n > 64) n = 64;
+    CUstream key = stream_key(stream, per_thread);
+    pthread_mutex_lock(&g_be_lock);
+    ahead_ring *ring = NULL;
+    for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
+        if (g_rings[i].ctx == ctx && g_rings[i].key == key) ring = &g_rings[i];
+    uint64_t now = clc_now_ns();
+    if (!ring) {
+        for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
+            if (!g_rings[i].ctx) ring = &g_rings[i];
+        /* all in use: the one idle longest is taken over, when idle for a second (the
+         * stream of a thread gone, say); its events are destroyed only when they are this
+         * context's (another's may be gone) */
+        for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
+            if (now - g_rings[i].last_ns >= RING_IDLE_NS &&
+                (!ring || g_rings[i].last_ns < ring->last_ns))
+                ring = &g_rings[i];
+        if (!ring) {
+            pthread_mutex_unlock(&g_be_lock);
+            if (CLC_FIRST_TIME())
+                clc_log(CLC_MSG_WARNING,
+                        "priority: more than %d streams in use at once: the launches of the "
+                        "others are not kept from running ahead (said once)",
+                        RUN_AHEAD_STREAMS);
+            return;
+        }
+        if (ring->ctx) forget_ring(ring, ring->ctx == ctx);
+        *ring = (ahead_ring){.ctx = ctx, .key = key, .stream = stream, .per_thread = per_thread};
+    }
+    ring->last_ns = now;
+    uint64_t k = ring->launches++;
+    if (k % RUN_AHEAD_STEP) {
+        pthread_mutex_unlock(&g_be_lock);
+        return;
+    }
+    if (ring->stalled) {
+        if (g_drv.event_query(ring->stalled) == CUDA_ERROR_NOT_READY) {
+            pthread_mutex_unlock(&g_be_lock);
+            return;
+        }
+        if (g_drv.event_destroy) g_drv.event_destroy(ring->stalled);
+        ring->stalled = NULL;
+    }
+    CUevent *slot = &ring->ring[(k / RUN_AHEAD_STEP) % n];
+    CUevent ev = *slot;
+    *slot = NULL; /* this thread's until it is recorded again */
+    pthread_mutex_unlock(&g_be_lock);
+    if (ev && !wait_event(ev)) {
+        pthread_mutex_lock(&g_be_lock);
+        if (ring->ctx == ctx && ring->key == key && !ring->stalled)
+            ring->stalled = ev;
+        else if (g_drv.event_destroy)
+            g_drv.event_destroy(ev);
+        pthread_mutex_unlock(&g_be_lock);
+        return;
+    }
+    if (!ev && g_drv.event_create(&ev, 2 /* CU_EVENT_DISABLE_TIMING */) != CUDA_SUCCESS) return;
+    if ((per_thread ? g_drv.event_record_ptsz : g_drv.event_record)(ev, stream) != CUDA_SUCCESS) {
+        if (g_drv.event_destroy) g_drv.event_destroy(ev);
+        return;
+    }
+    pthread_mutex_lock(&g_be_lock);
+    if (ring->ctx == ctx && ring->key == key && !*slot)
+        *slot = ev;
+    else if (g_drv.event_destroy)
+        g_drv.event_destroy(ev);
+    pthread_mutex_unlock(&g_be_lock);
+}
+
+void clc_priority_forget_context(CUcontext ctx) {
+    if (g_class != CLC_PRIORITY_BE) return;
+    pthread_mutex_lock(&g_be_lock);
+    for (int i = 0; i < RUN_AHEAD_STREAMS; i++) /* its events went with it */
+        if (g_rings[i].ctx == ctx) memset(&g_rings[i], 0, sizeof g_rings[i]);
+    pthread_mutex_unlock(&g_be_lock);
+}
+
+void clc_priority_forget_stream(CUstream stream) {
+    if (g_class != CLC_PRIORITY_BE || !stream) return;
+    pthread_mutex_lock(&g_be_lock);
+    for (int i = 0; i < RUN_AHEAD_STREAMS; i++)
+        if (g_rings[i].ctx && g_rings[i].stream == stream) forget_ring(&g_rings[i], 1);
+    pthread_mutex_unlock(&g_be_lock);
+}
+
+uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
+    /* Nothing to do while no latency-critical slot is known and the board is fine, until the
+     * next scan (read without the lock: at worst one launch looks again) */
+    if (!g_n_views && !g_board_bad && !g_table_full && g_scanned_ns &&
+        clc_now_ns() - g_scanned_ns < SCAN_NS)
+        return 0;
+    /* A launch captured into a graph runs nothing now: neither held nor confined (a confined
+     * node would stay confined in every replay). */
+    int capturing;
+    if (clc_stream_capture_status(stream, per_thread, &capturing) != CUDA_SUCCESS ||
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+        return 0;
+    /* Inside clc's own work: a signal handler's launch on this thread takes the re-entrant
+     * gate, not these locks; event calls in relaxed capture mode, so that another thread's
+     * capture in global mode is not broken by them. */
+    int was = t_in_clc, mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    t_in_clc = 1;
+    int exchanged =
+        g_drv.exchange_capture_mode && g_drv.exchange_capture_mode(&mode) == CUDA_SUCCESS;
+    uint64_t word = 0;
+    if (g_held_word)
+        word = held_to_share(device) ? g_held_word : 0;
+    else
+        hold(device);
+    bound_run_ahead(ctx, stream, per_thread);
+    if (exchanged) g_drv.exchange_capture_mode(&mode);
+    t_in_clc = was;
+    return word;
+}

@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * latency_critical.c: the slot a latency-critical process writes on the board: its launches
+ * counted, settled by its synchronizations.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "priority.h"
+#include "priority_internal.h"
+
+/* ---- latency-critical: the slot this process writes -------------------------------------- */
+
+board_slot *_Atomic g_slot; /* published once its header and g_slot_pid are written */
+char g_slot_name[64];
+pid_t g_slot_pid;   /* the process the slot is of (a forked child makes its own) */
+static pid_t g_slot_tried;        /* the process that last tried to make one, and when */
+static uint64_t g_slot_tried_ns;
+int g_slot_dir = -1;
+dev_t g_slot_dir_dev;
+ino_t g_slot_dir_ino;
+/* per GPU: the stream key of every launch since the GPU went busy; MULTI_STREAM when several */
+#define MULTI_STREAM ((CUstream)(uintptr_t)-1)
+CUstream _Atomic g_busy_stream[BOARD_DEVICES];
+
+/* Slots of this user's processes that died without removing them. */
+static void remove_dead_slots(int dir) {
+    int dfd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0) close(dfd);
+        return;
+    }
+    struct dirent *de;
+    for (int n = 0; n < MAX_ENTRIES && (de = readdir(d)) != NULL; n++) {
+        int pid;
+        unsigned long long start;
+        char rest;
+        if (sscanf(de->d_name, "lc.%d.%llu%c", &pid, &start, &rest) == 2 && !slot_alive(pid, start))
+            unlinkat(dir, de->d_name, 0);
+    }
+    closedir(d);
+}
+
+static void lc_open_slot(void) {
+    pid_t pid = getpid();
+    g_slot_tried = pid;
+    g_slot_tried_ns = clc_now_ns();
+    uid_t me = geteuid();
+    int dir = user_dir(me, 1);
+    if (dir < 0) {
+        if (!g_board_bad)
+            board_unusable(errno == EPERM ? "this user's directory there is another user's, or "
+                                            "others may write it"
+                                          : strerror(errno));
+        return;
+    }
+    remove_dead_slots(dir);
+    uint64_t start = start_time_of(pid);
+    snprintf(g_slot_name, sizeof g_slot_name, "lc.%d.%llu", (int)pid, (unsigned long long)start);
+    int fd = openat(dir, g_slot_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) {
+        /* this very process's, before an exec (same pid, same start time): made anew */
+        struct stat st;
+        fd = openat(dir, g_slot_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != me ||
+                        st.st_nlink != 1 || ftruncate(fd, 0) != 0)) {
+            close(fd);
+            fd = -1;
+            errno = EEXIST;
+        }
+    }
+    if (fd < 0) {
+        board_unusable(strerror(errno));
+        close(dir);
+        return;
+    }
+    fchmod(fd, 0644); /* whatever the umask: best-effort processes of other users read it */
+    /* The pages are allocated now (posix_fallocate), not at the first write to the mapping:
+     * a full file system would kill the process then (SIGBUS). */
+    board_slot *s = MAP_FAILED;
+    int err = posix_fallocate(fd, 0, sizeof(board_slot));
+    if (err == 0)
+        s = mmap(NULL, sizeof(board_slot), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    else
+        errno = err;
+    close(fd);
+    if (s == MAP_FAILED) {
+        unlinkat(dir, g_slot_name, 0);
+        board_unusable(strerror(errno));
+        close(dir);
+        return;
+    }
+    s->version = BOARD_VERSION;
+    s->size = sizeof(board_slot);
+    s->pid = pid;
+    s->uid = me;
+    s->start_time = start;
+    const char *name = clc_setting("CLC_PRIORITY_NAME");
+    snprintf(s->class_name, sizeof s->class_name, "%s", name ? name : "");
+    atomic_thread_fence(memory_order_release);
+    s->magic = BOARD_MAGIC; /* readers take a slot only once this is written */
+    struct stat st;
+    if (fstat(dir, &st) == 0) g_slot_dir_dev = st.st_dev, g_slot_dir_ino = st.st_ino;
+    g_slot_dir = fcntl(dir, F_DUPFD_CLOEXEC, 100);
+    close(dir);
+    g_slot_pid = pid;
+    atomic_store_explicit(&g_slot, s, memory_order_release);
+}
+
+/* The slot's row for `device`: the slot made at the process's first launch, the row's UUID at
+ * the first launch on the device. */
+pthread_mutex_t g_slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((noinline)) static board_row *lc_row_slow(int device) {
+    int was = t_in_clc;
+    t_in_clc = 1; /* a signal handler's launch on this thread takes the re-entrant gate */
+    pthread_mutex_lock(&g_slot_lock);
+    board_row *r = NULL;
+    /* tried again a second after a failure (a file system full for a moment) */
+    if (!slot_now() &&
+        (g_slot_tried != getpid() || clc_now_ns() - g_slot_tried_ns >= 1000000000ull))
+        lc_open_slot();
+    board_slot *slot = slot_now();
+    if (slot && g_slot_pid == getpid()) {
+        r = &slot->rows[device];
+        if (!atomic_load_explicit(&r->used, memory_order_acquire)) {
+            if (device_uuid(device, r->uuid))
+                atomic_store_explicit(&r->used, 1, memory_order_release);
+            else
+                r = NULL;
+        }
+    }
+    pthread_mutex_unlock(&g_slot_lock);
+    t_in_clc = was;
+    return r;
+}
+
+void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
+    if (unlikely((unsigned)device >= BOARD_DEVICES)) {
+        if (CLC_FIRST_TIME())
+            clc_log(CLC_MSG_WARNING,
+                    "priority: device %d is beyond the board's %d GPUs: its "
+                    "launches do not hold best-effort work",
+                    device, BOARD_DEVICES);
+        return;
+    }
+    board_slot *slot = slot_now();
+    board_row *r = slot ? &slot->rows[device] : NULL;
+    if (unlikely(!r || !atomic_load_explicit(&r->used, memory_order_acquire)) &&
+        !(r = lc_row_slow(device)))
+        return;
+    CUstream key = stream_key(stream, ptsz);
+    uint64_t before = atomic_fetch_add_explicit(&r->launched, 1, memory_order_acq_rel);
+    if (before == atomic_load_explicit(&r->settled, memory_order_acquire)) {
+        /* went busy: the stream is its, unless another thread's launch got there first */
+        CUstream expected = NULL;
+        if (!atomic_compare_exchange_strong(&g_busy_stream[device], &expected, key) &&
+            expected != key)
+            atomic_store_explicit(&g_busy_stream[device], MULTI_STREAM, memory_order_relaxed);
+        atomic_store_explicit(&r->busy_since_ns, clc_now_ns(), memory_order_release);
+    } else if (atomic_load_explicit(&g_busy_stream[device], memory_order_relaxed) != key) {
+        atomic_store_explicit(&g_busy_stream[device], MULTI_STREAM, memory_order_relaxed);
+    }
+}
+
+uint64_t clc_priority_sync_begin(int device, int *counted) {
+    board_slot *slot = slot_now();
+    *counted = 0;
+    if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return 0;
+    atomic_fetch_add_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
+    *counted = 1;
+    return atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
+}
+
+void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
+                           int ptsz, int counted, int done) {
+    board_slot *slot = slot_now();
+    if (!counted || !slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
+    board_row *r = &slot->rows[device];
+    atomic_fetch_sub_explicit(&r->waiting, 1, memory_order_acq_rel);
+    if (!done) return;
+    CUstream busy = atomic_load_explicit(&g_busy_stream[device], memory_order_acquire);
+    if (!whole_context && busy != stream_key(stream, ptsz))
+        return; /* work on other streams may still run */
+    uint64_t cur = atomic_load_explicit(&r->settled, memory_order_relaxed);
+    while (cur < launched &&
+           !atomic_compare_exchange_weak_explicit(&r->settled, &cur, launched, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+    /* idle again: the next launch names the stream anew */
+    if (atomic_load_explicit(&r->launched, memory_order_acquire) ==
+        atomic_load_explicit(&r->settled, memory_order_acquire))
+        atomic_compare_exchange_strong(&g_busy_stream[device], &busy, NULL);
+}
