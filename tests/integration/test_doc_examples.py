@@ -53,10 +53,9 @@ def as_policy(block):
     return "version: 1\nrules:\n  - name: example\n" + textwrap.indent(rule, "    ")
 
 
-@pytest.mark.parametrize("block", blocks("yaml"))
+@pytest.mark.parametrize("block", [b for b in blocks("yaml")
+                                   if not any(word in b.values[0] for word in FOREIGN)])
 def test_every_yaml_example_is_a_policy_clc_takes(block, tmp_path):
-    if any(word in block for word in FOREIGN):
-        pytest.skip("not a clc policy")
     text = as_policy(block)
     # a hook rule names a file relative to the policy's directory: the repository's own where
     # it names one from docs/, else a file of that name holding the function
