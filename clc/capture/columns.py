@@ -112,7 +112,7 @@ def kernel_columns(percentiles=distribution.DEFAULT_PERCENTILES):
         Column("gpu_total_ms", lambda r, f: r.gpu_ns if r.timed else None,
                header="GPU total (ms)", text=total_text, csv=total_cell),
         Column("gpu_ns_total", lambda r, f: r.gpu_ns, json="gpu_ns_total", rank=10),
-        Column("share_pct", lambda r, f: r.share_pct(f.total_ns) if r.timed else None,
+        Column("share_pct", lambda r, f: r.share_pct(f.total_ns),
                header="Share (%)", text=share_text,
                csv=share_cell),
         Column("gpu_mean_us", lambda r, f: r.mean_ns(), header="GPU mean (us)",

@@ -143,10 +143,10 @@ def _kernel_table(rows, every, view):
     """The per-kernel table and its Total row, under the column headers."""
     columns = summary_columns(view.percentiles)
     frame = Frame(total_ns=sum(r.gpu_ns for r in every), width=view.width)
-    shown_ = count(len(rows), "kernel")
+    label = count(len(rows), "kernel")
     if view.filtered:
-        shown_ += f" of {len(every)}"
-    total = TotalRow.of(rows, f"Total ({shown_})")
+        label += f" of {len(every)}"
+    total = TotalRow.of(rows, f"Total ({label})")
     table = [[c.text(c.value(r, frame), r, frame) for c in columns] for r in (*rows, total)]
     headers = [c.header for c in columns]
     line, rule = aligned(headers, table)
