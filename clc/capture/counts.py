@@ -81,7 +81,6 @@ def counts_entry(cap, rtype, body, rule_stats):
             rule_stats[rule] = denied
 
 
-
 def derive(cap, launch_counts, timing_sums, rule_stats):
     """Counts of the kernels that have none in the COUNTS records, from their LAUNCH and TIMING
     records; per-kernel rules; per-rule denied counts when no RULE_STATS exist."""

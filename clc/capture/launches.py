@@ -32,7 +32,6 @@ def launch_record(raw, gpu_ns):
                         bool(entry & abi.ENTRY_PTSZ), named(abi.ACTION_NAMES, action, "action"))
 
 
-
 class LaunchStream:
     """A capture's launches, each with its GPU time when its TIMING record was found.
 

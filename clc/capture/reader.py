@@ -177,7 +177,6 @@ def _other_record(cap, rtype, body, rule_stats):
     # Any other type comes from a newer writer; its size already moved us past it.
 
 
-
 def read_capture(path):
     """Read one capture file whole into a Capture, every launch in `launches` (sorted by seq);
     CaptureError when it is not a readable capture. Memory grows with the launches: reports

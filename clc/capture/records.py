@@ -34,7 +34,6 @@ class CaptureError(Exception):
         self.message = message
 
 
-
 def body_text(raw):
     return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
 

@@ -76,7 +76,6 @@ def _num(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
-
 def _side_value(side, key):
     return lambda r: r[side][key]
 

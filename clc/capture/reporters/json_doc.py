@@ -39,7 +39,6 @@ def _json_captures(captures):
     } for c in captures]
 
 
-
 def _json_kernels(captures, view):
     columns = json_columns(view.percentiles)
     frame = Frame()

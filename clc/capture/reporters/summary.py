@@ -53,7 +53,6 @@ def _capture_lines(cap):
     return [f"{cap.path}: " + ", ".join(parts)] + [wrap(n, "  ") for n in notes]
 
 
-
 def _hold_line(cap):
     waits = [h for h in cap.holds if not h.shared]
     shared = [h for h in cap.holds if h.shared]
@@ -91,7 +90,6 @@ def _wrap_line(w):
     parts = [(count(getattr(w, key), noun) if noun else str(getattr(w, key))) + after
              for key, noun, after in _WRAP_WORDS if key != "share_sms" or w.share_sms]
     return f"{shown(w.kernel)} ({shown(w.wrapper)}): " + ", ".join(parts)
-
 
 
 def summary(captures, view=None):
