@@ -20,6 +20,8 @@ from collections import defaultdict
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
+from clc import abi
+
 __all__ = ["Tally", "OTHER_KERNELS", "DEFAULT_MAX_KERNELS", "RUN_LABELS", "registry"]
 
 OTHER_KERNELS = "(other)"  # the kernel label of the kernels past the cap, counted together
@@ -28,13 +30,19 @@ DEFAULT_MAX_JOBS = 1000    # distinct (job, user, tenant) on a node, at most
 OTHER = ("(other)", "(other)", "(other)")  # job, user, tenant of the runs past that cap
 
 
-@dataclasses.dataclass
-class KernelCounts:
-    launches: int = 0
-    denied: int = 0
+@dataclasses.dataclass(slots=True)
+class KernelCounts(abi.Counters):
+    """A kernel's counters (abi.KERNEL_COUNTERS, the shim's list) summed over captures, and
+    its launches confined to a green context's SMs."""
+
     confined: int = 0
-    gpu_ns: int = 0
-    timed: int = 0
+
+    @classmethod
+    def of(cls, stats):
+        """The counts of a capture's KernelStatsRecord."""
+        counts = cls(**{c: getattr(stats, c) for c in abi.KERNEL_COUNTERS})
+        counts.confined = stats.launches if stats.confined_sms else 0
+        return counts
 
     def add(self, other):
         for f in dataclasses.fields(self):
@@ -100,8 +108,7 @@ class Tally:
             k = capture.kernel(kernel_id)
             gpu = self._gpu(capture, k.device)
             counts = self.kernels[key][gpu][_label(k.name, KERNEL_MAX)]
-            counts.add(KernelCounts(st.launches, st.denied,
-                                    st.launches if st.confined_sms else 0, st.gpu_ns, st.timed))
+            counts.add(KernelCounts.of(st))
         for h in capture.holds:
             held = self.held[key][self._gpu(capture, h.device)]
             held.holds += 1

@@ -11,7 +11,7 @@ import pytest
 
 from capture_writer import CaptureWriter, counts_copy, launch_block, record
 from clc import abi
-from clc.capture import reader as capture
+from clc.capture import records as capture
 from clc.capture.reader import (CaptureError, launch_stream, read_capture, read_captures,
                                 scan_capture)
 

@@ -13,7 +13,8 @@ from capture_writer import CaptureWriter, big_capture
 from clc import abi
 from clc.capture.per_launch import PER_LAUNCH_COLUMNS, write_per_launch_csv
 from clc.capture.reader import scan_captures
-from clc.capture.reports import View, _csv_text
+from clc.capture.cells import csv_text as _csv_text
+from clc.capture.reports import View
 from clc.cli.main import main
 
 VECADD = "_Z6vecAddPKfS0_Pfi"
