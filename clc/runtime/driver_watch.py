@@ -136,9 +136,14 @@ class DriverWatch:
                             pass
                     except BlockingIOError:
                         pass
-                    if not looks:  # opens that keep coming do not put the looks off
-                        now = time.monotonic()
+                    now = time.monotonic()
+                    if not looks:
                         looks = [now + after for after in _LOOKS_AFTER]
+                    elif len(looks) < 2 and looks[-1] < now + _LOOKS_AFTER[-1]:
+                        # an open while looks are due gets a look of its own after them (opens
+                        # that keep coming neither put the looks off nor pile them up: at most
+                        # two are due at once)
+                        looks.append(now + _LOOKS_AFTER[-1])
                 elif looks and time.monotonic() >= looks[0]:
                     looks.pop(0)
                     self._look()
