@@ -3,10 +3,11 @@
 killed with SIGKILL, which removes nothing, leaves nothing that lasts.
 
 Each directory is mode 0700 and holds a lock file that the run keeps locked (flock) while it
-lives; the kernel lets go of the lock when the process dies, however it dies. Making a new
-directory first removes this user's directories of the same kind whose lock nobody holds: a
-run killed outright is cleaned up by the next. A lock, unlike a process id, holds across PID
-namespaces that share the temporary directory, and cannot be mistaken for a reused pid.
+lives; the kernel lets go of the lock when the process dies, however it dies. The first
+directory a process makes in a temporary directory first removes this user's directories of
+every kind there whose lock nobody holds: a run killed outright is cleaned up by the next. A
+lock, unlike a process id, holds across PID namespaces that share the temporary directory, and
+cannot be mistaken for a reused pid.
 """
 
 import fcntl
@@ -17,9 +18,13 @@ import stat
 import tempfile
 import time
 
-__all__ = ["PrivateDir"]
+__all__ = ["PrivateDir", "KINDS", "sweep"]
 
 _LOCK = "lock"
+# The kinds of clc-run's private directories: one sweep of a temporary directory takes the
+# abandoned ones of every kind, once per process.
+KINDS = ("clc-run", "clc-decider")
+_swept = set()
 
 
 class PrivateDir:
@@ -30,7 +35,9 @@ class PrivateDir:
         parent = parent or tempfile.gettempdir()
         # A socket's path has at most 107 bytes: a long $TMPDIR gives way to /tmp.
         self.parent = parent if len(parent) < 64 else "/tmp"
-        sweep(self.parent, prefix)
+        if self.parent not in _swept:
+            _swept.add(self.parent)
+            sweep(self.parent, *KINDS)
         self.path = tempfile.mkdtemp(prefix=f"{prefix}-", dir=self.parent)
         try:
             # locked before it takes its name: a sweep never finds the lock file unlocked
@@ -55,11 +62,11 @@ class PrivateDir:
         self._lock = None
 
 
-def sweep(parent, prefix):
-    """Removes this user's PREFIX-* directories in parent that no live run holds: a directory
-    (not a link) owned by this user, mode 0700, whose lock file can be taken. Anything else
-    under such a name is left alone."""
-    name = re.compile(re.escape(prefix) + r"-[A-Za-z0-9_]{8}\Z")
+def sweep(parent, *prefixes):
+    """Removes this user's PREFIX-* directories in parent, of each prefix, that no live run
+    holds: a directory (not a link) owned by this user, mode 0700, whose lock file can be taken.
+    Anything else under such a name is left alone."""
+    name = re.compile("(?:" + "|".join(map(re.escape, prefixes)) + r")-[A-Za-z0-9_]{8}\Z")
     try:
         fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
