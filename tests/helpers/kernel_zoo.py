@@ -8,6 +8,9 @@ import shutil
 
 import pytest
 
+import harness  # noqa: F401  (puts tests/fixtures/native on sys.path)
+from build import wheel_tops  # noqa: E402
+
 ZOO = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "zoo"
 FILES = sorted(p.name for p in ZOO.glob("*.cu"))
 
@@ -20,24 +23,15 @@ def cuda_tool(name):
     for path in (shutil.which(name), f"/usr/local/cuda/bin/{name}"):
         if path and os.access(path, os.X_OK) and os.path.isfile(path):
             return path
-    for top in _wheel_tops():
+    for top in wheel_tops():
         path = top / "bin" / name
         if os.access(path, os.X_OK):
-            if name == "nvcc":
-                flags = os.environ.get("NVCC_APPEND_FLAGS", "")
-                os.environ["NVCC_APPEND_FLAGS"] = f"{flags} -L{top / 'lib'}".strip()
+            link = f"-L{top / 'lib'}"
+            flags = os.environ.get("NVCC_APPEND_FLAGS", "")
+            if name == "nvcc" and link not in flags.split():
+                os.environ["NVCC_APPEND_FLAGS"] = f"{flags} {link}".strip()
             return str(path)
     return None
-
-
-def _wheel_tops():
-    """nvidia/cu*/ of the NVIDIA wheels, where they are installed."""
-    try:
-        import nvidia
-    except ImportError:
-        return []
-    return sorted((d for base in nvidia.__path__ for d in pathlib.Path(base).glob("cu*")),
-                  reverse=True)
 
 
 def zoo_ptx_text(zoo_ptx, name):
