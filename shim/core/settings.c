@@ -184,21 +184,16 @@ static void find_self(void) {
         snprintf(g_self, sizeof g_self, "%s", self.dli_fname);
 }
 
-/* What a starting shim keeps for the processes it executes, and its word to clc-run. */
-static void start_telling(const char *fallback, const char *word) {
-    keep_fallback(fallback);
-    find_self();
-    char comm[32];
-    process_name(comm);
-    clc_announce(word, comm);
-}
-
 int clc_settings_fallback(int *deny) {
     const char *v = getenv(CLC_FALLBACK_VAR);
     if (!v) return 0;
     /* Only a whole "allow STATUS" lets launches through: anything else fails closed. */
     *deny = strncmp(v, "allow ", 6) != 0;
-    start_telling(v, CLC_STATUS_NO_SETTINGS);
+    keep_fallback(v);
+    find_self();
+    char comm[32];
+    process_name(comm);
+    clc_announce(CLC_STATUS_NO_SETTINGS, comm);
     return 1;
 }
 
@@ -218,7 +213,11 @@ int clc_settings_load(void) {
         g_policy_program_wide = setting_on("CLC_POLICY_PROGRAM");
         /* Clear FD_CLOEXEC: children inherit the descriptor whatever the program's spawn. */
         fcntl(g_fd, F_SETFD, 0);
-        start_telling(clc_setting("CLC_FALLBACK"), CLC_STATUS_START);
+        find_self();
+        keep_fallback(clc_setting("CLC_FALLBACK"));
+        char comm[32];
+        process_name(comm);
+        clc_announce(CLC_STATUS_START, comm);
     }
     return ok;
 }
