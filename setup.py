@@ -92,7 +92,7 @@ preload = Extension(
                                   "deciding/bridge_loader.c", "deciding/replace.c",
                                   "hooks/launch.c", "hooks/graph.c", "hooks/load.c",
                                   "hooks/context.c", "hooks/process.c", "hooks/leave.c",
-                                  "hooks/image.c",
+                                  "hooks/image.c", "hooks/settle.c",
                                   "entry/interpose.c", "entry/dlopen.c")],
     # every header of the layers' folders, and the contract
     depends=["shim/clc_abi.h"] + sorted(str(p) for p in pathlib.Path("shim").glob("*/*.h")

@@ -223,7 +223,19 @@ _Static_assert(sizeof(clc_graph_node_params) == 256, "CUgraphNodeParams is 256 b
     X(cuStreamSynchronize, (CUstream stream))                                                    \
     X(cuStreamSynchronize_ptsz, (CUstream stream))                                               \
     X(cuStreamQuery, (CUstream stream))                                                          \
-    X(cuStreamQuery_ptsz, (CUstream stream))
+    X(cuStreamQuery_ptsz, (CUstream stream))                                                     \
+    X(cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t bytes))                               \
+    X(cuMemcpyDtoH_v2_ptds, (void *dst, CUdeviceptr src, size_t bytes))                          \
+    X(cuEventRecord, (CUevent ev, CUstream stream))                                              \
+    X(cuEventRecord_ptsz, (CUevent ev, CUstream stream))                                         \
+    X(cuEventRecordWithFlags, (CUevent ev, CUstream stream, unsigned flags))                     \
+    X(cuEventRecordWithFlags_ptsz, (CUevent ev, CUstream stream, unsigned flags))                \
+    X(cuEventSynchronize, (CUevent ev))                                                          \
+    X(cuEventQuery, (CUevent ev))                                                                \
+    X(cuEventDestroy, (CUevent ev))                                                              \
+    X(cuEventDestroy_v2, (CUevent ev))                                                           \
+    X(cuGraphLaunch, (CUgraphExec exec, CUstream stream))                                        \
+    X(cuGraphLaunch_ptsz, (CUgraphExec exec, CUstream stream))
 
 #define CLC_SYM_ENUM(name, params) CLC_SYM_##name,
 enum { CLC_HOOKED_SYMBOLS(CLC_SYM_ENUM) CLC_N_SYMBOLS };

@@ -82,6 +82,16 @@ static int symbol_for_request(const char *name, int version, cuuint64_t flags) {
         return ptsz ? CLC_SYM_cuStreamSynchronize_ptsz : CLC_SYM_cuStreamSynchronize;
     if (strcmp(name, "cuStreamQuery") == 0)
         return ptsz ? CLC_SYM_cuStreamQuery_ptsz : CLC_SYM_cuStreamQuery;
+    if (strcmp(name, "cuMemcpyDtoH") == 0)
+        return version < 3020 ? -1 : ptsz ? CLC_SYM_cuMemcpyDtoH_v2_ptds : CLC_SYM_cuMemcpyDtoH_v2;
+    if (strcmp(name, "cuEventRecord") == 0)
+        return ptsz ? CLC_SYM_cuEventRecord_ptsz : CLC_SYM_cuEventRecord;
+    if (strcmp(name, "cuEventRecordWithFlags") == 0)
+        return ptsz ? CLC_SYM_cuEventRecordWithFlags_ptsz : CLC_SYM_cuEventRecordWithFlags;
+    if (strcmp(name, "cuEventDestroy") == 0)
+        return version >= 4000 ? CLC_SYM_cuEventDestroy_v2 : CLC_SYM_cuEventDestroy;
+    if (strcmp(name, "cuGraphLaunch") == 0)
+        return ptsz ? CLC_SYM_cuGraphLaunch_ptsz : CLC_SYM_cuGraphLaunch;
     if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
         return version >= 11000 ? CLC_SYM_cuDevicePrimaryCtxReset_v2
                                 : CLC_SYM_cuDevicePrimaryCtxReset;

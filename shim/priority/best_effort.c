@@ -580,7 +580,8 @@ void clc_priority_forget_stream(CUstream stream) {
     pthread_mutex_unlock(&g_be_lock);
 }
 
-uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
+static uint64_t be_launch(int device, CUcontext ctx, CUstream stream, int per_thread,
+                          int confinable) {
     /* Nothing to do while no latency-critical slot is known and the board is fine, until the
      * next scan (read without the lock: at worst one launch looks again) */
     if (!g_n_views && !g_board_bad && !g_table_full && g_scanned_ns &&
@@ -600,7 +601,7 @@ uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int 
     int exchanged =
         g_drv.exchange_capture_mode && g_drv.exchange_capture_mode(&mode) == CUDA_SUCCESS;
     uint64_t word = 0;
-    if (g_held_word)
+    if (g_held_word && confinable)
         word = held_to_share(device) ? g_held_word : 0;
     else
         hold(device);
@@ -608,4 +609,12 @@ uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int 
     if (exchanged) g_drv.exchange_capture_mode(&mode);
     t_in_clc = was;
     return word;
+}
+
+uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
+    return be_launch(device, ctx, stream, per_thread, 1);
+}
+
+void clc_priority_be_graph_launch(int device, CUcontext ctx, CUstream stream, int per_thread) {
+    be_launch(device, ctx, stream, per_thread, 0);
 }

@@ -199,3 +199,50 @@ void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUs
         atomic_load_explicit(&r->settled, memory_order_acquire))
         atomic_compare_exchange_strong(&g_busy_stream[device], &busy, NULL);
 }
+
+/* ---- events: what the process waits on, besides synchronizations --------------------------- */
+typedef struct {
+    CUevent ev;
+    int device;
+    uint64_t launched;
+} lc_event;
+static lc_event g_events[CLC_LC_EVENTS];
+static pthread_mutex_t g_events_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static lc_event *event_place(CUevent ev) {
+    uint64_t x = (uint64_t)(uintptr_t)ev * 0x9e3779b97f4a7c15ull;
+    return &g_events[(x >> 32) % CLC_LC_EVENTS];
+}
+
+void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz) {
+    board_slot *slot = slot_now();
+    if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid() || !ev) return;
+    board_row *r = &slot->rows[device];
+    uint64_t launched = atomic_load_explicit(&r->launched, memory_order_acquire);
+    int covers = launched != atomic_load_explicit(&r->settled, memory_order_acquire) &&
+                 atomic_load_explicit(&g_busy_stream[device], memory_order_acquire) ==
+                     stream_key(stream, ptsz);
+    pthread_mutex_lock(&g_events_lock);
+    lc_event *e = event_place(ev);
+    if (covers)
+        *e = (lc_event){.ev = ev, .device = device, .launched = launched};
+    else if (e->ev == ev)
+        e->ev = NULL; /* recorded again: what it covered before is no longer what it waits on */
+    pthread_mutex_unlock(&g_events_lock);
+}
+
+int clc_priority_event_covers(CUevent ev, uint64_t *launched) {
+    int device = -1;
+    pthread_mutex_lock(&g_events_lock);
+    lc_event *e = event_place(ev);
+    if (ev && e->ev == ev) device = e->device, *launched = e->launched;
+    pthread_mutex_unlock(&g_events_lock);
+    return device;
+}
+
+void clc_priority_event_forget(CUevent ev) {
+    pthread_mutex_lock(&g_events_lock);
+    lc_event *e = event_place(ev);
+    if (e->ev == ev) e->ev = NULL;
+    pthread_mutex_unlock(&g_events_lock);
+}

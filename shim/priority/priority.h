@@ -98,6 +98,19 @@ uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int 
 uint64_t clc_priority_sync_begin(int device, int *counted);
 void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
                            int ptsz, int counted, int done);
+/* Events of a latency-critical process (settle.c): one recorded on `stream` on `device` keeps
+ * what was launched there before it, when every launch since the GPU went busy was on that
+ * stream (a record that covers anything else keeps nothing); covers gives the device and that
+ * count for a kept event (-1: none kept), so that its completion settles them; forget: the
+ * event is destroyed. At most CLC_LC_EVENTS are kept: an event whose place another took
+ * settles nothing (its waits still mark the GPU busy). */
+#define CLC_LC_EVENTS 256
+void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz);
+int clc_priority_event_covers(CUevent ev, uint64_t *launched);
+void clc_priority_event_forget(CUevent ev);
+/* A best-effort graph replay: held as a launch is (the graph cannot be confined to a share: it
+ * waits, down to the floor, where a launch would run on the held share). */
+void clc_priority_be_graph_launch(int device, CUcontext ctx, CUstream stream, int per_thread);
 /* A context torn down, a stream destroyed: the run-ahead events kept for them are forgotten. */
 void clc_priority_forget_context(CUcontext ctx);
 void clc_priority_forget_stream(CUstream stream);

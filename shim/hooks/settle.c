@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * settle.c: what a process of a priority class does on the GPU besides launching kernels.
+ * A latency-critical process: the ways it waits for its work (synchronizations, events it
+ * recorded, blocking copies to the host) settle its launches on the board, and its graph
+ * replays count as launches. A best-effort process: its graph replays are held as its launches
+ * are. Other processes pass straight through, after one test of the process's class.
+ */
+#include "hooks.h"
+
+static int current_device(void) {
+    CUdevice dev = -1;
+    if (!g_drv.ctx_get_device || g_drv.ctx_get_device(&dev) != CUDA_SUCCESS) return -1;
+    return (int)dev;
+}
+
+/* ---- synchronizations ------------------------------------------------------------------------
+ * When one returns, what the process launched before it has finished: priority.c then marks its
+ * GPU idle on the board, so that best-effort launches held meanwhile go on at once. A blocking
+ * copy to the host is one too: it returns once the stream's earlier work is done. */
+
+#define CLC_SYNC_HOOK(name, params, args, whole, stream_arg, ptsz)                               \
+    CLC_EXPORT CUresult name params {                                                            \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real args;             \
+        int dev = current_device(), counted;                                                     \
+        uint64_t launched = clc_priority_sync_begin(dev, &counted);                              \
+        CUresult r = real args;                                                                  \
+        clc_priority_sync_end(dev, launched, whole, stream_arg, ptsz, counted, r == CUDA_SUCCESS); \
+        return r;                                                                                \
+    }
+CLC_SYNC_HOOK(cuCtxSynchronize, (void), (), 1, NULL, 0)
+CLC_SYNC_HOOK(cuStreamSynchronize, (CUstream stream), (stream), 0, stream, 0)
+CLC_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream stream), (stream), 0, stream, 1)
+CLC_SYNC_HOOK(cuStreamQuery, (CUstream stream), (stream), 0, stream, 0)
+CLC_SYNC_HOOK(cuStreamQuery_ptsz, (CUstream stream), (stream), 0, stream, 1)
+/* A synchronous copy to the host runs on the default stream (the per-thread one for _ptds). */
+CLC_SYNC_HOOK(cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t bytes), (dst, src, bytes), 0,
+              NULL, 0)
+CLC_SYNC_HOOK(cuMemcpyDtoH_v2_ptds, (void *dst, CUdeviceptr src, size_t bytes), (dst, src, bytes),
+              0, NULL, 1)
+
+/* cuCtxSynchronize of CUDA 13 names the context: only the current one (or NULL) is settled. */
+CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+    CLC_REAL_OR_FAIL(cuCtxSynchronize_v2)
+    if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ctx);
+    int mine = !ctx || ctx == current_ctx();
+    int dev = mine ? current_device() : -1, counted;
+    uint64_t launched = clc_priority_sync_begin(dev, &counted);
+    CUresult r = real(ctx);
+    clc_priority_sync_end(dev, launched, 1, NULL, 0, counted, r == CUDA_SUCCESS);
+    return r;
+}
+
+/* ---- events ----------------------------------------------------------------------------------
+ * A latency-critical process that waits on an event it recorded (a CUDA graph replayed, then
+ * an event recorded and synchronized: what serving stacks do) settles what it had launched
+ * before the record, when all of it was on the event's stream (priority.c keeps, per event,
+ * what it covers). An event whose record covers nothing known still marks the GPU busy while a
+ * thread waits on it. */
+
+static void event_recorded(CUevent ev, CUstream stream, int ptsz, CUresult r) {
+    if (r != CUDA_SUCCESS) return;
+    int capturing;
+    /* recorded into a graph being captured: nothing is recorded now */
+    if (clc_stream_capture_status(stream, ptsz, &capturing) != CUDA_SUCCESS ||
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+        return;
+    clc_priority_event_record(current_device(), ev, stream, ptsz);
+}
+
+#define CLC_EVENT_RECORD_HOOK(name, params, args, ptsz)                                          \
+    CLC_EXPORT CUresult name params {                                                            \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real args;             \
+        CUresult r = real args;                                                                  \
+        event_recorded(ev, stream, ptsz, r);                                                     \
+        return r;                                                                                \
+    }
+CLC_EVENT_RECORD_HOOK(cuEventRecord, (CUevent ev, CUstream stream), (ev, stream), 0)
+CLC_EVENT_RECORD_HOOK(cuEventRecord_ptsz, (CUevent ev, CUstream stream), (ev, stream), 1)
+CLC_EVENT_RECORD_HOOK(cuEventRecordWithFlags, (CUevent ev, CUstream stream, unsigned flags),
+                      (ev, stream, flags), 0)
+CLC_EVENT_RECORD_HOOK(cuEventRecordWithFlags_ptsz, (CUevent ev, CUstream stream, unsigned flags),
+                      (ev, stream, flags), 1)
+
+#define CLC_EVENT_WAIT_HOOK(name)                                                                \
+    CLC_EXPORT CUresult name(CUevent ev) {                                                       \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ev);             \
+        uint64_t launched = 0;                                                                   \
+        int dev = clc_priority_event_covers(ev, &launched), counted;                             \
+        if (dev < 0) dev = current_device();                                                     \
+        clc_priority_sync_begin(dev, &counted);                                                  \
+        CUresult r = real(ev);                                                                   \
+        clc_priority_sync_end(dev, launched, 1, NULL, 0, counted, r == CUDA_SUCCESS);            \
+        return r;                                                                                \
+    }
+CLC_EVENT_WAIT_HOOK(cuEventSynchronize)
+CLC_EVENT_WAIT_HOOK(cuEventQuery)
+
+#define CLC_EVENT_DESTROY_HOOK(name)                                                             \
+    CLC_EXPORT CUresult name(CUevent ev) {                                                       \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ev);             \
+        clc_priority_event_forget(ev); /* a later event may get its handle */                    \
+        return real(ev);                                                                         \
+    }
+CLC_EVENT_DESTROY_HOOK(cuEventDestroy)
+CLC_EVENT_DESTROY_HOOK(cuEventDestroy_v2)
+
+/* ---- graph replays ---------------------------------------------------------------------------
+ * A latency-critical process's replay marks its GPU busy as a launch does; a best-effort
+ * process's waits as a launch would (a graph cannot be confined to a share of the SMs: under
+ * held_share it waits, down to the floor). */
+
+#define CLC_GRAPH_LAUNCH_HOOK(name, ptsz)                                                        \
+    CLC_EXPORT CUresult name(CUgraphExec exec, CUstream stream) {                                \
+        CLC_REAL_OR_FAIL(name)                                                                   \
+        if (likely(!g_hot.priority) || t_in_clc || !clc_hook_ready()) return real(exec, stream); \
+        int dev = current_device();                                                              \
+        if (dev >= 0 && g_hot.priority == CLC_PRIORITY_LC)                                       \
+            clc_priority_lc_launch(dev, stream, ptsz);                                           \
+        else if (dev >= 0)                                                                       \
+            clc_priority_be_graph_launch(dev, current_ctx(), stream, ptsz);                      \
+        return real(exec, stream);                                                               \
+    }
+CLC_GRAPH_LAUNCH_HOOK(cuGraphLaunch, 0)
+CLC_GRAPH_LAUNCH_HOOK(cuGraphLaunch_ptsz, 1)

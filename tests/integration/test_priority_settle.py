@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Priority classes beyond kernel launches, over the fake driver: a latency-critical service that
+replays CUDA graphs and waits on events, or ends its requests with a blocking copy to the host,
+marks its GPU busy and idle as one that launches and synchronizes does; a best-effort process's
+graph replays are held as its launches are.
+
+The programs are tests/fixtures/native/prog_priority driven line by line (see test_priority.py):
+the time a best-effort command's "done" line comes back is when its launches returned.
+"""
+
+import pytest
+
+# test_priority's fixtures (board, policy, pair) are taken by name, which ruff reads as
+# redefinitions.
+# ruff: noqa: F811
+from test_priority import board, pair, policy, slots  # noqa: F401
+
+HELD = 0.05  # seconds a held launch must still be waiting
+
+
+def assert_held(be, command):
+    be.send(command)
+    assert be.wait_for("done", HELD) is None, f"{command!r} was not held"
+
+
+def assert_released(be, timeout=5):
+    line = be.wait_for("done", timeout)
+    assert line is not None and line.rstrip().endswith("rc=0"), line
+
+
+def assert_let_go_by_the_service(be):
+    """The best-effort process's holds ended because the service went idle, not by the floor."""
+    be.finish()
+    holds = be.holds()
+    assert holds and not any(h.by_floor for h in holds), holds
+
+
+@pytest.mark.parametrize("record", ["record", "recordf"])
+def test_a_graph_replay_marks_the_gpu_busy_until_the_event_after_it_completes(pair, board, record):
+    # GIVEN a latency-critical service that replays a graph and records an event after it
+    lc = pair("serving")
+    lc.do("graph 1")
+    lc.do(record)
+    assert len(slots(board)) == 1
+    be = pair("batch")
+    # WHEN a best-effort process launches: it waits while the replay is in flight
+    assert_held(be, "launch 1")
+    # THEN it goes on once the service's wait on the event returns
+    lc.do("esync")
+    assert_released(be)
+    be.finish()
+    (hold,) = be.holds()
+    assert not hold.by_floor and hold.held_ns >= HELD * 1e9
+
+
+def test_an_event_query_that_reports_completion_settles(pair):
+    lc = pair("serving")
+    lc.do("launch 3")
+    lc.do("record")
+    be = pair("batch")
+    assert_held(be, "launch 1")
+    lc.do("equery")  # the fake's work is done when asked about
+    assert_released(be)
+    assert_let_go_by_the_service(be)
+
+
+def test_a_blocking_copy_to_the_host_settles(pair):
+    lc = pair("serving")
+    lc.do("launch 3")
+    be = pair("batch")
+    assert_held(be, "launch 1")
+    lc.do("copy")
+    assert_released(be)
+    assert_let_go_by_the_service(be)
+
+
+def test_an_event_after_part_of_the_work_does_not_settle_the_rest(pair):
+    # GIVEN a service busy on two streams, that waits on an event recorded on one of them
+    lc = pair("serving")
+    lc.do("launch 2 s")
+    lc.do("launch 1")
+    lc.do("record")
+    lc.do("esync")
+    # WHEN a best-effort process launches: its own stream's work may still run
+    be = pair("batch")
+    # THEN the launch waits, until a synchronization covers everything
+    assert_held(be, "launch 1")
+    lc.do("sync ctx")
+    assert_released(be)
+
+
+def test_an_event_recorded_before_the_work_does_not_settle_it(pair):
+    lc = pair("serving")
+    lc.do("record")  # idle: it covers nothing
+    lc.do("launch 2")
+    lc.do("esync")
+    be = pair("batch")
+    assert_held(be, "launch 1")
+    lc.do("record")
+    lc.do("esync")
+    assert_released(be)
+    assert_let_go_by_the_service(be)
+
+
+def test_a_destroyed_event_settles_nothing(pair):
+    # GIVEN an event that covered the service's work, destroyed (a new one may get its handle),
+    # and a wait on the new, never recorded event
+    lc = pair("serving")
+    lc.do("launch 2")
+    lc.do("record")
+    lc.do("edestroy")
+    lc.do("esync")
+    # THEN the work is not settled
+    be = pair("batch")
+    assert_held(be, "launch 1")
+    lc.do("sync ctx")
+    assert_released(be)
+
+
+def test_a_best_effort_graph_replay_is_held(pair):
+    lc = pair("serving")
+    lc.do("launch 1")
+    be = pair("batch")
+    assert_held(be, "graph 1")
+    lc.do("sync ctx")
+    assert_released(be)
+    # and replays made while the service is idle are not held
+    assert be.do("graph 50") < 0.5
+
+
+def test_under_held_share_a_graph_replay_waits_where_a_launch_runs_on_the_share(pair):
+    lc = pair("serving")
+    lc.do("launch 1")
+    be = pair("shared")
+    # a launch is confined to the share at once...
+    assert be.do("launch 1") < HELD
+    first, sms = be.where()
+    assert sms < 132 and first > 0
+    # ...a graph replay cannot be: it waits
+    assert_held(be, "graph 1")
+    lc.do("sync ctx")
+    assert_released(be)
+    be.finish()
+    kinds = {h.shared for h in be.holds()}
+    assert kinds == {True, False}
