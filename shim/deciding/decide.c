@@ -129,6 +129,13 @@ static clc_kernel_query *fill_query(query_buf *b, const clc_entry *e, uint64_t h
 
 static void free_query(query_buf *b) { free(b->heap); }
 
+/* CLC_FLAG_PRIORITY is the shim's alone: on every outcome of a process in a priority class
+ * (set once at start, for the life of the process image), so that the gate's fast path sends
+ * its launches on with its one test of the outcome; on no other, whatever the engine said. */
+static void mark_priority(clc_outcome *o) {
+    o->flags = (o->flags & ~(uint32_t)CLC_FLAG_PRIORITY) | (g_hot.priority ? CLC_FLAG_PRIORITY : 0);
+}
+
 /* Asks the engine about one launch; the policy's on_error when it cannot answer. */
 static void ask(clc_entry *e, const clc_launch *l, clc_outcome *out) {
     query_buf b;
@@ -137,6 +144,7 @@ static void ask(clc_entry *e, const clc_launch *l, clc_outcome *out) {
     t_in_clc = 1;
     if (clc_bridge_launch(q, out) != 0) *out = g_cfg.on_error;
     t_in_clc = 0;
+    mark_priority(out);
     free_query(&b);
 }
 
@@ -282,6 +290,8 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch *l,
                 "did not hand it (the CUDA runtime's own, which libcudart takes through a "
                 "private path of the driver's, or one reached past clc's lookups) is confined "
                 "one launch at a time, where the driver allows it");
+    for (uint32_t i = 0; i < d.n_clauses; i++) mark_priority(&d.clauses[i].outcome);
+    mark_priority(&d.fallback);
     *answer = d.fallback;
 
     clc_new_kernel k = {.handle = handle,
