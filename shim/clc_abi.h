@@ -48,6 +48,10 @@
 
 #define CLC_FLAG_RECORD 1 /* write a LAUNCH record for each launch */
 #define CLC_FLAG_TIME 2   /* GPU time of each launch (implies a TIMING record) */
+/* The shim's own: every outcome of a process in a priority class carries it, so that its
+ * launches leave the gate's fast path (the class's work is out of line). Never the engine's:
+ * an answer from clc-run with it is refused. */
+#define CLC_FLAG_PRIORITY 4
 
 #define CLC_RULE_DEFAULT (-1)  /* no rule matched: the policy's `default` decided */
 #define CLC_RULE_ON_ERROR (-2) /* clc failed (no bridge, engine error): `on_error` decided */

@@ -296,70 +296,89 @@ _Static_assert(sizeof(cu_dev_resource) == 144, "CUdevResource_v1 is 144 bytes (c
 typedef void *CUgreenCtx;
 typedef void *CUdevResourceDesc;
 
-/* Driver helpers stage 1 calls itself, resolved from the same libcuda. */
+/* ---- the driver's helpers: the calls stage 1 makes itself, resolved from the same libcuda ---
+ * One table: X(member of g_drv, the driver's name, the name tried when that one is missing or
+ * NULL, parameter list); every helper returns a CUresult. The members and real.c's loading are
+ * both made from it, so that adding a helper is one line here. A missing helper stays NULL:
+ * its users check before calling. */
+#define CLC_DRIVER_TABLE(X)                                                                        \
+    X(ctx_get_current, "cuCtxGetCurrent", NULL, (CUcontext *))                                     \
+    X(ctx_set_current, "cuCtxSetCurrent", NULL, (CUcontext))                                       \
+    X(ctx_get_device, "cuCtxGetDevice", NULL, (CUdevice *))                                        \
+    X(ctx_synchronize, "cuCtxSynchronize", NULL, (void))                                           \
+    X(ctx_push, "cuCtxPushCurrent_v2", NULL, (CUcontext))                                          \
+    X(ctx_pop, "cuCtxPopCurrent_v2", NULL, (CUcontext *))                                          \
+    X(stream_get_ctx, "cuStreamGetCtx", NULL, (CUstream, CUcontext *))                             \
+    X(kernel_get_name, "cuKernelGetName", NULL, (const char **, CUkernel))                         \
+    X(func_get_name, "cuFuncGetName", NULL, (const char **, CUfunction))                           \
+    X(kernel_get_param_info, "cuKernelGetParamInfo", NULL, (CUkernel, size_t, size_t *, size_t *)) \
+    X(func_get_param_info, "cuFuncGetParamInfo", NULL, (CUfunction, size_t, size_t *, size_t *))   \
+    X(event_create, "cuEventCreate", NULL, (CUevent *, unsigned int))                              \
+    X(event_record, "cuEventRecord", NULL, (CUevent, CUstream))                                    \
+    X(event_record_ptsz, "cuEventRecord_ptsz", "cuEventRecord", (CUevent, CUstream))              \
+    X(event_query, "cuEventQuery", NULL, (CUevent))                                                \
+    X(event_synchronize, "cuEventSynchronize", NULL, (CUevent))                                    \
+    X(event_elapsed, "cuEventElapsedTime_v2", "cuEventElapsedTime", (float *, CUevent, CUevent))   \
+    X(event_destroy, "cuEventDestroy_v2", "cuEventDestroy", (CUevent))                             \
+    X(stream_is_capturing, "cuStreamIsCapturing", NULL, (CUstream, int *))                         \
+    X(stream_is_capturing_ptsz, "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing",                 \
+      (CUstream, int *))                                                                           \
+    X(occupancy, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL,                              \
+      (int *, CUfunction, int, size_t))                                                            \
+    X(memset_d8_async, "cuMemsetD8Async", NULL, (CUdeviceptr, unsigned char, size_t, CUstream))    \
+    X(primary_get_state, "cuDevicePrimaryCtxGetState", NULL, (CUdevice, unsigned int *, int *))    \
+    X(primary_retain, "cuDevicePrimaryCtxRetain", NULL, (CUcontext *, CUdevice))                   \
+    X(memset_d8_async_ptsz, "cuMemsetD8Async_ptsz", "cuMemsetD8Async",                             \
+      (CUdeviceptr, unsigned char, size_t, CUstream))                                              \
+    X(kernel_get_library, "cuKernelGetLibrary", NULL, (CUlibrary *, CUkernel))                     \
+    X(func_get_module, "cuFuncGetModule", NULL, (CUmodule *, CUfunction))                          \
+    X(library_get_module, "cuLibraryGetModule", NULL, (CUmodule *, CUlibrary))                    \
+    X(library_get_kernel, "cuLibraryGetKernel", NULL, (CUkernel *, CUlibrary, const char *))       \
+    /* graph.c: a child graph node's graph, a graph's nodes, a node's type, a kernel node's        \
+     * parameters (the _v2 struct, with its context) */                                            \
+    X(graph_child, "cuGraphChildGraphNodeGetGraph", NULL, (CUgraphNode, CUgraph *))                \
+    X(graph_nodes, "cuGraphGetNodes", NULL, (CUgraph, CUgraphNode *, size_t *))                    \
+    X(graph_node_type, "cuGraphNodeGetType", NULL, (CUgraphNode, int *))                           \
+    X(graph_kernel_node_get, "cuGraphKernelNodeGetParams_v2", NULL,                                \
+      (CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *))                                                 \
+    /* priority.c: a device's UUID (16 bytes), which names it across processes; the thread's      \
+     * stream capture mode, set to relaxed around its own event calls */                           \
+    X(device_get_uuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid", (unsigned char *, CUdevice))       \
+    X(exchange_capture_mode, "cuThreadExchangeStreamCaptureMode", NULL, (int *))
+
+/* green.c: SM partitions (green contexts) and what confining a launch takes, as g_drv.green.
+ * The same columns as CLC_DRIVER_TABLE. */
+#define CLC_DRIVER_GREEN_TABLE(X)                                                                  \
+    X(get_resource, "cuDeviceGetDevResource", NULL, (CUdevice, cu_dev_resource *, int))            \
+    X(split, "cuDevSmResourceSplitByCount", NULL,                                                  \
+      (cu_dev_resource *, unsigned *, const cu_dev_resource *, cu_dev_resource *, unsigned,        \
+       unsigned))                                                                                  \
+    X(generate_desc, "cuDevResourceGenerateDesc", NULL,                                            \
+      (CUdevResourceDesc *, cu_dev_resource *, unsigned))                                          \
+    X(create, "cuGreenCtxCreate", NULL, (CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned))     \
+    X(destroy, "cuGreenCtxDestroy", NULL, (CUgreenCtx))                                            \
+    X(stream_create, "cuGreenCtxStreamCreate", NULL, (CUstream *, CUgreenCtx, unsigned, int))      \
+    X(stream_sync, "cuStreamSynchronize", NULL, (CUstream))                                        \
+    X(stream_destroy, "cuStreamDestroy_v2", NULL, (CUstream))                                      \
+    X(stream_priority, "cuStreamGetPriority", NULL, (CUstream, int *))                             \
+    X(stream_priority_ptsz, "cuStreamGetPriority_ptsz", "cuStreamGetPriority", (CUstream, int *))  \
+    X(wait_event, "cuStreamWaitEvent", NULL, (CUstream, CUevent, unsigned))                        \
+    X(wait_event_ptsz, "cuStreamWaitEvent_ptsz", "cuStreamWaitEvent",                             \
+      (CUstream, CUevent, unsigned))                                                               \
+    X(ctx_from_green, "cuCtxFromGreenCtx", NULL, (CUcontext *, CUgreenCtx))                        \
+    X(ctx_set_flags, "cuCtxSetFlags", NULL, (unsigned))                                            \
+    /* cuStreamGetCaptureInfo_v3 (CUDA 12.3+, as conditional nodes are: edge data before the      \
+     * count). */                                                                                  \
+    X(capture_info, "cuStreamGetCaptureInfo_v3", NULL,                                             \
+      (CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **, const void **, size_t *))   \
+    X(capture_info_ptsz, "cuStreamGetCaptureInfo_v3_ptsz", "cuStreamGetCaptureInfo_v3",            \
+      (CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **, const void **, size_t *))
+
+#define CLC_DRIVER_MEMBER(member, name, fallback, params) CUresult(*member) params;
 typedef struct {
-    CUresult (*ctx_get_current)(CUcontext *);
-    CUresult (*ctx_set_current)(CUcontext);
-    CUresult (*ctx_get_device)(CUdevice *);
-    CUresult (*ctx_synchronize)(void);
-    CUresult (*ctx_push)(CUcontext);
-    CUresult (*ctx_pop)(CUcontext *);
-    CUresult (*stream_get_ctx)(CUstream, CUcontext *);
-    CUresult (*kernel_get_name)(const char **, CUkernel);
-    CUresult (*func_get_name)(const char **, CUfunction);
-    CUresult (*kernel_get_param_info)(CUkernel, size_t, size_t *, size_t *);
-    CUresult (*func_get_param_info)(CUfunction, size_t, size_t *, size_t *);
-    CUresult (*event_create)(CUevent *, unsigned int);
-    CUresult (*event_record)(CUevent, CUstream);
-    CUresult (*event_record_ptsz)(CUevent, CUstream);
-    CUresult (*event_query)(CUevent);
-    CUresult (*event_synchronize)(CUevent);
-    CUresult (*event_elapsed)(float *, CUevent, CUevent);
-    CUresult (*event_destroy)(CUevent);
-    CUresult (*stream_is_capturing)(CUstream, int *);
-    CUresult (*stream_is_capturing_ptsz)(CUstream, int *);
-    CUresult (*occupancy)(int *, CUfunction, int, size_t);
-    CUresult (*memset_d8_async)(CUdeviceptr, unsigned char, size_t, CUstream);
-    CUresult (*primary_get_state)(CUdevice, unsigned int *, int *);
-    CUresult (*primary_retain)(CUcontext *, CUdevice);
-    CUresult (*memset_d8_async_ptsz)(CUdeviceptr, unsigned char, size_t, CUstream);
-    CUresult (*kernel_get_library)(CUlibrary *, CUkernel);
-    CUresult (*func_get_module)(CUmodule *, CUfunction);
-    CUresult (*library_get_module)(CUmodule *, CUlibrary);
-    CUresult (*library_get_kernel)(CUkernel *, CUlibrary, const char *);
-    /* graph.c: a child graph node's graph, a graph's nodes, a node's type, a kernel node's
-     * parameters (the _v2 struct, with its context) */
-    CUresult (*graph_child)(CUgraphNode, CUgraph *);
-    CUresult (*graph_nodes)(CUgraph, CUgraphNode *, size_t *);
-    CUresult (*graph_node_type)(CUgraphNode, int *);
-    CUresult (*graph_kernel_node_get)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *);
-    /* priority.c: a device's UUID (16 bytes), which names it across processes; the thread's
-     * stream capture mode, set to relaxed around its own event calls */
-    CUresult (*device_get_uuid)(unsigned char *, CUdevice);
-    CUresult (*exchange_capture_mode)(int *);
-    /* green.c: SM partitions (green contexts) and what confining a launch takes */
+    CLC_DRIVER_TABLE(CLC_DRIVER_MEMBER)
     struct {
-        CUresult (*get_resource)(CUdevice, cu_dev_resource *, int);
-        CUresult (*split)(cu_dev_resource *, unsigned *, const cu_dev_resource *, cu_dev_resource *,
-                          unsigned, unsigned);
-        CUresult (*generate_desc)(CUdevResourceDesc *, cu_dev_resource *, unsigned);
-        CUresult (*create)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned);
-        CUresult (*destroy)(CUgreenCtx);
-        CUresult (*stream_create)(CUstream *, CUgreenCtx, unsigned, int);
-        CUresult (*stream_sync)(CUstream);
-        CUresult (*stream_destroy)(CUstream);
-        CUresult (*stream_priority)(CUstream, int *);
-        CUresult (*stream_priority_ptsz)(CUstream, int *);
-        CUresult (*wait_event)(CUstream, CUevent, unsigned);
-        CUresult (*wait_event_ptsz)(CUstream, CUevent, unsigned);
-        CUresult (*ctx_from_green)(CUcontext *, CUgreenCtx);
-        CUresult (*ctx_set_flags)(unsigned);
-        /* cuStreamGetCaptureInfo_v3 (CUDA 12.3+, as conditional nodes are: edge data before the
-         * count). */
-        CUresult (*capture_info)(CUstream, int *, cuuint64_t *, CUgraph *, const CUgraphNode **,
-                                 const void **, size_t *);
-        CUresult (*capture_info_ptsz)(CUstream, int *, cuuint64_t *, CUgraph *,
-                                      const CUgraphNode **, const void **, size_t *);
+        CLC_DRIVER_GREEN_TABLE(CLC_DRIVER_MEMBER)
     } green;
 } clc_driver;
 extern CLC_HIDDEN clc_driver g_drv;

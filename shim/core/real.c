@@ -139,67 +139,19 @@ static void *driver_sym(void *h, const char *a, const char *b) {
     return p;
 }
 
+/* Each helper of core.h's tables from the driver's handle `h`, in the tables' order. */
+#define LOAD_HELPER(member, name, fallback, params) g_drv.member = driver_sym(h, name, fallback);
+#define LOAD_GREEN_HELPER(member, name, fallback, params)                                          \
+    g_drv.green.member = driver_sym(h, name, fallback);
+
 int clc_driver_load(void) {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
     if (!atomic_load_explicit(&g_hot.driver_ready, memory_order_relaxed)) {
         void *h = clc_libcuda_handle();
         if (h) {
-            g_drv.ctx_get_current = driver_sym(h, "cuCtxGetCurrent", NULL);
-            g_drv.ctx_set_current = driver_sym(h, "cuCtxSetCurrent", NULL);
-            g_drv.ctx_get_device = driver_sym(h, "cuCtxGetDevice", NULL);
-            g_drv.ctx_synchronize = driver_sym(h, "cuCtxSynchronize", NULL);
-            g_drv.ctx_push = driver_sym(h, "cuCtxPushCurrent_v2", NULL);
-            g_drv.ctx_pop = driver_sym(h, "cuCtxPopCurrent_v2", NULL);
-            g_drv.stream_get_ctx = driver_sym(h, "cuStreamGetCtx", NULL);
-            g_drv.kernel_get_name = driver_sym(h, "cuKernelGetName", NULL);
-            g_drv.func_get_name = driver_sym(h, "cuFuncGetName", NULL);
-            g_drv.kernel_get_param_info = driver_sym(h, "cuKernelGetParamInfo", NULL);
-            g_drv.func_get_param_info = driver_sym(h, "cuFuncGetParamInfo", NULL);
-            g_drv.event_create = driver_sym(h, "cuEventCreate", NULL);
-            g_drv.event_record = driver_sym(h, "cuEventRecord", NULL);
-            g_drv.event_record_ptsz = driver_sym(h, "cuEventRecord_ptsz", "cuEventRecord");
-            g_drv.event_query = driver_sym(h, "cuEventQuery", NULL);
-            g_drv.event_synchronize = driver_sym(h, "cuEventSynchronize", NULL);
-            g_drv.event_elapsed = driver_sym(h, "cuEventElapsedTime_v2", "cuEventElapsedTime");
-            g_drv.event_destroy = driver_sym(h, "cuEventDestroy_v2", "cuEventDestroy");
-            g_drv.stream_is_capturing = driver_sym(h, "cuStreamIsCapturing", NULL);
-            g_drv.stream_is_capturing_ptsz =
-                driver_sym(h, "cuStreamIsCapturing_ptsz", "cuStreamIsCapturing");
-            g_drv.occupancy = driver_sym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor", NULL);
-            g_drv.memset_d8_async = driver_sym(h, "cuMemsetD8Async", NULL);
-            g_drv.primary_get_state = driver_sym(h, "cuDevicePrimaryCtxGetState", NULL);
-            g_drv.primary_retain = driver_sym(h, "cuDevicePrimaryCtxRetain", NULL);
-            g_drv.memset_d8_async_ptsz = driver_sym(h, "cuMemsetD8Async_ptsz", "cuMemsetD8Async");
-            g_drv.kernel_get_library = driver_sym(h, "cuKernelGetLibrary", NULL);
-            g_drv.func_get_module = driver_sym(h, "cuFuncGetModule", NULL);
-            g_drv.library_get_module = driver_sym(h, "cuLibraryGetModule", NULL);
-            g_drv.library_get_kernel = driver_sym(h, "cuLibraryGetKernel", NULL);
-            g_drv.graph_child = driver_sym(h, "cuGraphChildGraphNodeGetGraph", NULL);
-            g_drv.graph_nodes = driver_sym(h, "cuGraphGetNodes", NULL);
-            g_drv.graph_node_type = driver_sym(h, "cuGraphNodeGetType", NULL);
-            g_drv.graph_kernel_node_get = driver_sym(h, "cuGraphKernelNodeGetParams_v2", NULL);
-            g_drv.device_get_uuid = driver_sym(h, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
-            g_drv.exchange_capture_mode = driver_sym(h, "cuThreadExchangeStreamCaptureMode", NULL);
-            g_drv.green.get_resource = driver_sym(h, "cuDeviceGetDevResource", NULL);
-            g_drv.green.split = driver_sym(h, "cuDevSmResourceSplitByCount", NULL);
-            g_drv.green.generate_desc = driver_sym(h, "cuDevResourceGenerateDesc", NULL);
-            g_drv.green.create = driver_sym(h, "cuGreenCtxCreate", NULL);
-            g_drv.green.destroy = driver_sym(h, "cuGreenCtxDestroy", NULL);
-            g_drv.green.stream_create = driver_sym(h, "cuGreenCtxStreamCreate", NULL);
-            g_drv.green.stream_sync = driver_sym(h, "cuStreamSynchronize", NULL);
-            g_drv.green.stream_destroy = driver_sym(h, "cuStreamDestroy_v2", NULL);
-            g_drv.green.stream_priority = driver_sym(h, "cuStreamGetPriority", NULL);
-            g_drv.green.stream_priority_ptsz =
-                driver_sym(h, "cuStreamGetPriority_ptsz", "cuStreamGetPriority");
-            g_drv.green.wait_event = driver_sym(h, "cuStreamWaitEvent", NULL);
-            g_drv.green.wait_event_ptsz =
-                driver_sym(h, "cuStreamWaitEvent_ptsz", "cuStreamWaitEvent");
-            g_drv.green.ctx_from_green = driver_sym(h, "cuCtxFromGreenCtx", NULL);
-            g_drv.green.ctx_set_flags = driver_sym(h, "cuCtxSetFlags", NULL);
-            g_drv.green.capture_info = driver_sym(h, "cuStreamGetCaptureInfo_v3", NULL);
-            g_drv.green.capture_info_ptsz =
-                driver_sym(h, "cuStreamGetCaptureInfo_v3_ptsz", "cuStreamGetCaptureInfo_v3");
+            CLC_DRIVER_TABLE(LOAD_HELPER)
+            CLC_DRIVER_GREEN_TABLE(LOAD_GREEN_HELPER)
             g_hot.ctx_get_current = g_drv.ctx_get_current;
             /* Without a current context or a kernel's name nothing can be decided: the driver
              * is not placed (its launches get on_error). */

@@ -55,10 +55,13 @@ static clc_param_info *query_layout(uint64_t handle, uint32_t *n, uint32_t *end)
     return NULL;
 }
 
-/* Copies a launch's arguments into dst (room for `end` bytes), laid out as the kernel's
+/* Copies launch l's arguments into dst (room for k's args_end bytes), laid out as kernel k's
  * parameter block; *size gets the bytes copied. Returns CLC_ARGS_*. */
-static uint32_t pack_args(unsigned char *dst, const clc_param_info *layout, uint32_t n,
-                          uint32_t end, void **params, void **extra, uint32_t *size) {
+static uint32_t pack_args(unsigned char *dst, const clc_kernel *k, const clc_launch *l,
+                          uint32_t *size) {
+    const clc_param_info *layout = k->layout;
+    uint32_t n = k->n_params, end = k->args_end;
+    void **params = l->params, **extra = l->extra;
     *size = 0;
     if (params) {
         if (!layout) return CLC_ARGS_NO_LAYOUT;
@@ -91,24 +94,24 @@ typedef struct {
     } small;
 } query_buf;
 
-static clc_kernel_query *fill_query(query_buf *b, const clc_entry *e, uint64_t handle, uint64_t ctx,
-                                    int device, const clc_launch *l, const char *name,
-                                    const clc_param_info *layout, uint32_t n_params, uint32_t end) {
+/* The question about kernel k's launch l, the kernel told as `name`. */
+static clc_kernel_query *fill_query(query_buf *b, const clc_kernel *k, const clc_launch *l,
+                                    const char *name) {
     b->heap = NULL;
     clc_kernel_query *q = &b->small.q;
     int no_memory = 0;
-    if (end > sizeof b->small.bytes - sizeof *q) {
-        q = b->heap = malloc(sizeof *q + end);
+    if (k->args_end > sizeof b->small.bytes - sizeof *q) {
+        q = b->heap = malloc(sizeof *q + k->args_end);
         if (!q) {
             q = &b->small.q;
             no_memory = 1;
         }
     }
-    *q = (clc_kernel_query){.handle = handle,
-                            .ctx = ctx,
-                            .device = device,
+    *q = (clc_kernel_query){.handle = k->handle,
+                            .ctx = k->ctx,
+                            .device = k->device,
                             .entry = l->entry_point,
-                            .kernel_id = e ? e->kernel_id : 0,
+                            .kernel_id = k->kernel_id,
                             .name = name,
                             .grid = {l->grid[0], l->grid[1], l->grid[2]},
                             .block = {l->block[0], l->block[1], l->block[2]},
@@ -117,26 +120,41 @@ static clc_kernel_query *fill_query(query_buf *b, const clc_entry *e, uint64_t h
                             .stream = (uint64_t)(uintptr_t)l->stream,
                             .params = l->params,
                             .extra = l->extra,
-                            .layout = layout,
-                            .n_params = n_params};
+                            .layout = k->layout,
+                            .n_params = k->n_params};
     if (no_memory)
         q->args_status = CLC_ARGS_NO_MEMORY;
     else
-        q->args_status = pack_args((unsigned char *)(q + 1), layout, n_params, end, l->params,
-                                   l->extra, &q->args_size);
+        q->args_status = pack_args((unsigned char *)(q + 1), k, l, &q->args_size);
     return b->q = q;
 }
 
 static void free_query(query_buf *b) { free(b->heap); }
 
+/* CLC_FLAG_PRIORITY is the shim's alone: on every outcome of a process in a priority class
+ * (set once at start, for the life of the process image), so that the gate's fast path sends
+ * its launches on with its one test of the outcome; on no other, whatever the engine said. */
+static void mark_priority(clc_outcome *o) {
+    o->flags = (o->flags & ~(uint32_t)CLC_FLAG_PRIORITY) | (g_hot.priority ? CLC_FLAG_PRIORITY : 0);
+}
+
 /* Asks the engine about one launch; the policy's on_error when it cannot answer. */
 static void ask(clc_entry *e, const clc_launch *l, clc_outcome *out) {
     query_buf b;
-    clc_kernel_query *q =
-        fill_query(&b, e, e->handle, e->ctx, e->device, l, "", e->layout, e->n_params, e->args_end);
+    const clc_kernel k = {.handle = e->handle,
+                          .ctx = e->ctx,
+                          .owner = e->owner,
+                          .kernel_id = e->kernel_id,
+                          .device = e->device,
+                          .layout = e->layout,
+                          .n_params = e->n_params,
+                          .args_end = e->args_end};
+    /* The engine knows the kernel by its id since its first sight: not named again. */
+    clc_kernel_query *q = fill_query(&b, &k, l, "");
     t_in_clc = 1;
     if (clc_bridge_launch(q, out) != 0) *out = g_cfg.on_error;
     t_in_clc = 0;
+    mark_priority(out);
     free_query(&b);
 }
 
@@ -237,28 +255,34 @@ static int launched_as_is(clc_decision *d, uint64_t program_word) {
     return runs;
 }
 
+/* Kernel `handle` in context `ctx` as its first sight finds it, from the driver: its name,
+ * device, library or module and parameter layout; a new kernel id. */
+static void first_sight(clc_kernel *k, uint64_t handle, uint64_t ctx) {
+    *k = (clc_kernel){.handle = handle, .ctx = ctx};
+    k->epoch = clc_cache_epoch(); /* before the kernel is named: see clc_cache_insert */
+    k->name = clc_kernel_name(handle);
+    k->device = ctx_device(ctx);
+    k->owner = kernel_owner(handle);
+    k->layout = query_layout(handle, &k->n_params, &k->args_end);
+    k->kernel_id = atomic_fetch_add(&g_next_id, 1);
+}
+
 /* The slow path, once per (kernel, context): name the kernel, ask the engine, publish (the
  * capture gets the new kernel's record). */
 clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch *l,
                             clc_outcome *answer) {
     clc_identity_follow();
-    uint64_t epoch = clc_cache_epoch(); /* before the kernel is named: see clc_cache_insert */
-    const char *name = clc_kernel_name(handle);
-    int device = ctx_device(ctx);
-    uint64_t owner = kernel_owner(handle);
-    uint32_t n_params, end;
-    clc_param_info *layout = query_layout(handle, &n_params, &end);
+    clc_kernel k;
+    first_sight(&k, handle, ctx);
     clc_decision d;
     memset(&d, 0, sizeof d);
     query_buf b;
-    clc_entry id_only = {.kernel_id = atomic_fetch_add(&g_next_id, 1)};
-    clc_kernel_query *q = fill_query(&b, &id_only, handle, ctx, device, l,
-                                     name && *name ? name : "<unnamed>", layout, n_params, end);
+    clc_kernel_query *q = fill_query(&b, &k, l, k.name && *k.name ? k.name : "<unnamed>");
     /* A kernel the driver cannot name (its module unloaded under it, the driver shutting down at
      * exit, a child forked after the driver started) cannot be matched by any rule: clc could
      * not decide it. */
-    int asked = name ? ask_decision(q, &d) : CLC_DECIDE_FAILED;
-    if (!name && CLC_FIRST_TIME())
+    int asked = k.name ? ask_decision(q, &d) : CLC_DECIDE_FAILED;
+    if (!k.name && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "the driver could not name a launched kernel (its module unloaded, the driver "
                 "shutting down, or a process forked after the driver started, where the driver "
@@ -276,24 +300,15 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch *l,
     if (program_sms && !launched_as_is(&d, program_word)) program_sms = 0; /* never runs */
     uint64_t scope_word;
     if (!program_sms && d.fallback.action == CLC_ACTION_CONFINE && clc_policy_program_wide() &&
-        clc_program_scope(device, &scope_word) && CLC_FIRST_TIME())
+        clc_program_scope(k.device, &scope_word) && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "sm_share (scope: program): a kernel of this process launched in a context clc "
                 "did not hand it (the CUDA runtime's own, which libcudart takes through a "
                 "private path of the driver's, or one reached past clc's lookups) is confined "
                 "one launch at a time, where the driver allows it");
+    for (uint32_t i = 0; i < d.n_clauses; i++) mark_priority(&d.clauses[i].outcome);
+    mark_priority(&d.fallback);
     *answer = d.fallback;
-
-    clc_new_kernel k = {.handle = handle,
-                        .ctx = ctx,
-                        .owner = owner,
-                        .epoch = epoch,
-                        .kernel_id = id_only.kernel_id,
-                        .device = device,
-                        .layout = layout,
-                        .n_params = n_params,
-                        .end = end,
-                        .name = name};
     clc_entry *e = clc_cache_insert(&k, &d, l, clc_capture_kernel);
     if (e && program_sms)
         atomic_store_explicit(&e->confined_sms, program_sms, memory_order_relaxed);
@@ -321,9 +336,10 @@ int clc_program_scope(int device, uint64_t *word) {
         clc_decision d;
         memset(&d, 0, sizeof d);
         clc_launch l = {.entry_point = CLC_ENTRY_LAUNCH};
-        clc_entry none = {.kernel_id = CLC_KERNEL_UNCACHED};
+        /* about the program: no kernel, and an empty name */
+        const clc_kernel none = {.kernel_id = CLC_KERNEL_UNCACHED, .device = device};
         query_buf b;
-        clc_kernel_query *q = fill_query(&b, &none, 0, 0, device, &l, "", NULL, 0, 0);
+        clc_kernel_query *q = fill_query(&b, &none, &l, "");
         q->question = CLC_ASK_PROGRAM;
         int asked = ask_decision(q, &d);
         free_query(&b);

@@ -23,8 +23,8 @@ typedef struct {
 } gate;
 
 /* The gate's out-of-line parts (launch.c): a first sight, everything a launch that is not a
- * plain allow needs (a launch of a process in a priority class too: clc_gate_setup returns 0
- * for it when it is a plain allow after all), and what follows the call. `l` lives in the
+ * plain allow needs (an outcome with CLC_FLAG_PRIORITY too: clc_gate_setup returns 0 for it
+ * when it is a plain allow after all), and what follows the call. `l` lives in the
  * hook's frame until clc_gate_exit. */
 clc_entry *clc_first_sight(gate *g, uint64_t f, uint64_t ctx, const clc_launch *l);
 int clc_gate_setup(gate *g, const clc_outcome *o, const clc_launch *l, int reentrant);
@@ -76,8 +76,8 @@ static inline __attribute__((always_inline)) int gate_enter(gate *g, CUfunction 
     }
     count_launch(e, entry_point);
     const clc_outcome *o = &e->fallback;
-    /* A process of a priority class takes the out-of-line path (clc_gate_setup) */
-    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0 && !g_hot.priority)) return 0;
+    /* CLC_FLAG_PRIORITY (a process in a priority class) takes the out-of-line path too. */
+    if (likely(o->action == CLC_ACTION_ALLOW && o->flags == 0)) return 0;
     g->outcome = o;
     return 1;
 }

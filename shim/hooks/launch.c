@@ -71,7 +71,9 @@ __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontex
                     "signal handler) cannot be confined: it gets its rule's on_unwrappable");
     }
     g->entry = e;
-    if (o->action == CLC_ACTION_ALLOW && o->flags == 0) return 0;
+    /* A priority class's work is not done inside clc (clc_gate_setup): its flag alone does not
+     * send the launch on. */
+    if (o->action == CLC_ACTION_ALLOW && (o->flags & ~(uint32_t)CLC_FLAG_PRIORITY) == 0) return 0;
     return clc_gate_setup(g, o, l, 1);
 }
 
@@ -107,7 +109,7 @@ __attribute__((noinline)) int clc_gate_decide(gate *g, CUfunction f, CUcontext c
         o = &g_cfg.on_error;
     }
     g->entry = e;
-    if (o->action == CLC_ACTION_ALLOW && o->flags == 0 && !g_hot.priority) return 0;
+    if (o->action == CLC_ACTION_ALLOW && o->flags == 0) return 0;
     return clc_gate_setup(g, o, l, 0);
 }
 
@@ -153,7 +155,7 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, cons
                                              int reentrant) {
     clc_entry *e = g->entry;
     uint32_t entry_point = l->entry_point;
-    if (g_hot.priority && !reentrant && e && o->action != CLC_ACTION_DENY) {
+    if ((o->flags & CLC_FLAG_PRIORITY) && !reentrant && e && o->action != CLC_ACTION_DENY) {
         uint64_t held = gate_priority(e, l);
         if (held && o->action == CLC_ACTION_ALLOW) {
             /* held to a share: confined as an sm_share rule would (a launch that cannot be
@@ -162,7 +164,7 @@ __attribute__((noinline)) int clc_gate_setup(gate *g, const clc_outcome *o, cons
             g->scratch.action = CLC_ACTION_CONFINE;
             g->scratch.replacement = held;
             o = &g->scratch;
-        } else if (o->action == CLC_ACTION_ALLOW && o->flags == 0) {
+        } else if (o->action == CLC_ACTION_ALLOW && o->flags == CLC_FLAG_PRIORITY) {
             return 0;
         }
     }

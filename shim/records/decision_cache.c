@@ -367,9 +367,9 @@ int clc_cache_table_full(void) { return atomic_load_explicit(&g_table_full, memo
 static const clc_entry g_loose_name = {.kernel_id = CLC_KERNEL_UNCACHED, .device = -1};
 #define LOOSE_NAME "<kernels decided without the decision table>"
 
-/* Called with g_insert_lock held. NULL when no memory: the caller then has no entry. */
-static clc_entry *loose(uint64_t handle, uint64_t ctx, int device, const clc_decision *d,
-                        const clc_param_info *layout, uint32_t n_params, uint32_t end,
+/* Called with g_insert_lock held. NULL when no memory: the caller then has no entry (else the
+ * entry owns k's layout). */
+static clc_entry *loose(const clc_kernel *k, const clc_decision *d,
                         void (*published)(const clc_entry *, const char *)) {
     loose_entry *x = t_loose;
     if (!x) {
@@ -386,16 +386,16 @@ static clc_entry *loose(uint64_t handle, uint64_t ctx, int device, const clc_dec
     }
     clc_entry *e = &x->e;
     free((void *)e->layout);
-    e->handle = handle;
-    e->ctx = ctx;
-    e->device = device;
+    e->handle = k->handle;
+    e->ctx = k->ctx;
+    e->device = k->device;
     e->fallback = d->fallback;
     e->mode = (uint16_t)d->mode;
     e->n_clauses = 0;
     e->clauses = NULL;
-    e->layout = layout;
-    e->n_params = n_params;
-    e->args_end = end;
+    e->layout = k->layout;
+    e->n_params = k->n_params;
+    e->args_end = k->args_end;
     atomic_store_explicit(&e->shapes, NULL, memory_order_relaxed);
     if (d->n_clauses && d->mode == CLC_MODE_CACHED) {
         memcpy(x->clauses, d->clauses, sizeof(clc_clause) * d->n_clauses);
@@ -428,10 +428,10 @@ void clc_cache_unload_end(void) {
 /* A first sight's kernel published (decide.c): its entry; the thread's own when the table is
  * full of live kernels, or when an unload began or ended since the first sight named the kernel
  * (k->epoch); NULL only when there is no memory for either. */
-clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d, const clc_launch *l,
+clc_entry *clc_cache_insert(const clc_kernel *k, const clc_decision *d, const clc_launch *l,
                             void (*published)(const clc_entry *, const char *)) {
     uint64_t handle = k->handle, ctx = k->ctx;
-    clc_param_info *layout = k->layout;
+    const clc_param_info *layout = k->layout;
     pthread_mutex_lock(&g_insert_lock);
     int settled = atomic_load(&g_unloads) == 0 && atomic_load(&g_unload_epoch) == k->epoch;
     clc_entry *e = settled ? clc_cache_find(handle, ctx) : NULL;
@@ -450,7 +450,7 @@ clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d, cons
         e->mode = (uint16_t)d->mode;
         e->layout = layout;
         e->n_params = k->n_params;
-        e->args_end = k->end;
+        e->args_end = k->args_end;
         e->owner = k->owner;
         e->prev = NULL;
         e->clauses = NULL;
@@ -478,11 +478,11 @@ clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d, cons
                     "the decision table is full (%u live kernels): launches of kernels new from "
                     "here on are decided at each launch (slower), not cached",
                     g_count);
-        e = loose(handle, ctx, k->device, d, layout, k->n_params, k->end, published);
+        e = loose(k, d, published);
         if (e) layout = NULL;
     }
     pthread_mutex_unlock(&g_insert_lock);
-    free(layout); /* another thread's entry won */
+    free((void *)layout); /* another thread's entry won */
     /* The engine answered for this launch: in mode PER_SHAPE that is this shape's answer. */
     if (e && e->mode == CLC_MODE_PER_SHAPE && e->kernel_id != CLC_KERNEL_UNCACHED)
         clc_add_shape(e, l, &d->fallback);

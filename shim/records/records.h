@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * records.h: the records layer of stage 1 (shim/records/: decision_cache.c capture.c cupti.c
- * timing.c): a launch (clc_launch), the decision cache, the capture, GPU timing, the per-rule
- * counts.
+ * timing.c): a launch (clc_launch), a kernel at its first sight (clc_kernel), the decision cache,
+ * the capture, GPU timing, the per-rule counts.
  */
 #ifndef CLC_RECORDS_H
 #define CLC_RECORDS_H
@@ -19,6 +19,21 @@ typedef struct {
     void **params, **extra;
     const CUlaunchConfig *config; /* cuLaunchKernelEx's (its attributes), else NULL */
 } clc_launch;
+
+/* A kernel in a context, as its first sight found it: built once (decide.c), passed by pointer
+ * to the engine's question and to the decision cache, whose entry then owns the layout. The
+ * engine's later questions about its launches read it back from the entry. */
+typedef struct {
+    uint64_t handle; /* CUfunction or CUkernel, as the program passed it */
+    uint64_t ctx;
+    uint64_t owner;  /* the CUlibrary or CUmodule it came from; 0: unknown */
+    uint64_t epoch;  /* clc_cache_epoch() before it was named (see clc_cache_insert) */
+    uint32_t kernel_id;
+    int device;             /* of ctx; -1 when unknown */
+    const char *name;       /* the driver's; NULL when it could not say */
+    const clc_param_info *layout; /* malloc'd, n_params of them; NULL when unknown */
+    uint32_t n_params, args_end;  /* args_end: the parameter block's size in bytes */
+} clc_kernel;
 
 /* ---- the decision cache ------------------------------------------------------------------ */
 typedef struct clc_entry {
@@ -81,23 +96,12 @@ static inline clc_entry *clc_cache_find(uint64_t handle, uint64_t ctx) {
  * CUfunction; NULL when neither getter knows it. */
 const char *clc_kernel_name(uint64_t handle);
 
-/* What a first sight found of a kernel (decide.c), for its entry: the layout is malloc'd and
- * becomes the entry's. */
-typedef struct {
-    uint64_t handle, ctx, owner;
-    uint64_t epoch; /* clc_cache_epoch() before the kernel was named */
-    uint32_t kernel_id;
-    int device;
-    clc_param_info *layout;
-    uint32_t n_params, end;
-    const char *name; /* NULL when the driver could not say */
-} clc_new_kernel;
 /* Publishes the entry of a first sight decided `d` (the decision cache's insert, under its lock;
  * `published` is called there with each new entry and its name); an entry of another thread
  * may have won. When the table is full, or an unload began or ended since k->epoch, the
  * launch is decided alone, in an entry of the thread's (kernel id CLC_KERNEL_UNCACHED). NULL
  * only without memory. */
-clc_entry *clc_cache_insert(const clc_new_kernel *k, const clc_decision *d, const clc_launch *l,
+clc_entry *clc_cache_insert(const clc_kernel *k, const clc_decision *d, const clc_launch *l,
                             void (*published)(const clc_entry *, const char *));
 /* Unloads and context teardowns: between begin and end no entry is published (see
  * decision_cache.c); the epoch tells a first sight whether one began or ended meanwhile. */
