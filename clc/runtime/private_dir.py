@@ -14,6 +14,7 @@ import fcntl
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 import time
@@ -53,6 +54,19 @@ class PrivateDir:
 
     def join(self, name):
         return os.path.join(self.path, name)
+
+    def bind(self, name, kind, ready):
+        """A Unix socket of `kind` bound at NAME here and made ready by ready(sock) (listen,
+        options); where that fails, neither the socket nor this directory is left behind."""
+        sock = socket.socket(socket.AF_UNIX, kind)
+        try:
+            sock.bind(self.join(name))
+            ready(sock)
+        except OSError:
+            sock.close()
+            self.close()
+            raise
+        return sock
 
     def close(self):
         if self._lock is None:
