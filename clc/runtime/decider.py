@@ -97,11 +97,6 @@ class Decider:
 
     def close(self):
         self._closed = True
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._listener.close()
         self._dir.close()
 
     def _serve(self):

@@ -227,9 +227,4 @@ class StatusListener:
         self._thread.join(timeout=10)
 
     def close(self):
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
         self._dir.close()
