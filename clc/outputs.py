@@ -34,6 +34,7 @@ import pwd
 import stat
 
 from clc.errors import EXIT_USAGE, ClcError
+from clc.words import FILE_KINDS, file_kind
 
 __all__ = ["MAX_LINKS", "resolve_parent", "check_output", "open_output", "remove_output"]
 
@@ -45,14 +46,12 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE_TRIES = 3
 _HINT = "name another file with -o"
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISREG, "a regular file"))
+# Output messages speak of folders.
+_KINDS = {**FILE_KINDS, "directory": "a folder"}
 
 
 def _kind(st):
-    return next((name for test, name in _KINDS if test(st.st_mode)), "an unknown file")
+    return file_kind(st.st_mode, _KINDS)
 
 
 def _user(uid):
@@ -209,13 +208,19 @@ def check_output(path, force):
     try:
         if not os.access(".", os.W_OK | os.X_OK, dir_fd=dir_fd):
             raise _usage(f"cannot write {text}: {_folder(text)} is not writable")
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        _refuse_existing(text, st, force)
+        st = _existing(dir_fd, name)
+        if st is not None:
+            _refuse_existing(text, st, force)
     finally:
         os.close(dir_fd)
+
+
+def _existing(dir_fd, name):
+    """The stat of what name is in dir_fd, the link itself if it is one; None if nothing."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
 
 
 def _create(dir_fd, name, text, force, mode):
@@ -226,9 +231,8 @@ def _create(dir_fd, name, text, force, mode):
             return os.open(name, _CREATE, mode, dir_fd=dir_fd)
         except FileExistsError:
             pass
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
+        st = _existing(dir_fd, name)
+        if st is None:
             continue
         _refuse_existing(text, st, force)
         try:

@@ -9,7 +9,7 @@ import errno
 import os
 import stat
 
-from clc import abi
+from clc import abi, words
 
 __all__ = ["CHUNK", "MAX_RECORD", "MAX_GPU_NS", "CaptureError", "file_kind", "open_capture",
            "Records", "checked_gpu_ns", "iter_file", "gpu_times", "body_text", "named"]
@@ -42,14 +42,9 @@ def named(names, value, what):
     return names.get(value, f"{what} {value}")
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
-
-
 def file_kind(mode):
     """'a directory', 'a FIFO (named pipe)'... for an st_mode that is not a regular file's."""
-    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+    return words.file_kind(mode, unknown="not a regular file")
 
 
 def _open(path):

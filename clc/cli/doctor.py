@@ -16,10 +16,10 @@ from clc.runtime.shim import PACKAGE, bridge_path, libpython_path, preload_path
 # the task launcher, beside the plugin (shim/slurm/clc_slurm_exec.c)
 LAUNCHER = "clc-slurm-exec"
 
-__all__ = ["DoctorCommand", "driver_status", "slurm_status"]
+__all__ = ["DoctorCommand", "driver_status", "initialized_driver", "slurm_status"]
 
 
-def _driver():
+def initialized_driver():
     """(libcuda, None) once cuInit succeeded, else (None, why not)."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
@@ -33,7 +33,7 @@ def _driver():
 
 def driver_status():
     """(ok, text) for the NVIDIA driver: version and GPUs, or why there is none."""
-    cuda, why = _driver()
+    cuda, why = initialized_driver()
     if cuda is None:
         return False, why
     version = ctypes.c_int()
@@ -60,7 +60,7 @@ _RESOURCE_BYTES = 144  # CUdevResource_v1: the type, 92 bytes of padding, then t
 def partition_status():
     """(ok, text): whether the GPUs can be partitioned by SMs (green contexts, which sm_share
     confines kernels with), their SM count and the partition step, per device."""
-    cuda, _ = _driver()
+    cuda, _ = initialized_driver()
     if cuda is None:
         return False, "no driver"
     if not hasattr(cuda, "cuDeviceGetDevResource"):

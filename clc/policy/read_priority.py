@@ -141,12 +141,8 @@ class _PriorityReader(_MatchReader):
                 self.report(pairs[key][0], f"'{key}' is only allowed on a best-effort class "
                                            f"(class '{name}' is latency-critical)")
         if "floor" in pairs and kind != LATENCY_CRITICAL:
-            floor = self.attempt(self.number, pairs["floor"][1], "floor")
-            if floor is not _INVALID and not _FLOOR.holds(floor):
-                low, high = _FLOOR.words()
-                self.report(pairs["floor"][1], f"floor must be {low} (a best-effort process "
-                                               f"held without a floor could starve) and {high}, "
-                                               f"got {floor}")
+            floor = self.bounded_number(pairs, "floor", _FLOOR, " (a best-effort process held "
+                                        "without a floor could starve)")
         if "run_ahead" in pairs and kind != LATENCY_CRITICAL:
             run_ahead = self.attempt(self.unsigned, pairs["run_ahead"][1], "run_ahead",
                                      _RUN_AHEAD.hi)
@@ -154,14 +150,20 @@ class _PriorityReader(_MatchReader):
                 self.report(pairs["run_ahead"][1], f"run_ahead must be {_RUN_AHEAD.words()[0]}, "
                                                    f"got {run_ahead}")
         if "held_share" in pairs and kind != LATENCY_CRITICAL:
-            held_share = self.attempt(self.number, pairs["held_share"][1], "held_share")
-            if held_share is not _INVALID and not _HELD_SHARE.holds(held_share):
-                low, high = _HELD_SHARE.words()
-                self.report(pairs["held_share"][1], f"held_share must be {low} (0: held "
-                                                    f"launches wait) and {high}, got "
-                                                    f"{held_share}")
-            elif held_share is not _INVALID and "floor" in pairs and held_share > 0:
+            held_share = self.bounded_number(pairs, "held_share", _HELD_SHARE,
+                                             " (0: held launches wait)")
+            if (held_share is not _INVALID and _HELD_SHARE.holds(held_share)
+                    and "floor" in pairs and held_share > 0):
                 self.warn(pairs["floor"][0], f"floor on class '{name}' has no effect: with "
                                              "held_share its held launches run on a share of "
                                              "the SMs, they do not wait")
         return floor, run_ahead, held_share
+
+    def bounded_number(self, pairs: dict, key: str, bounds, why: str):
+        """The number pairs[key] gives, reported when outside bounds (`why` said after the
+        lower end); _INVALID where it is not a number."""
+        value = self.attempt(self.number, pairs[key][1], key)
+        if value is not _INVALID and not bounds.holds(value):
+            low, high = bounds.words()
+            self.report(pairs[key][1], f"{key} must be {low}{why} and {high}, got {value}")
+        return value

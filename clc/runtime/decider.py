@@ -79,14 +79,7 @@ class Decider:
         # Mode 0700: this user's alone.
         self._dir = PrivateDir("clc-decider")
         self.path = self._dir.join("socket")
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self._listener.bind(self.path)
-            self._listener.listen(64)
-        except OSError:
-            self._listener.close()
-            self._dir.close()
-            raise
+        self._listener = self._dir.bind("socket", socket.SOCK_SEQPACKET, lambda s: s.listen(64))
         self._reported = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -104,11 +97,6 @@ class Decider:
 
     def close(self):
         self._closed = True
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._listener.close()
         self._dir.close()
 
     def _serve(self):

@@ -14,6 +14,7 @@ import fcntl
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 import time
@@ -39,6 +40,7 @@ class PrivateDir:
             _swept.add(self.parent)
             sweep(self.parent, *KINDS)
         self.path = tempfile.mkdtemp(prefix=f"{prefix}-", dir=self.parent)
+        self._sockets = []
         try:
             # locked before it takes its name: a sweep never finds the lock file unlocked
             # while this run lives
@@ -54,9 +56,31 @@ class PrivateDir:
     def join(self, name):
         return os.path.join(self.path, name)
 
+    def bind(self, name, kind, ready):
+        """A Unix socket of `kind` bound at NAME here and made ready by ready(sock) (listen,
+        options), which close() shuts down and closes; where that fails, neither the socket
+        nor this directory is left behind."""
+        sock = socket.socket(socket.AF_UNIX, kind)
+        try:
+            sock.bind(self.join(name))
+            ready(sock)
+        except OSError:
+            sock.close()
+            self.close()
+            raise
+        self._sockets.append(sock)
+        return sock
+
     def close(self):
         if self._lock is None:
             return
+        for sock in self._sockets:
+            # Shut down first: a thread blocked in accept or recv on it returns.
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
         shutil.rmtree(self.path, ignore_errors=True)
         os.close(self._lock)
         self._lock = None

@@ -156,14 +156,8 @@ class StatusListener:
     def __init__(self):
         self._dir = PrivateDir("clc-run")
         self.path = self._dir.join("status")
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            self._sock.bind(self.path)
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        except OSError:
-            self._sock.close()
-            self._dir.close()
-            raise
+        self._sock = self._dir.bind("status", socket.SOCK_DGRAM, lambda s: s.setsockopt(
+            socket.SOL_SOCKET, socket.SO_PASSCRED, 1))
         self._account = _Account()
         self._lock = threading.Lock()
         self._thread = None
@@ -233,9 +227,4 @@ class StatusListener:
         self._thread.join(timeout=10)
 
     def close(self):
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
         self._dir.close()

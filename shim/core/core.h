@@ -80,22 +80,22 @@ typedef struct {
     unsigned int numAttrs;
 } CUlaunchConfig;
 
-typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v1 */
-    CUfunction func;
-    unsigned int gridDimX, gridDimY, gridDimZ;
-    unsigned int blockDimX, blockDimY, blockDimZ;
-    unsigned int sharedMemBytes;
-    void **kernelParams;
+/* The members a kernel node's parameters have in both versions, in CUDA's order: the graph
+ * hooks read a v2 through a v1 pointer, which holds because v2 begins as v1 is. */
+#define CLC_KERNEL_NODE_PARAMS_V1_MEMBERS                                                          \
+    CUfunction func;                                                                               \
+    unsigned int gridDimX, gridDimY, gridDimZ;                                                     \
+    unsigned int blockDimX, blockDimY, blockDimZ;                                                  \
+    unsigned int sharedMemBytes;                                                                   \
+    void **kernelParams;                                                                           \
     void **extra;
+
+typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v1 */
+    CLC_KERNEL_NODE_PARAMS_V1_MEMBERS
 } CUDA_KERNEL_NODE_PARAMS_v1;
 
 typedef struct { /* CUDA_KERNEL_NODE_PARAMS_v2: func, or kern in ctx when func is NULL */
-    CUfunction func;
-    unsigned int gridDimX, gridDimY, gridDimZ;
-    unsigned int blockDimX, blockDimY, blockDimZ;
-    unsigned int sharedMemBytes;
-    void **kernelParams;
-    void **extra;
+    CLC_KERNEL_NODE_PARAMS_V1_MEMBERS
     CUkernel kern;
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;

@@ -128,14 +128,21 @@ CUkernel clc_library_kernel_of(CUfunction f) {
     return k;
 }
 
+/* A library load's end: a library the program loaded is remembered (a graph node may name one
+ * of its kernels by function), and the load reported. */
+static void library_loaded(uint32_t api, const CUlibrary *lib, const void *code, const char *path,
+                           int preserved, CUresult r) {
+    if (r == CUDA_SUCCESS && !t_in_clc) remember_library(*lib);
+    report_load(api, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0, code, path, preserved, r);
+}
+
 CLC_EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, void *jit_options,
                                       void **jit_values, unsigned int n_jit, int *lib_options,
                                       void **lib_values, unsigned int n_lib) {
     CLC_REAL_OR_FAIL(cuLibraryLoadData)
     CUresult r = real(lib, code, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
-    if (r == CUDA_SUCCESS && !t_in_clc) remember_library(*lib);
-    report_load(CLC_LOAD_LIBRARY_LOAD_DATA, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0, code,
-                NULL, library_preserved(lib_options, lib_values, n_lib), r);
+    library_loaded(CLC_LOAD_LIBRARY_LOAD_DATA, lib, code, NULL,
+                   library_preserved(lib_options, lib_values, n_lib), r);
     return r;
 }
 
@@ -144,9 +151,7 @@ CLC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void
                                           void **lib_values, unsigned int n_lib) {
     CLC_REAL_OR_FAIL(cuLibraryLoadFromFile)
     CUresult r = real(lib, path, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
-    if (r == CUDA_SUCCESS && !t_in_clc) remember_library(*lib);
-    report_load(CLC_LOAD_LIBRARY_LOAD_FILE, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*lib : 0, NULL,
-                path ? path : "", 1, r);
+    library_loaded(CLC_LOAD_LIBRARY_LOAD_FILE, lib, NULL, path ? path : "", 1, r);
     return r;
 }
 

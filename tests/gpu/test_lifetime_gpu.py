@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpu_runs import REPO, build_or_fail, assert_capture_ok, describe, probe_driver
+from policy_cases import deny_debug
 
 NATIVE = REPO / "tests" / "fixtures" / "native"
 
@@ -36,19 +37,7 @@ def life(nvcc, build_dir):
     return exe
 
 
-DENY_DEBUG = """\
-version: 1
-default: allow
-on_error: deny
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-  - name: record-rest
-    match: {kernel: "*"}
-    action: allow
-    record: true
-"""
+DENY_DEBUG = deny_debug(on_error="deny", record_rest=True)
 
 
 @pytest.fixture

@@ -7,77 +7,45 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from library_suite import assert_denied, assert_native, audit_run, time_all_run
+
 pytestmark = pytest.mark.gpu
 
 ITERATIONS = 300  # vecAdd ~0.6-0.8 ms a launch: ~200 ms of timed GPU work
-KERNELS = ("vecAdd", "scale_kernel", "debug_fill")
-
-
-def expected_counts(iterations=ITERATIONS):
-    return {"vecAdd": iterations, "scale_kernel": 2 * iterations,
-            "debug_fill": (iterations + 1) // 2}
+# What the program launches in one run, kernel by kernel.
+COUNTS = {"vecAdd": ITERATIONS, "scale_kernel": 2 * ITERATIONS, "debug_fill": (ITERATIONS + 1) // 2}
 
 
 @pytest.fixture(scope="module")
-def native(vecadd_bin, run_native, tools):
-    proc = run_native([vecadd_bin, ITERATIONS])
-    out = tools.parse(proc.stdout)
-    assert proc.returncode == 0, tools.describe(proc)
-    assert out.counts == expected_counts(), tools.describe(proc)
-    assert out.results == {k: "ok" for k in KERNELS}, tools.describe(proc)
-    assert not out.errors, tools.describe(proc)
-    return proc
+def native(vecadd_bin, run_native):
+    return assert_native(run_native([vecadd_bin, ITERATIONS]), COUNTS, errorless=True)
 
 
 def test_audit(native, vecadd_bin, run_clc, tools, tmp_path):
-    proc, report = run_clc("audit.yaml", [vecadd_bin, ITERATIONS], tmp_path)
-    assert proc.returncode == 0, tools.describe(proc)
-    assert tools.comparable(proc.stdout) == tools.comparable(native.stdout), (
-        "stdout under clc differs from the native run\n--- native ---\n"
-        f"{native.stdout}\n--- under clc ---\n{tools.describe(proc)}")
-    tools.assert_capture_ok(report, proc)
-    counts = tools.parse(proc.stdout).counts
-    tools.assert_counts(report, counts, run=proc)
+    _, report, records = audit_run(run_clc, [vecadd_bin, ITERATIONS], tmp_path, native,
+                                   differs="stdout under clc differs from the native run")
     # audit.yaml records every launch: one record per launch, all allowed.
-    for kernel, n in counts.items():
-        recs = tools.launch_rows(report, kernel)
-        assert len(recs) == n, (f"{kernel}: {len(recs)} launch records, {n} launches\n"
-                                f"{tools.report_summary(report)}")
+    for kernel, recs in records.items():
         actions = {r.get("action") for r in recs}
         assert actions == {"allow"}, f"{kernel}: actions {actions}"
-        assert tools.kernel_total(report, kernel, "recorded") == n, tools.report_summary(report)
+        assert tools.kernel_total(report, kernel, "recorded") == len(recs), \
+            tools.report_summary(report)
 
 
 def test_deny_scale_kernel(native, vecadd_bin, run_clc, tools, tmp_path):
     policy = tools.deny_policy(tmp_path / "deny-scale.yaml", "*scale_kernel*",
                                message="scale is refused in this test")
     proc, report = run_clc(policy, [vecadd_bin, ITERATIONS], tmp_path)
-    out = tools.parse(proc.stdout)
-    assert proc.returncode == 0, tools.describe(proc)
-    assert ("scale_kernel", "cudaErrorNotPermitted") in out.errors, (
-        "expected `cuda_error scale_kernel cudaErrorNotPermitted`\n" + tools.describe(proc))
-    assert [e for e in out.errors if e[0] != "scale_kernel"] == [], tools.describe(proc)
-    assert out.error_counts.get("scale_kernel") == 2 * ITERATIONS, tools.describe(proc)
-    assert out.results == {"vecAdd": "ok", "scale_kernel": "skipped", "debug_fill": "ok"}, \
-        tools.describe(proc)
-    assert out.counts == expected_counts(), tools.describe(proc)
-    tools.assert_capture_ok(report, proc)
-    tools.assert_counts(report, out.counts, run=proc, denied={"scale_kernel"})
+    assert_denied(proc, report, "scale_kernel", 2 * ITERATIONS,
+                  {"vecAdd": "ok", "scale_kernel": "skipped", "debug_fill": "ok"},
+                  COUNTS, error="cudaErrorNotPermitted")
     # Where the denied launches were recorded, they say so.
     recs = tools.launch_rows(report, "scale_kernel")
     assert all(r.get("action") == "deny" for r in recs), [r.get("action") for r in recs[:5]]
 
 
 def test_time_all(native, vecadd_bin, run_clc, tools, tmp_path):
-    proc, report = run_clc("time-all.yaml", [vecadd_bin, ITERATIONS], tmp_path)
-    out = tools.parse(proc.stdout)
-    assert proc.returncode == 0, tools.describe(proc)
-    assert tools.comparable(proc.stdout) == tools.comparable(native.stdout), (
-        f"results changed under time-all\n--- native ---\n{native.stdout}\n"
-        f"--- under clc ---\n{tools.describe(proc)}")
-    tools.assert_capture_ok(report, proc)
-    tools.assert_counts(report, out.counts, run=proc)
-    tools.assert_all_timed(report, KERNELS, run=proc)
+    proc, report, _ = time_all_run(run_clc, [vecadd_bin, ITERATIONS], tmp_path, native, COUNTS)
 
     # The program's own events around each vecAdd launch, in a run without clc, hold the
     # kernel: clc's totals agree with them to within the small per-launch gap. (Under clc the

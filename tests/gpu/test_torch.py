@@ -6,10 +6,11 @@ native run; clc's capture must agree with it kernel by kernel.
 """
 
 import re
-import sys
 from collections import Counter
 
 import pytest
+
+from library_suite import AUDIT_DIFFERS, TIME_ALL_DIFFERS, python_snippet, run_as_native
 
 pytestmark = pytest.mark.gpu
 
@@ -17,9 +18,8 @@ ITERATIONS = 12
 
 
 @pytest.fixture(scope="module")
-def snippet(tools):
-    pytest.importorskip("torch")
-    return [sys.executable, tools.examples / "torch_snippet.py", "--iterations", ITERATIONS]
+def snippet():
+    return python_snippet("torch_snippet.py", ITERATIONS, "torch")
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +96,7 @@ def tables(profiler, captured):
 
 
 def test_audit(native, profiled, snippet, run_clc, tools, tmp_path):
-    proc, report = run_clc("audit.yaml", snippet, tmp_path)
-    assert proc.returncode == 0, tools.describe(proc)
-    assert tools.comparable(proc.stdout) == tools.comparable(native.stdout), (
-        f"stdout under clc differs\n--- native ---\n{native.stdout}\n"
-        f"--- under clc ---\n{tools.describe(proc)}")
-    tools.assert_capture_ok(report, proc)
+    _, report = run_as_native(run_clc, "audit.yaml", snippet, tmp_path, native, AUDIT_DIFFERS)
     assert not any(r.get("denied") for r in report.get("kernels", [])), \
         tools.report_summary(report)
 
@@ -151,10 +146,6 @@ def test_deny_softmax(native, snippet, run_clc, tools, tmp_path):
 
 
 def test_time_all(native, snippet, run_clc, tools, tmp_path):
-    proc, report = run_clc("time-all.yaml", snippet, tmp_path)
-    assert proc.returncode == 0, tools.describe(proc)
-    assert tools.comparable(proc.stdout) == tools.comparable(native.stdout), (
-        f"results changed under time-all\n--- native ---\n{native.stdout}\n"
-        f"--- under clc ---\n{tools.describe(proc)}")
-    tools.assert_capture_ok(report, proc)
+    proc, report = run_as_native(run_clc, "time-all.yaml", snippet, tmp_path, native,
+                                 TIME_ALL_DIFFERS)
     tools.assert_all_timed(report, run=proc)

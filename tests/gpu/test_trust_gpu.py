@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpu_runs import EXAMPLES, build_or_fail, build_driver_program, wrap_stats
+from policy_cases import deny_debug
 
 pytestmark = pytest.mark.gpu
 
@@ -108,21 +109,8 @@ def reload_native(reload_bin, run_native, tools):
     return out
 
 
-DENY_DEBUG = """\
-# SPDX-License-Identifier: Apache-2.0
-version: 1
-default: allow
-on_error: deny
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-    message: "debug kernels are refused in this test"
-  - name: record-rest
-    match: {kernel: "*"}
-    action: allow
-    record: true
-"""
+DENY_DEBUG = deny_debug(on_error="deny", message="debug kernels are refused in this test",
+                        record_rest=True)
 
 WRAP_OK = """\
 # SPDX-License-Identifier: Apache-2.0

@@ -12,6 +12,7 @@ millions of launches in a second or two.
 import array
 import json
 import zlib
+from dataclasses import dataclass, field
 
 from clc import abi
 
@@ -55,18 +56,16 @@ def counts_copy(records, capacity, generation=1, t_ns=0, dropped=0, write_lost_b
     return abi.COUNTS_COPY.pack(*fields, checksum) + body
 
 
+@dataclass
 class CaptureWriter:
-    def __init__(self, pid=4242, ppid=1, start_monotonic_ns=1_000_000_000,
-                 start_realtime_ns=1_700_000_000_000_000_000, magic=abi.CAPTURE_MAGIC,
-                 version=abi.CAPTURE_VERSION):
-        self.pid = pid
-        self.ppid = ppid
-        self.start_monotonic_ns = start_monotonic_ns
-        self.start_realtime_ns = start_realtime_ns
-        self.magic = magic
-        self.version = version
-        self.records = []
-        self.generation = 0
+    pid: int = 4242
+    ppid: int = 1
+    start_monotonic_ns: int = 1_000_000_000
+    start_realtime_ns: int = 1_700_000_000_000_000_000
+    magic: bytes = abi.CAPTURE_MAGIC
+    version: int = abi.CAPTURE_VERSION
+    records: list = field(default_factory=list, init=False)
+    generation: int = field(default=0, init=False)
 
     def header(self):
         return abi.CAPTURE_HEADER.pack(self.magic, self.version, abi.CAPTURE_HEADER.size,

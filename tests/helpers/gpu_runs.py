@@ -19,6 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from clc.cli.doctor import initialized_driver
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 POLICIES = REPO / "policies"
@@ -47,13 +49,9 @@ def probe_driver():
 
 
 def _probe():
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        return None, f"no NVIDIA driver: cannot load libcuda.so.1 ({exc})"
-    rc = cuda.cuInit(0)
-    if rc != 0:
-        return None, f"NVIDIA driver unusable: cuInit(0) returned CUresult {rc}"
+    cuda, why = initialized_driver()
+    if cuda is None:
+        return None, why
     count = ctypes.c_int(0)
     rc = cuda.cuDeviceGetCount(ctypes.byref(count))
     if rc != 0 or count.value < 1:

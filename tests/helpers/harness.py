@@ -15,6 +15,7 @@ import sys
 
 from clc.capture.reader import read_captures
 from clc.runtime.run_captures import capture_files
+from policy_cases import deny_debug
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "native"))
@@ -106,27 +107,8 @@ def env_for(native, extra=None):
 AUDIT = (ROOT / "policies" / "audit.yaml").read_text()
 TIME_ALL = (ROOT / "policies" / "time-all.yaml").read_text()
 # Denies debug kernels and nothing else, records nothing.
-DENY_DEBUG_ONLY = """\
-version: 1
-default: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-"""
-DENY_DEBUG = """\
-version: 1
-default: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-    message: "debug kernels are not allowed here"
-  - name: record-rest
-    match: {kernel: "*"}
-    action: allow
-    record: true
-"""
+DENY_DEBUG_ONLY = deny_debug()
+DENY_DEBUG = deny_debug(message="debug kernels are not allowed here", record_rest=True)
 
 
 def exec_results(run):

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The kernel zoo (tests/fixtures/zoo): its programs, and nvcc's PTX of each (the integration
-suite's zoo_ptx fixture compiles them once)."""
+suite's zoo_ptx fixture compiles them once); the CUDA tools, and building with nvcc."""
 
+import concurrent.futures
 import os
 import pathlib
 import shutil
+import subprocess
 
 import pytest
 
@@ -32,6 +34,27 @@ def cuda_tool(name):
                 os.environ["NVCC_APPEND_FLAGS"] = f"{flags} {link}".strip()
             return str(path)
     return None
+
+
+def nvcc_build(directory, builds, why):
+    """Each name -> (source, nvcc options) of `builds` compiled in `directory` into
+    directory/name, all at once: nvcc is slow and single-threaded. Skipped where there is no
+    nvcc (`why`: what the tests build with it), failed with nvcc's words where a build fails.
+    Returns name -> path."""
+    nvcc = cuda_tool("nvcc")
+    if nvcc is None:
+        pytest.skip(f"nvcc not found (PATH, /usr/local/cuda/bin, nvidia-cuda-nvcc): {why}")
+
+    def build(name):
+        source, options = builds[name]
+        return name, subprocess.run([nvcc, *options, source, "-o", name], cwd=directory,
+                                    capture_output=True, text=True, timeout=300)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for name, proc in pool.map(build, builds):
+            if proc.returncode != 0:
+                pytest.fail(f"nvcc {' '.join(builds[name][1])} failed:\n{proc.stderr}")
+    return {name: directory / name for name in builds}
 
 
 def zoo_ptx_text(zoo_ptx, name):

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the policy tests (tests/unit/test_policy_*.py) share: policies and kernels to decide,
-the shipped policies, the texts errors say."""
+the shipped policies, the texts errors say; and the policy every suite runs a program under
+to see a kernel refused (deny_debug)."""
 
 import pathlib
 import textwrap
@@ -93,3 +94,18 @@ CONTEXT = """\
 
 # A hook file's text: one hook that decides nothing.
 GUARD = "def guard(launch):\n    return None\n"
+
+
+def deny_debug(on_error=None, message=None, record_rest=False):
+    """A policy's text that denies the debug kernels (*debug*): with `message` said to the
+    program, on_error set where given, the other launches recorded with record_rest."""
+    lines = ["version: 1", "default: allow"]
+    if on_error:
+        lines.append(f"on_error: {on_error}")
+    lines += ["rules:", "  - name: no-debug", '    match: {kernel: "*debug*"}', "    action: deny"]
+    if message:
+        lines.append(f'    message: "{message}"')
+    if record_rest:
+        lines += ["  - name: record-rest", '    match: {kernel: "*"}', "    action: allow",
+                  "    record: true"]
+    return "\n".join(lines) + "\n"

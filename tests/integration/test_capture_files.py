@@ -16,17 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clc.capture.reader import gpu_uuid
-from harness import DENY_DEBUG, clc_command, env_for
-
-AUDIT = """\
-version: 1
-default: allow
-rules:
-  - name: record-all
-    match: {kernel: "*"}
-    action: allow
-    record: true
-"""
+from harness import AUDIT, DENY_DEBUG, clc_command, env_for
 
 
 def summary(run):

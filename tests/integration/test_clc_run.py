@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 from harness import clc_command, env_for
+from policy_cases import deny_debug
 
 
 def run(native, argv, *options, cwd=None, env=None):
@@ -135,15 +136,7 @@ def test_verbose_logs_from_the_shim(native, tmp_path):
     assert os.path.exists(tmp_path / "c.clc")
 
 
-DENY_DEBUG = """\
-version: 1
-default: allow
-on_error: deny
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-"""
+DENY_DEBUG = deny_debug(on_error="deny")
 
 ALLOW_ALL = "version: 1\ndefault: allow\non_error: deny\n"
 

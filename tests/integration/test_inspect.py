@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """`clc inspect`: run as a command on files nvcc builds at test time."""
 
-import concurrent.futures
 import json
 import os
 import subprocess
@@ -10,7 +9,7 @@ import sys
 import pytest
 
 from clc.cli.main import build_parser
-from kernel_zoo import cuda_tool, zoo_ptx_text
+from kernel_zoo import nvcc_build, zoo_ptx_text
 
 SOURCE = r"""
 template <typename T> __global__ void scale(T *x, T a, int n) {
@@ -37,22 +36,10 @@ BUILDS = {
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    nvcc = cuda_tool("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin, nvidia-cuda-nvcc): "
-                    "these tests build the "
-                    "programs they inspect with it")
     d = tmp_path_factory.mktemp("inspect")
     (d / "k.cu").write_text(SOURCE)
-
-    def build(name):
-        return name, subprocess.run([nvcc, *BUILDS[name], "k.cu", "-o", name], cwd=d,
-                                    capture_output=True, text=True, timeout=300)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        for name, proc in pool.map(build, BUILDS):
-            if proc.returncode != 0:
-                pytest.fail(f"nvcc {' '.join(BUILDS[name])} failed:\n{proc.stderr}")
+    nvcc_build(d, {name: ("k.cu", options) for name, options in BUILDS.items()},
+               "these tests build the programs they inspect with it")
     return d
 
 

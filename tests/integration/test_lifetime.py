@@ -14,24 +14,13 @@ import pytest
 from clc import abi
 
 from harness import AUDIT, CUDA_INCLUDE
+from policy_cases import deny_debug
 
 DEBUG = "_Z12debug_kernelPi"
 VECADD = "_Z6vecAddPKfS0_Pfi"
 
 # Denies debug kernels, records the rest; what clc cannot decide is refused.
-DENY = """\
-version: 1
-default: allow
-on_error: deny
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-  - name: record-rest
-    match: {kernel: "*"}
-    action: allow
-    record: true
-"""
+DENY = deny_debug(on_error="deny", record_rest=True)
 
 
 def results(run, via):

@@ -10,15 +10,9 @@ import re
 
 import pytest
 
-DENY_DEBUG = """\
-version: 1
-default: allow
-on_error: allow
-rules:
-  - name: no-debug
-    match: {kernel: "*debug*"}
-    action: deny
-"""
+from policy_cases import deny_debug
+
+DENY_DEBUG = deny_debug(on_error="allow")
 
 
 def summary(run):

@@ -15,6 +15,7 @@ import tracemalloc
 
 import pytest
 
+import alarms
 from capture_writer import CaptureWriter, record
 from clc import abi
 from clc.capture.reader import read_capture, scan_capture
@@ -40,13 +41,8 @@ PTX = """\
 @pytest.fixture
 def alarm():
     """Fail instead of hanging or running for minutes: a guard far above what a test needs."""
-    def on_alarm(signum, frame):
-        raise TimeoutError("took more than 60 s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(60)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with alarms.deadline(60, TimeoutError("took more than 60 s")):
+        yield
 
 
 def inspect(path, capsys):
@@ -210,16 +206,10 @@ def compressed(codec, data):
 
 @pytest.fixture
 def deadline():
-    """Fail a test that runs longer than `seconds` (what it promises), rather than waiting."""
-    def on_alarm(signum, frame):
-        raise TimeoutError("ran past its deadline")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-
-    def arm(seconds):
-        signal.alarm(seconds)
-    yield arm
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    """Fail a test that runs longer than `seconds` (what it promises), rather than waiting:
+    deadline(seconds) arms it."""
+    with alarms.deadline(0, TimeoutError("ran past its deadline")):
+        yield signal.alarm
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])

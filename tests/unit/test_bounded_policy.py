@@ -10,12 +10,12 @@ import json
 import os
 import pathlib
 import random
-import signal
 import textwrap
 import time
 
 import pytest
 
+from alarms import deadline
 from clc.cli.main import main
 from clc.cli.run import load_policy_and_hooks
 from clc.policy import HookRef, PolicyError, load_policy, parse_policy
@@ -27,13 +27,8 @@ GUARD = "import clc\n\n@clc.on_launch(kernel='*')\ndef guard(launch):\n    retur
 @pytest.fixture
 def alarm():
     """Fail instead of running for minutes: a guard, far above what each test needs."""
-    def on_alarm(signum, frame):
-        raise TimeoutError("the policy took more than 60 s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(60)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with deadline(60, TimeoutError("the policy took more than 60 s")):
+        yield
 
 
 def errors_of(text: str) -> list[str]:

@@ -3,12 +3,12 @@
 
 import errno
 import os
-import signal
 import socket
 import tracemalloc
 
 import pytest
 
+from alarms import deadline
 from capture_writer import CaptureWriter, counts_copy, launch_block, record
 from clc import abi
 from clc.capture import records as capture
@@ -595,13 +595,8 @@ def test_denied_graph_nodes_in_derived_counts(tmp_path):
 @pytest.fixture
 def alarm():
     """Fail instead of hanging: a read that blocks is the bug these tests look for."""
-    def on_alarm(signum, frame):
-        raise TimeoutError("reading blocked")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(10)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with deadline(10, TimeoutError("reading blocked")):
+        yield
 
 
 def fifo(tmp_path):

@@ -6,8 +6,6 @@ layout is checked against what the real toolchain writes; a few hand-built fatbi
 the parsing and error paths where nvcc is absent.
 """
 
-import concurrent.futures
-import os
 import re
 import struct
 import subprocess
@@ -17,7 +15,7 @@ import pytest
 
 from clc.wrapping.fatbin import (CONTAINER_MAGIC, WRAPPER_MAGIC, FatbinError, parse_image,
                         ptx_kernels)
-from kernel_zoo import cuda_tool
+from kernel_zoo import nvcc_build
 
 KERNELS_CU = r"""
 template <typename T> __global__ void scale(T *x, T a, int n) {
@@ -71,27 +69,10 @@ BUILDS = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """name -> path of each BUILDS input, built with nvcc in a temporary directory."""
-    nvcc = cuda_tool("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin, nvidia-cuda-nvcc): "
-                    "these tests build their "
-                    "fatbins, cubins and programs with it")
     d = tmp_path_factory.mktemp("fatbin")
     (d / "k.cu").write_text(KERNELS_CU)
     (d / "app.cu").write_text(KERNELS_CU + MAIN_CU)
-
-    def build(name):
-        source, options = BUILDS[name]
-        proc = subprocess.run([nvcc, *options, source, "-o", name], cwd=d, capture_output=True,
-                              text=True, timeout=300)
-        return name, proc
-
-    # nvcc is slow and single-threaded: building everything at once keeps the module fast.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        for name, proc in pool.map(build, BUILDS):
-            if proc.returncode != 0:
-                pytest.fail(f"nvcc {' '.join(BUILDS[name][1])} failed:\n{proc.stderr}")
-    return {name: d / name for name in BUILDS}
+    return nvcc_build(d, BUILDS, "these tests build their fatbins, cubins and programs with it")
 
 
 def parse(built, name):

@@ -16,13 +16,13 @@ import json
 import pathlib
 import random
 import resource
-import signal
 import struct
 import textwrap
 import time
 
 import pytest
 
+from alarms import deadline
 from capture_writer import CaptureWriter, record
 from clc import abi
 from clc.capture.reader import CaptureError, launch_stream, read_capture, scan_capture
@@ -42,10 +42,6 @@ MEMORY_GROWTH = 512 << 20
 def guard():
     """Fail instead of running away: the whole test within 120 s, its peak memory within
     MEMORY_GROWTH of where it started; yields a check for each input's time."""
-    def on_alarm(signum, frame):
-        raise TimeoutError("the fuzz test ran for more than 120 s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(120)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def timed(fn, data):
@@ -55,9 +51,8 @@ def guard():
         finally:
             assert time.monotonic() - started < INPUT_SECONDS, data[:200]
 
-    yield timed
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with deadline(120, TimeoutError("the fuzz test ran for more than 120 s")):
+        yield timed
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak < MEMORY_GROWTH
 
 

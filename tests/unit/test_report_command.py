@@ -5,7 +5,6 @@ import csv
 import io
 import json
 import os
-import signal
 import socket
 import stat
 import subprocess
@@ -13,6 +12,7 @@ import sys
 
 import pytest
 
+from alarms import deadline
 from capture_writer import CaptureWriter, big_capture
 from clc.cli.main import main
 
@@ -22,13 +22,8 @@ VECADD = "_Z6vecAddPKfS0_Pfi"
 @pytest.fixture
 def alarm():
     """Fail instead of hanging: an open or read that blocks is the bug these tests look for."""
-    def on_alarm(signum, frame):
-        raise TimeoutError("clc report blocked")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(10)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with deadline(10, TimeoutError("clc report blocked")):
+        yield
 
 
 @pytest.fixture

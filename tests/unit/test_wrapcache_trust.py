@@ -2,18 +2,17 @@
 """The disk cache on a machine shared with others: what it refuses to read, follow or trust,
 the key that authenticates its entries, and the read-only shared cache that an admin fills."""
 
-import contextlib
 import hashlib
 import json
 import os
 import pathlib
 import shutil
-import signal
 import stat
 import struct
 
 import pytest
 
+import alarms
 import clc.wrapping.disk_cache.secret
 import clc.wrapping.disk_cache.shared
 import clc.wrapping.disk_cache.store
@@ -46,19 +45,9 @@ def user(tmp_path):
     return cache
 
 
-@contextlib.contextmanager
 def deadline(seconds):
     """Fail the test, rather than hang it, when the body blocks."""
-    def expired(signum, frame):
-        raise AssertionError(f"blocked for more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    return alarms.deadline(seconds, AssertionError(f"blocked for more than {seconds} s"))
 
 
 def forge(path, k, payload, metadata=b""):

@@ -21,6 +21,8 @@ import errno
 import os
 import stat
 
+from clc.words import FILE_KINDS, file_kind
+
 __all__ = ["Owners", "Refused", "Untrusted", "OWN_DIR_HINT", "DIR_FLAGS", "CREATE_FLAGS",
            "untrusted", "open_dir", "open_entry", "read_all", "unlink_at", "remove_same"]
 
@@ -58,14 +60,11 @@ class Untrusted(Exception):
         self.kind, self.why = kind, why
 
 
-_FILE_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
-               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"),
-               (stat.S_ISREG, "a regular file"))
+_FILE_KINDS = {**FILE_KINDS, "fifo": "a FIFO"}
 
 
 def _file_kind(st):
-    return next((name for test, name in _FILE_KINDS if test(st.st_mode)), "an unknown file")
+    return file_kind(st.st_mode, _FILE_KINDS)
 
 
 def untrusted(st, owners, directory):
