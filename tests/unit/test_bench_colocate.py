@@ -42,19 +42,29 @@ def test_training_rate_counts_steps_inside_the_window():
         bc.rate_in_window(ends, 3.0, 3.0)
 
 
-def test_rounds_are_summarized_against_alone():
-    def row(p99, steps):
-        return {"infer": {"p50": p99 / 2, "p99": p99, "max": p99 * 2, "n": 400}, "train": steps}
+def _row(p99, steps):
+    return {"infer": {"p50": p99 / 2, "p99": p99, "max": p99 * 2, "n": 400}, "train": steps}
 
-    rounds = [{"alone": row(8.0, 25.0), "mps": row(12.0, 20.0), "clc-0.5-first": {}},
-              {"alone": row(7.0, 26.0), "mps": row(11.0, 22.0), "clc-0.5-first": {}},
-              {"alone": row(9.0, 24.0), "mps": row(16.0, 21.0), "clc-0.5-first": {}}]
-    s = bc.summarize(rounds)
+
+def _round(alone_p99, alone_steps, pairs):
+    """A round's figures: the sync service and the light training alone, and pairs."""
+    return {"alone": {"service": {"sync": {"infer": _row(alone_p99, 0)["infer"]}},
+                      "training": {"light": {"train": alone_steps}}},
+            "pairs": pairs}
+
+
+def test_rounds_are_summarized_against_the_alone_runs_of_their_own_round():
+    rounds = [_round(8.0, 25.0, {"sync-light": {"mps": _row(12.0, 20.0), "clc-0.5-first": {}}}),
+              _round(7.0, 26.0, {"sync-light": {"mps": _row(11.0, 22.0), "clc-0.5-first": {}}}),
+              _round(9.0, 24.0, {"sync-light": {"mps": _row(16.0, 21.0), "clc-0.5-first": {}}})]
+    s = bc.summarize(rounds, ["sync-light"], ["alone", "mps", "clc-0.5-first"])["sync-light"]
     assert s["alone"]["p99"] == (8.0, 7.0, 9.0)
+    assert s["alone"]["p99_vs_alone"] == (1.0, 1.0, 1.0)
     assert s["mps"]["p99"] == (12.0, 11.0, 16.0)
-    assert s["mps"]["p99_vs_alone"] == pytest.approx(12.0 / 8.0)
+    # each round's p99 against that round's alone: 1.5, 11/7, 16/9
+    assert s["mps"]["p99_vs_alone"] == pytest.approx((11 / 7, 1.5, 16 / 9))
     assert s["mps"]["steps_s"] == (21.0, 20.0, 22.0)
-    assert s["mps"]["train_vs_alone"] == pytest.approx(21.0 / 25.0)
+    assert s["mps"]["train_vs_alone"] == pytest.approx((22 / 26, 20 / 25, 21 / 24))
     # a configuration that could not run (no MPS daemon) has no figures, not zeros
     assert s["clc-0.5-first"] == {}
 
@@ -115,9 +125,11 @@ def test_two_programs_run_together_and_are_measured_in_one_window(tmp_path):
 
 
 def test_alone_runs_each_program_by_itself(tmp_path):
-    got = bc.run_alone(_args(tmp_path), {})
-    assert got["infer"]["p50"] == pytest.approx(6.5)
+    args = _args(tmp_path)
+    assert bc.run_service_alone(args, {})["infer"]["p50"] == pytest.approx(6.5)
+    got = bc.run_train_alone(args, {}, 0.3)
     assert 10 <= got["train"] <= 110, got
+    assert got["train_steps"] >= 1
 
 
 def test_a_program_that_dies_before_it_is_ready_is_said(tmp_path):
@@ -127,14 +139,18 @@ def test_a_program_that_dies_before_it_is_ready_is_said(tmp_path):
 
 
 def test_a_failed_configuration_is_said_and_the_rounds_go_on(tmp_path, monkeypatch, capsys):
-    def fails(name, args, tmp, mps_env):
+    def fails(name, target, args, tmp, mps_env):
         raise RuntimeError("the training exited 1 before it was ready: no GPU")
 
     monkeypatch.setattr(bc, "run_config", fails)
-    got = bc.measured(0, "mps", None, tmp_path, {})
-    assert got == {"error": "the training exited 1 before it was ready: no GPU"}
-    assert "round 1: mps:" in capsys.readouterr().out
-    assert bc.summarize([{"alone": got, "mps": got}]) == {"alone": {}, "mps": {}}
+    got = bc.measured(0, "mps", "sync-light", None, tmp_path, {})
+    assert got["error"] == "the training exited 1 before it was ready: no GPU"
+    assert got["wall_s"] >= 0
+    assert "round 1: sync-light: mps:" in capsys.readouterr().out
+    rounds = [{"alone": {"service": {"sync": got}, "training": {"light": got}},
+               "pairs": {"sync-light": {"mps": got}}}]
+    assert bc.summarize(rounds, ["sync-light"], ["alone", "mps"]) == {
+        "sync-light": {"alone": {"failed": 1}, "mps": {"failed": 1}}}
 
 
 def test_the_priority_policy_classes_the_two_programs(tmp_path):
@@ -179,12 +195,15 @@ def test_a_second_service_runs_with_the_first_and_is_measured_apart(tmp_path):
     args.second = [sys.executable, tmp_path / "second.py"]
     got = bc.run_together(args, {}, second_prefix=())
     assert got["infer"]["n"] == 4 and (got["second"]["n"], got["second"]["max"]) == (3, 3.0)
-    alone = {"infer": {"p50": 1.0, "p99": 2.0, "max": 3.0}, "train": 10.0}
-    summary = bc.summarize([{"alone": alone, "shared-two": got}])
+    rounds = [{"alone": {"service": {"sync": {"infer": {"p50": 1.0, "p99": 2.0, "max": 3.0}}},
+                         "training": {"light": {"train": 10.0}}},
+               "pairs": {"sync-light": {"shared-two": got}}}]
+    summary = bc.summarize(rounds, ["sync-light"], ["alone", "shared-two"])["sync-light"]
     assert summary["shared-two"]["second_p99"][0] == pytest.approx(got["second"]["p99"])
-    assert summary["shared-two"]["second_p99_vs_alone"] == pytest.approx(
+    assert summary["shared-two"]["second_p99_vs_alone"][0] == pytest.approx(
         got["second"]["p99"] / 2.0)
     assert "second_p99" not in summary["alone"]
+    assert bc.second_table("sync-light", summary)[4].startswith("| shared-two | 2.00 (2.00")
 
 
 def test_a_hold_line_says_who_was_held_and_how_long():
