@@ -323,6 +323,11 @@ def test_a_pair_runs_its_service_and_its_training(tmp_path):
     assert [str(a) for a in progs.second[-4:]] == ["--requests", "100", "--gap-ms", "7.0"]
     assert [str(a) for a in progs.train[1:]] == [str(bc.SCRIPT), "train", "--size", "heavy"]
     assert not hasattr(bc.programs("copy", None, args), "train")
+    # the encoder training of the figures before the GPT-2 pairs: colocate.py's default
+    assert bc.parse_pairs("sync-encoder") == ["sync-encoder"]
+    assert "sync-encoder" not in bc.parse_pairs("all")
+    assert [str(a) for a in bc.programs("sync", "encoder", args).train[1:]] == [
+        str(bc.SCRIPT), "train"]
 
 
 # ---- the report ---------------------------------------------------------------------------
