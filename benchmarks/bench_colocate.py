@@ -513,16 +513,18 @@ def measured(r, name, target, args, tmp, mps_env):
     return got
 
 
-def run_round(r, args, tmp, notes):
-    """Every run of a round, as {"alone": {"service": {..}, "training": {..}}, "pairs":
-    {pair: {config: figures}}}."""
+def run_round(r, args, tmp, data, saved=lambda: None):
+    """Every run of a round, into a new entry of data["rounds"], {"alone": {"service": {..},
+    "training": {..}}, "pairs": {pair: {config: figures}}}, calling saved() after each."""
     got = {"alone": {"service": {}, "training": {}}, "pairs": {p: {} for p in args.pairs}}
+    data["rounds"].append(got)
 
     def keep(name, target, figures):
         if name.startswith("alone-"):
             got["alone"][name[len("alone-"):]][target] = figures
         else:
             got["pairs"][target][name] = figures
+        saved()
 
     mps_runs, plain_runs = plan_round(args.pairs, args.configs, args.policy_configs)
     # MPS clients and plain contexts do not share a GPU: the MPS configurations run under a
@@ -533,10 +535,9 @@ def run_round(r, args, tmp, notes):
                 for name, target in mps_runs:
                     keep(name, target, measured(r, name, target, args, tmp, mps_env))
         except MpsUnavailable as e:
-            notes.append(f"round {r + 1}: MPS configurations left out: {e}")
+            data["notes"].append(f"round {r + 1}: MPS configurations left out: {e}")
     for name, target in plain_runs:
         keep(name, target, measured(r, name, target, args, tmp, None))
-    return got
 
 
 # ---- the figures --------------------------------------------------------------------------
@@ -828,25 +829,35 @@ def main(argv=None):
             "policy_configs": {n: {"path": p.path, "mps": p.mps, "policy": p.text}
                                for n, p in args.policy_configs.items()},
             "rounds": [], "notes": []}
+    written = []
+
+    def save():
+        """The figures so far into --json, after every run: a run cut short by a time limit
+        keeps what it measured. The first write is the one --force allows; the later ones
+        replace the bench's own file, checked the same way."""
+        if not args.json:
+            return
+        data["summary"] = summarize(data["rounds"], args.pairs, args.configs)
+        try:
+            _write_json(args.json, args.force or any(written), data)
+            written.append(True)
+        except ClcError as e:
+            written.append(False)
+            print(f"bench_colocate: {e}", file=sys.stderr)
+
     with tempfile.TemporaryDirectory(prefix="clc-colocate-") as tmpdir:
         tmp = Path(tmpdir)
         for name, pc in args.policy_configs.items():
             (tmp / f"{name}.yaml").write_text(pc.text, encoding="utf-8")
         for r in range(args.rounds):
-            data["rounds"].append(run_round(r, args, tmp, data["notes"]))
+            run_round(r, args, tmp, data, save)
     data["summary"] = summarize(data["rounds"], args.pairs, args.configs)
-    written = True
-    if args.json:
-        try:
-            _write_json(args.json, args.force, data)
-        except ClcError as e:
-            print(f"bench_colocate: {e}", file=sys.stderr)
-            written = False
     print("\n" + "\n".join(report(data)))
     failed = any("error" in g for r in data["rounds"]
                  for g in [*r["alone"]["service"].values(), *r["alone"]["training"].values(),
                            *(g for p in r["pairs"].values() for g in p.values())])
-    sys.exit(1 if failed or not written else 0)
+    sys.exit(1 if failed or not all(written) else 0)
+
 
 if __name__ == "__main__":
     main()

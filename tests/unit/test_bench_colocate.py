@@ -457,3 +457,24 @@ def test_an_existing_json_is_refused_before_anything_runs(stand_ins, monkeypatch
     assert "is a symbolic link" in str(e.value.code)
     assert out.read_text() == "earlier figures\n"
     assert not (stand_ins / "elsewhere.json").exists()
+
+
+def test_a_run_cut_short_keeps_what_it_measured(stand_ins, monkeypatch):
+    out = stand_ins / "run.json"
+    runs = []
+    measured = bc.measured
+
+    def cut_after_two(r, name, target, args, tmp, mps_env):
+        if len(runs) == 2:
+            raise KeyboardInterrupt  # as a time limit's signal would end it
+        runs.append((name, target))
+        return measured(r, name, target, args, tmp, mps_env)
+
+    monkeypatch.setattr(bc, "measured", cut_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        bc.main(["--pairs", "copy-light", "--configs", "shared", "--requests", "30", "--json",
+                 str(out)])
+    data = json.loads(out.read_text())
+    assert runs == [("alone-service", "copy"), ("alone-training", "light")]
+    assert data["rounds"][0]["alone"]["service"]["copy"]["infer"]["n"] == 4
+    assert data["rounds"][0]["pairs"] == {"copy-light": {}}
