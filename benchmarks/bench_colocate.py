@@ -72,6 +72,7 @@ import json
 import os
 import re
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -125,6 +126,8 @@ DEFAULT_REQUESTS = 400
 QUICK_REQUESTS = 200
 # A configuration's name is also part of file names in the bench's own folder.
 _NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,39}")
+# Names that --configs or a round's plan give a meaning of their own.
+_RESERVED = ("all", "default", "alone-service", "alone-training")
 
 
 # ---- what the programs print --------------------------------------------------------------
@@ -211,9 +214,16 @@ def parse_policy_config(spec):
     if not _NAME.fullmatch(name):
         raise ValueError(f"--policy-config {spec!r}: a name is 1 to 40 of a-z, 0-9, '.', '_', "
                          "'+', '-', starting with a letter or digit")
-    if name in CONFIGS:
-        raise ValueError(f"--policy-config {spec!r}: {name} is a configuration of the bench's "
-                         "own; name yours otherwise")
+    if name in (*CONFIGS, *_RESERVED):
+        raise ValueError(f"--policy-config {spec!r}: {name} is a name of the bench's own; "
+                         "name yours otherwise")
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            # it is read twice, to check it and to keep it: a pipe would give its text once
+            raise ValueError(f"--policy-config {name}: {path} is not a regular file")
+    except OSError as e:
+        raise ValueError(f"--policy-config {name}: cannot read the policy {path}: "
+                         f"{e.strerror or e}") from None
     try:
         policy = load_policy(path)
     except PolicyError as e:
@@ -797,9 +807,13 @@ def main(argv=None):
     args = parse_args(argv)
     if args.report:
         try:
-            print("\n".join(report(load_report(args.report))))
+            lines = report(load_report(args.report))
         except ValueError as e:
             sys.exit(f"bench_colocate: {e}")
+        except (KeyError, TypeError, AttributeError, IndexError) as e:
+            sys.exit(f"bench_colocate: {args.report} is not what bench_colocate --json writes "
+                     f"({type(e).__name__}: {e})")
+        print("\n".join(lines))
         return
     for pc in args.policy_configs.values():
         for warning in pc.warnings:

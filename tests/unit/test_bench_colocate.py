@@ -267,15 +267,17 @@ def test_a_policy_configuration_is_checked_and_kept(tmp_path):
     ("noequals", "expected NAME=POLICY.yaml"),
     ("name=", "expected NAME=POLICY.yaml"),
     ("Bad/Name={p}", "a name is 1 to 40 of a-z"),
-    ("mps={p}", "mps is a configuration of the bench's own"),
+    ("mps={p}", "mps is a name of the bench's own"),
+    ("alone-service={p}", "alone-service is a name of the bench's own"),
     ("x={missing}", "cannot read the policy"),
+    ("x={folder}", "is not a regular file"),
     ("x={bad}", r"bad.yaml:\d+:\d+: "),
 ])
 def test_a_bad_policy_configuration_is_said(tmp_path, spec, said):
     (tmp_path / "p.yaml").write_text(POLICY)
     (tmp_path / "bad.yaml").write_text(POLICY.replace("held_share: 0.25", "held_share: 2"))
     spec = spec.format(p=tmp_path / "p.yaml", missing=tmp_path / "none.yaml",
-                       bad=tmp_path / "bad.yaml")
+                       bad=tmp_path / "bad.yaml", folder=tmp_path)
     with pytest.raises(ValueError, match=said):
         bc.parse_policy_config(spec)
 
@@ -388,6 +390,8 @@ def test_a_saved_run_reports_the_same_tables(tmp_path, capsys):
 @pytest.mark.parametrize("content,said", [
     (None, "cannot read"), ("{", "is not JSON"), ('{"device": 1}', "no requests, gap_ms"),
     ("[]", "no device"),
+    ('{"device": "", "requests": 1, "gap_ms": 1, "pairs": ["sync-light"], "configs": ["alone"],'
+     ' "rounds": [1]}', "is not what bench_colocate --json writes (TypeError"),
 ])
 def test_a_report_of_a_file_that_is_not_a_run_is_said(tmp_path, content, said):
     path = tmp_path / "run.json"
