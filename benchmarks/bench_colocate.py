@@ -565,6 +565,10 @@ def _pair_run(round_, pair, config):
     return round_["pairs"].get(pair, {}).get(config) or {}
 
 
+def _count(n, what):
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def _spread(values):
     return (statistics.median(values), min(values), max(values)) if values else None
 
@@ -692,7 +696,7 @@ def report(data):
     rounds, pairs, configs = data["rounds"], data["pairs"], data["configs"]
     summary = summarize(rounds, pairs, configs)
     lines = [f"device: {data['device']}",
-             f"{len(rounds)} interleaved rounds, {data['requests']} requests every "
+             f"{_count(len(rounds), 'interleaved round')}, {data['requests']} requests every "
              f"{data['gap_ms']:g} ms; medians (range over rounds), each round against the "
              "alone runs of its own round", ""]
     for pair in pairs:
@@ -836,7 +840,8 @@ def main(argv=None):
     mps_runs, plain_runs = plan_round(args.pairs, args.configs, args.policy_configs)
     device = device_name()
     print(f"device: {device}\n{len(mps_runs) + len(plain_runs)} runs per round "
-          f"({len(mps_runs)} under MPS), {args.rounds} rounds, {args.requests} requests per "
+          f"({len(mps_runs)} under MPS), {_count(args.rounds, 'round')}, {args.requests} "
+          "requests per "
           "service run", flush=True)
     data = {"device": device, "requests": args.requests, "gap_ms": args.gap_ms,
             "pairs": args.pairs, "configs": args.configs,
