@@ -60,10 +60,12 @@ bench: gpu-install
 	$(PYTHON) benchmarks/bench_launch.py
 	$(PYTHON) benchmarks/bench_wrap.py
 
-# Several minutes: a PyTorch inference service beside a training job, under each way of
-# sharing the GPU (needs PyTorch; MPS configurations where its daemon starts).
+# An hour or more: three PyTorch services beside two training jobs, under each way of sharing
+# the GPU (needs PyTorch; MPS configurations where its daemon starts). A first look at a
+# machine: make bench-colocate COLOCATE_ARGS=--quick
+COLOCATE_ARGS ?=
 bench-colocate: gpu-install
-	$(PYTHON) benchmarks/bench_colocate.py
+	$(PYTHON) benchmarks/bench_colocate.py $(COLOCATE_ARGS)
 
 clean:
 	rm -rf build $(VENV) *.egg-info clc/libclc_preload.so clc/libclc_spank.so clc/clc-slurm-exec clc/demo/demo_app clc/demo/libcuda.so.1 clc/runtime/_bridge*.so clc/runtime/_bridge.c .pytest_cache

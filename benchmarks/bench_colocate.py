@@ -1,14 +1,28 @@
 # SPDX-License-Identifier: Apache-2.0
 """A latency-critical inference service beside a best-effort training job on one GPU.
 
-    python3 benchmarks/bench_colocate.py [--rounds 3] [--requests 400] [--gap-ms 10]
-                                         [--configs NAME,...] [--run-ahead 32] [--json OUT]
+    python3 benchmarks/bench_colocate.py [--pairs PAIR,...] [--configs NAME,...]
+                                         [--policy-config NAME=POLICY.yaml[:mps]]...
+                                         [--rounds 3] [--requests 400] [--gap-ms 10]
+                                         [--quick] [--run-ahead 32] [--json OUT [--force]]
+    python3 benchmarks/bench_colocate.py --report OUT.json
 
 The two programs are examples/colocate.py's `infer` (a transformer forward pass in bf16, one
-request every 10 ms, each request's latency from its arrival) and `train` (a transformer
-training step repeated). Configurations, every one by default (--configs picks some):
+request every 10 ms, each request's latency from its arrival) and `train` (a GPT-2-like
+training step repeated). A pair is a service and a training job, SERVICE-TRAINING, every one
+of the six by default (--pairs picks some):
 
-    alone           the inference alone; the training alone, for a window as long
+    services    sync (each request ends with cudaDeviceSynchronize), copy (with a blocking
+                copy of its result to the host), graph (it replays a CUDA graph and waits on
+                an event recorded after it)
+    trainings   light (GPT-2 12 x 768, batch 16 x 512), heavy (GPT-2 16 x 2048, batch
+                16 x 1024), both bf16 autocast; and encoder (a transformer encoder 12 x 768,
+                batch 16 x 512, colocate.py's default), named only: sync-encoder, ...
+
+Configurations (--configs picks some, or `all`; the default is every one but mps-prio,
+clc-0.5-*, clc-0.25-last, shared-two and priority-two):
+
+    alone           each service alone; each training alone, for a window as long
     shared          both; no MPS, so the two contexts time-slice
     mps             both, clients of one MPS server
     mps-50, mps-25  both under MPS, the training's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 50 or 25
@@ -27,23 +41,38 @@ training step repeated). Configurations, every one by default (--configs picks s
     priority-two    the same three under the priority policy: the first service
                     latency-critical, the second service and the training best-effort (one
                     class, tenant batch); the second service's latencies are a table of their own
+    NAME            --policy-config NAME=POLICY.yaml: both programs under clc-run with that
+                    policy, the service as tenant `serving` and the training as tenant
+                    `batch` (match on them); with `:mps`, under MPS. The policy is checked
+                    before anything runs and read once: every round runs the same text.
 
-Rounds are interleaved (every configuration once per round: those under MPS first, with a
-daemon of the round's own, then the others) so that drift in the machine falls on all alike;
-each figure is the median over rounds, with the rounds' range beside it. Per configuration:
-the inference's p50, p99 and max latency and its p99 relative to alone; the training's steps
-per second inside the inference's window and relative to alone. On another H200 host the same
-inference alone measured 4.8 to 7.5 ms p50 between runs: only interleaved rounds rank
-configurations.
+Rounds are interleaved (every configuration of every pair once per round: those under MPS
+first, with a daemon of the round's own, then the others) so that drift in the machine falls
+on all alike. A service's alone figures are measured once per round for each service, a
+training's for each training, and each pair is compared with the alone runs of its own round.
+Per pair and configuration: the service's p50, p99 and max latency, its p99 against alone,
+the training's steps per second inside the service's window and against alone, each the
+median over rounds with the rounds' range; then a summary (a row per pair, a column per
+configuration, each cell `p99 vs alone / training vs alone`) and the wall time each
+configuration took. On another H200 host the same inference alone measured 4.8 to 7.5 ms p50
+between runs: only interleaved rounds rank configurations.
+
+--quick: 200 requests and 1 round (unless --requests or --rounds say otherwise), to check a
+machine before a full run. --json OUT writes every run's figures (refused, before anything
+runs, where OUT exists, unless --force, or where it is reached through a link another user
+controls); --report OUT.json prints the tables of such a file again, without a GPU.
 
 Needs PyTorch and a GPU; MPS configurations are left out, said, where the MPS daemon does not
 start. Exit status 0 when every run worked.
 """
 
 import argparse
+import importlib.util
 import json
 import os
+import re
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -51,25 +80,54 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_launch import device_name, find_script  # noqa: E402
 from benchmarks.mps import MpsUnavailable, mps_daemon  # noqa: E402
+from clc.errors import ClcError  # noqa: E402
 
 SCRIPT = REPO / "examples" / "colocate.py"
+
+
+def _colocate():
+    """examples/colocate.py, for its services and trainings (it imports PyTorch only to run)."""
+    spec = importlib.util.spec_from_file_location("colocate_example", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_EXAMPLE = _colocate()
+SERVICES = _EXAMPLE.MODES
+TRAININGS = tuple(_EXAMPLE.TRAIN_SIZES)
+PAIRS = tuple(f"{s}-{t}" for s in SERVICES for t in TRAININGS)
+# colocate.py's training without --size, which the figures before the GPT-2 pairs ran:
+# accepted by --pairs (sync-encoder, ...), never in all
+ENCODER = "encoder"
+KNOWN_PAIRS = (*PAIRS, *(f"{s}-{ENCODER}" for s in SERVICES))
 SHARES = (0.5, 0.25)
 PLACES = ("first", "last")
 CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
            *(f"clc-{s}-{p}" for s in SHARES for p in PLACES), "priority", "priority-mps",
            "priority-share-mps", "shared-two", "priority-two")
+DEFAULT_CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "clc-0.25-first", "priority",
+                   "priority-mps", "priority-share-mps")
 PRIORITY_CONFIGS = ("priority", "priority-mps", "priority-share-mps", "priority-two")
 SECOND_GAP_MS = 7.0
 PRIORITY_FLOOR = 0.1
 PRIORITY_RUN_AHEAD = 32
 PRIORITY_HELD_SHARE = 0.25
 READY_TIMEOUT_S = 300
+DEFAULT_ROUNDS = 3
+DEFAULT_REQUESTS = 400
+QUICK_REQUESTS = 200
+# A configuration's name is also part of file names in the bench's own folder.
+_NAME = re.compile(r"[a-z0-9][a-z0-9._+-]{0,39}")
+# Names that --configs or a round's plan give a meaning of their own.
+_RESERVED = ("all", "default", "alone-service", "alone-training")
 
 
 # ---- what the programs print --------------------------------------------------------------
@@ -108,6 +166,14 @@ def parse_train(stdout):
     raise ValueError(f"no steps line in the training's output: {stdout[-500:]!r}")
 
 
+def parse_peak(stdout):
+    """The most GPU memory the training held, GiB, or None where it did not say."""
+    for line in stdout.splitlines():
+        if line.startswith("peak_gib "):
+            return float(line.split()[1])
+    return None
+
+
 def rate_in_window(ends, start, end):
     """Steps per second that ended inside [start, end]."""
     if end <= start:
@@ -120,34 +186,111 @@ def latency_row(latencies):
             "max": max(latencies), "n": len(latencies)}
 
 
-def summarize(rounds):
-    """rounds: [{config: {"infer": latency_row or None, "train": steps/s or None}}] ->
-    {config: {field: (median, min, max)}}, with p99 and steps/s relative to alone."""
-    out = {}
-    for config in rounds[0]:
-        fields = {}
-        for key in ("p50", "p99", "max"):
-            vals = [r[config]["infer"][key] for r in rounds if r[config].get("infer")]
-            if vals:
-                fields[key] = (statistics.median(vals), min(vals), max(vals))
-        for key in ("p50", "p99", "max"):
-            vals = [r[config]["second"][key] for r in rounds if r[config].get("second")]
-            if vals:
-                fields[f"second_{key}"] = (statistics.median(vals), min(vals), max(vals))
-        vals = [r[config]["train"] for r in rounds if r[config].get("train") is not None]
-        if vals:
-            fields["steps_s"] = (statistics.median(vals), min(vals), max(vals))
-        out[config] = fields
-    alone = out.get("alone", {})
-    for fields in out.values():
-        if "p99" in fields and "p99" in alone:
-            fields["p99_vs_alone"] = fields["p99"][0] / alone["p99"][0]
-        if "second_p99" in fields and "p99" in alone:
-            fields["second_p99_vs_alone"] = fields["second_p99"][0] / alone["p99"][0]
-        if "steps_s" in fields and "steps_s" in alone:
-            fields["train_vs_alone"] = fields["steps_s"][0] / alone["steps_s"][0]
-    return out
+# ---- what is asked for --------------------------------------------------------------------
 
+def parse_pairs(text):
+    """The pairs named in text (comma-separated, or `all`), in the order given, once each."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(PAIRS)
+    unknown = [n for n in names if n not in KNOWN_PAIRS]
+    if unknown or not names:
+        raise ValueError(f"unknown pair(s) {', '.join(unknown) or '(none given)'}: choose "
+                         f"from {', '.join(KNOWN_PAIRS)}, or all")
+    return list(dict.fromkeys(names))
+
+
+def parse_policy_config(spec):
+    """NAME=POLICY.yaml[:mps] -> a namespace (name, path, mps, text): the policy checked as
+    clc-run would check it, and its text kept so that every run uses the same."""
+    from clc.policy.errors import PolicyError
+    from clc.policy.loader import load_policy
+    name, eq, rest = spec.partition("=")
+    mps = rest.endswith(":mps")
+    path = rest[:-len(":mps")] if mps else rest
+    if not eq or not path:
+        raise ValueError(f"--policy-config {spec!r}: expected NAME=POLICY.yaml or "
+                         "NAME=POLICY.yaml:mps")
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"--policy-config {spec!r}: a name is 1 to 40 of a-z, 0-9, '.', '_', "
+                         "'+', '-', starting with a letter or digit")
+    if name in (*CONFIGS, *_RESERVED):
+        raise ValueError(f"--policy-config {spec!r}: {name} is a name of the bench's own; "
+                         "name yours otherwise")
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            # it is read twice, to check it and to keep it: a pipe would give its text once
+            raise ValueError(f"--policy-config {name}: {path} is not a regular file")
+    except OSError as e:
+        raise ValueError(f"--policy-config {name}: cannot read the policy {path}: "
+                         f"{e.strerror or e}") from None
+    try:
+        policy = load_policy(path)
+    except PolicyError as e:
+        raise ValueError(f"--policy-config {name}: {e}") from None
+    with open(path, encoding="utf-8-sig") as f:
+        text = f.read()
+    return SimpleNamespace(name=name, path=str(path), mps=mps, text=text,
+                           warnings=[str(w) for w in policy.warnings])
+
+
+def parse_configs(text, policy_names=()):
+    """The configurations named in text (comma-separated, `all`, or `default`), then the
+    policy configurations; `alone` first, as every figure is relative to it."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        names = list(CONFIGS)
+    elif names == ["default"]:
+        names = list(DEFAULT_CONFIGS)
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown)}: choose from "
+                         f"{', '.join(CONFIGS)}, or all (--policy-config adds your own)")
+    names = list(dict.fromkeys(["alone", *names, *policy_names]))
+    return names
+
+
+def under_mps(config, policy_configs):
+    if config in policy_configs:
+        return policy_configs[config].mps
+    return config.startswith(("mps", "clc")) or config.endswith("-mps")
+
+
+def plan_round(pairs, configs, policy_configs):
+    """One round's runs in order, as (configuration, target): first those under MPS (the
+    round's daemon), then the others. A target is a pair, except for the alone runs: each
+    service of the pairs alone ("alone-service", service), each training ("alone-training",
+    training)."""
+    mps, plain = [], []
+    if "alone" in configs:
+        for service in dict.fromkeys(p.split("-")[0] for p in pairs):
+            plain.append(("alone-service", service))
+        for training in dict.fromkeys(p.split("-")[1] for p in pairs):
+            plain.append(("alone-training", training))
+    for pair in pairs:
+        for config in configs:
+            if config != "alone":
+                (mps if under_mps(config, policy_configs) else plain).append((config, pair))
+    return mps, plain
+
+
+def programs(service, training, args):
+    """The command lines of a service (infer, and second, the same at its own rhythm) and of
+    a training (train), each where named."""
+    progs = SimpleNamespace(clc_run=args.clc_run, run_ahead=args.run_ahead)
+    if service:
+        infer = [sys.executable, SCRIPT, "infer", "--mode", service]
+        progs.infer = [*infer, "--requests", args.requests, "--gap-ms", args.gap_ms]
+        progs.second = [*infer, "--requests",
+                        round(args.requests * args.gap_ms / SECOND_GAP_MS),
+                        "--gap-ms", SECOND_GAP_MS]
+    if training:
+        progs.train = [sys.executable, SCRIPT, "train",
+                       *(() if training == ENCODER else ("--size", training))]
+    return progs
+
+
+# ---- policies -----------------------------------------------------------------------------
 
 def priority_policy(path, board, held_share=0, run_ahead=PRIORITY_RUN_AHEAD):
     """The inference (tenant serving) latency-critical, the training (tenant batch)
@@ -222,11 +365,12 @@ def _wait_ready(proc, what):
 
 
 def _stop_train(proc):
+    """(step end times, peak GiB or None) of the training, stopped by its signal."""
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"the training exited {proc.returncode}: {_stderr(proc)}")
-    return parse_train(out)
+    return parse_train(out), parse_peak(out)
 
 
 def _go(proc):
@@ -251,23 +395,40 @@ def _reap(*procs):
             proc.wait()
 
 
-def run_alone(args, env):
-    """The inference alone, then the training alone over a window as long."""
-    infer = train = None
+def _train_row(ends, peak, start, end):
+    got = {"train": rate_in_window(ends, start, end),
+           "train_steps": sum(1 for t in ends if start <= t <= end)}
+    if peak is not None:
+        got["train_peak_gib"] = peak
+    return got
+
+
+def run_service_alone(progs, env):
+    """The inference alone."""
+    infer = None
     try:
-        infer = _start(args.infer, env, stdin=True)
+        infer = _start(progs.infer, env, stdin=True)
         _wait_ready(infer, "the inference")
         _go(infer)
-        start, end, latencies = _finish_infer(infer, "the inference")
-        train = _start(args.train, env)
+        _, _, latencies = _finish_infer(infer, "the inference")
+    finally:
+        _reap(infer)
+    return {"infer": latency_row(latencies)}
+
+
+def run_train_alone(progs, env, seconds):
+    """The training alone, its rate counted over a window of `seconds` (the service's)."""
+    train = None
+    try:
+        train = _start(progs.train, env)
         _wait_ready(train, "the training")
         t0 = time.monotonic() + 0.5
-        time.sleep(0.5 + (end - start))
+        time.sleep(0.5 + seconds)
         t1 = time.monotonic()
-        ends = _stop_train(train)
+        ends, peak = _stop_train(train)
     finally:
-        _reap(infer, train)
-    return {"infer": latency_row(latencies), "train": rate_in_window(ends, t0, t1)}
+        _reap(train)
+    return _train_row(ends, peak, t0, t1)
 
 
 def run_together(args, env, train_prefix=(), train_env=None, infer_prefix=(),
@@ -290,70 +451,234 @@ def run_together(args, env, train_prefix=(), train_env=None, infer_prefix=(),
         start, end, latencies = _finish_infer(infer, "the inference")
         if second is not None:
             second_latencies = _finish_infer(second, "the second service")[2]
-        ends = _stop_train(train)
+        ends, peak = _stop_train(train)
     finally:
         _reap(infer, train, second)
-    got = {"infer": latency_row(latencies), "train": rate_in_window(ends, start, end)}
+    got = {"infer": latency_row(latencies), **_train_row(ends, peak, start, end)}
     if second is not None:
         got["second"] = latency_row(second_latencies)
     return got
 
 
-def run_config(name, args, tmp, mps_env):
-    if name == "alone":
-        return run_alone(args, {})
+def run_config(name, target, args, tmp, mps_env):
+    """One run: the configuration `name` of the pair `target` (or an alone run)."""
+    if name == "alone-service":
+        return run_service_alone(programs(target, None, args), {})
+    if name == "alone-training":
+        return run_train_alone(programs(None, target, args), {},
+                               args.requests * args.gap_ms / 1e3)
+    progs = programs(*target.split("-"), args)
+    env = mps_env if under_mps(name, args.policy_configs) else {}
+    tag = f"{target}-{name}"
+    if name in args.policy_configs:
+        return run_under_clc(progs, env, tmp / f"{name}.yaml", tmp, tag)
     if name == "shared":
-        return run_together(args, {})
+        return run_together(progs, env)
     if name == "shared-two":
-        return run_together(args, {}, second_prefix=())
-    if name in ("priority", "priority-two"):
-        return run_priority(name, args, tmp, {})
-    if mps_env is None:
-        return None
-    if name in ("priority-mps", "priority-share-mps"):
-        return run_priority(name, args, tmp, mps_env)
+        return run_together(progs, env, second_prefix=())
+    if name in PRIORITY_CONFIGS:
+        policy = priority_policy(tmp / f"{tag}.yaml", tmp / f"{tag}-board",
+                                 PRIORITY_HELD_SHARE if "share" in name else 0, args.run_ahead)
+        return run_under_clc(progs, env, policy, tmp, tag, second=name == "priority-two")
     if name == "mps":
-        return run_together(args, mps_env)
+        return run_together(progs, env)
     if name == "mps-prio":
-        return run_together(args, mps_env, train_env={"CUDA_MPS_CLIENT_PRIORITY": "1"})
+        return run_together(progs, env, train_env={"CUDA_MPS_CLIENT_PRIORITY": "1"})
     if name.startswith("mps-"):
-        return run_together(args, mps_env,
+        return run_together(progs, env,
                             train_env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": name[4:]})
     _, share, place = name.split("-")
-    policy = share_policy(tmp / f"{name}.yaml", share, place)
-    prefix = [args.clc_run, "--policy", policy, "-o", tmp / f"{name}.clc", "--force",
+    policy = share_policy(tmp / f"{tag}.yaml", share, place)
+    prefix = [args.clc_run, "--policy", policy, "-o", tmp / f"{tag}.clc", "--force",
               "--no-report", "-q", "--"]
-    return run_together(args, mps_env, train_prefix=prefix)
+    return run_together(progs, env, train_prefix=prefix)
 
 
-def run_priority(name, args, tmp, env):
-    policy = priority_policy(tmp / f"{name}.yaml", tmp / f"{name}-board",
-                             PRIORITY_HELD_SHARE if "share" in name else 0, args.run_ahead)
-
+def run_under_clc(progs, env, policy, tmp, tag, second=False):
+    """Both programs under clc-run with the policy, the service as tenant serving and the
+    training (and a second service) as tenant batch; how the training was held, from its
+    capture."""
     def prefix(tenant, program):
-        return [args.clc_run, "--policy", policy, "--tenant", tenant, "-o",
-                tmp / f"{name}-{program}.clc", "--force", "--no-report", "-q", "--"]
-    got = run_together(args, env, train_prefix=prefix("batch", "batch"),
+        return [progs.clc_run, "--policy", policy, "--tenant", tenant, "-o",
+                tmp / f"{tag}-{program}.clc", "--force", "--no-report", "-q", "--"]
+    got = run_together(progs, env, train_prefix=prefix("batch", "batch"),
                        infer_prefix=prefix("serving", "serving"),
-                       second_prefix=prefix("batch", "second") if name == "priority-two" else None)
-    got["held"] = hold_row(tmp / f"{name}-batch.clc")
-    if name == "priority-two":
-        got["second_held"] = hold_row(tmp / f"{name}-second.clc")
+                       second_prefix=prefix("batch", "second") if second else None)
+    got["held"] = hold_row(tmp / f"{tag}-batch.clc")
+    if second:
+        got["second_held"] = hold_row(tmp / f"{tag}-second.clc")
     return got
 
 
-def measured(r, name, args, tmp, mps_env):
-    """One configuration's figures, printed as they come; a run that fails is said and left
-    out of the summary (its error kept in the JSON), and the rounds go on."""
+def measured(r, name, target, args, tmp, mps_env):
+    """One run's figures and its wall time, printed as they come; a run that fails is said
+    and left out of the summary (its error kept in the JSON), and the rounds go on."""
+    began = time.monotonic()
     try:
-        got = run_config(name, args, tmp, mps_env)
-    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+        got = dict(run_config(name, target, args, tmp, mps_env))
+    except (RuntimeError, ValueError, OSError, ClcError, subprocess.TimeoutExpired) as e:
         got = {"error": str(e)}
-    print(f"round {r + 1}: {name}: {json.dumps(got)}", flush=True)
+    got["wall_s"] = round(time.monotonic() - began, 1)
+    print(f"round {r + 1}: {target}: {name}: {json.dumps(got)}", flush=True)
     return got
 
 
-# ---- the report ---------------------------------------------------------------------------
+def run_round(r, args, tmp, data, saved=lambda: None):
+    """Every run of a round, into a new entry of data["rounds"], {"alone": {"service": {..},
+    "training": {..}}, "pairs": {pair: {config: figures}}}, calling saved() after each."""
+    got = {"alone": {"service": {}, "training": {}}, "pairs": {p: {} for p in args.pairs}}
+    data["rounds"].append(got)
+
+    def keep(name, target, figures):
+        if name.startswith("alone-"):
+            got["alone"][name[len("alone-"):]][target] = figures
+        else:
+            got["pairs"][target][name] = figures
+        saved()
+
+    mps_runs, plain_runs = plan_round(args.pairs, args.configs, args.policy_configs)
+    # MPS clients and plain contexts do not share a GPU: the MPS configurations run under a
+    # daemon of the round's own, the others after it has stopped
+    if mps_runs:
+        try:
+            with mps_daemon(tmp, f"mps{r}") as mps_env:
+                for name, target in mps_runs:
+                    keep(name, target, measured(r, name, target, args, tmp, mps_env))
+        except MpsUnavailable as e:
+            data["notes"].append(f"round {r + 1}: MPS configurations left out: {e}")
+    for name, target in plain_runs:
+        keep(name, target, measured(r, name, target, args, tmp, None))
+
+
+# ---- the figures --------------------------------------------------------------------------
+
+def _pair_run(round_, pair, config):
+    """A configuration's figures for a pair in one round; for alone, those of the pair's
+    service and training alone."""
+    if config == "alone":
+        service, training = pair.split("-")
+        s = round_["alone"]["service"].get(service) or {}
+        t = round_["alone"]["training"].get(training) or {}
+        got = {"infer": s.get("infer"), "train": t.get("train")}
+        errors = [e for e in (s.get("error"), t.get("error")) if e]
+        return {**got, "error": "; ".join(errors)} if errors else got
+    return round_["pairs"].get(pair, {}).get(config) or {}
+
+
+def _count(n, what):
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _spread(values):
+    return (statistics.median(values), min(values), max(values)) if values else None
+
+
+def summarize(rounds, pairs, configs):
+    """{pair: {config: {field: (median, min, max)}}} over the rounds: the service's p50, p99,
+    max (and a second service's, second_*), the training's steps_s, and p99_vs_alone and
+    train_vs_alone, each round against the alone runs of its own round; `failed`, the rounds
+    whose run failed."""
+    out = {}
+    for pair in pairs:
+        rows = {}
+        for config in configs:
+            runs = [(_pair_run(r, pair, "alone"), _pair_run(r, pair, config)) for r in rounds]
+            fields = {}
+            for who, prefix in (("infer", ""), ("second", "second_")):
+                for key in ("p50", "p99", "max"):
+                    fields[prefix + key] = _spread([g[who][key] for _, g in runs if g.get(who)])
+                fields[prefix + "p99_vs_alone"] = _spread(
+                    [g[who]["p99"] / a["infer"]["p99"] for a, g in runs
+                     if g.get(who) and a.get("infer")])
+            fields["steps_s"] = _spread([g["train"] for _, g in runs
+                                         if g.get("train") is not None])
+            fields["train_vs_alone"] = _spread([g["train"] / a["train"] for a, g in runs
+                                                if g.get("train") is not None and a.get("train")])
+            row = {k: v for k, v in fields.items() if v is not None}
+            failed = sum(1 for _, g in runs if g.get("error"))
+            if failed:
+                row["failed"] = failed
+            rows[config] = row
+        out[pair] = rows
+    return out
+
+
+def _cell(field, fmt, unit=""):
+    if not field:
+        return "-"
+    med, lo, hi = field
+    return f"{med:{fmt}}{unit} ({lo:{fmt}} .. {hi:{fmt}})"
+
+
+def pair_table(pair, rows):
+    """The table of one pair: a row per configuration."""
+    service, training = pair.split("-")
+    lines = [f"### {pair}: the `{service}` service beside the `{training}` training", "",
+             "| config | service p50 ms | p99 ms | max ms | p99 vs alone | training steps/s "
+             "| vs alone |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, f in rows.items():
+        shown = f"{name} (failed {f['failed']}x)" if f.get("failed") else name
+        lines.append(
+            f"| {shown} | {_cell(f.get('p50'), '.2f')} | {_cell(f.get('p99'), '.2f')} | "
+            f"{_cell(f.get('max'), '.2f')} | {_cell(f.get('p99_vs_alone'), '.2f', 'x')} | "
+            f"{_cell(f.get('steps_s'), '.2f')} | {_cell(f.get('train_vs_alone'), '.2f')} |")
+    return lines
+
+
+def second_table(pair, rows):
+    """The second service's figures (shared-two, priority-two), or no lines."""
+    seconds = {n: f for n, f in rows.items() if "second_p99" in f}
+    if not seconds:
+        return []
+    lines = [f"{pair}: the second service (a request every {SECOND_GAP_MS:g} ms), its p99 "
+             "against the first service's alone:", "",
+             "| config | p50 ms | p99 ms | max ms | p99 vs alone |", "|---|---:|---:|---:|---:|"]
+    for name, f in seconds.items():
+        lines.append(f"| {name} | {_cell(f.get('second_p50'), '.2f')} | "
+                     f"{_cell(f.get('second_p99'), '.2f')} | {_cell(f.get('second_max'), '.2f')} "
+                     f"| {_cell(f.get('second_p99_vs_alone'), '.2f', 'x')} |")
+    return lines
+
+
+def summary_cell(f):
+    """`p99 vs alone / training vs alone`, medians over rounds."""
+    if not f or ("p99_vs_alone" not in f and "train_vs_alone" not in f):
+        return "failed" if f and f.get("failed") else "-"
+    p99 = f"{f['p99_vs_alone'][0]:.2f}x" if "p99_vs_alone" in f else "-"
+    train = f"{f['train_vs_alone'][0]:.2f}" if "train_vs_alone" in f else "-"
+    return f"{p99} / {train}"
+
+
+def summary_table(summary, configs):
+    """A row per pair, a column per configuration."""
+    lines = ["| pair | " + " | ".join(configs) + " |",
+             "|---|" + "---:|" * len(configs)]
+    for pair, rows in summary.items():
+        lines.append(f"| {pair} | " + " | ".join(summary_cell(rows.get(c)) for c in configs)
+                     + " |")
+    return lines
+
+
+def wall_table(rounds, configs):
+    """The wall time each configuration took over every pair and round, alone's being the
+    services' and trainings' alone runs."""
+    lines = ["| config | runs | wall s in all | s per run |", "|---|---:|---:|---:|"]
+    total = 0.0
+    for config in configs:
+        if config == "alone":
+            runs = [g for r in rounds for kind in ("service", "training")
+                    for g in r["alone"][kind].values()]
+        else:
+            runs = [r["pairs"][p][config] for r in rounds for p in r["pairs"]
+                    if config in r["pairs"][p]]
+        walls = [g["wall_s"] for g in runs if "wall_s" in g]
+        if walls:
+            total += sum(walls)
+            lines.append(f"| {config} | {len(walls)} | {sum(walls):.0f} | "
+                         f"{sum(walls) / len(walls):.1f} |")
+    lines.append(f"| all | | {total:.0f} | |")
+    return lines
+
 
 def hold_line(who, held):
     """How a best-effort program was held over the runs (hold_row per run), in words."""
@@ -366,103 +691,191 @@ def hold_line(who, held):
                if lags else "-"))
 
 
-def _cell(field, fmt):
-    if field is None:
-        return "-"
-    med, lo, hi = field
-    return f"{med:{fmt}} ({lo:{fmt}} .. {hi:{fmt}})"
+def report(data):
+    """The tables of a run (what --json wrote) as lines of Markdown."""
+    rounds, pairs, configs = data["rounds"], data["pairs"], data["configs"]
+    summary = summarize(rounds, pairs, configs)
+    lines = [f"device: {data['device']}",
+             f"{_count(len(rounds), 'interleaved round')}, {data['requests']} requests every "
+             f"{data['gap_ms']:g} ms; medians (range over rounds), each round against the "
+             "alone runs of its own round", ""]
+    for pair in pairs:
+        lines += [*pair_table(pair, summary[pair]), ""]
+        second = second_table(pair, summary[pair])
+        if second:
+            lines += [*second, ""]
+        for name in configs:
+            if name not in PRIORITY_CONFIGS and name not in data.get("policy_configs", {}):
+                continue
+            for key, who in (("held", "the training"), ("second_held", "the second service")):
+                held = [r["pairs"][pair][name][key] for r in rounds
+                        if r["pairs"].get(pair, {}).get(name, {}).get(key)]
+                if held:
+                    lines += [f"{pair}, {name}: {hold_line(who, held)}", ""]
+    lines += ["Summary: the service's p99 against alone / the training's throughput against "
+              "alone (medians over rounds)", "", *summary_table(summary, configs), "",
+              "Wall time per configuration (starting the programs included):", "",
+              *wall_table(rounds, configs)]
+    for name, pc in data.get("policy_configs", {}).items():
+        lines.append(f"\n{name}: {pc['path']}" + (" under MPS" if pc["mps"] else ""))
+    for note in data.get("notes", ()):
+        lines.append(f"\n{note}")
+    return lines
 
 
-def print_table(summary):
-    print("| config | inference p50 ms | p99 ms | max ms | p99 vs alone | training steps/s "
-          "| vs alone |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, f in summary.items():
-        vs = f"{f['p99_vs_alone']:.2f}x" if "p99_vs_alone" in f else "-"
-        tv = f"{f['train_vs_alone']:.2f}" if "train_vs_alone" in f else "-"
-        print(f"| {name} | {_cell(f.get('p50'), '.2f')} | {_cell(f.get('p99'), '.2f')} | "
-              f"{_cell(f.get('max'), '.2f')} | {vs} | {_cell(f.get('steps_s'), '.1f')} | {tv} |")
+def load_report(path):
+    """A --json file read back for --report; ValueError saying what is wrong with it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON: {e}") from None
+    need = ("device", "requests", "gap_ms", "pairs", "configs", "rounds")
+    missing = [k for k in need if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ValueError(f"{path} is not what bench_colocate --json writes (no "
+                         f"{', '.join(missing)})")
+    return data
 
 
-def main():
+# ---- the command --------------------------------------------------------------------------
+
+def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--pairs", default="all",
+                    help=f"comma-separated, of: {', '.join(KNOWN_PAIRS)}; or all (default: "
+                    "the six but *-encoder)")
+    ap.add_argument("--configs", default="default",
+                    help=f"comma-separated, of: {', '.join(CONFIGS)}; or all (default: "
+                    f"{','.join(DEFAULT_CONFIGS)})")
+    ap.add_argument("--policy-config", action="append", default=[],
+                    metavar="NAME=POLICY.yaml[:mps]",
+                    help="a configuration of your own: both programs under clc-run with the "
+                    "policy (the service tenant serving, the training tenant batch); :mps "
+                    "runs it under MPS; may be given again")
+    ap.add_argument("--rounds", type=int, help=f"default {DEFAULT_ROUNDS} (--quick: 1)")
+    ap.add_argument("--requests", type=int,
+                    help=f"per service run; default {DEFAULT_REQUESTS} (--quick: "
+                    f"{QUICK_REQUESTS})")
     ap.add_argument("--gap-ms", type=float, default=10.0)
-    ap.add_argument("--configs", default=",".join(CONFIGS),
-                    help=f"comma-separated, of: {', '.join(CONFIGS)}")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"{QUICK_REQUESTS} requests and 1 round, to try a machine")
     ap.add_argument("--run-ahead", type=int, default=PRIORITY_RUN_AHEAD,
                     help="the priority policy's run_ahead (4 to 256)")
-    ap.add_argument("--json", metavar="OUT", help="write every round's figures here")
-    args = ap.parse_args()
-    configs = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in configs if c not in CONFIGS]
-    if unknown:
-        ap.error(f"unknown configuration(s) {', '.join(unknown)}: choose from "
-                 f"{', '.join(CONFIGS)}")
+    ap.add_argument("--json", metavar="OUT", help="write every run's figures here")
+    ap.add_argument("--force", action="store_true", help="let --json replace a file of yours")
+    ap.add_argument("--report", metavar="IN",
+                    help="print the tables of a file --json wrote, and run nothing")
+    return ap
+
+
+def parse_args(argv=None):
+    """The options, checked: pairs, configs and policy configurations expanded."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.report:
+        return args
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else DEFAULT_ROUNDS
+    if args.requests is None:
+        args.requests = QUICK_REQUESTS if args.quick else DEFAULT_REQUESTS
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: expected at least 1")
+    if args.requests < 1 or not args.gap_ms > 0:
+        ap.error("--requests must be at least 1 and --gap-ms more than 0")
     if not 4 <= args.run_ahead <= 256:
         ap.error(f"--run-ahead {args.run_ahead}: expected 4 to 256")
-    if "alone" not in configs:
-        configs.insert(0, "alone")  # every figure is relative to it
+    try:
+        args.pairs = parse_pairs(args.pairs)
+        policies = [parse_policy_config(s) for s in args.policy_config]
+        names = [p.name for p in policies]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"--policy-config {', '.join(repeated)} given twice")
+        args.policy_configs = {p.name: p for p in policies}
+        args.configs = parse_configs(args.configs, names)
+    except ValueError as e:
+        ap.error(str(e))
+    return args
+
+
+def _write_json(path, force, data):
+    from clc.outputs import open_output
+    with open_output(path, force, text=True) as f:
+        f.write(json.dumps(data, indent=2) + "\n")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.report:
+        try:
+            lines = report(load_report(args.report))
+        except ValueError as e:
+            sys.exit(f"bench_colocate: {e}")
+        except (KeyError, TypeError, AttributeError, IndexError) as e:
+            sys.exit(f"bench_colocate: {args.report} is not what bench_colocate --json writes "
+                     f"({type(e).__name__}: {e})")
+        print("\n".join(lines))
+        return
+    for pc in args.policy_configs.values():
+        for warning in pc.warnings:
+            print(f"bench_colocate: {pc.name}: {warning}", file=sys.stderr)
+    if args.json:
+        from clc.outputs import check_output
+        try:
+            check_output(args.json, args.force)
+        except ClcError as e:
+            sys.exit(f"bench_colocate: {e}")
     try:
         import torch  # noqa: F401
     except ImportError:
         sys.exit("bench_colocate: PyTorch is not installed in this Python")
     args.clc_run = find_script("clc-run")
-    if args.clc_run is None and any(c.startswith(("clc", "priority")) for c in configs):
+    if args.clc_run is None and any(c.startswith(("clc", "priority")) or
+                                    c in args.policy_configs for c in args.configs):
         sys.exit("bench_colocate: clc-run is not installed beside this Python nor on PATH "
-                 "(pip install -e . first, or leave out the clc-* configurations)")
-    args.infer = [sys.executable, SCRIPT, "infer", "--requests", args.requests,
-                  "--gap-ms", args.gap_ms]
-    args.second = [sys.executable, SCRIPT, "infer", "--requests",
-                   round(args.requests * args.gap_ms / SECOND_GAP_MS), "--gap-ms", SECOND_GAP_MS]
-    args.train = [sys.executable, SCRIPT, "train"]
-    print(f"device: {device_name()}")
-    rounds, note = [], None
+                 "(pip install -e . first, or leave out the configurations under clc)")
+    mps_runs, plain_runs = plan_round(args.pairs, args.configs, args.policy_configs)
+    device = device_name()
+    print(f"device: {device}\n{len(mps_runs) + len(plain_runs)} runs per round "
+          f"({len(mps_runs)} under MPS), {_count(args.rounds, 'round')}, {args.requests} "
+          "requests per "
+          "service run", flush=True)
+    data = {"device": device, "requests": args.requests, "gap_ms": args.gap_ms,
+            "pairs": args.pairs, "configs": args.configs,
+            "policy_configs": {n: {"path": p.path, "mps": p.mps, "policy": p.text}
+                               for n, p in args.policy_configs.items()},
+            "rounds": [], "notes": []}
+    written = []
+
+    def save():
+        """The figures so far into --json, after every run: a run cut short by a time limit
+        keeps what it measured. The first write is the one --force allows; the later ones
+        replace the bench's own file, checked the same way."""
+        if not args.json:
+            return
+        data["summary"] = summarize(data["rounds"], args.pairs, args.configs)
+        try:
+            _write_json(args.json, args.force or any(written), data)
+            written.append(True)
+        except ClcError as e:
+            written.append(False)
+            print(f"bench_colocate: {e}", file=sys.stderr)
+
     with tempfile.TemporaryDirectory(prefix="clc-colocate-") as tmpdir:
         tmp = Path(tmpdir)
+        for name, pc in args.policy_configs.items():
+            (tmp / f"{name}.yaml").write_text(pc.text, encoding="utf-8")
         for r in range(args.rounds):
-            row = {}
-            # MPS clients and plain contexts do not share a GPU: the MPS configurations run
-            # under a daemon of the round's own, the others after it has stopped
-            mps_configs = [c for c in configs if c.startswith(("mps", "clc")) or
-                           c.endswith("-mps")]
-            if mps_configs:
-                try:
-                    with mps_daemon(tmp, f"mps{r}") as mps_env:
-                        for name in mps_configs:
-                            row[name] = measured(r, name, args, tmp, mps_env)
-                except MpsUnavailable as e:
-                    note = str(e)
-            for name in configs:
-                if name not in mps_configs:
-                    row[name] = measured(r, name, args, tmp, None)
-            rounds.append({name: row.get(name) or {} for name in configs})
-    summary = summarize(rounds)
-    print(f"\n{args.rounds} interleaved rounds, {args.requests} requests every "
-          f"{args.gap_ms:g} ms; medians (range over rounds)\n")
-    print_table(summary)
-    seconds = {n: f for n, f in summary.items() if "second_p99" in f}
-    if seconds:
-        print(f"\nThe second service (a request every {SECOND_GAP_MS:g} ms), its p99 against "
-              "the inference's alone:\n")
-        print("| config | p50 ms | p99 ms | max ms | p99 vs alone |")
-        print("|---|---:|---:|---:|---:|")
-        for name, f in seconds.items():
-            vs = f"{f['second_p99_vs_alone']:.2f}x" if "second_p99_vs_alone" in f else "-"
-            print(f"| {name} | {_cell(f.get('second_p50'), '.2f')} | "
-                  f"{_cell(f.get('second_p99'), '.2f')} | {_cell(f.get('second_max'), '.2f')} | "
-                  f"{vs} |")
-    for name in PRIORITY_CONFIGS:
-        for key, who in (("held", "the training"), ("second_held", "the second service")):
-            held = [r[name][key] for r in rounds if r.get(name, {}).get(key)]
-            if held:
-                print(f"\n{name}: {hold_line(who, held)}")
-    if note:
-        print(f"\nMPS configurations left out: {note}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rounds": rounds, "summary": summary}, indent=2)
-                                   + "\n")
+            run_round(r, args, tmp, data, save)
+    data["summary"] = summarize(data["rounds"], args.pairs, args.configs)
+    print("\n" + "\n".join(report(data)))
+    failed = any("error" in g for r in data["rounds"]
+                 for g in [*r["alone"]["service"].values(), *r["alone"]["training"].values(),
+                           *(g for p in r["pairs"].values() for g in p.values())])
+    sys.exit(1 if failed or not all(written) else 0)
 
 
 if __name__ == "__main__":
