@@ -54,10 +54,9 @@ CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
 
 /* ---- events ----------------------------------------------------------------------------------
  * A latency-critical process that waits on an event it recorded (a CUDA graph replayed, then
- * an event recorded and synchronized: what serving stacks do) settles what it had launched
- * before the record, when all of it was on the event's stream (priority.c keeps, per event,
- * what it covers). An event whose record covers nothing known still marks the GPU busy while a
- * thread waits on it. */
+ * an event recorded and synchronized: what serving stacks do) settles the work of the event's
+ * stream launched before the record (latency_critical.c keeps, per event, its stream and the
+ * launches then). A wait on an event not kept still marks the GPU busy while it lasts. */
 
 static void event_recorded(CUevent ev, CUstream stream, int ptsz, CUresult r) {
     if (r != CUDA_SUCCESS) return;
@@ -89,11 +88,12 @@ CLC_EVENT_RECORD_HOOK(cuEventRecordWithFlags_ptsz, (CUevent ev, CUstream stream,
         CLC_REAL_OR_FAIL(name)                                                                   \
         if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ev);             \
         uint64_t launched = 0;                                                                   \
-        int dev = clc_priority_event_covers(ev, &launched), counted;                             \
+        CUstream key = NULL;                                                                     \
+        int dev = clc_priority_event_covers(ev, &key, &launched), counted;                       \
         if (dev < 0) dev = current_device();                                                     \
         clc_priority_sync_begin(dev, &counted);                                                  \
         CUresult r = real(ev);                                                                   \
-        clc_priority_sync_end(dev, launched, 1, NULL, 0, counted, r == CUDA_SUCCESS);            \
+        clc_priority_event_settle(dev, key, launched, counted, r == CUDA_SUCCESS);               \
         return r;                                                                                \
     }
 CLC_EVENT_WAIT_HOOK(cuEventSynchronize)

@@ -26,9 +26,13 @@ static uint64_t g_slot_tried_ns;
 int g_slot_dir = -1;
 dev_t g_slot_dir_dev;
 ino_t g_slot_dir_ino;
-/* per GPU: the stream key of every launch since the GPU went busy; MULTI_STREAM when several */
-#define MULTI_STREAM ((CUstream)(uintptr_t)-1)
-CUstream _Atomic g_busy_stream[BOARD_DEVICES];
+/* Per GPU, the streams the process launched on: for each, the number (the row's `launched`
+ * after it) of its last launch, and the number up to which its work is known done (a
+ * synchronization of it, an event recorded on it that completed, a synchronization of the
+ * device). The GPU is idle once every stream's work is done: the row is then settled. A stream
+ * whose work is done gives its place to the next new one; a launch on a stream that finds no
+ * place leaves the GPU busy until the device is synchronized (`untracked`). */
+lc_streams g_streams[BOARD_DEVICES];
 
 /* Slots of this user's processes that died without removing them. */
 static void remove_dead_slots(int dir) {
@@ -143,6 +147,47 @@ __attribute__((noinline)) static board_row *lc_row_slow(int device) {
     return r;
 }
 
+/* Raises *a to v if it is lower. */
+static void raise_to(_Atomic uint64_t *a, uint64_t v) {
+    uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+    while (cur < v && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_acq_rel,
+                                                             memory_order_relaxed));
+}
+
+/* The launch numbered `seq` went to stream `key`: its place's last launch. */
+static void note_stream(int device, CUstream key, uint64_t seq) {
+    lc_streams *ls = &g_streams[device];
+    lc_stream *free_place = NULL;
+    for (int i = 0; i < LC_STREAMS; i++) {
+        lc_stream *p = &ls->place[i];
+        CUstream k = atomic_load_explicit(&p->key, memory_order_acquire);
+        if (k == key) {
+            raise_to(&p->last, seq);
+            return;
+        }
+        if (!free_place && (k == NULL || atomic_load_explicit(&p->done, memory_order_acquire) >=
+                                             atomic_load_explicit(&p->last, memory_order_acquire)))
+            free_place = p;
+    }
+    /* a new stream: a place that is free, or whose stream's work is all done, becomes its */
+    for (lc_stream *p = free_place; p && p < ls->place + LC_STREAMS; p++) {
+        CUstream k = atomic_load_explicit(&p->key, memory_order_acquire);
+        if (k != NULL && atomic_load_explicit(&p->done, memory_order_acquire) <
+                             atomic_load_explicit(&p->last, memory_order_acquire))
+            continue;
+        if (atomic_compare_exchange_strong(&p->key, &k, key)) {
+            atomic_store_explicit(&p->done, 0, memory_order_release);
+            atomic_store_explicit(&p->last, seq, memory_order_release);
+            return;
+        }
+    }
+    if (!atomic_exchange_explicit(&ls->untracked, 1, memory_order_acq_rel) && CLC_FIRST_TIME())
+        clc_log(CLC_MSG_WARNING,
+                "priority: work in flight on more than %d streams of device %d: the GPU "
+                "counts as busy until the device is synchronized",
+                LC_STREAMS, device);
+}
+
 void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
     if (unlikely((unsigned)device >= BOARD_DEVICES)) {
         if (CLC_FIRST_TIME())
@@ -157,18 +202,35 @@ void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
     if (unlikely(!r || !atomic_load_explicit(&r->used, memory_order_acquire)) &&
         !(r = lc_row_slow(device)))
         return;
-    CUstream key = stream_key(stream, ptsz);
     uint64_t before = atomic_fetch_add_explicit(&r->launched, 1, memory_order_acq_rel);
-    if (before == atomic_load_explicit(&r->settled, memory_order_acquire)) {
-        /* went busy: the stream is its, unless another thread's launch got there first */
-        CUstream expected = NULL;
-        if (!atomic_compare_exchange_strong(&g_busy_stream[device], &expected, key) &&
-            expected != key)
-            atomic_store_explicit(&g_busy_stream[device], MULTI_STREAM, memory_order_relaxed);
+    if (before == atomic_load_explicit(&r->settled, memory_order_acquire))
         atomic_store_explicit(&r->busy_since_ns, clc_now_ns(), memory_order_release);
-    } else if (atomic_load_explicit(&g_busy_stream[device], memory_order_relaxed) != key) {
-        atomic_store_explicit(&g_busy_stream[device], MULTI_STREAM, memory_order_relaxed);
+    note_stream(device, stream_key(stream, ptsz), before + 1);
+}
+
+/* Work known done: on stream `key` up to launch `upto`, or (key NULL) on every stream. Once
+ * every stream's work is done, the row is settled up to the last launch seen. */
+static void settle(int device, CUstream key, uint64_t upto) {
+    board_row *r = &slot_now()->rows[device];
+    lc_streams *ls = &g_streams[device];
+    uint64_t last = 0;
+    int idle = 1;
+    if (!key) atomic_store_explicit(&ls->untracked, 0, memory_order_release);
+    for (int i = 0; i < LC_STREAMS; i++) {
+        lc_stream *p = &ls->place[i];
+        CUstream k = atomic_load_explicit(&p->key, memory_order_acquire);
+        if (!k) continue;
+        if (!key || k == key) raise_to(&p->done, upto);
+        uint64_t l = atomic_load_explicit(&p->last, memory_order_acquire);
+        if (atomic_load_explicit(&p->done, memory_order_acquire) < l) idle = 0;
+        if (l > last) last = l;
     }
+    if (!key) {
+        raise_to(&r->settled, upto); /* the whole device: whatever the places say */
+        return;
+    }
+    if (idle && !atomic_load_explicit(&ls->untracked, memory_order_acquire))
+        raise_to(&r->settled, last);
 }
 
 uint64_t clc_priority_sync_begin(int device, int *counted) {
@@ -184,27 +246,16 @@ void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUs
                            int ptsz, int counted, int done) {
     board_slot *slot = slot_now();
     if (!counted || !slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
-    board_row *r = &slot->rows[device];
-    atomic_fetch_sub_explicit(&r->waiting, 1, memory_order_acq_rel);
-    if (!done) return;
-    CUstream busy = atomic_load_explicit(&g_busy_stream[device], memory_order_acquire);
-    if (!whole_context && busy != stream_key(stream, ptsz))
-        return; /* work on other streams may still run */
-    uint64_t cur = atomic_load_explicit(&r->settled, memory_order_relaxed);
-    while (cur < launched &&
-           !atomic_compare_exchange_weak_explicit(&r->settled, &cur, launched, memory_order_acq_rel,
-                                                  memory_order_relaxed));
-    /* idle again: the next launch names the stream anew */
-    if (atomic_load_explicit(&r->launched, memory_order_acquire) ==
-        atomic_load_explicit(&r->settled, memory_order_acquire))
-        atomic_compare_exchange_strong(&g_busy_stream[device], &busy, NULL);
+    atomic_fetch_sub_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
+    if (done) settle(device, whole_context ? NULL : stream_key(stream, ptsz), launched);
 }
 
 /* ---- events: what the process waits on, besides synchronizations --------------------------- */
 typedef struct {
     CUevent ev;
     int device;
-    uint64_t launched;
+    CUstream key;      /* the stream it was recorded on */
+    uint64_t launched; /* the row's launches when it was recorded */
 } lc_event;
 static lc_event g_events[CLC_LC_EVENTS];
 static pthread_mutex_t g_events_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -217,27 +268,27 @@ static lc_event *event_place(CUevent ev) {
 void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz) {
     board_slot *slot = slot_now();
     if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid() || !ev) return;
-    board_row *r = &slot->rows[device];
-    uint64_t launched = atomic_load_explicit(&r->launched, memory_order_acquire);
-    int covers = launched != atomic_load_explicit(&r->settled, memory_order_acquire) &&
-                 atomic_load_explicit(&g_busy_stream[device], memory_order_acquire) ==
-                     stream_key(stream, ptsz);
+    uint64_t launched = atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
     pthread_mutex_lock(&g_events_lock);
-    lc_event *e = event_place(ev);
-    if (covers)
-        *e = (lc_event){.ev = ev, .device = device, .launched = launched};
-    else if (e->ev == ev)
-        e->ev = NULL; /* recorded again: what it covered before is no longer what it waits on */
+    *event_place(ev) = (lc_event){
+        .ev = ev, .device = device, .key = stream_key(stream, ptsz), .launched = launched};
     pthread_mutex_unlock(&g_events_lock);
 }
 
-int clc_priority_event_covers(CUevent ev, uint64_t *launched) {
+int clc_priority_event_covers(CUevent ev, CUstream *key, uint64_t *launched) {
     int device = -1;
     pthread_mutex_lock(&g_events_lock);
     lc_event *e = event_place(ev);
-    if (ev && e->ev == ev) device = e->device, *launched = e->launched;
+    if (ev && e->ev == ev) device = e->device, *key = e->key, *launched = e->launched;
     pthread_mutex_unlock(&g_events_lock);
     return device;
+}
+
+void clc_priority_event_settle(int device, CUstream key, uint64_t launched, int counted, int done) {
+    board_slot *slot = slot_now();
+    if (!counted || !slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
+    atomic_fetch_sub_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
+    if (done && key) settle(device, key, launched);
 }
 
 void clc_priority_event_forget(CUevent ev) {

@@ -126,7 +126,7 @@ void clc_priority_after_fork_child(void) {
         atomic_store(&g_slot, NULL);
         close_kept(g_slot_dir, g_slot_dir_dev, g_slot_dir_ino);
         g_slot_dir = -1;
-        for (int d = 0; d < BOARD_DEVICES; d++) atomic_store(&g_busy_stream[d], NULL);
+        memset(g_streams, 0, sizeof g_streams); /* the parent's work is not this process's */
     }
     if (g_class == CLC_PRIORITY_BE) {
         pthread_mutex_init(&g_be_lock, NULL);

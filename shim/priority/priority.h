@@ -93,20 +93,22 @@ void clc_priority_lc_launch(int device, CUstream stream, int ptsz);
  * (else 0). */
 uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int per_thread);
 /* Around a synchronization of a latency-critical process (its GPU counts as busy meanwhile):
- * what was launched before it (begin); settled once it returned (end, `done`: successfully)
- * for the whole context, or for `stream` when every launch since the GPU went busy was on it. */
+ * what was launched before it (begin); once it returned (end, `done`: successfully) the work
+ * of the whole device, or of `stream`, is done up to then: the GPU is idle once every stream's
+ * work is done (latency_critical.c keeps up to 16 streams per GPU). */
 uint64_t clc_priority_sync_begin(int device, int *counted);
 void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
                            int ptsz, int counted, int done);
 /* Events of a latency-critical process (settle.c): one recorded on `stream` on `device` keeps
- * what was launched there before it, when every launch since the GPU went busy was on that
- * stream (a record that covers anything else keeps nothing); covers gives the device and that
- * count for a kept event (-1: none kept), so that its completion settles them; forget: the
- * event is destroyed. At most CLC_LC_EVENTS are kept: an event whose place another took
- * settles nothing (its waits still mark the GPU busy). */
+ * the stream and how many launches the device had then; covers gives them back for a kept
+ * event (the device, or -1: none kept); settle, after a wait on it that was counted (as
+ * clc_priority_sync_begin counts), settles that stream's work up to then when the wait `done`
+ * (successfully); forget: the event is destroyed. At most CLC_LC_EVENTS are kept: an event
+ * whose place another took settles nothing (its waits still mark the GPU busy). */
 #define CLC_LC_EVENTS 256
 void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz);
-int clc_priority_event_covers(CUevent ev, uint64_t *launched);
+int clc_priority_event_covers(CUevent ev, CUstream *key, uint64_t *launched);
+void clc_priority_event_settle(int device, CUstream key, uint64_t launched, int counted, int done);
 void clc_priority_event_forget(CUevent ev);
 /* A best-effort graph replay: held as a launch is (the graph cannot be confined to a share: it
  * waits, down to the floor, where a launch would run on the held share). */

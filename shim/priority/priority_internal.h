@@ -78,7 +78,16 @@ extern CLC_HIDDEN uint64_t g_shared_start, g_shared_since;
 void read_trust(void);
 
 /* latency_critical.c */
-extern CLC_HIDDEN CUstream _Atomic g_busy_stream[BOARD_DEVICES];
+#define LC_STREAMS 16
+typedef struct {
+    CUstream _Atomic key; /* stream_key's; NULL: a free place */
+    _Atomic uint64_t last, done;
+} lc_stream;
+typedef struct {
+    lc_stream place[LC_STREAMS];
+    _Atomic int untracked; /* a launch found no place: only a device synchronization settles */
+} lc_streams;
+extern CLC_HIDDEN lc_streams g_streams[BOARD_DEVICES];
 extern CLC_HIDDEN board_slot *_Atomic g_slot;
 extern CLC_HIDDEN int g_slot_dir;
 extern CLC_HIDDEN dev_t g_slot_dir_dev;

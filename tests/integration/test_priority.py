@@ -348,7 +348,8 @@ def test_a_synchronization_in_progress_keeps_the_gpu_busy_past_idle_after(pair, 
     be = pair("batch", idle=10000)
     be.send("launch 1")
     assert be.wait_for("done", 0.06) is None
-    lc.do("sync stream")  # every launch since busy was not on this stream: still busy
+    lc.do("launch 1 s")
+    lc.do("sync stream")  # the default stream's work is done, its own stream's is not
     assert be.wait_for("done", 0.02) is None
     lc.do("sync ctx")
     assert be.wait_for("done", 5) is not None

@@ -143,3 +143,39 @@ def test_under_held_share_a_graph_replay_waits_where_a_launch_runs_on_the_share(
     be.finish()
     kinds = {h.shared for h in be.holds()}
     assert kinds == {True, False}
+
+
+def test_work_on_several_streams_is_settled_stream_by_stream(pair):
+    # GIVEN a service whose warm-up ran on two streams, never synchronized as a whole (a graph
+    # captured on a side stream, say), then replays on the default stream and waits on events
+    lc = pair("serving")
+    lc.do("launch 2 s")
+    lc.do("launch 1")
+    lc.do("record s")
+    lc.do("esync")  # its own stream's work is done; the default stream's launch is not
+    be = pair("batch")
+    assert_held(be, "launch 1")
+    # WHEN the default stream's work is waited for too, by an event after it
+    lc.do("graph 1")
+    lc.do("record")
+    lc.do("esync")
+    # THEN every stream's work is done: the GPU is idle
+    assert_released(be)
+    assert_let_go_by_the_service(be)
+
+
+def test_a_stream_synchronization_settles_once_every_stream_is_done(pair):
+    # GIVEN a service with work on three streams: two of them waited for
+    lc = pair("serving")
+    lc.do("launch 1 s")
+    lc.do("ptsz 1")
+    lc.do("launch 1")
+    lc.do("sync s")
+    lc.do("copy")  # the legacy default stream's work; not the per-thread stream's
+    be = pair("batch")
+    assert_held(be, "launch 1")
+    # WHEN the third is waited for too
+    lc.do("query t")
+    # THEN the GPU is idle
+    assert_released(be)
+    assert_let_go_by_the_service(be)
