@@ -35,7 +35,8 @@
     "CLC_LAUNCH_COUNT CLC_LAUNCH_SKIP CLC_ON_ERROR CLC_OUTPUT " \
     "CLC_PKG_PATH CLC_POLICY CLC_POLICY_CONFINES CLC_POLICY_DECIDERS CLC_POLICY_PROGRAM " \
     "CLC_POLICY_WRAPS CLC_PRIORITY CLC_PRIORITY_BOARD CLC_PRIORITY_FLOOR " \
-    "CLC_PRIORITY_HELD_SHARE CLC_PRIORITY_IDLE_MS CLC_PRIORITY_NAME CLC_PRIORITY_RUN_AHEAD " \
+    "CLC_PRIORITY_HELD_SHARE CLC_PRIORITY_IDLE_MS CLC_PRIORITY_NAME CLC_PRIORITY_RESERVE " \
+    "CLC_PRIORITY_RUN_AHEAD " \
     "CLC_PRIORITY_TRUST CLC_PYTHON_EXE CLC_PYTHON_LIB CLC_PYTHON_VERSION CLC_ROOT_PID " \
     "CLC_RUN CLC_STATUS CLC_SYS_PATH CLC_TENANT CLC_TIMING CLC_VERBOSE"
 
@@ -569,6 +570,10 @@ typedef struct clc_rec_hold {
  * idle; more than 0 (the range is open there), at most the maximum */
 #define CLC_PRIORITY_IDLE_MS_MAX 10000
 #define CLC_PRIORITY_IDLE_MS_DEFAULT 20
+/* CLC_PRIORITY_RESERVE: the share of the SMs a best-effort process leaves free while a
+ * latency-critical process lives on its GPU, which it does while it launched there in the last
+ * CLC_PRIORITY_RESERVE_KEEP_MS (then the whole GPU is the best-effort process's again) */
+#define CLC_PRIORITY_RESERVE_KEEP_MS 1000
 
 /* ---- the status socket: what each process tells clc-run (CLC_STATUS) ------------------------ */
 /* One datagram per message: a word below, a space, then the text (clc/runtime/status.py). */

@@ -344,6 +344,9 @@ CLASS_KEYS = {
                      only=(BEST_EFFORT,)),
     # 0: a held launch waits; else it runs on this share of the SMs.
     "held_share": Key(Number(0, 1, hi_open=True), only=(BEST_EFFORT,)),
+    # 0: none; else the share of the SMs left free for latency-critical work while it lives on
+    # the GPU: the class's launches run on the rest, the device's last SMs.
+    "reserve": Key(Number(0, 1, hi_open=True), only=(BEST_EFFORT,)),
 }
 
 PRIORITY_KEYS = {

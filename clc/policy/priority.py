@@ -34,6 +34,9 @@ class PriorityClass:
     line: int = 0
     # 0: a held launch waits; else it runs on this share of the SMs, the device's last ones
     held_share: float = 0.0
+    # 0: none; else the share of the SMs its launches leave free while a latency-critical
+    # process lives on the GPU (they run on the rest, the device's last SMs)
+    reserve: float = 0.0
     process: tuple[str, ...] | None = None
     tenant: tuple[str, ...] | None = None
     user: tuple[str, ...] | None = None
@@ -48,12 +51,14 @@ class PriorityClass:
     def describe(self) -> str:
         if self.kind == LATENCY_CRITICAL:
             return f"'{self.name}' ({self.kind})"
+        reserve = (f"; {self.reserve:g} of the SMs left free while latency-critical work lives "
+                   "on its GPU" if self.reserve else "")
         if self.held_share:
             return (f"'{self.name}' ({self.kind}: held to {self.held_share:g} of the SMs, the "
-                    "device's last ones, while latency-critical work is busy on its GPU; at "
-                    f"most {count(self.run_ahead, 'launch', 'launches')} queued ahead)")
+                    f"device's last ones, while latency-critical work is busy on its GPU{reserve}"
+                    f"; at most {count(self.run_ahead, 'launch', 'launches')} queued ahead)")
         return (f"'{self.name}' ({self.kind}: held while latency-critical work is busy on its "
-                f"GPU, never for more than {1 - self.floor:.0%} of any 100 ms; at most "
+                f"GPU, never for more than {1 - self.floor:.0%} of any 100 ms{reserve}; at most "
                 f"{count(self.run_ahead, 'launch', 'launches')} queued ahead)")
 
 

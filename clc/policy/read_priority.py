@@ -22,6 +22,7 @@ _IDLE = PRIORITY_KEYS["idle_after_ms"].value
 _FLOOR = CLASS_KEYS["floor"].value
 _RUN_AHEAD = CLASS_KEYS["run_ahead"].value
 _HELD_SHARE = CLASS_KEYS["held_share"].value
+_RESERVE = CLASS_KEYS["reserve"].value
 
 
 class _PriorityReader(_MatchReader):
@@ -125,17 +126,18 @@ class _PriorityReader(_MatchReader):
                         "holds for whole processes: it may match only "
                         + ", ".join(_CLASS_MATCH_KEYS) + ")").items():
                     fields[key] = self.attempt(self.condition, key, value)
-        floor, run_ahead, held_share = self.best_effort(pairs, name, kind)
+        floor, run_ahead, held_share, reserve = self.best_effort(pairs, name, kind)
         if len(self.errors) > before or kind is None:
             raise _Reported
         return PriorityClass(name, kind, float(floor), int(run_ahead),
-                             node.start_mark.line + 1, held_share=float(held_share), **fields)
+                             node.start_mark.line + 1, held_share=float(held_share),
+                             reserve=float(reserve), **fields)
 
     def best_effort(self, pairs: dict, name: str, kind: str | None) -> tuple:
-        """A class's floor, run_ahead and held_share: their defaults unless it gives them, only
-        a best-effort class may."""
+        """A class's floor, run_ahead, held_share and reserve: their defaults unless it gives
+        them, only a best-effort class may."""
         floor, run_ahead = abi.PRIORITY_FLOOR_DEFAULT, abi.PRIORITY_RUN_AHEAD_DEFAULT
-        held_share = 0.0
+        held_share = reserve = 0.0
         for key in _BEST_EFFORT_KEYS:
             if key in pairs and kind == LATENCY_CRITICAL:
                 self.report(pairs[key][0], f"'{key}' is only allowed on a best-effort class "
@@ -157,7 +159,9 @@ class _PriorityReader(_MatchReader):
                 self.warn(pairs["floor"][0], f"floor on class '{name}' has no effect: with "
                                              "held_share its held launches run on a share of "
                                              "the SMs, they do not wait")
-        return floor, run_ahead, held_share
+        if "reserve" in pairs and kind != LATENCY_CRITICAL:
+            reserve = self.bounded_number(pairs, "reserve", _RESERVE, " (0: none)")
+        return floor, run_ahead, held_share, reserve
 
     def bounded_number(self, pairs: dict, key: str, bounds, why: str):
         """The number pairs[key] gives, reported when outside bounds (`why` said after the

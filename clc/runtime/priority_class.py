@@ -119,5 +119,7 @@ def priority_settings(policy, argv, tenant, verbose=False):
         out["CLC_PRIORITY_RUN_AHEAD"] = str(found.run_ahead)
         if found.held_share:
             out["CLC_PRIORITY_HELD_SHARE"] = repr(found.held_share)
+        if found.reserve:
+            out["CLC_PRIORITY_RESERVE"] = repr(found.reserve)
         out["CLC_PRIORITY_TRUST"] = ",".join(f"u{u}" for u in sorted(users))
     return out

@@ -62,10 +62,10 @@ def run_settings(policy, argv, deciders, run_json, capture_limit, timing, cupti,
     settings = {"CLC_CAPTURE_MAX_BYTES": str(capture_limit), "CLC_RUN": run_json}
     settings.update(timing_settings(timing, cupti))
     settings["CLC_POLICY_PROGRAM"] = "1" if policy.program_wide else "0"
-    # held_share confines held launches as sm_share does: contexts the program makes
+    # held_share and reserve confine launches as sm_share does: contexts the program makes
     # (cuCtxCreate) are then green contexts of their own too
     held_share = policy.priority is not None and any(
-        c.held_share for c in policy.priority.classes)
+        c.held_share or c.reserve for c in policy.priority.classes)
     settings["CLC_POLICY_CONFINES"] = "1" if policy.confines or held_share else "0"
     settings["CLC_POLICY_DECIDERS"] = str(deciders)
     settings.update(priority_settings(policy, argv, tenant, verbose))

@@ -253,7 +253,10 @@ static void scan(uint64_t now) {
 }
 
 /* Whether a latency-critical process is busy on `device`; *since: when it went busy. */
-static int lc_busy_now(int device, uint64_t now, uint64_t *since) {
+/* Whether a latency-critical process is busy on `device` now; *present whether one lives
+ * there (it launched there in the last CLC_PRIORITY_RESERVE_KEEP_MS, or cannot be told). */
+static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present) {
+    *present = 1;
     if (g_board_bad || g_table_full) return 1;
     if ((unsigned)device >= BOARD_DEVICES) {
         if (CLC_FIRST_TIME())
@@ -275,6 +278,7 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since) {
         g_be_uuid_known[device] = 1;
     }
     board_slot slot;
+    *present = 0;
     for (int k = 0; k < g_n_views;) {
         lc_view *v = &g_views[k];
         if (!read_view(v, &slot)) { /* changed under us: believed no more */
@@ -287,10 +291,12 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since) {
             if (!r->used || memcmp(r->uuid, g_be_uuid[device], 16) != 0) continue;
             uint64_t l = r->launched, s = r->settled;
             if (l != v->seen_launched[d]) v->seen_launched[d] = l, v->seen_ns[d] = now;
+            if (l && now - v->seen_ns[d] < CLC_PRIORITY_RESERVE_KEEP_MS * 1000000ull) *present = 1;
             /* busy: waiting for its GPU in a synchronization, or not quiet for longer than
              * the policy's idle_after */
             if (l != s && (r->waiting || now - v->seen_ns[d] < g_idle_ns)) {
                 *since = r->busy_since_ns;
+                *present = 1;
                 return 1;
             }
         }
@@ -300,22 +306,25 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since) {
 
 static struct {
     uint64_t at_ns, since;
-    int busy;
+    int busy, present;
 } g_looked[BOARD_DEVICES];
 
 /* lc_busy_now, looked at again only READ_EVERY_NS after the last look (g_be_lock held) */
-static int lc_busy(int device, uint64_t now, uint64_t *since) {
-    if ((unsigned)device >= BOARD_DEVICES) return lc_busy_now(device, now, since);
+static int lc_busy(int device, uint64_t now, uint64_t *since, int *present) {
+    if ((unsigned)device >= BOARD_DEVICES) return lc_busy_now(device, now, since, present);
     if (g_looked[device].at_ns && now - g_looked[device].at_ns < READ_EVERY_NS) {
         *since = g_looked[device].since;
+        *present = g_looked[device].present;
         return g_looked[device].busy;
     }
     uint64_t s = 0;
-    int busy = lc_busy_now(device, now, &s);
+    int p, busy = lc_busy_now(device, now, &s, &p);
     g_looked[device].at_ns = now;
     g_looked[device].since = s;
     g_looked[device].busy = busy;
+    g_looked[device].present = p;
     *since = s;
+    *present = p;
     return busy;
 }
 
@@ -335,8 +344,21 @@ held_window g_window;
 /* Whether a latency-critical process is busy on `device` now, the directories read again
  * when a scan is due (g_be_lock held). */
 static int look(int device, uint64_t now, uint64_t *since) {
+    int present;
     if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    return lc_busy(device, now, since);
+    return lc_busy(device, now, since, &present);
+}
+
+/* reserve: whether a latency-critical process lives on `device` (its launches leave the
+ * reserve free meanwhile). */
+static int lc_present(int device) {
+    pthread_mutex_lock(&g_be_lock);
+    uint64_t now = clc_now_ns(), since;
+    int present;
+    if (now - g_scanned_ns >= SCAN_NS) scan(now);
+    lc_busy(device, now, &since, &present);
+    pthread_mutex_unlock(&g_be_lock);
+    return present;
 }
 
 /* A hold that ended, counted for the exit line: its HOLD record (g_be_lock held). */
@@ -605,6 +627,7 @@ static uint64_t be_launch(int device, CUcontext ctx, CUstream stream, int per_th
         word = held_to_share(device) ? g_held_word : 0;
     else
         hold(device);
+    if (!word && g_reserve_word && confinable && lc_present(device)) word = g_reserve_word;
     bound_run_ahead(ctx, stream, per_thread);
     if (exchanged) g_drv.exchange_capture_mode(&mode);
     t_in_clc = was;

@@ -24,6 +24,7 @@ static int g_board_refused; /* ... for good: it is another user's, or others may
 double g_floor = CLC_PRIORITY_FLOOR_DEFAULT;
 unsigned g_run_ahead = CLC_PRIORITY_RUN_AHEAD_DEFAULT;
 uint64_t g_held_word; /* CLC_ACTION_CONFINE word of a held launch (held_share); 0: wait */
+uint64_t g_reserve_word; /* CLC_ACTION_CONFINE word while latency-critical work lives (reserve) */
 uint64_t g_idle_ns = CLC_PRIORITY_IDLE_MS_DEFAULT * 1000000ull;
 char g_board_path[256];
 

@@ -157,14 +157,27 @@ static CUresult make_partition(partition *p) {
     /* Every group of this size, then the first or the last taken: the driver lays groups out by
      * how many it is asked for, so two processes (tenants at either end) must ask for the same
      * split to get groups that do not overlap. */
-    groups = all.sm.sm_count / sms;
-    cu_dev_resource *each = calloc(groups ? groups : 1, sizeof *each);
-    if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
-    r = g_drv.green.split(each, &groups, &all, &rest, 0, sms);
-    if (r == CUDA_SUCCESS && groups == 0) r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS) group = each[last ? groups - 1 : 0];
-    free(each);
-    if (r != CUDA_SUCCESS) return r;
+    if (last && 2 * sms > all.sm.sm_count) {
+        /* more than half of the SMs, at the end (a best-effort reserve's): the SMs before it
+         * are split off as one group, and the partition is what remains */
+        unsigned before = (all.sm.sm_count - sms + step - 1) / step * step;
+        cu_dev_resource skipped;
+        groups = 1;
+        r = g_drv.green.split(&skipped, &groups, &all, &rest, 0, before < step ? step : before);
+        if (r == CUDA_SUCCESS && (groups == 0 || rest.sm.sm_count == 0))
+            r = CUDA_ERROR_INVALID_VALUE;
+        if (r != CUDA_SUCCESS) return r;
+        group = rest;
+    } else {
+        groups = all.sm.sm_count / sms;
+        cu_dev_resource *each = calloc(groups ? groups : 1, sizeof *each);
+        if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
+        r = g_drv.green.split(each, &groups, &all, &rest, 0, sms);
+        if (r == CUDA_SUCCESS && groups == 0) r = CUDA_ERROR_INVALID_VALUE;
+        if (r == CUDA_SUCCESS) group = each[last ? groups - 1 : 0];
+        free(each);
+        if (r != CUDA_SUCCESS) return r;
+    }
     if ((r = g_drv.green.generate_desc(&desc, &group, 1)) != CUDA_SUCCESS) return r;
     if ((r = g_drv.green.create(&p->green, desc, p->device, CU_GREEN_CTX_DEFAULT_STREAM)) !=
         CUDA_SUCCESS) {

@@ -79,6 +79,12 @@ int clc_priority_start(void) {
             g_held_word = (uint64_t)CLC_CAP_SHARE << CLC_CONFINE_KIND_SHIFT |
                           (uint64_t)(share * 1e6) | CLC_CONFINE_LAST;
     }
+    if ((v = clc_setting("CLC_PRIORITY_RESERVE"))) {
+        double reserve = strtod(v, NULL);
+        if (reserve > 0 && reserve < 1)
+            g_reserve_word = (uint64_t)CLC_CAP_SHARE << CLC_CONFINE_KIND_SHIFT |
+                             (uint64_t)((1 - reserve) * 1e6) | CLC_CONFINE_LAST;
+    }
     if (g_class == CLC_PRIORITY_BE) read_trust();
     board_fd();
     if (g_class == CLC_PRIORITY_LC && g_board >= 0) {

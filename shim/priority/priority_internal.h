@@ -108,7 +108,7 @@ extern CLC_HIDDEN int g_board_bad;
 extern CLC_HIDDEN char g_board_path[256];
 extern CLC_HIDDEN int g_class;
 extern CLC_HIDDEN double g_floor;
-extern CLC_HIDDEN uint64_t g_held_word;
+extern CLC_HIDDEN uint64_t g_held_word, g_reserve_word;
 extern CLC_HIDDEN uint64_t g_idle_ns;
 extern CLC_HIDDEN unsigned g_run_ahead;
 int slot_alive(int32_t pid, uint64_t start_time);

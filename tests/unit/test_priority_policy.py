@@ -180,6 +180,24 @@ def test_held_share_confines_held_launches_instead_of_holding_them():
                                "launches run on a share of the SMs, they do not wait")
 
 
+def test_a_reserve_leaves_a_share_of_the_sms_free_while_latency_critical_work_lives():
+    text = ("version: 1\npriority:\n  classes:\n"
+            "    - {name: b, class: best-effort, reserve: 0.25}\n")
+    (c,) = parse_policy(text, "p.yaml").priority.classes
+    assert c.reserve == 0.25 and c.held_share == 0
+    assert "0.25 of the SMs left free while latency-critical work lives on its GPU" in \
+        c.describe()
+    got = priority_settings(parse_policy(text, "p.yaml"), ["x"], "")
+    assert got["CLC_PRIORITY_RESERVE"] == "0.25"
+    waits = "version: 1\npriority:\n  classes:\n    - {name: b, class: best-effort}\n"
+    assert "CLC_PRIORITY_RESERVE" not in priority_settings(parse_policy(waits), ["x"], "")
+    assert errors_of(text.replace("0.25", "1")) == [
+        "4:46: reserve must be at least 0 (0: none) and less than 1, got 1"]
+    assert errors_of(text.replace("best-effort, reserve: 0.25",
+                                  "latency-critical, reserve: 0.5"))[0].endswith(
+        "'reserve' is only allowed on a best-effort class (class 'b' is latency-critical)")
+
+
 def test_groups_are_trusted_through_their_members(monkeypatch):
     import grp
     import pwd
