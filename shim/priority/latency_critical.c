@@ -202,6 +202,13 @@ void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
     if (unlikely(!r || !atomic_load_explicit(&r->used, memory_order_acquire)) &&
         !(r = lc_row_slow(device)))
         return;
+    /* A launch captured into a graph runs nothing now (the graph's replays count). The legacy
+     * default stream cannot capture: only launches on other streams ask the driver. */
+    int capturing;
+    if ((ptsz || (stream != NULL && stream != CU_STREAM_LEGACY)) &&
+        clc_stream_capture_status(stream, ptsz, &capturing) == CUDA_SUCCESS &&
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+        return;
     uint64_t before = atomic_fetch_add_explicit(&r->launched, 1, memory_order_acq_rel);
     if (before == atomic_load_explicit(&r->settled, memory_order_acquire))
         atomic_store_explicit(&r->busy_since_ns, clc_now_ns(), memory_order_release);

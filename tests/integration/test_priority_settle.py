@@ -179,3 +179,17 @@ def test_a_stream_synchronization_settles_once_every_stream_is_done(pair):
     # THEN the GPU is idle
     assert_released(be)
     assert_let_go_by_the_service(be)
+
+
+def test_launches_captured_into_a_graph_do_not_mark_the_gpu_busy(pair):
+    # GIVEN a service that captures its work into a graph on a side stream (it runs nothing)
+    lc = pair("serving")
+    lc.do("capture 5")
+    # THEN a best-effort process is not held...
+    be = pair("batch")
+    assert be.do("launch 10") < HELD
+    # ...until the service replays work
+    lc.do("launch 1")
+    assert_held(be, "launch 1")
+    lc.do("sync ctx")
+    assert_released(be)
