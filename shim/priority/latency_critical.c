@@ -181,10 +181,12 @@ static void note_stream(int device, CUstream key, uint64_t seq) {
             return;
         }
     }
+    atomic_store_explicit(&ls->untracked_ns, clc_now_ns(), memory_order_release);
     if (!atomic_exchange_explicit(&ls->untracked, 1, memory_order_acq_rel) && CLC_FIRST_TIME())
         clc_log(CLC_MSG_WARNING,
                 "priority: work in flight on more than %d streams of device %d: the GPU "
-                "counts as busy until the device is synchronized",
+                "counts as busy until the device is synchronized, or no launch finds no "
+                "stream's place for idle_after_ms",
                 LC_STREAMS, device);
 }
 
@@ -215,20 +217,36 @@ void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
     note_stream(device, stream_key(stream, ptsz), before + 1);
 }
 
+/* Whether a stream's work, not known done, counts as done all the same: no launch on it for
+ * idle_after_ms, as settlings saw it, while the process waited for other work (as a process
+ * quiet for that long counts as idle). Work waited for in a way clc does not follow (a stream
+ * made to wait for another's event, a warm-up on a side stream) ends so. */
+static int quiet_stream(lc_stream *p, uint64_t l, uint64_t now) {
+    if (atomic_load_explicit(&p->seen_last, memory_order_acquire) != l) {
+        atomic_store_explicit(&p->seen_last, l, memory_order_release);
+        atomic_store_explicit(&p->seen_ns, now, memory_order_release);
+        return 0;
+    }
+    return now - atomic_load_explicit(&p->seen_ns, memory_order_acquire) >= g_idle_ns;
+}
+
 /* Work known done: on stream `key` up to launch `upto`, or (key NULL) on every stream. Once
  * every stream's work is done, the row is settled up to the last launch seen. */
 static void settle(int device, CUstream key, uint64_t upto) {
     board_row *r = &slot_now()->rows[device];
     lc_streams *ls = &g_streams[device];
-    uint64_t last = 0;
+    uint64_t last = 0, now = clc_now_ns();
     int idle = 1;
-    if (!key) atomic_store_explicit(&ls->untracked, 0, memory_order_release);
+    if (!key || now - atomic_load_explicit(&ls->untracked_ns, memory_order_acquire) >= g_idle_ns)
+        atomic_store_explicit(&ls->untracked, 0, memory_order_release);
     for (int i = 0; i < LC_STREAMS; i++) {
         lc_stream *p = &ls->place[i];
         CUstream k = atomic_load_explicit(&p->key, memory_order_acquire);
         if (!k) continue;
         if (!key || k == key) raise_to(&p->done, upto);
         uint64_t l = atomic_load_explicit(&p->last, memory_order_acquire);
+        if (atomic_load_explicit(&p->done, memory_order_acquire) < l && quiet_stream(p, l, now))
+            raise_to(&p->done, l);
         if (atomic_load_explicit(&p->done, memory_order_acquire) < l) idle = 0;
         if (l > last) last = l;
     }

@@ -82,10 +82,16 @@ void read_trust(void);
 typedef struct {
     CUstream _Atomic key; /* stream_key's; NULL: a free place */
     _Atomic uint64_t last, done;
+    /* `last` as a settling last saw it, and when it first saw that value: a stream with no
+     * launch for idle_after_ms while others were waited for counts as done */
+    _Atomic uint64_t seen_last, seen_ns;
 } lc_stream;
 typedef struct {
     lc_stream place[LC_STREAMS];
-    _Atomic int untracked; /* a launch found no place: only a device synchronization settles */
+    /* a launch found no place (when, by CLC_MONOTONIC ns): only a device synchronization, or
+     * idle_after_ms without another such launch, settles */
+    _Atomic int untracked;
+    _Atomic uint64_t untracked_ns;
 } lc_streams;
 extern CLC_HIDDEN lc_streams g_streams[BOARD_DEVICES];
 extern CLC_HIDDEN board_slot *_Atomic g_slot;

@@ -8,6 +8,8 @@ The programs are tests/fixtures/native/prog_priority driven line by line (see te
 the time a best-effort command's "done" line comes back is when its launches returned.
 """
 
+import time
+
 import pytest
 
 # test_priority's fixtures (board, policy, pair) are taken by name, which ruff reads as
@@ -193,3 +195,20 @@ def test_launches_captured_into_a_graph_do_not_mark_the_gpu_busy(pair):
     assert_held(be, "launch 1")
     lc.do("sync ctx")
     assert_released(be)
+
+
+def test_a_side_stream_quiet_for_idle_after_counts_as_done(pair):
+    # GIVEN a service that warmed up on a side stream it never waits for (PyTorch makes its
+    # default stream wait for the side stream's event instead), then serves by graph replays
+    # and event waits on the default stream
+    lc = pair("serving", idle=60)
+    lc.do("launch 2 s")
+    be = pair("batch", idle=60)
+    lc.send("gcycle 2000 1500")
+    time.sleep(0.4)
+    # WHEN a best-effort process launches while the service serves
+    # THEN it is held only while a replay is in flight, not to its floor
+    assert be.do("launch 20") < HELD
+    assert lc.wait_for("done", 10) is not None
+    be.finish()
+    assert not any(h.by_floor for h in be.holds())
