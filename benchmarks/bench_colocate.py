@@ -36,6 +36,9 @@ clc-0.5-*, clc-0.25-last, shared-two and priority-two):
     priority-mps    the same under MPS
     priority-share-mps  under MPS, the training's held launches run on a quarter of the SMs
                     (held_share 0.25, the device's last SMs) instead of waiting
+    priority-reserve-mps  under MPS, the training keeps a quarter of the SMs free while the
+                    inference lives on the GPU (reserve 0.25); held launches wait
+    priority-reserve-share-mps  the same, held launches on an eighth (held_share 0.125)
     shared-two      three programs, no MPS: the inference, a second inference service of its
                     own rhythm (a request every 7 ms), and the training
     priority-two    the same three under the priority policy: the first service
@@ -112,14 +115,19 @@ SHARES = (0.5, 0.25)
 PLACES = ("first", "last")
 CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
            *(f"clc-{s}-{p}" for s in SHARES for p in PLACES), "priority", "priority-mps",
-           "priority-share-mps", "shared-two", "priority-two")
+           "priority-share-mps", "priority-reserve-mps", "priority-reserve-share-mps",
+           "shared-two", "priority-two")
 DEFAULT_CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "clc-0.25-first", "priority",
-                   "priority-mps", "priority-share-mps")
-PRIORITY_CONFIGS = ("priority", "priority-mps", "priority-share-mps", "priority-two")
+                   "priority-mps", "priority-share-mps", "priority-reserve-mps",
+                   "priority-reserve-share-mps")
+PRIORITY_CONFIGS = ("priority", "priority-mps", "priority-share-mps", "priority-reserve-mps",
+                    "priority-reserve-share-mps", "priority-two")
 SECOND_GAP_MS = 7.0
 PRIORITY_FLOOR = 0.1
 PRIORITY_RUN_AHEAD = 32
 PRIORITY_HELD_SHARE = 0.25
+PRIORITY_RESERVE = 0.25
+PRIORITY_RESERVE_HELD_SHARE = 0.125
 READY_TIMEOUT_S = 300
 DEFAULT_ROUNDS = 3
 DEFAULT_REQUESTS = 400
@@ -292,13 +300,16 @@ def programs(service, training, args):
 
 # ---- policies -----------------------------------------------------------------------------
 
-def priority_policy(path, board, held_share=0, run_ahead=PRIORITY_RUN_AHEAD):
+def priority_policy(path, board, held_share=0, run_ahead=PRIORITY_RUN_AHEAD, reserve=0):
     """The inference (tenant serving) latency-critical, the training (tenant batch)
     best-effort: its held launches wait (down to the floor), or with held_share run on that
-    share of the SMs; at most run_ahead launches queued per stream."""
+    share of the SMs; at most run_ahead launches queued per stream; with reserve, that share of
+    the SMs left free while the inference lives on the GPU."""
     held = f"      held_share: {held_share}\n" if held_share else \
         f"      floor: {PRIORITY_FLOOR}\n"
     held += f"      run_ahead: {run_ahead}\n"
+    if reserve:
+        held += f"      reserve: {reserve}\n"
     Path(path).write_text(
         "# SPDX-License-Identifier: Apache-2.0\nversion: 1\ndefault: allow\npriority:\n"
         f"  board: {board}\n  classes:\n"
@@ -477,8 +488,11 @@ def run_config(name, target, args, tmp, mps_env):
     if name == "shared-two":
         return run_together(progs, env, second_prefix=())
     if name in PRIORITY_CONFIGS:
-        policy = priority_policy(tmp / f"{tag}.yaml", tmp / f"{tag}-board",
-                                 PRIORITY_HELD_SHARE if "share" in name else 0, args.run_ahead)
+        reserve = PRIORITY_RESERVE if "reserve" in name else 0
+        held_share = 0 if "share" not in name else \
+            PRIORITY_RESERVE_HELD_SHARE if reserve else PRIORITY_HELD_SHARE
+        policy = priority_policy(tmp / f"{tag}.yaml", tmp / f"{tag}-board", held_share,
+                                 args.run_ahead, reserve)
         return run_under_clc(progs, env, policy, tmp, tag, second=name == "priority-two")
     if name == "mps":
         return run_together(progs, env)

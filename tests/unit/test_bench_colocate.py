@@ -176,6 +176,10 @@ def test_the_priority_policy_classes_the_two_programs(tmp_path):
     assert load_policy(bc.priority_policy(tmp_path / "r.yaml", tmp_path / "board", 0, 128)
                        ).priority.classes[1].run_ahead == 128
     assert not shared.warnings
+    reserved = load_policy(bc.priority_policy(tmp_path / "v.yaml", tmp_path / "board", 0.125,
+                                              reserve=0.25))
+    assert [(c.reserve, c.held_share) for c in reserved.priority.classes] == [(0, 0),
+                                                                             (0.25, 0.125)]
 
 
 def test_holds_are_read_from_the_training_capture(tmp_path):
