@@ -294,18 +294,24 @@ void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz
     board_slot *slot = slot_now();
     if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid() || !ev) return;
     uint64_t launched = atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
+    int was = t_in_clc;
+    t_in_clc = 1; /* a signal handler's event call on this thread passes straight through */
     pthread_mutex_lock(&g_events_lock);
     *event_place(ev) = (lc_event){
         .ev = ev, .device = device, .key = stream_key(stream, ptsz), .launched = launched};
     pthread_mutex_unlock(&g_events_lock);
+    t_in_clc = was;
 }
 
 int clc_priority_event_covers(CUevent ev, CUstream *key, uint64_t *launched) {
     int device = -1;
+    int was = t_in_clc;
+    t_in_clc = 1; /* a signal handler's event call on this thread passes straight through */
     pthread_mutex_lock(&g_events_lock);
     lc_event *e = event_place(ev);
     if (ev && e->ev == ev) device = e->device, *key = e->key, *launched = e->launched;
     pthread_mutex_unlock(&g_events_lock);
+    t_in_clc = was;
     return device;
 }
 
@@ -317,8 +323,18 @@ void clc_priority_event_settle(int device, CUstream key, uint64_t launched, int 
 }
 
 void clc_priority_event_forget(CUevent ev) {
+    int was = t_in_clc;
+    t_in_clc = 1; /* a signal handler's event call on this thread passes straight through */
     pthread_mutex_lock(&g_events_lock);
     lc_event *e = event_place(ev);
     if (e->ev == ev) e->ev = NULL;
     pthread_mutex_unlock(&g_events_lock);
+    t_in_clc = was;
+}
+
+/* A forked child: the parent's events are not its own, and another thread of the parent may
+ * have held the lock. */
+void lc_events_after_fork(void) {
+    pthread_mutex_init(&g_events_lock, NULL);
+    memset(g_events, 0, sizeof g_events);
 }

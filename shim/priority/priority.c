@@ -134,6 +134,7 @@ void clc_priority_after_fork_child(void) {
         g_slot_dir = -1;
         memset(g_streams, 0, sizeof g_streams); /* the parent's work is not this process's */
     }
+    if (g_class == CLC_PRIORITY_LC) lc_events_after_fork();
     if (g_class == CLC_PRIORITY_BE) {
         pthread_mutex_init(&g_be_lock, NULL);
         memset(g_rings, 0, sizeof g_rings); /* the parent's events are not this process's */

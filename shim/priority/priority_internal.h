@@ -94,6 +94,7 @@ typedef struct {
     _Atomic uint64_t untracked_ns;
 } lc_streams;
 extern CLC_HIDDEN lc_streams g_streams[BOARD_DEVICES];
+void lc_events_after_fork(void);
 extern CLC_HIDDEN board_slot *_Atomic g_slot;
 extern CLC_HIDDEN int g_slot_dir;
 extern CLC_HIDDEN dev_t g_slot_dir_dev;
