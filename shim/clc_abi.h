@@ -539,7 +539,8 @@ typedef struct clc_rec_hold {
     uint64_t held_ns; /* how long the launch waited */
     uint64_t lag_ns;  /* from the latency-critical GPU going busy to the hold; 0: unknown */
     int32_t device;
-    uint32_t why; /* CLC_HOLD_BUSY or CLC_HOLD_NO_BOARD, with CLC_HOLD_FLOOR or CLC_HOLD_SHARED */
+    uint32_t why; /* CLC_HOLD_BUSY or CLC_HOLD_NO_BOARD, with CLC_HOLD_FLOOR, CLC_HOLD_SHARED or
+                     CLC_HOLD_RESERVE */
 } clc_rec_hold; /* 32 bytes */
 
 #define CLC_HOLD_BUSY 0     /* a latency-critical process was busy on the GPU */
@@ -547,6 +548,9 @@ typedef struct clc_rec_hold {
 #define CLC_HOLD_FLOOR 16   /* let go by the floor, not by the GPU going idle */
 #define CLC_HOLD_SHARED 32  /* not a wait: a busy period whose launches ran on the held share
                                (held_share), from its first launch to the first found idle */
+#define CLC_HOLD_RESERVE 64 /* not a wait: a period whose launches left the reserve free
+                               (reserve), from its first launch to the first that found no
+                               latency-critical process living on the GPU */
 
 /* ---- priority classes: what clc-run seals for shim/priority/ (docs/priority.md) ----------- */
 /* CLC_PRIORITY's value: the process's class */

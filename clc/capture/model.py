@@ -81,6 +81,8 @@ class Hold:
     by_floor: bool  # let go by the floor, the GPU still busy
     # not a wait: a busy period whose launches ran on the class's held_share of the SMs
     shared: bool = False
+    # not a wait: a period whose launches left the class's reserve of the SMs free
+    reserve: bool = False
 
 
 @dataclass(slots=True)

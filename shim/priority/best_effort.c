@@ -349,14 +349,34 @@ static int look(int device, uint64_t now, uint64_t *since) {
     return lc_busy(device, now, since, &present);
 }
 
+/* reserve: a period whose launches left the reserve free, one HOLD record (CLC_HOLD_RESERVE):
+ * opened at its first launch, closed at the first launch that finds no latency-critical
+ * process living on the GPU, or at exit (g_be_lock held). */
+uint64_t g_reserve_start;
+static int g_reserve_device = -1;
+
+void close_reserve(uint64_t now) {
+    if (!g_reserve_start) return;
+    clc_rec_hold rec = {g_reserve_start, now - g_reserve_start, 0, g_reserve_device,
+                        CLC_HOLD_BUSY | CLC_HOLD_RESERVE};
+    g_reserve_start = 0;
+    clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
+}
+
 /* reserve: whether a latency-critical process lives on `device` (its launches leave the
- * reserve free meanwhile). */
+ * reserve free meanwhile), its period opened or closed. */
 static int lc_present(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since;
     int present;
     if (now - g_scanned_ns >= SCAN_NS) scan(now);
     lc_busy(device, now, &since, &present);
+    if (present && !g_reserve_start) {
+        g_reserve_start = now;
+        g_reserve_device = device;
+    } else if (!present) {
+        close_reserve(now);
+    }
     pthread_mutex_unlock(&g_be_lock);
     return present;
 }
@@ -627,7 +647,7 @@ static uint64_t be_launch(int device, CUcontext ctx, CUstream stream, int per_th
         word = held_to_share(device) ? g_held_word : 0;
     else
         hold(device);
-    if (!word && g_reserve_word && confinable && lc_present(device)) word = g_reserve_word;
+    if (g_reserve_word && confinable && lc_present(device) && !word) word = g_reserve_word;
     bound_run_ahead(ctx, stream, per_thread);
     if (exchanged) g_drv.exchange_capture_mode(&mode);
     t_in_clc = was;

@@ -69,6 +69,8 @@ typedef struct {
 } ahead_ring;
 void close_kept(int fd, dev_t dev, ino_t ino);
 void close_shared(uint64_t now);
+void close_reserve(uint64_t now);
+extern CLC_HIDDEN uint64_t g_reserve_start;
 extern CLC_HIDDEN pthread_mutex_t g_be_lock;
 extern CLC_HIDDEN uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, g_run_ahead_waits;
 extern CLC_HIDDEN int g_holding;

@@ -12,6 +12,9 @@ import time
 
 import pytest
 
+from clc.capture.reader import read_captures
+from clc.capture.reports import summary
+from clc.cli.run import capture_files
 from test_priority import Driven
 
 POLICY = """\
@@ -75,6 +78,12 @@ def test_the_reserve_is_kept_while_a_latency_critical_process_lives(start):
     lc.finish()
     time.sleep(0.06)
     assert ran_on(be) == (0, whole)
+    # AND the capture says for how long the reserve was kept: one period, none of it a wait
+    be.finish()
+    (period,) = be.holds()
+    assert period.reserve and not period.shared and 0.05e9 < period.held_ns < 5e9
+    report = summary(read_captures(capture_files(be.output)))
+    assert "left the reserve free in 1 period" in report and "hold," not in report, report
 
 
 def test_the_reserve_ends_when_the_service_is_quiet_for_a_second(start):

@@ -54,8 +54,9 @@ def _capture_lines(cap):
 
 
 def _hold_line(cap):
-    waits = [h for h in cap.holds if not h.shared]
+    waits = [h for h in cap.holds if not h.shared and not h.reserve]
     shared = [h for h in cap.holds if h.shared]
+    reserve = [h for h in cap.holds if h.reserve]
     parts = []
     if waits:
         total = sum(h.held_ns for h in waits)
@@ -65,6 +66,10 @@ def _hold_line(cap):
     if shared:
         total = sum(h.held_ns for h in shared)
         parts.append(f"on its held share in {count(len(shared), 'busy period')}, "
+                     f"{total / 1e6:.1f} ms in all")
+    if reserve:
+        total = sum(h.held_ns for h in reserve)
+        parts.append(f"left the reserve free in {count(len(reserve), 'period')}, "
                      f"{total / 1e6:.1f} ms in all")
     text = f"pid {cap.pid}: " + ", ".join(parts)
     lags = sorted(h.lag_ns for h in cap.holds if h.lag_ns)
