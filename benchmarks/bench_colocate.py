@@ -53,6 +53,9 @@ Rounds are interleaved (every configuration of every pair once per round: those 
 first, with a daemon of the round's own, then the others) so that drift in the machine falls
 on all alike. A service's alone figures are measured once per round for each service, a
 training's for each training, and each pair is compared with the alone runs of its own round.
+--gpus N runs the pairs on N GPUs at once (a machine of several): the pairs are dealt out in
+turn, each pair's runs and its service's and training's alone runs on one GPU, each GPU with
+an MPS daemon of its own per round; the tables name each pair's GPU.
 Per pair and configuration: the service's p50, p99 and max latency, its p99 against alone,
 the training's steps per second inside the service's window and against alone, each the
 median over rounds with the rounds' range; then a summary (a row per pair, a column per
@@ -471,16 +474,21 @@ def run_together(args, env, train_prefix=(), train_env=None, infer_prefix=(),
     return got
 
 
-def run_config(name, target, args, tmp, mps_env):
-    """One run: the configuration `name` of the pair `target` (or an alone run)."""
+def run_config(name, target, args, tmp, mps_env, gpu_env=None):
+    """One run: the configuration `name` of the pair `target` (or an alone run); gpu_env the
+    environment that puts a run outside MPS on its GPU (--gpus: CUDA_VISIBLE_DEVICES; an MPS
+    client sees the GPU of its daemon)."""
+    gpu_env = gpu_env or {}
     if name == "alone-service":
-        return run_service_alone(programs(target, None, args), {})
+        return run_service_alone(programs(target, None, args), dict(gpu_env))
     if name == "alone-training":
-        return run_train_alone(programs(None, target, args), {},
+        return run_train_alone(programs(None, target, args), dict(gpu_env),
                                args.requests * args.gap_ms / 1e3)
     progs = programs(*target.split("-"), args)
-    env = mps_env if under_mps(name, args.policy_configs) else {}
+    env = mps_env if under_mps(name, args.policy_configs) else dict(gpu_env)
     tag = f"{target}-{name}"
+    if gpu_env:
+        tag += "-gpu" + gpu_env["CUDA_VISIBLE_DEVICES"]
     if name in args.policy_configs:
         return run_under_clc(progs, env, tmp / f"{name}.yaml", tmp, tag)
     if name == "shared":
@@ -524,16 +532,17 @@ def run_under_clc(progs, env, policy, tmp, tag, second=False):
     return got
 
 
-def measured(r, name, target, args, tmp, mps_env):
+def measured(r, name, target, args, tmp, mps_env, gpu_env=None):
     """One run's figures and its wall time, printed as they come; a run that fails is said
     and left out of the summary (its error kept in the JSON), and the rounds go on."""
     began = time.monotonic()
     try:
-        got = dict(run_config(name, target, args, tmp, mps_env))
+        got = dict(run_config(name, target, args, tmp, mps_env, gpu_env))
     except (RuntimeError, ValueError, OSError, ClcError, subprocess.TimeoutExpired) as e:
         got = {"error": str(e)}
     got["wall_s"] = round(time.monotonic() - began, 1)
-    print(f"round {r + 1}: {target}: {name}: {json.dumps(got)}", flush=True)
+    on = f" (GPU {gpu_env['CUDA_VISIBLE_DEVICES']})" if gpu_env else ""
+    print(f"round {r + 1}: {target}: {name}{on}: {json.dumps(got)}", flush=True)
     return got
 
 
@@ -550,18 +559,66 @@ def run_round(r, args, tmp, data, saved=lambda: None):
             got["pairs"][target][name] = figures
         saved()
 
-    mps_runs, plain_runs = plan_round(args.pairs, args.configs, args.policy_configs)
-    # MPS clients and plain contexts do not share a GPU: the MPS configurations run under a
-    # daemon of the round's own, the others after it has stopped
+    if args.gpus > 1:
+        return _run_round_on_gpus(r, args, tmp, data, got, saved)
+    _run_pairs(r, args.pairs, args, tmp, data, keep)
+
+
+def _run_pairs(r, pairs, args, tmp, data, keep, gpu=None):
+    """A round's runs of `pairs`, each kept by keep(name, target, figures): the MPS
+    configurations under a daemon of the round's own (of the GPU's own, on `gpu`), the others
+    after it has stopped, as MPS clients and plain contexts do not share a GPU."""
+    mps_runs, plain_runs = plan_round(pairs, args.configs, args.policy_configs)
+    gpu_env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else None
+    daemon = f"mps{r}" if gpu is None else f"mps{r}-gpu{gpu}"
     if mps_runs:
         try:
-            with mps_daemon(tmp, f"mps{r}") as mps_env:
+            with mps_daemon(tmp, daemon, gpu_env) as mps_env:
                 for name, target in mps_runs:
-                    keep(name, target, measured(r, name, target, args, tmp, mps_env))
+                    keep(name, target, measured(r, name, target, args, tmp, mps_env, gpu_env))
         except MpsUnavailable as e:
-            data["notes"].append(f"round {r + 1}: MPS configurations left out: {e}")
+            on = "" if gpu is None else f" on GPU {gpu}"
+            data["notes"].append(f"round {r + 1}: MPS configurations{on} left out: {e}")
     for name, target in plain_runs:
-        keep(name, target, measured(r, name, target, args, tmp, None))
+        keep(name, target, measured(r, name, target, args, tmp, None, gpu_env))
+
+
+def gpu_groups(pairs, gpus):
+    """The pairs each GPU runs (--gpus): dealt out in turn, a pair's every run on one GPU so
+    that its configurations and its alone runs meet the same hardware."""
+    return [g for g in (pairs[i::gpus] for i in range(gpus)) if g]
+
+
+def _run_round_on_gpus(r, args, tmp, data, got, saved):
+    """A round with --gpus: each GPU runs its pairs' runs, alone runs included, in a thread of
+    its own, at once. A pair's alone figures are those of its GPU (got["alone_by_pair"]); the
+    alone runs are kept under "SERVICE@gpuN" for the wall times."""
+    lock = threading.Lock()
+    got["alone_by_pair"], got["gpu_of"] = {}, {}
+
+    def on_gpu(gpu, pairs):
+        alone = {"service": {}, "training": {}}
+
+        def keep(name, target, figures):
+            with lock:
+                if name.startswith("alone-"):
+                    kind = name[len("alone-"):]
+                    alone[kind][target] = figures
+                    got["alone"][kind][f"{target}@gpu{gpu}"] = figures
+                else:
+                    got["pairs"][target][name] = figures
+                for pair in pairs:
+                    got["gpu_of"][pair] = gpu
+                    got["alone_by_pair"][pair] = _pair_run({"alone": alone}, pair, "alone")
+                saved()
+        _run_pairs(r, pairs, args, tmp, data, keep, gpu)
+
+    threads = [threading.Thread(target=on_gpu, args=(gpu, pairs), daemon=True)
+               for gpu, pairs in enumerate(gpu_groups(args.pairs, args.gpus))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 # ---- the figures --------------------------------------------------------------------------
@@ -569,6 +626,9 @@ def run_round(r, args, tmp, data, saved=lambda: None):
 def _pair_run(round_, pair, config):
     """A configuration's figures for a pair in one round; for alone, those of the pair's
     service and training alone."""
+    if config == "alone" and pair in (round_.get("alone_by_pair", {})
+                                      if isinstance(round_, dict) else {}):
+        return round_["alone_by_pair"][pair]
     if config == "alone":
         service, training = pair.split("-")
         s = round_["alone"]["service"].get(service) or {}
@@ -624,10 +684,11 @@ def _cell(field, fmt, unit=""):
     return f"{med:{fmt}}{unit} ({lo:{fmt}} .. {hi:{fmt}})"
 
 
-def pair_table(pair, rows):
-    """The table of one pair: a row per configuration."""
+def pair_table(pair, rows, gpu=None):
+    """The table of one pair: a row per configuration (on GPU `gpu`, with --gpus)."""
     service, training = pair.split("-")
-    lines = [f"### {pair}: the `{service}` service beside the `{training}` training", "",
+    on = "" if gpu is None else f" (GPU {gpu})"
+    lines = [f"### {pair}: the `{service}` service beside the `{training}` training{on}", "",
              "| config | service p50 ms | p99 ms | max ms | p99 vs alone | training steps/s "
              "| vs alone |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, f in rows.items():
@@ -714,7 +775,8 @@ def report(data):
              f"{data['gap_ms']:g} ms; medians (range over rounds), each round against the "
              "alone runs of its own round", ""]
     for pair in pairs:
-        lines += [*pair_table(pair, summary[pair]), ""]
+        gpus = {r.get("gpu_of", {}).get(pair) for r in rounds if isinstance(r, dict)} - {None}
+        lines += [*pair_table(pair, summary[pair], min(gpus) if len(gpus) == 1 else None), ""]
         second = second_table(pair, summary[pair])
         if second:
             lines += [*second, ""]
@@ -778,6 +840,10 @@ def build_parser():
                     help=f"{QUICK_REQUESTS} requests and 1 round, to try a machine")
     ap.add_argument("--run-ahead", type=int, default=PRIORITY_RUN_AHEAD,
                     help="the priority policy's run_ahead (4 to 256)")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="run the pairs on this many GPUs at once (0 to N-1), each pair's "
+                    "runs on one GPU, each GPU with its own MPS daemon (default 1: the "
+                    "first visible GPU)")
     ap.add_argument("--json", metavar="OUT", help="write every run's figures here")
     ap.add_argument("--force", action="store_true", help="let --json replace a file of yours")
     ap.add_argument("--report", metavar="IN",
@@ -797,6 +863,8 @@ def parse_args(argv=None):
         args.requests = QUICK_REQUESTS if args.quick else DEFAULT_REQUESTS
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: expected at least 1")
+    if args.gpus < 1:
+        ap.error(f"--gpus {args.gpus}: expected at least 1")
     if args.requests < 1 or not args.gap_ms > 0:
         ap.error("--requests must be at least 1 and --gap-ms more than 0")
     if not 4 <= args.run_ahead <= 256:

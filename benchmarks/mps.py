@@ -24,14 +24,15 @@ def mps_control(env, command=None):
 
 
 @contextlib.contextmanager
-def mps_daemon(tmp, name):
-    """An MPS control daemon for the block (its pipe and log under tmp/NAME-*): yields the
+def mps_daemon(tmp, name, daemon_env=None):
+    """An MPS control daemon for the block (its pipe and log under tmp/NAME-*; daemon_env
+    added to its own environment: CUDA_VISIBLE_DEVICES for the GPUs it serves): yields the
     environment its clients need; MpsUnavailable when it does not start."""
     mps_env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / f"{name}-pipe"),
                "CUDA_MPS_LOG_DIRECTORY": str(tmp / f"{name}-log")}
     for d in mps_env.values():
         os.makedirs(d, exist_ok=True)
-    rc, text = mps_control(mps_env)
+    rc, text = mps_control({**mps_env, **(daemon_env or {})})
     if rc != 0:
         raise MpsUnavailable(f"the MPS daemon did not start (exit {rc}): {text}")
     try:

@@ -143,7 +143,7 @@ def test_a_program_that_dies_before_it_is_ready_is_said(tmp_path):
 
 
 def test_a_failed_configuration_is_said_and_the_rounds_go_on(tmp_path, monkeypatch, capsys):
-    def fails(name, target, args, tmp, mps_env):
+    def fails(name, target, args, tmp, mps_env, gpu_env=None):
         raise RuntimeError("the training exited 1 before it was ready: no GPU")
 
     monkeypatch.setattr(bc, "run_config", fails)
@@ -419,7 +419,7 @@ def stand_ins(tmp_path, monkeypatch):
                                      run_ahead=args.run_ahead)
 
     @contextlib.contextmanager
-    def no_mps(tmp, name):
+    def no_mps(tmp, name, daemon_env=None):
         raise bc.MpsUnavailable("nvidia-cuda-mps-control not found")
         yield
 
@@ -472,11 +472,11 @@ def test_a_run_cut_short_keeps_what_it_measured(stand_ins, monkeypatch):
     runs = []
     measured = bc.measured
 
-    def cut_after_two(r, name, target, args, tmp, mps_env):
+    def cut_after_two(r, name, target, args, tmp, mps_env, gpu_env=None):
         if len(runs) == 2:
             raise KeyboardInterrupt  # as a time limit's signal would end it
         runs.append((name, target))
-        return measured(r, name, target, args, tmp, mps_env)
+        return measured(r, name, target, args, tmp, mps_env, gpu_env)
 
     monkeypatch.setattr(bc, "measured", cut_after_two)
     with pytest.raises(KeyboardInterrupt):
@@ -486,3 +486,46 @@ def test_a_run_cut_short_keeps_what_it_measured(stand_ins, monkeypatch):
     assert runs == [("alone-service", "copy"), ("alone-training", "light")]
     assert data["rounds"][0]["alone"]["service"]["copy"]["infer"]["n"] == 4
     assert data["rounds"][0]["pairs"] == {"copy-light": {}}
+
+
+def test_pairs_run_on_several_gpus_at_once_each_against_its_own_alone_runs(stand_ins,
+                                                                          monkeypatch):
+    # GIVEN stand-ins that say which GPU they were given, and an MPS daemon per GPU
+    seen, daemons = [], []
+    real_run_config = bc.run_config
+
+    def on_gpu(name, target, args, tmp, mps_env, gpu_env=None):
+        seen.append((name, target, (gpu_env or {}).get("CUDA_VISIBLE_DEVICES"),
+                     bool(mps_env)))
+        return real_run_config(name, target, args, tmp, mps_env, gpu_env)
+
+    @contextlib.contextmanager
+    def one_daemon_per_gpu(tmp, name, daemon_env=None):
+        daemons.append((name, dict(daemon_env or {})))
+        yield {"CUDA_MPS_PIPE_DIRECTORY": str(tmp / f"{name}-pipe")}
+
+    monkeypatch.setattr(bc, "run_config", on_gpu)
+    monkeypatch.setattr(bc, "mps_daemon", one_daemon_per_gpu)
+    out = stand_ins / "run.json"
+    # WHEN three pairs run on two GPUs
+    with pytest.raises(SystemExit) as e:
+        bc.main(["--pairs", "sync-light,copy-heavy,graph-light", "--configs", "shared,mps",
+                 "--requests", "30", "--rounds", "1", "--gpus", "2", "--json", str(out)])
+    assert e.value.code == 0
+    data = json.loads(out.read_text())
+    (rnd,) = data["rounds"]
+    # THEN each pair ran every run on one GPU, dealt out in turn, its alone runs there too
+    assert rnd["gpu_of"] == {"sync-light": 0, "graph-light": 0, "copy-heavy": 1}
+    gpu_of_run = {(n, t): g for n, t, g, _ in seen}
+    assert gpu_of_run[("shared", "copy-heavy")] == "1"
+    assert gpu_of_run[("alone-service", "copy")] == "1"
+    assert gpu_of_run[("alone-training", "light")] == "0"
+    assert {g for (n, t), g in gpu_of_run.items() if t in ("sync-light", "graph-light")} == {"0"}
+    # AND each GPU had an MPS daemon of its own, serving that GPU alone
+    assert sorted(daemons) == [("mps0-gpu0", {"CUDA_VISIBLE_DEVICES": "0"}),
+                               ("mps0-gpu1", {"CUDA_VISIBLE_DEVICES": "1"})]
+    assert set(rnd["alone_by_pair"]) == {"sync-light", "copy-heavy", "graph-light"}
+    assert rnd["alone"]["service"].keys() == {"sync@gpu0", "graph@gpu0", "copy@gpu1"}
+    assert data["summary"]["copy-heavy"]["mps"]["p99_vs_alone"] == [1.0, 1.0, 1.0]
+    assert "### copy-heavy: the `copy` service beside the `heavy` training (GPU 1)" in \
+        bc.report(data)
