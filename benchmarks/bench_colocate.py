@@ -5,6 +5,7 @@
                                          [--policy-config NAME=POLICY.yaml[:mps]]...
                                          [--rounds 3] [--requests 400] [--gap-ms 10]
                                          [--quick] [--run-ahead 32] [--json OUT [--force]]
+                                         [--gpus N]
     python3 benchmarks/bench_colocate.py --report OUT.json
 
 The two programs are examples/colocate.py's `infer` (a transformer forward pass in bf16, one
