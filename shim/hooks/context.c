@@ -108,11 +108,10 @@ static int created_context(CUcontext *pctx, unsigned flags, CUdevice dev, int pl
     int confines = clc_policy_confines(), program_wide = clc_policy_program_wide();
     if (!pctx || (!confines && !program_wide) || t_in_clc || !clc_hook_ready()) return 0;
     if (!plain) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "sm_share: a context the program made with execution-affinity or CIG "
-                    "parameters is made as asked, not as a green context: its confined kernels "
-                    "get their rule's on_unwrappable where the driver refuses them on a partition");
+        CLC_WARN_ONCE(
+            "sm_share: a context the program made with execution-affinity or CIG "
+            "parameters is made as asked, not as a green context: its confined kernels "
+            "get their rule's on_unwrappable where the driver refuses them on a partition");
         return 0;
     }
     uint64_t word = 0;
@@ -125,14 +124,12 @@ static int created_context(CUcontext *pctx, unsigned flags, CUdevice dev, int pl
         *result = CUDA_SUCCESS;
         return 1;
     }
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "sm_share: a context the program made could not be made a green context "
-                "(CUresult %d%s): it is made as asked, and its confined kernels get their rule's "
-                "on_unwrappable where the driver refuses them on a partition",
-                (int)why,
-                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
-                                                : "");
+    CLC_WARN_ONCE("sm_share: a context the program made could not be made a green context "
+                  "(CUresult %d%s): it is made as asked, and its confined kernels get their rule's "
+                  "on_unwrappable where the driver refuses them on a partition",
+                  (int)why,
+                  why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                  : "");
     return 0;
 }
 
@@ -248,14 +245,14 @@ CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
                   why == CUDA_SUCCESS ? green : NULL, *pctx, (int)why);
         if (why == CUDA_SUCCESS)
             *pctx = green;
-        else if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "sm_share: the program's context could not be made a green context (scope: "
-                    "program) (CUresult %d%s): the rule's kernels are confined one launch at a "
-                    "time instead, where they can be",
-                    (int)why,
-                    why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
-                                                    : "");
+        else
+            CLC_WARN_ONCE(
+                "sm_share: the program's context could not be made a green context (scope: "
+                "program) (CUresult %d%s): the rule's kernels are confined one launch at a "
+                "time instead, where they can be",
+                (int)why,
+                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                : "");
     }
     t_in_clc = 0;
     return r;
