@@ -459,6 +459,13 @@ void clc_log_set_sink(clc_log_sink sink);
         if (unlikely(g_cfg.verbose)) clc_log(CLC_MSG_INFO, __VA_ARGS__);                      \
     } while (0)
 
+/* A warning said once where it stands: each place that says one keeps its own once, so one
+ * warning said does not silence another. */
+#define CLC_WARN_ONCE(...)                                                                    \
+    do {                                                                                      \
+        if (CLC_FIRST_TIME()) clc_log(CLC_MSG_WARNING, __VA_ARGS__);                          \
+    } while (0)
+
 /* ---- inside clc: set while this thread does clc's own work. A hook entered then (clc's own
  * driver calls, a signal handler that interrupted clc) does not start that work again: the
  * loading, teardown and lookup hooks pass through, and a launch is decided from the decision

@@ -354,41 +354,36 @@ static int spawned(int r, const pid_t *pid, const char *path) {
 /* The next definition after the shim's: libc's. */
 #define REAL(name) ((__typeof__(&name))clc_next_symbol(#name))
 
+/* An exec hands `call` the child's environment (env_) and tells clc-run first, since a process
+ * that becomes another never returns to say so; only a failed one comes back. */
+#define EXEC_AS(envp, shown, call)                                                              \
+    CHILD_ENV(envp);                                                                             \
+    announce_exec(shown);                                                                        \
+    return exec_failed(call)
+
 CLC_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
-    CHILD_ENV(envp);
-    announce_exec(path);
-    return exec_failed(REAL(execve)(path, argv, env_));
+    EXEC_AS(envp, path, REAL(execve)(path, argv, env_));
 }
 
 CLC_EXPORT int execv(const char *path, char *const argv[]) {
-    CHILD_ENV(environ);
-    announce_exec(path);
-    return exec_failed(REAL(execve)(path, argv, env_));
+    EXEC_AS(environ, path, REAL(execve)(path, argv, env_));
 }
 
 CLC_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
-    CHILD_ENV(envp);
-    announce_exec(file);
-    return exec_failed(REAL(execvpe)(file, argv, env_));
+    EXEC_AS(envp, file, REAL(execvpe)(file, argv, env_));
 }
 
 CLC_EXPORT int execvp(const char *file, char *const argv[]) {
-    CHILD_ENV(environ);
-    announce_exec(file);
-    return exec_failed(REAL(execvpe)(file, argv, env_));
+    EXEC_AS(environ, file, REAL(execvpe)(file, argv, env_));
 }
 
 CLC_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
-    CHILD_ENV(envp);
-    announce_exec("(a file descriptor)");
-    return exec_failed(REAL(fexecve)(fd, argv, env_));
+    EXEC_AS(envp, "(a file descriptor)", REAL(fexecve)(fd, argv, env_));
 }
 
 CLC_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
                         int flags) {
-    CHILD_ENV(envp);
-    announce_exec(path);
-    return exec_failed(REAL(execveat)(dirfd, path, argv, env_, flags));
+    EXEC_AS(envp, path, REAL(execveat)(dirfd, path, argv, env_, flags));
 }
 
 CLC_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,

@@ -125,11 +125,9 @@ static int ready(void) {
 
 int clc_bridge_decide(const clc_kernel_query *q, clc_decision *out) {
     if (atomic_load_explicit(&g_bridge, memory_order_acquire) == BRIDGE_OFF_IN_CHILD) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "forked child %d: kernels first launched after fork() get on_error=%s "
-                    "(calling into Python after fork() can deadlock)",
-                    (int)getpid(), g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
+        CLC_WARN_ONCE("forked child %d: kernels first launched after fork() get on_error=%s "
+                      "(calling into Python after fork() can deadlock)",
+                      (int)getpid(), g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
         return -1;
     }
     if (!ready()) return -1;

@@ -225,9 +225,8 @@ static int ask_decision(const clc_kernel_query *q, clc_decision *d) {
             asked = CLC_DECIDE_OK;
         } else if (substitute) {
             /* No engine to build a wrapped kernel here: the rest of the policy still holds. */
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING, "wrapped kernels cannot be built in this process: the "
-                                         "kernels of wrap rules get their on_unwrappable");
+            CLC_WARN_ONCE("wrapped kernels cannot be built in this process: the "
+                          "kernels of wrap rules get their on_unwrappable");
             *d = without_engine;
             asked = CLC_DECIDE_OK;
         }
@@ -243,10 +242,10 @@ static int launched_as_is(clc_decision *d, uint64_t program_word) {
     for (uint32_t i = 0; i <= d->n_clauses; i++) {
         clc_outcome *o = i < d->n_clauses ? &d->clauses[i].outcome : &d->fallback;
         if (o->action == CLC_ACTION_CONFINE) {
-            if ((o->replacement & ~(uint64_t)CLC_CONFINE_DENY) != program_word && CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING,
-                        "sm_share: a rule confines a kernel of a process confined program-wide "
-                        "(scope: program) to another share: it runs on the process's partition");
+            if ((o->replacement & ~(uint64_t)CLC_CONFINE_DENY) != program_word)
+                CLC_WARN_ONCE(
+                    "sm_share: a rule confines a kernel of a process confined program-wide "
+                    "(scope: program) to another share: it runs on the process's partition");
             o->action = CLC_ACTION_ALLOW;
             o->replacement = 0;
         }
@@ -282,12 +281,12 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch *l,
      * exit, a child forked after the driver started) cannot be matched by any rule: clc could
      * not decide it. */
     int asked = k.name ? ask_decision(q, &d) : CLC_DECIDE_FAILED;
-    if (!k.name && CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "the driver could not name a launched kernel (its module unloaded, the driver "
-                "shutting down, or a process forked after the driver started, where the driver "
-                "runs nothing): its launches get on_error=%s",
-                g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
+    if (!k.name)
+        CLC_WARN_ONCE(
+            "the driver could not name a launched kernel (its module unloaded, the driver "
+            "shutting down, or a process forked after the driver started, where the driver "
+            "runs nothing): its launches get on_error=%s",
+            g_cfg.on_error.action == CLC_ACTION_DENY ? "deny" : "allow");
     if (asked != CLC_DECIDE_OK || d.n_clauses > CLC_MAX_CLAUSES || d.mode > CLC_MODE_EVERY_LAUNCH) {
         memset(&d, 0, sizeof d);
         d.fallback = g_cfg.on_error;
@@ -300,12 +299,12 @@ clc_entry *clc_cache_decide(uint64_t handle, uint64_t ctx, const clc_launch *l,
     if (program_sms && !launched_as_is(&d, program_word)) program_sms = 0; /* never runs */
     uint64_t scope_word;
     if (!program_sms && d.fallback.action == CLC_ACTION_CONFINE && clc_policy_program_wide() &&
-        clc_program_scope(k.device, &scope_word) && CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "sm_share (scope: program): a kernel of this process launched in a context clc "
-                "did not hand it (the CUDA runtime's own, which libcudart takes through a "
-                "private path of the driver's, or one reached past clc's lookups) is confined "
-                "one launch at a time, where the driver allows it");
+        clc_program_scope(k.device, &scope_word))
+        CLC_WARN_ONCE(
+            "sm_share (scope: program): a kernel of this process launched in a context clc "
+            "did not hand it (the CUDA runtime's own, which libcudart takes through a "
+            "private path of the driver's, or one reached past clc's lookups) is confined "
+            "one launch at a time, where the driver allows it");
     for (uint32_t i = 0; i < d.n_clauses; i++) mark_priority(&d.clauses[i].outcome);
     mark_priority(&d.fallback);
     *answer = d.fallback;
@@ -343,10 +342,10 @@ int clc_program_scope(int device, uint64_t *word) {
         q->question = CLC_ASK_PROGRAM;
         int asked = ask_decision(q, &d);
         free_query(&b);
-        if (asked != CLC_DECIDE_OK && CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING, "sm_share: cannot ask whether the process is confined "
-                                     "program-wide (scope: program): it is not; the rule's "
-                                     "kernels are confined one launch at a time");
+        if (asked != CLC_DECIDE_OK)
+            CLC_WARN_ONCE("sm_share: cannot ask whether the process is confined "
+                          "program-wide (scope: program): it is not; the rule's "
+                          "kernels are confined one launch at a time");
         a = asked == CLC_DECIDE_OK && d.fallback.action == CLC_ACTION_CONFINE
                 ? (d.fallback.replacement & ~(uint64_t)CLC_CONFINE_DENY) | 1ull << 63
                 : 1;

@@ -221,11 +221,9 @@ int clc_decider_decide(const clc_kernel_query *q, clc_decision *out, int *substi
     if (failed && !err) err = errno;
     pthread_mutex_unlock(&g_lock);
     if (failed) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "cannot ask clc-run about kernel launches (%s): the "
-                    "program's own engine decides them",
-                    strerror(err));
+        CLC_WARN_ONCE("cannot ask clc-run about kernel launches (%s): the "
+                      "program's own engine decides them",
+                      strerror(err));
         return CLC_DECIDE_FAILED;
     }
     if (head.status == CLC_DECIDE_ENGINE) *substitute = acceptable(out);

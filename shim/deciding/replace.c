@@ -138,11 +138,9 @@ static void set_on_replacement(const clc_outcome *o, void *arg) {
     CUresult r = set ? set((CUfunction)(uintptr_t)rep->function, a->attrib, a->value)
                      : CUDA_ERROR_NOT_INITIALIZED;
     if (r != CUDA_SUCCESS) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "function attribute %d = %d, set on a wrapped kernel, could not be set on "
-                    "its replacement (CUresult %d): its launches that need it run the original",
-                    a->attrib, a->value, (int)r);
+        CLC_WARN_ONCE("function attribute %d = %d, set on a wrapped kernel, could not be set on "
+                      "its replacement (CUresult %d): its launches that need it run the original",
+                      a->attrib, a->value, (int)r);
     }
 }
 

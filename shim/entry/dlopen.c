@@ -62,9 +62,8 @@ __attribute__((noinline)) static void *deep_open(dlopen_fn real, const char *fil
 #else
 /* Other architectures: their relocation types are not handled here. */
 __attribute__((noinline)) static void deep_unhooked(void) {
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING, "a library opened with RTLD_DEEPBIND calls the driver directly "
-                                 "on this architecture: its launches are not hooked");
+    CLC_WARN_ONCE("a library opened with RTLD_DEEPBIND calls the driver directly "
+                  "on this architecture: its launches are not hooked");
 }
 #endif
 
@@ -94,11 +93,9 @@ CLC_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) {
     if (unlikely(!real)) real = (dlmopen_fn)clc_next_symbol("dlmopen");
     if (lmid == LM_ID_BASE || !(g_cfg.configured || g_cfg.unsettled))
         return real ? real(lmid, file, mode) : NULL;
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "dlmopen of %s into a new link-map namespace was refused: clc's "
-                "hooks cannot reach a namespace of its own",
-                file ? file : "(null)");
+    CLC_WARN_ONCE("dlmopen of %s into a new link-map namespace was refused: clc's "
+                  "hooks cannot reach a namespace of its own",
+                  file ? file : "(null)");
     /* dlerror() then names the refusal. */
     clc_libc_dlopen("/clc: dlmopen into a new link-map namespace is refused (clc's hooks cannot "
                     "reach it)",
@@ -469,10 +466,9 @@ static void load_ends(int loaded) {
     }
     pthread_mutex_unlock(&g_walk_lock);
     if (w.failed) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING, "some references of libraries opened with RTLD_DEEPBIND could "
-                                     "not be pointed at clc's hooks: launches through them are "
-                                     "not decided");
+        CLC_WARN_ONCE("some references of libraries opened with RTLD_DEEPBIND could "
+                      "not be pointed at clc's hooks: launches through them are "
+                      "not decided");
     }
     if (w.written) clc_debug("%u references of deep-bound libraries now reach clc", w.written);
 }

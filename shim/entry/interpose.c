@@ -38,63 +38,73 @@ int clc_symbol_by_name(const char *name) {
 }
 
 /* cuGetProcAddress takes a base name and picks the variant by flags and version, as the
- * driver's own table does: _ptsz for the per-thread default stream, _v2 ABIs from 12000. */
-static int symbol_for_request(const char *name, int version, cuuint64_t flags) {
-    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-    int v2 = version >= 12000;
-    if (strcmp(name, "cuLaunchKernel") == 0)
-        return ptsz ? CLC_SYM_cuLaunchKernel_ptsz : CLC_SYM_cuLaunchKernel;
-    if (strcmp(name, "cuLaunchKernelEx") == 0)
-        return ptsz ? CLC_SYM_cuLaunchKernelEx_ptsz : CLC_SYM_cuLaunchKernelEx;
-    if (strcmp(name, "cuLaunchCooperativeKernel") == 0)
-        return ptsz ? CLC_SYM_cuLaunchCooperativeKernel_ptsz : CLC_SYM_cuLaunchCooperativeKernel;
-    if (strcmp(name, "cuGetProcAddress") == 0)
-        return v2 ? CLC_SYM_cuGetProcAddress_v2 : CLC_SYM_cuGetProcAddress;
-    if (strcmp(name, "cuGraphAddKernelNode") == 0)
-        return v2 ? CLC_SYM_cuGraphAddKernelNode_v2 : CLC_SYM_cuGraphAddKernelNode;
-    if (strcmp(name, "cuGraphKernelNodeSetParams") == 0)
-        return v2 ? CLC_SYM_cuGraphKernelNodeSetParams_v2 : CLC_SYM_cuGraphKernelNodeSetParams;
-    if (strcmp(name, "cuGraphExecKernelNodeSetParams") == 0)
-        return v2 ? CLC_SYM_cuGraphExecKernelNodeSetParams_v2
-                  : CLC_SYM_cuGraphExecKernelNodeSetParams;
-    if (strcmp(name, "cuGraphInstantiateWithParams") == 0)
-        return ptsz ? CLC_SYM_cuGraphInstantiateWithParams_ptsz
-                    : CLC_SYM_cuGraphInstantiateWithParams;
-    if (strcmp(name, "cuGraphAddNode") == 0)
-        return version >= 12030 ? CLC_SYM_cuGraphAddNode_v2 : CLC_SYM_cuGraphAddNode;
+ * driver's own table does: _ptsz for the per-thread default stream, _v2 ABIs from 12000. A base
+ * name's rows stand newest first; the first the request reaches is its variant. */
+static const struct variant {
+    const char *base;
+    int since; /* the lowest version that gets it; 0: every version */
+    int ptsz;  /* only for the per-thread default stream */
+    int sym;   /* -1: the driver offers none */
+} variants[] = {
+    {"cuLaunchKernel", 0, 1, CLC_SYM_cuLaunchKernel_ptsz},
+    {"cuLaunchKernel", 0, 0, CLC_SYM_cuLaunchKernel},
+    {"cuLaunchKernelEx", 0, 1, CLC_SYM_cuLaunchKernelEx_ptsz},
+    {"cuLaunchKernelEx", 0, 0, CLC_SYM_cuLaunchKernelEx},
+    {"cuLaunchCooperativeKernel", 0, 1, CLC_SYM_cuLaunchCooperativeKernel_ptsz},
+    {"cuLaunchCooperativeKernel", 0, 0, CLC_SYM_cuLaunchCooperativeKernel},
+    {"cuGetProcAddress", 12000, 0, CLC_SYM_cuGetProcAddress_v2},
+    {"cuGetProcAddress", 0, 0, CLC_SYM_cuGetProcAddress},
+    {"cuGraphAddKernelNode", 12000, 0, CLC_SYM_cuGraphAddKernelNode_v2},
+    {"cuGraphAddKernelNode", 0, 0, CLC_SYM_cuGraphAddKernelNode},
+    {"cuGraphKernelNodeSetParams", 12000, 0, CLC_SYM_cuGraphKernelNodeSetParams_v2},
+    {"cuGraphKernelNodeSetParams", 0, 0, CLC_SYM_cuGraphKernelNodeSetParams},
+    {"cuGraphExecKernelNodeSetParams", 12000, 0, CLC_SYM_cuGraphExecKernelNodeSetParams_v2},
+    {"cuGraphExecKernelNodeSetParams", 0, 0, CLC_SYM_cuGraphExecKernelNodeSetParams},
+    {"cuGraphInstantiateWithParams", 0, 1, CLC_SYM_cuGraphInstantiateWithParams_ptsz},
+    {"cuGraphInstantiateWithParams", 0, 0, CLC_SYM_cuGraphInstantiateWithParams},
+    {"cuGraphAddNode", 12030, 0, CLC_SYM_cuGraphAddNode_v2},
+    {"cuGraphAddNode", 0, 0, CLC_SYM_cuGraphAddNode},
     /* Context teardown, both ABIs: cudart 13 asks for the primary context's release and reset
      * at version 7000 (the first ABI; measured on driver 580). */
-    if (strcmp(name, "cuCtxDestroy") == 0)
-        return version >= 4000 ? CLC_SYM_cuCtxDestroy_v2 : CLC_SYM_cuCtxDestroy;
-    if (strcmp(name, "cuCtxCreate") == 0)
-        return version >= 12050   ? CLC_SYM_cuCtxCreate_v4
-               : version >= 11040 ? CLC_SYM_cuCtxCreate_v3
-               : version >= 3020  ? CLC_SYM_cuCtxCreate_v2
-                                  : CLC_SYM_cuCtxCreate;
-    if (strcmp(name, "cuDevicePrimaryCtxRelease") == 0)
-        return version >= 11000 ? CLC_SYM_cuDevicePrimaryCtxRelease_v2
-                                : CLC_SYM_cuDevicePrimaryCtxRelease;
-    if (strcmp(name, "cuStreamDestroy") == 0)
-        return version >= 4000 ? CLC_SYM_cuStreamDestroy_v2 : CLC_SYM_cuStreamDestroy;
-    if (strcmp(name, "cuCtxSynchronize") == 0)
-        return version >= 13000 ? CLC_SYM_cuCtxSynchronize_v2 : CLC_SYM_cuCtxSynchronize;
-    if (strcmp(name, "cuStreamSynchronize") == 0)
-        return ptsz ? CLC_SYM_cuStreamSynchronize_ptsz : CLC_SYM_cuStreamSynchronize;
-    if (strcmp(name, "cuStreamQuery") == 0)
-        return ptsz ? CLC_SYM_cuStreamQuery_ptsz : CLC_SYM_cuStreamQuery;
-    if (strcmp(name, "cuMemcpyDtoH") == 0)
-        return version < 3020 ? -1 : ptsz ? CLC_SYM_cuMemcpyDtoH_v2_ptds : CLC_SYM_cuMemcpyDtoH_v2;
-    if (strcmp(name, "cuEventRecord") == 0)
-        return ptsz ? CLC_SYM_cuEventRecord_ptsz : CLC_SYM_cuEventRecord;
-    if (strcmp(name, "cuEventRecordWithFlags") == 0)
-        return ptsz ? CLC_SYM_cuEventRecordWithFlags_ptsz : CLC_SYM_cuEventRecordWithFlags;
-    if (strcmp(name, "cuEventDestroy") == 0)
-        return version >= 4000 ? CLC_SYM_cuEventDestroy_v2 : CLC_SYM_cuEventDestroy;
-    if (strcmp(name, "cuGraphLaunch") == 0)
-        return ptsz ? CLC_SYM_cuGraphLaunch_ptsz : CLC_SYM_cuGraphLaunch;
-    if (strcmp(name, "cuDevicePrimaryCtxReset") == 0)
-        return version >= 11000 ? CLC_SYM_cuDevicePrimaryCtxReset_v2
-                                : CLC_SYM_cuDevicePrimaryCtxReset;
+    {"cuCtxDestroy", 4000, 0, CLC_SYM_cuCtxDestroy_v2},
+    {"cuCtxDestroy", 0, 0, CLC_SYM_cuCtxDestroy},
+    {"cuCtxCreate", 12050, 0, CLC_SYM_cuCtxCreate_v4},
+    {"cuCtxCreate", 11040, 0, CLC_SYM_cuCtxCreate_v3},
+    {"cuCtxCreate", 3020, 0, CLC_SYM_cuCtxCreate_v2},
+    {"cuCtxCreate", 0, 0, CLC_SYM_cuCtxCreate},
+    {"cuDevicePrimaryCtxRelease", 11000, 0, CLC_SYM_cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxRelease", 0, 0, CLC_SYM_cuDevicePrimaryCtxRelease},
+    {"cuDevicePrimaryCtxReset", 11000, 0, CLC_SYM_cuDevicePrimaryCtxReset_v2},
+    {"cuDevicePrimaryCtxReset", 0, 0, CLC_SYM_cuDevicePrimaryCtxReset},
+    {"cuStreamDestroy", 4000, 0, CLC_SYM_cuStreamDestroy_v2},
+    {"cuStreamDestroy", 0, 0, CLC_SYM_cuStreamDestroy},
+    {"cuCtxSynchronize", 13000, 0, CLC_SYM_cuCtxSynchronize_v2},
+    {"cuCtxSynchronize", 0, 0, CLC_SYM_cuCtxSynchronize},
+    {"cuStreamSynchronize", 0, 1, CLC_SYM_cuStreamSynchronize_ptsz},
+    {"cuStreamSynchronize", 0, 0, CLC_SYM_cuStreamSynchronize},
+    {"cuStreamQuery", 0, 1, CLC_SYM_cuStreamQuery_ptsz},
+    {"cuStreamQuery", 0, 0, CLC_SYM_cuStreamQuery},
+    /* The driver has no cuMemcpyDtoH before the _v2 ABI of 3020 that the shim hooks. */
+    {"cuMemcpyDtoH", 3020, 1, CLC_SYM_cuMemcpyDtoH_v2_ptds},
+    {"cuMemcpyDtoH", 3020, 0, CLC_SYM_cuMemcpyDtoH_v2},
+    {"cuMemcpyDtoH", 0, 0, -1},
+    {"cuEventRecord", 0, 1, CLC_SYM_cuEventRecord_ptsz},
+    {"cuEventRecord", 0, 0, CLC_SYM_cuEventRecord},
+    {"cuEventRecordWithFlags", 0, 1, CLC_SYM_cuEventRecordWithFlags_ptsz},
+    {"cuEventRecordWithFlags", 0, 0, CLC_SYM_cuEventRecordWithFlags},
+    {"cuEventDestroy", 4000, 0, CLC_SYM_cuEventDestroy_v2},
+    {"cuEventDestroy", 0, 0, CLC_SYM_cuEventDestroy},
+    {"cuGraphLaunch", 0, 1, CLC_SYM_cuGraphLaunch_ptsz},
+    {"cuGraphLaunch", 0, 0, CLC_SYM_cuGraphLaunch},
+};
+
+static int symbol_for_request(const char *name, int version, cuuint64_t flags) {
+    int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        const struct variant *v = &variants[i];
+        if ((!v->since || version >= v->since) && (ptsz || !v->ptsz) && strcmp(v->base, name) == 0)
+            return v->sym;
+    }
     return clc_symbol_by_name(name);
 }
 

@@ -108,11 +108,10 @@ static int created_context(CUcontext *pctx, unsigned flags, CUdevice dev, int pl
     int confines = clc_policy_confines(), program_wide = clc_policy_program_wide();
     if (!pctx || (!confines && !program_wide) || t_in_clc || !clc_hook_ready()) return 0;
     if (!plain) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "sm_share: a context the program made with execution-affinity or CIG "
-                    "parameters is made as asked, not as a green context: its confined kernels "
-                    "get their rule's on_unwrappable where the driver refuses them on a partition");
+        CLC_WARN_ONCE(
+            "sm_share: a context the program made with execution-affinity or CIG "
+            "parameters is made as asked, not as a green context: its confined kernels "
+            "get their rule's on_unwrappable where the driver refuses them on a partition");
         return 0;
     }
     uint64_t word = 0;
@@ -125,14 +124,12 @@ static int created_context(CUcontext *pctx, unsigned flags, CUdevice dev, int pl
         *result = CUDA_SUCCESS;
         return 1;
     }
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "sm_share: a context the program made could not be made a green context "
-                "(CUresult %d%s): it is made as asked, and its confined kernels get their rule's "
-                "on_unwrappable where the driver refuses them on a partition",
-                (int)why,
-                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
-                                                : "");
+    CLC_WARN_ONCE("sm_share: a context the program made could not be made a green context "
+                  "(CUresult %d%s): it is made as asked, and its confined kernels get their rule's "
+                  "on_unwrappable where the driver refuses them on a partition",
+                  (int)why,
+                  why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                  : "");
     return 0;
 }
 
@@ -186,43 +183,37 @@ static void green_reset(CUdevice dev, CUcontext *program) {
     t_in_clc = 0;
 }
 
-/* The primary context dies at its last release (then it is no longer active). */
-#define CLC_PRIMARY_RELEASE_HOOK(name)                                                           \
-    CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
-        CLC_REAL_OR_FAIL(name)                                                                   \
-        before_teardown();                                                                       \
-        CUcontext program = NULL;                                                                \
-        int torn = green_release(dev, &program);                                                 \
-        CUcontext ctx = torn ? active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real) : NULL; \
-        int begun = teardown_begin(NULL);                                                        \
-        CUresult r = real(dev);                                                                  \
-        if (program) after_teardown(program);                                                    \
-        if (r == CUDA_SUCCESS && ctx && primary_gone(dev)) after_teardown(ctx);                  \
-        teardown_end(begun);                                                                     \
-        return r;                                                                                \
+/* The primary context dies at its last release (then it is no longer active); a reset destroys
+ * it whoever holds it (cudaDeviceReset), so its decisions are forgotten before, as
+ * cuCtxDestroy's. */
+static CUresult primary_teardown(CUdevice dev, CUresult (*real)(CUdevice), int reset) {
+    before_teardown();
+    CUcontext program = NULL, ctx;
+    if (reset) {
+        green_reset(dev, &program);
+        ctx = active_primary(
+            dev, (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SYM_cuDevicePrimaryCtxRelease_v2));
+    } else {
+        int torn = green_release(dev, &program);
+        ctx = torn ? active_primary(dev, (pfn_cuDevicePrimaryCtxRelease_v2)real) : NULL;
     }
-CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease)
-CLC_PRIMARY_RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
+    int begun = teardown_begin(reset ? ctx : NULL);
+    CUresult r = real(dev);
+    if (program) after_teardown(program);
+    if (r == CUDA_SUCCESS && ctx && (reset || primary_gone(dev))) after_teardown(ctx);
+    teardown_end(begun);
+    return r;
+}
 
-/* A reset destroys it whoever holds it (cudaDeviceReset). */
-#define CLC_PRIMARY_RESET_HOOK(name)                                                             \
+#define CLC_PRIMARY_TEARDOWN_HOOK(name, reset)                                                   \
     CLC_EXPORT CUresult name(CUdevice dev) {                                                     \
         CLC_REAL_OR_FAIL(name)                                                                   \
-        before_teardown();                                                                       \
-        CUcontext program = NULL;                                                                \
-        green_reset(dev, &program);                                                              \
-        pfn_cuDevicePrimaryCtxRelease_v2 release =                                               \
-            (pfn_cuDevicePrimaryCtxRelease_v2)clc_real(CLC_SYM_cuDevicePrimaryCtxRelease_v2);   \
-        CUcontext ctx = active_primary(dev, release);                                            \
-        int begun = teardown_begin(ctx);                                                         \
-        CUresult r = real(dev);                                                                  \
-        if (program) after_teardown(program);                                                    \
-        if (r == CUDA_SUCCESS && ctx) after_teardown(ctx);                                       \
-        teardown_end(begun);                                                                     \
-        return r;                                                                                \
+        return primary_teardown(dev, real, reset);                                               \
     }
-CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset)
-CLC_PRIMARY_RESET_HOOK(cuDevicePrimaryCtxReset_v2)
+CLC_PRIMARY_TEARDOWN_HOOK(cuDevicePrimaryCtxRelease, 0)
+CLC_PRIMARY_TEARDOWN_HOOK(cuDevicePrimaryCtxRelease_v2, 0)
+CLC_PRIMARY_TEARDOWN_HOOK(cuDevicePrimaryCtxReset, 1)
+CLC_PRIMARY_TEARDOWN_HOOK(cuDevicePrimaryCtxReset_v2, 1)
 
 /* scope: program. Where the process is confined program-wide on the device (a policy rule
  * with scope: program, asked once per device), the program gets the partition's context in
@@ -248,14 +239,14 @@ CLC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
                   why == CUDA_SUCCESS ? green : NULL, *pctx, (int)why);
         if (why == CUDA_SUCCESS)
             *pctx = green;
-        else if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "sm_share: the program's context could not be made a green context (scope: "
-                    "program) (CUresult %d%s): the rule's kernels are confined one launch at a "
-                    "time instead, where they can be",
-                    (int)why,
-                    why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
-                                                    : "");
+        else
+            CLC_WARN_ONCE(
+                "sm_share: the program's context could not be made a green context (scope: "
+                "program) (CUresult %d%s): the rule's kernels are confined one launch at a "
+                "time instead, where they can be",
+                (int)why,
+                why == CUDA_ERROR_NOT_SUPPORTED ? ": no SM partitions on this driver or device"
+                                                : "");
     }
     t_in_clc = 0;
     return r;

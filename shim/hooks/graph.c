@@ -49,11 +49,9 @@ static CUresult graph_gate(gate *g, clc_launch *l, int *gated, CUfunction f, CUc
                              CLC_UNCONFINED_GRAPH_NODE))
         return clc_gate_exit(g, clc_gate_refuse(g));
     if (*gated && g->outcome->action == CLC_ACTION_REPLACE && !wraps) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "a wrapped kernel was put in a CUDA graph through the generic node API "
-                    "(cuGraphAddNode / cuGraphNodeSetParams): those nodes run the original "
-                    "kernel");
+        CLC_WARN_ONCE("a wrapped kernel was put in a CUDA graph through the generic node API "
+                      "(cuGraphAddNode / cuGraphNodeSetParams): those nodes run the original "
+                      "kernel");
     }
     return CUDA_SUCCESS;
 }
@@ -70,11 +68,10 @@ static int node_replace(const gate *g, clc_replaced *r) {
     if (e == CUDA_SUCCESS) return 1;
     if (e == CLC_NO_GRAPH_SLOT)
         clc_graph_slots_used_up();
-    else if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "a wrapped kernel's graph node could not be rewritten (CUresult %d): it runs "
-                "unwrapped",
-                (int)e);
+    else
+        CLC_WARN_ONCE("a wrapped kernel's graph node could not be rewritten (CUresult %d): it runs "
+                      "unwrapped",
+                      (int)e);
     return 0;
 }
 
@@ -140,11 +137,9 @@ static void note_bodies(CUgraphNode node, CUgraph graph, const clc_graph_node_pa
 /* The driver refused a node's rewrite for a wrapped kernel: the node is made again with the
  * program's own parameters (said once). */
 __attribute__((noinline)) static void node_rewrite_refused(CUresult e) {
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "the driver refused a wrapped kernel's graph node (CUresult %d): the node runs "
-                "the original kernel",
-                (int)e);
+    CLC_WARN_ONCE("the driver refused a wrapped kernel's graph node (CUresult %d): the node runs "
+                  "the original kernel",
+                  (int)e);
 }
 
 /* In a node hook whose confined parameters are `copy` (when `why` is CUDA_SUCCESS): the node
@@ -317,12 +312,11 @@ static void child_in_body(CUgraphNode node, CUgraph graph) {
     /* In a program context of scope: program the nodes moved into it still run on the
      * partition: nothing to say. */
     uint64_t word;
-    if (moved && !clc_green_program_sms(ctx, &word) && CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "sm_share: a child graph put in a conditional node's body had %u confined "
-                "kernel nodes: they run in the program's context, not confined (the driver "
-                "requires every kernel of a body to be in the conditional node's context)",
-                moved);
+    if (moved && !clc_green_program_sms(ctx, &word))
+        CLC_WARN_ONCE("sm_share: a child graph put in a conditional node's body had %u confined "
+                      "kernel nodes: they run in the program's context, not confined (the driver "
+                      "requires every kernel of a body to be in the conditional node's context)",
+                      moved);
 }
 
 /* ---- a graph the driver will not instantiate with confined nodes ----------------------------
@@ -339,18 +333,17 @@ static int unconfined_for_instantiation(CUgraph graph, CUresult why) {
     t_in_clc = 1;
     unconfine_graph(graph, ctx, 0, 0, &moved, &kept);
     t_in_clc = 0;
-    if (moved && !kept && CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "sm_share: the driver refused to instantiate a graph holding confined kernel "
-                "nodes (CUresult %d): %u of them run in the program's context, not confined, "
-                "and the graph is instantiated again",
-                (int)why, moved);
-    if (kept && CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "sm_share: the driver refused to instantiate a graph holding confined kernel "
-                "nodes (CUresult %d): %u of them stay confined, as their rule's on_unwrappable "
-                "(deny) says, and the program gets the driver's error",
-                (int)why, kept);
+    if (moved && !kept)
+        CLC_WARN_ONCE("sm_share: the driver refused to instantiate a graph holding confined kernel "
+                      "nodes (CUresult %d): %u of them run in the program's context, not confined, "
+                      "and the graph is instantiated again",
+                      (int)why, moved);
+    if (kept)
+        CLC_WARN_ONCE(
+            "sm_share: the driver refused to instantiate a graph holding confined kernel "
+            "nodes (CUresult %d): %u of them stay confined, as their rule's on_unwrappable "
+            "(deny) says, and the program gets the driver's error",
+            (int)why, kept);
     return moved > 0 && kept == 0;
 }
 

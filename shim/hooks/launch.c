@@ -51,12 +51,10 @@ __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontex
          * holds every such launch. */
         if (!e) clc_capture_undecided();
         o = &g_cfg.on_error;
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "a launch made while clc was deciding on the same thread (in a signal "
-                    "handler, or a Python hook's own) is of a kernel not decided yet: it gets "
-                    "on_error=%s",
-                    o->action == CLC_ACTION_DENY ? "deny" : "allow");
+        CLC_WARN_ONCE("a launch made while clc was deciding on the same thread (in a signal "
+                      "handler, or a Python hook's own) is of a kernel not decided yet: it gets "
+                      "on_error=%s",
+                      o->action == CLC_ACTION_DENY ? "deny" : "allow");
     } else if (o->action == CLC_ACTION_CONFINE) {
         /* The partition's streams are taken under locks the interrupted code may hold. */
         int deny = (o->replacement & CLC_CONFINE_DENY) != 0;
@@ -65,10 +63,8 @@ __attribute__((noinline)) int clc_gate_reentrant(gate *g, CUfunction f, CUcontex
         g->scratch.error = CUDA_ERROR_NOT_PERMITTED;
         g->scratch.replacement = 0;
         o = &g->scratch;
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "sm_share: a launch made while clc was deciding on the same thread (in a "
-                    "signal handler) cannot be confined: it gets its rule's on_unwrappable");
+        CLC_WARN_ONCE("sm_share: a launch made while clc was deciding on the same thread (in a "
+                      "signal handler) cannot be confined: it gets its rule's on_unwrappable");
     }
     g->entry = e;
     /* A priority class's work is not done inside clc (clc_gate_setup): its flag alone does not
@@ -246,11 +242,9 @@ CUresult clc_gate_exit(gate *g, CUresult result) {
 }
 
 void clc_graph_slots_used_up(void) {
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "more than %d kernel nodes and captured launches of wrapped kernels in one "
-                "context: later ones run unwrapped",
-                CLC_GRAPH_SLOTS);
+    CLC_WARN_ONCE("more than %d kernel nodes and captured launches of wrapped kernels in one "
+                  "context: later ones run unwrapped",
+                  CLC_GRAPH_SLOTS);
 }
 
 /* Whether the launch on `stream` is being captured into a CUDA graph (stream capture). An
@@ -284,22 +278,18 @@ __attribute__((noinline)) static int replace_begin(gate *g, clc_replaced *r) {
         clc_graph_slots_used_up();
         return 0;
     }
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "a wrapped kernel's launch could not be rewritten (CUresult %d): "
-                "it runs unwrapped",
-                (int)e);
+    CLC_WARN_ONCE("a wrapped kernel's launch could not be rewritten (CUresult %d): "
+                  "it runs unwrapped",
+                  (int)e);
     return 0;
 }
 
 /* The driver refused the wrapped kernel's launch (a cooperative grid sized for the original,
  * a resource limit the wrapper crosses): the original is launched instead, said once. */
 __attribute__((noinline)) static void replaced_launch_failed(CUresult e) {
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "the driver refused a wrapped kernel's launch (CUresult %d): "
-                "the original kernel was launched instead",
-                (int)e);
+    CLC_WARN_ONCE("the driver refused a wrapped kernel's launch (CUresult %d): "
+                  "the original kernel was launched instead",
+                  (int)e);
 }
 
 /* The SMs a kernel's confined launches ran on, for its counts (clc_rec_kernel_stats). */
@@ -565,9 +555,8 @@ CLC_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(clc_launch_params *list
         if (g[i].outcome->action == CLC_ACTION_DENY && refused == CUDA_SUCCESS)
             refused = g[i].outcome->error;
         if (g[i].outcome->action == CLC_ACTION_REPLACE) {
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING, "a wrapped kernel launched with "
-                                         "cuLaunchCooperativeKernelMultiDevice runs unwrapped");
+            CLC_WARN_ONCE("a wrapped kernel launched with "
+                          "cuLaunchCooperativeKernelMultiDevice runs unwrapped");
         }
         if (g[i].outcome->action == CLC_ACTION_CONFINE &&
             clc_green_unconfined(g[i].outcome->replacement, CUDA_ERROR_NOT_SUPPORTED,

@@ -93,11 +93,11 @@ static void remember_library(CUlibrary lib) {
     pthread_mutex_lock(&g_libraries_lock);
     if (g_nlibraries < CLC_MAX_LIBRARIES)
         g_libraries[g_nlibraries++] = lib;
-    else if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "more than %d libraries loaded: a graph node naming a later one's kernel by its "
-                "function cannot be confined (it gets its rule's on_unwrappable)",
-                CLC_MAX_LIBRARIES);
+    else
+        CLC_WARN_ONCE(
+            "more than %d libraries loaded: a graph node naming a later one's kernel by its "
+            "function cannot be confined (it gets its rule's on_unwrappable)",
+            CLC_MAX_LIBRARIES);
     pthread_mutex_unlock(&g_libraries_lock);
 }
 

@@ -62,12 +62,10 @@ int slot_alive(int32_t pid, uint64_t start_time) {
 
 void board_unusable(const char *why) {
     g_board_bad = 1;
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING, "priority: the board %s cannot be used (%s): %s", g_board_path,
-                why,
-                g_class == CLC_PRIORITY_BE
-                    ? "every launch of this best-effort process is held to its floor"
-                    : "this latency-critical process does not hold best-effort work");
+    CLC_WARN_ONCE("priority: the board %s cannot be used (%s): %s", g_board_path, why,
+                  g_class == CLC_PRIORITY_BE
+                      ? "every launch of this best-effort process is held to its floor"
+                      : "this latency-critical process does not hold best-effort work");
 }
 
 /* The board directory, walked without following a link another user controls, made (mode 1777)

@@ -267,11 +267,9 @@ static CUresult stream_for(CUcontext ctx, CUstream stream, int ptsz, int part, g
         }
     }
     if (free_at == STREAM_SLOTS || g_nstreams >= STREAM_SLOTS * 3 / 4) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "sm_share: more than %u program streams with confined kernels: launches on "
-                    "later ones cannot be confined",
-                    STREAM_SLOTS * 3 / 4);
+        CLC_WARN_ONCE("sm_share: more than %u program streams with confined kernels: launches on "
+                      "later ones cannot be confined",
+                      STREAM_SLOTS * 3 / 4);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     partition *p = &g_parts[part];

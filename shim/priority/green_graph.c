@@ -153,12 +153,12 @@ void clc_green_note_node_kernel(CUkernel kern, uint64_t word) {
         g_node_kernels[i].kern = kern;
         g_node_kernels[i].word = word;
         if (i == g_n_node_kernels) g_n_node_kernels++;
-    } else if (CLC_FIRST_TIME()) {
-        clc_log(CLC_MSG_WARNING,
-                "sm_share: more than %u kernels with confined graph nodes: a graph the driver "
-                "will not instantiate with later ones' nodes confined is not made again with "
-                "them unconfined",
-                NODE_KERNELS);
+    } else {
+        CLC_WARN_ONCE(
+            "sm_share: more than %u kernels with confined graph nodes: a graph the driver "
+            "will not instantiate with later ones' nodes confined is not made again with "
+            "them unconfined",
+            NODE_KERNELS);
     }
     pthread_mutex_unlock(&g_node_kernel_lock);
 }

@@ -182,21 +182,18 @@ static void note_stream(int device, CUstream key, uint64_t seq) {
         }
     }
     atomic_store_explicit(&ls->untracked_ns, clc_now_ns(), memory_order_release);
-    if (!atomic_exchange_explicit(&ls->untracked, 1, memory_order_acq_rel) && CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "priority: work in flight on more than %d streams of device %d: the GPU "
-                "counts as busy until the device is synchronized, or no launch finds no "
-                "stream's place for idle_after_ms",
-                LC_STREAMS, device);
+    if (!atomic_exchange_explicit(&ls->untracked, 1, memory_order_acq_rel))
+        CLC_WARN_ONCE("priority: work in flight on more than %d streams of device %d: the GPU "
+                      "counts as busy until the device is synchronized, or for idle_after_ms "
+                      "after the last launch that found no place",
+                      LC_STREAMS, device);
 }
 
 void clc_priority_lc_launch(int device, CUstream stream, int ptsz) {
     if (unlikely((unsigned)device >= BOARD_DEVICES)) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "priority: device %d is beyond the board's %d GPUs: its "
-                    "launches do not hold best-effort work",
-                    device, BOARD_DEVICES);
+        CLC_WARN_ONCE("priority: device %d is beyond the board's %d GPUs: its "
+                      "launches do not hold best-effort work",
+                      device, BOARD_DEVICES);
         return;
     }
     board_slot *slot = slot_now();

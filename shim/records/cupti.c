@@ -333,12 +333,12 @@ static void drain_locked(uint64_t wait_ns, int say) {
     uint64_t launched = atomic_exchange(&g_launched, 0), timed = atomic_exchange(&g_timed, 0);
     size_t dropped = 0;
     if (cupti.dropped) cupti.dropped(NULL, 0, &dropped);
-    if (say && launched > timed && CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "%llu timed launches' GPU times did not come back from CUPTI (%llu did; CUPTI "
-                "dropped %zu records): their kernels' GPU totals are short",
-                (unsigned long long)(launched - timed),
-                (unsigned long long)atomic_load(&g_timed_all), dropped);
+    if (say && launched > timed)
+        CLC_WARN_ONCE(
+            "%llu timed launches' GPU times did not come back from CUPTI (%llu did; CUPTI "
+            "dropped %zu records): their kernels' GPU totals are short",
+            (unsigned long long)(launched - timed), (unsigned long long)atomic_load(&g_timed_all),
+            dropped);
 }
 
 /* At exit, or before a context or a module goes. */

@@ -79,11 +79,9 @@ const clc_outcome *clc_add_shape(clc_entry *e, const clc_launch *l, const clc_ou
             atomic_store_explicit(&c->count, n + 1, memory_order_release);
             kept = &s->outcome;
         } else {
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING,
-                        "a kernel has more than %d launch shapes: its per_shape hook is asked "
-                        "at every launch from here on",
-                        SHAPES_MAX);
+            CLC_WARN_ONCE("a kernel has more than %d launch shapes: its per_shape hook is asked "
+                          "at every launch from here on",
+                          SHAPES_MAX);
         }
     }
     pthread_mutex_unlock(&g_insert_lock);
@@ -174,9 +172,8 @@ static void archive(const clc_entry *e) {
         size_t cap = g_archive_cap ? g_archive_cap * 2 : 64;
         clc_kernel_counts *grown = realloc(g_archive, cap * sizeof *grown);
         if (!grown) {
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING, "out of memory: the counts of unloaded kernels are "
-                                         "missing from the exit statistics");
+            CLC_WARN_ONCE("out of memory: the counts of unloaded kernels are "
+                          "missing from the exit statistics");
             return;
         }
         g_archive = grown;

@@ -82,8 +82,7 @@ static void finish(tstate *s, clc_timing *t, int wait) {
         clc_capture_gpu_time(t->entry, t->seq, (uint64_t)((double)ms * 1e6 + 0.5),
                              CLC_TIMING_EVENTS);
     } else if (r != CUDA_SUCCESS) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING, "a launch's GPU time was lost (CUresult %d)", r);
+        CLC_WARN_ONCE("a launch's GPU time was lost (CUresult %d)", r);
     }
     release_pair(s, t);
 }
@@ -136,11 +135,9 @@ int clc_timing_begin(clc_timing **out, CUstream stream, int ptsz, clc_entry *e, 
     lock(s);
     if (s->opened == (uint32_t)((1ull << OPEN_SIZE) - 1)) {
         unlock(s);
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "more than %d launches of one thread were being timed at once: the "
-                    "others are not timed",
-                    OPEN_SIZE);
+        CLC_WARN_ONCE("more than %d launches of one thread were being timed at once: the "
+                      "others are not timed",
+                      OPEN_SIZE);
         return -1;
     }
     clc_timing *t = &s->open[__builtin_ctz(~s->opened)];
