@@ -51,11 +51,10 @@ static void trust(uid_t uid) {
         if (g_trusted[i] == uid) return;
     if (g_n_trusted < CLC_PRIORITY_MAX_TRUSTED)
         g_trusted[g_n_trusted++] = uid;
-    else if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "priority: more than %d latency-critical users: the slots of "
-                "the others are not read",
-                CLC_PRIORITY_MAX_TRUSTED);
+    else
+        CLC_WARN_ONCE("priority: more than %d latency-critical users: the slots of "
+                      "the others are not read",
+                      CLC_PRIORITY_MAX_TRUSTED);
 }
 
 void read_trust(void) {
@@ -76,11 +75,9 @@ void read_trust(void) {
 }
 
 static void say_refused(const char *name, const char *why) {
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "priority: slot %s is not trusted (%s): it does not hold this process (said "
-                "once)",
-                name, why);
+    CLC_WARN_ONCE("priority: slot %s is not trusted (%s): it does not hold this process (said "
+                  "once)",
+                  name, why);
 }
 
 /* The slot, read whole into *out: 0 when the view's file is no longer what it was. */
@@ -106,11 +103,9 @@ static void drop_view(int k) {
 
 static void table_full(const char *why) {
     g_table_full = 1;
-    if (CLC_FIRST_TIME())
-        clc_log(CLC_MSG_WARNING,
-                "priority: %s: launches of this best-effort process are held to its floor "
-                "while it stays so (said once)",
-                why);
+    CLC_WARN_ONCE("priority: %s: launches of this best-effort process are held to its floor "
+                  "while it stays so (said once)",
+                  why);
 }
 
 /* One user's directory opened for a scan: the directory (*dir) and a stream over it; NULL when
@@ -259,20 +254,16 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present) 
     *present = 1;
     if (g_board_bad || g_table_full) return 1;
     if ((unsigned)device >= BOARD_DEVICES) {
-        if (CLC_FIRST_TIME())
-            clc_log(CLC_MSG_WARNING,
-                    "priority: device %d is beyond the board's %d GPUs: its launches are held "
-                    "to the floor",
-                    device, BOARD_DEVICES);
+        CLC_WARN_ONCE("priority: device %d is beyond the board's %d GPUs: its launches are held "
+                      "to the floor",
+                      device, BOARD_DEVICES);
         return 1;
     }
     if (!g_be_uuid_known[device]) {
         if (!device_uuid(device, g_be_uuid[device])) {
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING,
-                        "priority: the driver does not name device %d (no UUID): its launches "
-                        "are held to the floor",
-                        device);
+            CLC_WARN_ONCE("priority: the driver does not name device %d (no UUID): its launches "
+                          "are held to the floor",
+                          device);
             return 1;
         }
         g_be_uuid_known[device] = 1;
@@ -347,38 +338,6 @@ static int look(int device, uint64_t now, uint64_t *since) {
     int present;
     if (now - g_scanned_ns >= SCAN_NS) scan(now);
     return lc_busy(device, now, since, &present);
-}
-
-/* reserve: a period whose launches left the reserve free, one HOLD record (CLC_HOLD_RESERVE):
- * opened at its first launch, closed at the first launch that finds no latency-critical
- * process living on the GPU, or at exit (g_be_lock held). */
-uint64_t g_reserve_start;
-static int g_reserve_device = -1;
-
-void close_reserve(uint64_t now) {
-    if (!g_reserve_start) return;
-    clc_rec_hold rec = {g_reserve_start, now - g_reserve_start, 0, g_reserve_device,
-                        CLC_HOLD_BUSY | CLC_HOLD_RESERVE};
-    g_reserve_start = 0;
-    clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
-}
-
-/* reserve: whether a latency-critical process lives on `device` (its launches leave the
- * reserve free meanwhile), its period opened or closed. */
-static int lc_present(int device) {
-    pthread_mutex_lock(&g_be_lock);
-    uint64_t now = clc_now_ns(), since;
-    int present;
-    if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    lc_busy(device, now, &since, &present);
-    if (present && !g_reserve_start) {
-        g_reserve_start = now;
-        g_reserve_device = device;
-    } else if (!present) {
-        close_reserve(now);
-    }
-    pthread_mutex_unlock(&g_be_lock);
-    return present;
 }
 
 /* A hold that ended, counted for the exit line: its HOLD record (g_be_lock held). */
@@ -469,31 +428,50 @@ static void hold(int device) {
     clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
 }
 
-/* held_share: while a latency-critical process is busy, launches run on the share instead of
- * waiting. One HOLD record (CLC_HOLD_SHARED) per busy period: opened at the first launch that
- * finds the GPU busy, closed at the first that finds it idle, or at exit. g_be_lock held. */
-uint64_t g_shared_start, g_shared_since;
-static int g_shared_device = -1;
+/* A period that is not a wait, one HOLD record each (g_be_lock held): held_share's busy
+ * periods, whose launches ran on the share instead of waiting (CLC_HOLD_SHARED: opened at the
+ * first launch that finds the GPU busy, closed at the first that finds it idle), and reserve's
+ * (CLC_HOLD_RESERVE: opened at the first launch that finds a latency-critical process living on
+ * the GPU, closed at the first that finds none); both closed at exit too. */
+hold_period g_shared_period = {.why = CLC_HOLD_BUSY | CLC_HOLD_SHARED, .counted = 1};
+hold_period g_reserve_period = {.why = CLC_HOLD_BUSY | CLC_HOLD_RESERVE};
 
-void close_shared(uint64_t now) {
-    if (!g_shared_start) return;
-    clc_rec_hold rec = count_hold(g_shared_start, now - g_shared_start, g_shared_since,
-                                  g_shared_device, CLC_HOLD_BUSY | CLC_HOLD_SHARED);
-    g_shared_start = 0;
+void period_close(hold_period *p, uint64_t now) {
+    if (!p->start) return;
+    clc_rec_hold rec = {p->start, now - p->start, 0, p->device, p->why};
+    if (p->counted) rec = count_hold(p->start, now - p->start, p->since, p->device, p->why);
+    p->start = 0;
     clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
+}
+
+static void period_seen(hold_period *p, int on, uint64_t now, uint64_t since, int device) {
+    if (on && !p->start) {
+        p->start = now;
+        p->since = since;
+        p->device = device;
+    } else if (!on) {
+        period_close(p, now);
+    }
+}
+
+/* reserve: whether a latency-critical process lives on `device` (its launches leave the
+ * reserve free meanwhile), its period opened or closed. */
+static int lc_present(int device) {
+    pthread_mutex_lock(&g_be_lock);
+    uint64_t now = clc_now_ns(), since;
+    int present;
+    if (now - g_scanned_ns >= SCAN_NS) scan(now);
+    lc_busy(device, now, &since, &present);
+    period_seen(&g_reserve_period, present, now, 0, device);
+    pthread_mutex_unlock(&g_be_lock);
+    return present;
 }
 
 static int held_to_share(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
     int busy = look(device, now, &since);
-    if (busy && !g_shared_start) {
-        g_shared_start = now;
-        g_shared_since = since;
-        g_shared_device = device;
-    } else if (!busy) {
-        close_shared(now);
-    }
+    period_seen(&g_shared_period, busy, now, since, device);
     pthread_mutex_unlock(&g_be_lock);
     return busy;
 }
@@ -511,11 +489,9 @@ static int wait_event(CUevent ev) {
     uint64_t start = clc_now_ns();
     while ((r = g_drv.event_query(ev)) == CUDA_ERROR_NOT_READY) {
         if (clc_now_ns() - start >= RUN_AHEAD_WAIT_NS) {
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING,
-                        "priority: a stream's earlier work did not finish within %llu ms: its "
-                        "launches go on, further ahead than run_ahead, until it does (said once)",
-                        (unsigned long long)(RUN_AHEAD_WAIT_NS / 1000000));
+            CLC_WARN_ONCE("priority: a stream's earlier work did not finish within %llu ms: its "
+                          "launches go on, further ahead than run_ahead, until it does (said once)",
+                          (unsigned long long)(RUN_AHEAD_WAIT_NS / 1000000));
             return 0;
         }
         struct timespec step = {0, HOLD_STEP_NS};
@@ -556,11 +532,9 @@ static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
                 ring = &g_rings[i];
         if (!ring) {
             pthread_mutex_unlock(&g_be_lock);
-            if (CLC_FIRST_TIME())
-                clc_log(CLC_MSG_WARNING,
-                        "priority: more than %d streams in use at once: the launches of the "
-                        "others are not kept from running ahead (said once)",
-                        RUN_AHEAD_STREAMS);
+            CLC_WARN_ONCE("priority: more than %d streams in use at once: the launches of the "
+                          "others are not kept from running ahead (said once)",
+                          RUN_AHEAD_STREAMS);
             return;
         }
         if (ring->ctx) forget_ring(ring, ring->ctx == ctx);

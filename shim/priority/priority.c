@@ -110,10 +110,10 @@ void clc_priority_leave(int in_signal) {
     if (slot_now() && g_slot_pid == getpid() && g_slot_dir >= 0 && fstat(g_slot_dir, &st) == 0 &&
         st.st_dev == g_slot_dir_dev && st.st_ino == g_slot_dir_ino)
         unlinkat(g_slot_dir, g_slot_name, 0);
-    if (!in_signal && (g_shared_start || g_reserve_start) &&
+    if (!in_signal && (g_shared_period.start || g_reserve_period.start) &&
         pthread_mutex_trylock(&g_be_lock) == 0) {
-        close_shared(clc_now_ns());
-        close_reserve(clc_now_ns());
+        period_close(&g_shared_period, clc_now_ns());
+        period_close(&g_reserve_period, clc_now_ns());
         pthread_mutex_unlock(&g_be_lock);
     }
     if (!in_signal && g_class == CLC_PRIORITY_BE && (g_holds || g_run_ahead_waits) && g_cfg.verbose)
@@ -142,7 +142,7 @@ void clc_priority_after_fork_child(void) {
         memset(g_rings, 0, sizeof g_rings); /* the parent's events are not this process's */
         g_holding = 0;
         memset(&g_window, 0, sizeof g_window); /* held time is the parent's */
-        g_shared_start = 0;
-        g_reserve_start = 0;
+        g_shared_period.start = 0;
+        g_reserve_period.start = 0;
     }
 }

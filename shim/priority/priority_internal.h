@@ -68,15 +68,20 @@ typedef struct {
     CUevent ring[64];
 } ahead_ring;
 void close_kept(int fd, dev_t dev, ino_t ino);
-void close_shared(uint64_t now);
-void close_reserve(uint64_t now);
-extern CLC_HIDDEN uint64_t g_reserve_start;
+/* A period of held_share's or reserve's, one HOLD record (best_effort.c) */
+typedef struct {
+    uint64_t start, since; /* start 0: none open */
+    int device;
+    uint32_t why;
+    int counted; /* in the exit line's holds */
+} hold_period;
+extern CLC_HIDDEN hold_period g_shared_period, g_reserve_period;
+void period_close(hold_period *p, uint64_t now);
 extern CLC_HIDDEN pthread_mutex_t g_be_lock;
 extern CLC_HIDDEN uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, g_run_ahead_waits;
 extern CLC_HIDDEN int g_holding;
 extern CLC_HIDDEN held_window g_window;
 extern CLC_HIDDEN ahead_ring g_rings[RUN_AHEAD_STREAMS];
-extern CLC_HIDDEN uint64_t g_shared_start, g_shared_since;
 void read_trust(void);
 
 /* latency_critical.c */
