@@ -6,7 +6,7 @@
                                          [--rounds 3] [--requests 400] [--gap-ms 10]
                                          [--quick] [--run-ahead 32] [--json OUT [--force]]
                                          [--gpus N]
-    python3 benchmarks/bench_colocate.py --report OUT.json
+    python3 benchmarks/bench_colocate.py --report OUT.json [--report MORE.json]...
 
 The two programs are examples/colocate.py's `infer` (a transformer forward pass in bf16, one
 request every 10 ms, each request's latency from its arrival) and `train` (a GPT-2-like
@@ -817,6 +817,26 @@ def load_report(path):
     return data
 
 
+def merged(runs):
+    """Several --json files as one run: their rounds together, the pairs and configurations of
+    any of them (a configuration a round did not run is left out of its medians). ValueError
+    when they differ in requests or gap, which would make their figures incomparable."""
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    for other in runs[1:]:
+        for key in ("requests", "gap_ms"):
+            if other[key] != first[key]:
+                raise ValueError(f"the files differ in {key} ({first[key]} and {other[key]}): "
+                                 "their figures cannot be taken together")
+    return {**first,
+            "device": ", ".join(dict.fromkeys(r["device"] for r in runs)),
+            "pairs": list(dict.fromkeys(p for r in runs for p in r["pairs"])),
+            "configs": list(dict.fromkeys(c for r in runs for c in r["configs"])),
+            "rounds": [rnd for r in runs for rnd in r["rounds"]],
+            "notes": [n for r in runs for n in r.get("notes", [])]}
+
+
 # ---- the command --------------------------------------------------------------------------
 
 def build_parser():
@@ -847,8 +867,10 @@ def build_parser():
                     "first visible GPU)")
     ap.add_argument("--json", metavar="OUT", help="write every run's figures here")
     ap.add_argument("--force", action="store_true", help="let --json replace a file of yours")
-    ap.add_argument("--report", metavar="IN",
-                    help="print the tables of a file --json wrote, and run nothing")
+    ap.add_argument("--report", metavar="IN", action="append",
+                    help="print the tables of a file --json wrote, and run nothing; given "
+                    "again, the files' rounds are taken together (runs of the same requests "
+                    "and gap, split over several commands)")
     return ap
 
 
@@ -894,12 +916,12 @@ def main(argv=None):
     args = parse_args(argv)
     if args.report:
         try:
-            lines = report(load_report(args.report))
+            lines = report(merged([load_report(path) for path in args.report]))
         except ValueError as e:
             sys.exit(f"bench_colocate: {e}")
         except (KeyError, TypeError, AttributeError, IndexError) as e:
-            sys.exit(f"bench_colocate: {args.report} is not what bench_colocate --json writes "
-                     f"({type(e).__name__}: {e})")
+            sys.exit(f"bench_colocate: {', '.join(args.report)} is not what bench_colocate "
+                     f"--json writes ({type(e).__name__}: {e})")
         print("\n".join(lines))
         return
     for pc in args.policy_configs.values():

@@ -529,3 +529,26 @@ def test_pairs_run_on_several_gpus_at_once_each_against_its_own_alone_runs(stand
     assert data["summary"]["copy-heavy"]["mps"]["p99_vs_alone"] == [1.0, 1.0, 1.0]
     assert "### copy-heavy: the `copy` service beside the `heavy` training (GPU 1)" in \
         bc.report(data)
+
+
+def test_runs_split_over_commands_are_reported_together(tmp_path, capsys):
+    # GIVEN two runs of the same requests, one with a configuration the other lacks
+    a, b = _data(), _data()
+    b["configs"] = [*b["configs"], "extra"]
+    for rnd in b["rounds"]:
+        for runs in rnd["pairs"].values():
+            runs["extra"] = next(iter(runs.values()))
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    # WHEN both are reported at once
+    bc.main(["--report", str(tmp_path / "a.json"), "--report", str(tmp_path / "b.json")])
+    printed = capsys.readouterr().out
+    # THEN the rounds of both count, and the configuration of one alone is there
+    assert f"{len(a['rounds']) + len(b['rounds'])} interleaved rounds" in printed
+    assert "| extra |" in printed
+    # AND runs of other requests are refused
+    b["requests"] = a["requests"] + 1
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    with pytest.raises(SystemExit) as e:
+        bc.main(["--report", str(tmp_path / "a.json"), "--report", str(tmp_path / "b.json")])
+    assert "differ in requests" in str(e.value.code)
