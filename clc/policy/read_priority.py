@@ -161,6 +161,13 @@ class _PriorityReader(_MatchReader):
                                              "the SMs, they do not wait")
         if "reserve" in pairs and kind != LATENCY_CRITICAL:
             reserve = self.bounded_number(pairs, "reserve", _RESERVE, " (0: none)")
+            if (reserve is not _INVALID and held_share is not _INVALID and reserve > 0
+                    and held_share > 1 - reserve):
+                self.warn(pairs["held_share"][0], f"held_share on class '{name}' is more than "
+                                                  f"the {1 - reserve:g} of the SMs its reserve "
+                                                  "leaves it: it gets more while the "
+                                                  "latency-critical work is busy than while it "
+                                                  "is idle")
         return floor, run_ahead, held_share, reserve
 
     def bounded_number(self, pairs: dict, key: str, bounds, why: str):

@@ -19,26 +19,27 @@ static int current_device(void) {
  * GPU idle on the board, so that best-effort launches held meanwhile go on at once. A blocking
  * copy to the host is one too: it returns once the stream's earlier work is done. */
 
-#define CLC_SYNC_HOOK(name, params, args, whole, stream_arg, ptsz)                               \
+/* `when`: whether the call settles at all (a copy of no bytes may return without waiting). */
+#define CLC_SYNC_HOOK(name, params, args, blocking, whole, stream_arg, ptsz, when)               \
     CLC_EXPORT CUresult name params {                                                            \
         CLC_REAL_OR_FAIL(name)                                                                   \
-        if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real args;             \
+        if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc || !(when)) return real args;  \
         int dev = current_device(), counted;                                                     \
-        uint64_t launched = clc_priority_sync_begin(dev, &counted);                              \
+        uint64_t launched = clc_priority_sync_begin(dev, blocking, &counted);                    \
         CUresult r = real args;                                                                  \
         clc_priority_sync_end(dev, launched, whole, stream_arg, ptsz, counted, r == CUDA_SUCCESS); \
         return r;                                                                                \
     }
-CLC_SYNC_HOOK(cuCtxSynchronize, (void), (), 1, NULL, 0)
-CLC_SYNC_HOOK(cuStreamSynchronize, (CUstream stream), (stream), 0, stream, 0)
-CLC_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream stream), (stream), 0, stream, 1)
-CLC_SYNC_HOOK(cuStreamQuery, (CUstream stream), (stream), 0, stream, 0)
-CLC_SYNC_HOOK(cuStreamQuery_ptsz, (CUstream stream), (stream), 0, stream, 1)
+CLC_SYNC_HOOK(cuCtxSynchronize, (void), (), 1, 1, NULL, 0, 1)
+CLC_SYNC_HOOK(cuStreamSynchronize, (CUstream stream), (stream), 1, 0, stream, 0, 1)
+CLC_SYNC_HOOK(cuStreamSynchronize_ptsz, (CUstream stream), (stream), 1, 0, stream, 1, 1)
+CLC_SYNC_HOOK(cuStreamQuery, (CUstream stream), (stream), 0, 0, stream, 0, 1)
+CLC_SYNC_HOOK(cuStreamQuery_ptsz, (CUstream stream), (stream), 0, 0, stream, 1, 1)
 /* A synchronous copy to the host runs on the default stream (the per-thread one for _ptds). */
-CLC_SYNC_HOOK(cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t bytes), (dst, src, bytes), 0,
-              NULL, 0)
+CLC_SYNC_HOOK(cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t bytes), (dst, src, bytes), 1, 0,
+              NULL, 0, bytes != 0)
 CLC_SYNC_HOOK(cuMemcpyDtoH_v2_ptds, (void *dst, CUdeviceptr src, size_t bytes), (dst, src, bytes),
-              0, NULL, 1)
+              1, 0, NULL, 1, bytes != 0)
 
 /* cuCtxSynchronize of CUDA 13 names the context: only the current one (or NULL) is settled. */
 CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
@@ -46,7 +47,7 @@ CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
     if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ctx);
     int mine = !ctx || ctx == current_ctx();
     int dev = mine ? current_device() : -1, counted;
-    uint64_t launched = clc_priority_sync_begin(dev, &counted);
+    uint64_t launched = clc_priority_sync_begin(dev, 1, &counted);
     CUresult r = real(ctx);
     clc_priority_sync_end(dev, launched, 1, NULL, 0, counted, r == CUDA_SUCCESS);
     return r;
@@ -58,22 +59,27 @@ CLC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
  * stream launched before the record (latency_critical.c keeps, per event, its stream and the
  * launches then). A wait on an event not kept still marks the GPU busy while it lasts. */
 
-static void event_recorded(CUevent ev, CUstream stream, int ptsz, CUresult r) {
+/* `launched`: the device's launches before the record was made (read before it, so that
+ * another thread's launch made meanwhile is not taken for one the event covers). */
+static void event_recorded(int dev, CUevent ev, CUstream stream, int ptsz, uint64_t launched,
+                           CUresult r) {
     if (r != CUDA_SUCCESS) return;
     int capturing;
     /* recorded into a graph being captured: nothing is recorded now */
     if (clc_stream_capture_status(stream, ptsz, &capturing) != CUDA_SUCCESS ||
         capturing != CU_STREAM_CAPTURE_STATUS_NONE)
         return;
-    clc_priority_event_record(current_device(), ev, stream, ptsz);
+    clc_priority_event_record(dev, ev, stream, ptsz, launched);
 }
 
 #define CLC_EVENT_RECORD_HOOK(name, params, args, ptsz)                                          \
     CLC_EXPORT CUresult name params {                                                            \
         CLC_REAL_OR_FAIL(name)                                                                   \
         if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real args;             \
+        int dev = current_device();                                                              \
+        uint64_t launched = clc_priority_launched(dev);                                          \
         CUresult r = real args;                                                                  \
-        event_recorded(ev, stream, ptsz, r);                                                     \
+        event_recorded(dev, ev, stream, ptsz, launched, r);                                      \
         return r;                                                                                \
     }
 CLC_EVENT_RECORD_HOOK(cuEventRecord, (CUevent ev, CUstream stream), (ev, stream), 0)
@@ -83,7 +89,7 @@ CLC_EVENT_RECORD_HOOK(cuEventRecordWithFlags, (CUevent ev, CUstream stream, unsi
 CLC_EVENT_RECORD_HOOK(cuEventRecordWithFlags_ptsz, (CUevent ev, CUstream stream, unsigned flags),
                       (ev, stream, flags), 1)
 
-#define CLC_EVENT_WAIT_HOOK(name)                                                                \
+#define CLC_EVENT_WAIT_HOOK(name, blocking)                                                      \
     CLC_EXPORT CUresult name(CUevent ev) {                                                       \
         CLC_REAL_OR_FAIL(name)                                                                   \
         if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real(ev);             \
@@ -91,13 +97,13 @@ CLC_EVENT_RECORD_HOOK(cuEventRecordWithFlags_ptsz, (CUevent ev, CUstream stream,
         CUstream key = NULL;                                                                     \
         int dev = clc_priority_event_covers(ev, &key, &launched), counted;                       \
         if (dev < 0) dev = current_device();                                                     \
-        clc_priority_sync_begin(dev, &counted);                                                  \
+        clc_priority_sync_begin(dev, blocking, &counted);                                        \
         CUresult r = real(ev);                                                                   \
         clc_priority_event_settle(dev, key, launched, counted, r == CUDA_SUCCESS);               \
         return r;                                                                                \
     }
-CLC_EVENT_WAIT_HOOK(cuEventSynchronize)
-CLC_EVENT_WAIT_HOOK(cuEventQuery)
+CLC_EVENT_WAIT_HOOK(cuEventSynchronize, 1)
+CLC_EVENT_WAIT_HOOK(cuEventQuery, 0)
 
 #define CLC_EVENT_DESTROY_HOOK(name)                                                             \
     CLC_EXPORT CUresult name(CUevent ev) {                                                       \

@@ -283,9 +283,10 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present) 
             uint64_t l = r->launched, s = r->settled;
             if (l != v->seen_launched[d]) v->seen_launched[d] = l, v->seen_ns[d] = now;
             if (l && now - v->seen_ns[d] < CLC_PRIORITY_RESERVE_KEEP_MS * 1000000ull) *present = 1;
-            /* busy: waiting for its GPU in a synchronization, or not quiet for longer than
-             * the policy's idle_after */
-            if (l != s && (r->waiting || now - v->seen_ns[d] < g_idle_ns)) {
+            /* busy: a thread of it blocked waiting for its GPU (whatever is settled: the work
+             * may be something clc does not count), or launches not settled and not quiet for
+             * longer than the policy's idle_after */
+            if (r->waiting || (l != s && now - v->seen_ns[d] < g_idle_ns)) {
                 *since = r->busy_since_ns;
                 *present = 1;
                 return 1;
@@ -621,7 +622,13 @@ static uint64_t be_launch(int device, CUcontext ctx, CUstream stream, int per_th
         word = held_to_share(device) ? g_held_word : 0;
     else
         hold(device);
-    if (g_reserve_word && confinable && lc_present(device) && !word) word = g_reserve_word;
+    if (g_reserve_word && lc_present(device)) {
+        if (!confinable)
+            CLC_WARN_ONCE("priority: a graph replay cannot be confined: it runs on the whole "
+                          "GPU, the reserve included");
+        else if (!word)
+            word = g_reserve_word;
+    }
     bound_run_ahead(ctx, stream, per_thread);
     if (exchanged) g_drv.exchange_capture_mode(&mode);
     t_in_clc = was;

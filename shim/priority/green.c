@@ -49,7 +49,10 @@ typedef struct {
     unsigned sms;      /* the SMs it has */
     CUresult failed;   /* why it cannot be made (CUDA_SUCCESS: it can) */
     CUcontext program; /* its context as the program's primary context (scope: program) */
-    cu_dev_resource group; /* its SMs, for the contexts the program makes (scope: program) */
+    /* its SMs, for the contexts the program makes (scope: program): one group of a split, or
+     * (a share of more than half placed last) several of one split, malloc'd */
+    cu_dev_resource *groups;
+    unsigned n_groups;
 } partition;
 
 /* A device whose process is confined program-wide: its partition (index + 1; 0: none) and the
@@ -146,7 +149,7 @@ static void note_node_context(CUcontext ctx) { /* under g_lock */
 /* Makes partition p (under g_lock, with the capture mode relaxed: a global stream capture in
  * the program must not see these calls). */
 static CUresult make_partition(partition *p) {
-    cu_dev_resource all, group, rest;
+    cu_dev_resource all, rest;
     CUdevResourceDesc desc;
     CUresult r = g_drv.green.get_resource(p->device, &all, CU_DEV_RESOURCE_TYPE_SM);
     if (r != CUDA_SUCCESS) return r;
@@ -157,35 +160,47 @@ static CUresult make_partition(partition *p) {
     /* Every group of this size, then the first or the last taken: the driver lays groups out by
      * how many it is asked for, so two processes (tenants at either end) must ask for the same
      * split to get groups that do not overlap. */
+    cu_dev_resource *each = NULL;
+    unsigned from = 0, take = 1;
     if (last && 2 * sms > all.sm.sm_count) {
-        /* more than half of the SMs, at the end (a best-effort reserve's): the SMs before it
-         * are split off as one group, and the partition is what remains */
-        unsigned before = (all.sm.sm_count - sms + step - 1) / step * step;
-        cu_dev_resource skipped;
-        groups = 1;
-        r = g_drv.green.split(&skipped, &groups, &all, &rest, 0, before < step ? step : before);
-        if (r == CUDA_SUCCESS && (groups == 0 || rest.sm.sm_count == 0))
-            r = CUDA_ERROR_INVALID_VALUE;
-        if (r != CUDA_SUCCESS) return r;
-        group = rest;
+        /* more than half of the SMs, at the end (a best-effort reserve's): the device split in
+         * groups of the smallest size, and the last of them taken together (one split's groups
+         * may make one descriptor), leaving at least the share's complement free at the start;
+         * the split's remainder is never used, as cuda.h advises */
+        groups = all.sm.sm_count / step;
+        unsigned free_sms = all.sm.sm_count - sms;
+        if (((p->share >> CLC_CONFINE_KIND_SHIFT) & 0xff) == CLC_CAP_SHARE) {
+            double exact = (double)(p->share & 0xffffffffu) / 1e6 * all.sm.sm_count;
+            free_sms = all.sm.sm_count - (unsigned)exact;
+        }
+        each = calloc(groups ? groups : 1, sizeof *each);
+        if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
+        r = g_drv.green.split(each, &groups, &all, &rest, 0, step);
+        unsigned skip = (free_sms + step - 1) / step;
+        if (r == CUDA_SUCCESS && groups <= skip) r = CUDA_ERROR_INVALID_VALUE;
+        if (r == CUDA_SUCCESS) from = skip, take = groups - skip;
     } else {
         groups = all.sm.sm_count / sms;
-        cu_dev_resource *each = calloc(groups ? groups : 1, sizeof *each);
+        each = calloc(groups ? groups : 1, sizeof *each);
         if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
         r = g_drv.green.split(each, &groups, &all, &rest, 0, sms);
         if (r == CUDA_SUCCESS && groups == 0) r = CUDA_ERROR_INVALID_VALUE;
-        if (r == CUDA_SUCCESS) group = each[last ? groups - 1 : 0];
-        free(each);
-        if (r != CUDA_SUCCESS) return r;
+        if (r == CUDA_SUCCESS) from = last ? groups - 1 : 0;
     }
-    if ((r = g_drv.green.generate_desc(&desc, &group, 1)) != CUDA_SUCCESS) return r;
-    if ((r = g_drv.green.create(&p->green, desc, p->device, CU_GREEN_CTX_DEFAULT_STREAM)) !=
-        CUDA_SUCCESS) {
+    if (r == CUDA_SUCCESS) r = g_drv.green.generate_desc(&desc, each + from, take);
+    if (r == CUDA_SUCCESS)
+        r = g_drv.green.create(&p->green, desc, p->device, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (r != CUDA_SUCCESS) {
         p->green = NULL;
+        free(each);
         return r;
     }
-    p->sms = group.sm.sm_count;
-    p->group = group;
+    memmove(each, each + from, take * sizeof *each);
+    free(p->groups); /* a partition made again: its earlier groups */
+    p->groups = each;
+    p->n_groups = take;
+    p->sms = 0;
+    for (unsigned i = 0; i < take; i++) p->sms += each[i].sm.sm_count;
     CUcontext as_ctx;
     if (g_drv.green.ctx_from_green && g_drv.green.ctx_from_green(&as_ctx, p->green) == CUDA_SUCCESS)
         note_node_context(as_ctx); /* what a launch captured on its streams names */
@@ -469,16 +484,17 @@ CUresult clc_green_create_context(CUdevice dev, uint64_t word, unsigned flags, C
     int part = -1;
     cu_dev_resource all;
     cu_dev_resource *group = &all;
+    unsigned n_groups = 1;
     if (r == CUDA_SUCCESS && word) {
         r = partition_ready(dev, word & ~(uint64_t)CLC_CONFINE_DENY, &part);
-        if (r == CUDA_SUCCESS) group = &g_parts[part].group;
+        if (r == CUDA_SUCCESS) group = g_parts[part].groups, n_groups = g_parts[part].n_groups;
     } else if (r == CUDA_SUCCESS) {
         r = g_drv.green.get_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM);
     }
     CUdevResourceDesc desc;
     CUgreenCtx green = NULL;
     CUcontext ctx = NULL;
-    if (r == CUDA_SUCCESS) r = g_drv.green.generate_desc(&desc, group, 1);
+    if (r == CUDA_SUCCESS) r = g_drv.green.generate_desc(&desc, group, n_groups);
     if (r == CUDA_SUCCESS) r = g_drv.green.create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM);
     if (r == CUDA_SUCCESS) r = g_drv.green.ctx_from_green(&ctx, green);
     if (r == CUDA_SUCCESS) r = g_drv.ctx_push(ctx);
@@ -648,6 +664,8 @@ static void forget_device(CUdevice device) {
             g_drv.green.destroy(g_parts[i].green);
             g_parts[i].green = NULL;
             g_parts[i].program = NULL;
+            free(g_parts[i].groups);
+            g_parts[i].groups = NULL;
         }
     if (device >= 0 && device < MAX_DEVICES) g_program[device].part = 0;
 }

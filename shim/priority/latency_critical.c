@@ -154,32 +154,42 @@ static void raise_to(_Atomic uint64_t *a, uint64_t v) {
                                                              memory_order_relaxed));
 }
 
-/* The launch numbered `seq` went to stream `key`: its place's last launch. */
+/* A place being given to a new stream: no launch or settling takes it meanwhile. */
+#define CLAIMING ((CUstream)(uintptr_t)-2)
+
+static int place_done(lc_stream *p) {
+    return atomic_load_explicit(&p->done, memory_order_acquire) >=
+           atomic_load_explicit(&p->last, memory_order_acquire);
+}
+
+/* The launch numbered `seq` went to stream `key`: its place's last launch. A place whose
+ * stream's work is all done is given to a new stream by claiming it first (CLAIMING), checking
+ * it is still done, then writing it and publishing the key; a launch that raised a place's last
+ * looks again that the place is still its stream's, so that a launch is never left on a place
+ * given away meanwhile. */
 static void note_stream(int device, CUstream key, uint64_t seq) {
     lc_streams *ls = &g_streams[device];
-    lc_stream *free_place = NULL;
+    for (int i = 0; i < LC_STREAMS; i++) {
+        lc_stream *p = &ls->place[i];
+        if (atomic_load_explicit(&p->key, memory_order_acquire) != key) continue;
+        raise_to(&p->last, seq);
+        if (atomic_load_explicit(&p->key, memory_order_acquire) == key) return;
+        break; /* given away under it: noted anew below */
+    }
     for (int i = 0; i < LC_STREAMS; i++) {
         lc_stream *p = &ls->place[i];
         CUstream k = atomic_load_explicit(&p->key, memory_order_acquire);
-        if (k == key) {
-            raise_to(&p->last, seq);
-            return;
-        }
-        if (!free_place && (k == NULL || atomic_load_explicit(&p->done, memory_order_acquire) >=
-                                             atomic_load_explicit(&p->last, memory_order_acquire)))
-            free_place = p;
-    }
-    /* a new stream: a place that is free, or whose stream's work is all done, becomes its */
-    for (lc_stream *p = free_place; p && p < ls->place + LC_STREAMS; p++) {
-        CUstream k = atomic_load_explicit(&p->key, memory_order_acquire);
-        if (k != NULL && atomic_load_explicit(&p->done, memory_order_acquire) <
-                             atomic_load_explicit(&p->last, memory_order_acquire))
+        if (k == CLAIMING || (k != NULL && !place_done(p))) continue;
+        if (!atomic_compare_exchange_strong(&p->key, &k, CLAIMING)) continue;
+        if (k != NULL && !place_done(p)) { /* a launch of its stream came meanwhile */
+            atomic_store_explicit(&p->key, k, memory_order_release);
             continue;
-        if (atomic_compare_exchange_strong(&p->key, &k, key)) {
-            atomic_store_explicit(&p->done, 0, memory_order_release);
-            atomic_store_explicit(&p->last, seq, memory_order_release);
-            return;
         }
+        atomic_store_explicit(&p->done, 0, memory_order_release);
+        atomic_store_explicit(&p->last, seq, memory_order_release);
+        atomic_store_explicit(&p->seen_last, 0, memory_order_release);
+        atomic_store_explicit(&p->key, key, memory_order_release);
+        return;
     }
     atomic_store_explicit(&ls->untracked_ns, clc_now_ns(), memory_order_release);
     if (!atomic_exchange_explicit(&ls->untracked, 1, memory_order_acq_rel))
@@ -240,6 +250,10 @@ static void settle(int device, CUstream key, uint64_t upto) {
         lc_stream *p = &ls->place[i];
         CUstream k = atomic_load_explicit(&p->key, memory_order_acquire);
         if (!k) continue;
+        if (k == CLAIMING) { /* a new stream's first launch, being noted */
+            idle = 0;
+            continue;
+        }
         if (!key || k == key) raise_to(&p->done, upto);
         uint64_t l = atomic_load_explicit(&p->last, memory_order_acquire);
         if (atomic_load_explicit(&p->done, memory_order_acquire) < l && quiet_stream(p, l, now))
@@ -255,12 +269,18 @@ static void settle(int device, CUstream key, uint64_t upto) {
         raise_to(&r->settled, last);
 }
 
-uint64_t clc_priority_sync_begin(int device, int *counted) {
+uint64_t clc_priority_sync_begin(int device, int blocking, int *counted) {
     board_slot *slot = slot_now();
     *counted = 0;
     if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return 0;
-    atomic_fetch_add_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
-    *counted = 1;
+    if (blocking) atomic_fetch_add_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
+    *counted = blocking ? SYNC_WAITING : SYNC_QUERY;
+    return atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
+}
+
+uint64_t clc_priority_launched(int device) {
+    board_slot *slot = slot_now();
+    if (!slot || (unsigned)device >= BOARD_DEVICES) return 0;
     return atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
 }
 
@@ -268,7 +288,8 @@ void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUs
                            int ptsz, int counted, int done) {
     board_slot *slot = slot_now();
     if (!counted || !slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
-    atomic_fetch_sub_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
+    if (counted == SYNC_WAITING)
+        atomic_fetch_sub_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
     if (done) settle(device, whole_context ? NULL : stream_key(stream, ptsz), launched);
 }
 
@@ -287,10 +308,10 @@ static lc_event *event_place(CUevent ev) {
     return &g_events[(x >> 32) % CLC_LC_EVENTS];
 }
 
-void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz) {
+void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz,
+                               uint64_t launched) {
     board_slot *slot = slot_now();
     if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid() || !ev) return;
-    uint64_t launched = atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
     int was = t_in_clc;
     t_in_clc = 1; /* a signal handler's event call on this thread passes straight through */
     pthread_mutex_lock(&g_events_lock);
@@ -315,7 +336,8 @@ int clc_priority_event_covers(CUevent ev, CUstream *key, uint64_t *launched) {
 void clc_priority_event_settle(int device, CUstream key, uint64_t launched, int counted, int done) {
     board_slot *slot = slot_now();
     if (!counted || !slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
-    atomic_fetch_sub_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
+    if (counted == SYNC_WAITING)
+        atomic_fetch_sub_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
     if (done && key) settle(device, key, launched);
 }
 

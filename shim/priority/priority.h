@@ -95,8 +95,13 @@ uint64_t clc_priority_be_launch(int device, CUcontext ctx, CUstream stream, int 
 /* Around a synchronization of a latency-critical process (its GPU counts as busy meanwhile):
  * what was launched before it (begin); once it returned (end, `done`: successfully) the work
  * of the whole device, or of `stream`, is done up to then: the GPU is idle once every stream's
- * work is done (latency_critical.c keeps up to 16 streams per GPU). */
-uint64_t clc_priority_sync_begin(int device, int *counted);
+ * work is done (latency_critical.c keeps up to 16 streams per GPU). A blocking wait (not a
+ * query) marks the GPU busy while it lasts, whatever is settled. */
+#define SYNC_WAITING 1 /* a wait that blocks: the GPU counts as busy while it lasts */
+#define SYNC_QUERY 2   /* a query: it settles, it does not wait */
+uint64_t clc_priority_sync_begin(int device, int blocking, int *counted);
+/* The launches counted on `device` so far (0 without a slot). */
+uint64_t clc_priority_launched(int device);
 void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
                            int ptsz, int counted, int done);
 /* Events of a latency-critical process (settle.c): one recorded on `stream` on `device` keeps
@@ -106,7 +111,8 @@ void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUs
  * (successfully); forget: the event is destroyed. At most CLC_LC_EVENTS are kept: an event
  * whose place another took settles nothing (its waits still mark the GPU busy). */
 #define CLC_LC_EVENTS 256
-void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz);
+void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz,
+                               uint64_t launched);
 int clc_priority_event_covers(CUevent ev, CUstream *key, uint64_t *launched);
 void clc_priority_event_settle(int device, CUstream key, uint64_t launched, int counted, int done);
 void clc_priority_event_forget(CUevent ev);

@@ -72,8 +72,9 @@ def test_the_reserve_is_kept_while_a_latency_critical_process_lives(start):
     lc.do("sync ctx")
     time.sleep(0.06)  # the board's directories are read again every 50 ms
     # THEN the best-effort launches leave the first quarter of the SMs free, without waiting
+    # (the fake's groups are of 8 SMs: the 4 left over, at the end, are in none)
     first, sms = ran_on(be)
-    assert first > 0 and first + sms == whole and sms <= whole * 0.75 + 1, (first, sms, whole)
+    assert first >= whole * 0.25 and whole - 8 < first + sms <= whole, (first, sms, whole)
     # AND once the service has gone, the whole GPU is theirs again
     lc.finish()
     time.sleep(0.06)
@@ -114,5 +115,5 @@ def test_with_held_share_the_share_while_busy_and_the_reserve_while_idle(start):
     idle_first, idle_sms = ran_on(be)
     assert busy_sms < idle_sms < whole, (busy_sms, idle_sms, whole)
     # both at the device's last SMs (the held share's groups are of 8 SMs: 4 are left over)
-    assert busy_first > idle_first > 0 and busy_first + busy_sms > whole - 8
-    assert idle_first + idle_sms == whole
+    assert busy_first > idle_first >= whole * 0.25
+    assert busy_first + busy_sms > whole - 8 and idle_first + idle_sms > whole - 8

@@ -8,6 +8,8 @@ The programs are tests/fixtures/native/prog_priority driven line by line (see te
 the time a best-effort command's "done" line comes back is when its launches returned.
 """
 
+import os
+import struct
 import time
 
 import pytest
@@ -15,7 +17,8 @@ import pytest
 # test_priority's fixtures (board, policy, pair) are taken by name, which ruff reads as
 # redefinitions.
 # ruff: noqa: F811
-from test_priority import board, pair, policy, slots  # noqa: F401
+from test_priority import (FAKE_UUID, HEADER, MAGIC, ROW, board, pair, policy,  # noqa: F401
+                           slots, start_time_of, user_dir)
 
 HELD = 0.05  # seconds a held launch must still be waiting
 
@@ -212,3 +215,26 @@ def test_a_side_stream_quiet_for_idle_after_counts_as_done(pair):
     assert lc.wait_for("done", 10) is not None
     be.finish()
     assert not any(h.by_floor for h in be.holds())
+
+
+def test_a_thread_blocked_in_a_wait_keeps_the_gpu_busy_whatever_is_settled(pair, board):
+    # GIVEN a slot whose launches are all settled, but with a thread blocked in a wait for the
+    # GPU (work clc does not count, or a stream counted done after idle_after_ms)
+    mine = user_dir(board, make=True)
+    me = os.getpid()
+    row = ROW.pack(FAKE_UUID, 1, 1, 7, 7, 0)  # used, waiting 1, launched 7, settled 7
+    slot = mine / f"lc.{me}.{start_time_of(me)}"
+    slot.write_bytes(HEADER.pack(MAGIC, 1, 64 + 16 * 64, me, os.geteuid(), start_time_of(me),
+                                 b"waiting") + row + bytes(64 * 15))
+    os.chmod(slot, 0o644)
+    be = pair("batch")
+    # THEN a best-effort launch waits while the wait lasts
+    assert_held(be, "launch 1")
+    # AND goes on once it has ended (the row's waiting count, written in place)
+    fd = os.open(slot, os.O_WRONLY)
+    try:
+        os.pwrite(fd, struct.pack("<I", 0), 64 + 20)
+    finally:
+        os.close(fd)
+    assert_released(be)
+    assert_let_go_by_the_service(be)

@@ -196,6 +196,9 @@ def test_a_reserve_leaves_a_share_of_the_sms_free_while_latency_critical_work_li
     assert errors_of(text.replace("best-effort, reserve: 0.25",
                                   "latency-critical, reserve: 0.5"))[0].endswith(
         "'reserve' is only allowed on a best-effort class (class 'b' is latency-critical)")
+    (warning,) = parse_policy(text.replace("}", ", held_share: 0.8}"), "p.yaml").warnings
+    assert warning.message.startswith("held_share on class 'b' is more than the 0.75 of the SMs")
+    assert not parse_policy(text.replace("}", ", held_share: 0.5}"), "p.yaml").warnings
 
 
 def test_groups_are_trusted_through_their_members(monkeypatch):
