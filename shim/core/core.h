@@ -309,6 +309,7 @@ typedef void *CUdevResourceDesc;
     X(ctx_push, "cuCtxPushCurrent_v2", NULL, (CUcontext))                                          \
     X(ctx_pop, "cuCtxPopCurrent_v2", NULL, (CUcontext *))                                          \
     X(stream_get_ctx, "cuStreamGetCtx", NULL, (CUstream, CUcontext *))                             \
+    X(stream_get_device, "cuStreamGetDevice", NULL, (CUstream, CUdevice *))                         \
     X(kernel_get_name, "cuKernelGetName", NULL, (const char **, CUkernel))                         \
     X(func_get_name, "cuFuncGetName", NULL, (const char **, CUfunction))                           \
     X(kernel_get_param_info, "cuKernelGetParamInfo", NULL, (CUkernel, size_t, size_t *, size_t *)) \

@@ -14,6 +14,17 @@ static int current_device(void) {
     return (int)dev;
 }
 
+/* The device of `stream`'s work: a stream the program made may be of another device than the
+ * current one (a service on several GPUs); the default streams are the current context's. A
+ * driver without cuStreamGetDevice (before CUDA 12.8): the current device. */
+static int stream_device(CUstream stream) {
+    CUdevice dev = -1;
+    if (stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD ||
+        !g_drv.stream_get_device || g_drv.stream_get_device(stream, &dev) != CUDA_SUCCESS)
+        return current_device();
+    return (int)dev;
+}
+
 /* ---- synchronizations ------------------------------------------------------------------------
  * When one returns, what the process launched before it has finished: priority.c then marks its
  * GPU idle on the board, so that best-effort launches held meanwhile go on at once. A blocking
@@ -24,7 +35,7 @@ static int current_device(void) {
     CLC_EXPORT CUresult name params {                                                            \
         CLC_REAL_OR_FAIL(name)                                                                   \
         if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc || !(when)) return real args;  \
-        int dev = current_device(), counted;                                                     \
+        int dev = stream_device(stream_arg), counted;                                            \
         uint64_t launched = clc_priority_sync_begin(dev, blocking, &counted);                    \
         CUresult r = real args;                                                                  \
         clc_priority_sync_end(dev, launched, whole, stream_arg, ptsz, counted, r == CUDA_SUCCESS); \
@@ -76,7 +87,7 @@ static void event_recorded(int dev, CUevent ev, CUstream stream, int ptsz, uint6
     CLC_EXPORT CUresult name params {                                                            \
         CLC_REAL_OR_FAIL(name)                                                                   \
         if (likely(g_hot.priority != CLC_PRIORITY_LC) || t_in_clc) return real args;             \
-        int dev = current_device();                                                              \
+        int dev = stream_device(stream);                                                         \
         uint64_t launched = clc_priority_launched(dev);                                          \
         CUresult r = real args;                                                                  \
         event_recorded(dev, ev, stream, ptsz, launched, r);                                      \
@@ -124,7 +135,7 @@ CLC_EVENT_DESTROY_HOOK(cuEventDestroy_v2)
     CLC_EXPORT CUresult name(CUgraphExec exec, CUstream stream) {                                \
         CLC_REAL_OR_FAIL(name)                                                                   \
         if (likely(!g_hot.priority) || t_in_clc || !clc_hook_ready()) return real(exec, stream); \
-        int dev = current_device();                                                              \
+        int dev = stream_device(stream);                                                         \
         if (dev >= 0 && g_hot.priority == CLC_PRIORITY_LC)                                       \
             clc_priority_lc_launch(dev, stream, ptsz);                                           \
         else if (dev >= 0)                                                                       \
