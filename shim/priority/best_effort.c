@@ -433,9 +433,10 @@ static void hold(int device) {
  * periods, whose launches ran on the share instead of waiting (CLC_HOLD_SHARED: opened at the
  * first launch that finds the GPU busy, closed at the first that finds it idle), and reserve's
  * (CLC_HOLD_RESERVE: opened at the first launch that finds a latency-critical process living on
- * the GPU, closed at the first that finds none); both closed at exit too. */
-hold_period g_shared_period = {.why = CLC_HOLD_BUSY | CLC_HOLD_SHARED, .counted = 1};
-hold_period g_reserve_period = {.why = CLC_HOLD_BUSY | CLC_HOLD_RESERVE};
+ * the GPU, closed at the first that finds none); both closed at exit too. Per device (the
+ * last place for every device past the board's), so that a process launching on two GPUs, a
+ * latency-critical process on one of them, keeps one period, not one per launch. */
+hold_period g_shared_period[BOARD_DEVICES + 1], g_reserve_period[BOARD_DEVICES + 1];
 
 void period_close(hold_period *p, uint64_t now) {
     if (!p->start) return;
@@ -445,13 +446,24 @@ void period_close(hold_period *p, uint64_t now) {
     clc_capture_write(CLC_REC_HOLD, &rec, sizeof rec, NULL, 0);
 }
 
-static void period_seen(hold_period *p, int on, uint64_t now, uint64_t since, int device) {
+static void period_seen(hold_period *periods, uint32_t why, int on, uint64_t now, uint64_t since,
+                        int device) {
+    hold_period *p = &periods[(unsigned)device < BOARD_DEVICES ? device : BOARD_DEVICES];
     if (on && !p->start) {
-        p->start = now;
-        p->since = since;
-        p->device = device;
+        *p = (hold_period){.start = now,
+                           .since = since,
+                           .device = device,
+                           .why = why,
+                           .counted = (why & CLC_HOLD_SHARED) != 0};
     } else if (!on) {
         period_close(p, now);
+    }
+}
+
+void periods_close(uint64_t now) {
+    for (int d = 0; d <= BOARD_DEVICES; d++) {
+        period_close(&g_shared_period[d], now);
+        period_close(&g_reserve_period[d], now);
     }
 }
 
@@ -463,7 +475,7 @@ static int lc_present(int device) {
     int present;
     if (now - g_scanned_ns >= SCAN_NS) scan(now);
     lc_busy(device, now, &since, &present);
-    period_seen(&g_reserve_period, present, now, 0, device);
+    period_seen(g_reserve_period, CLC_HOLD_BUSY | CLC_HOLD_RESERVE, present, now, 0, device);
     pthread_mutex_unlock(&g_be_lock);
     return present;
 }
@@ -472,7 +484,7 @@ static int held_to_share(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
     int busy = look(device, now, &since);
-    period_seen(&g_shared_period, busy, now, since, device);
+    period_seen(g_shared_period, CLC_HOLD_BUSY | CLC_HOLD_SHARED, busy, now, since, device);
     pthread_mutex_unlock(&g_be_lock);
     return busy;
 }

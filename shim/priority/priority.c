@@ -110,10 +110,8 @@ void clc_priority_leave(int in_signal) {
     if (slot_now() && g_slot_pid == getpid() && g_slot_dir >= 0 && fstat(g_slot_dir, &st) == 0 &&
         st.st_dev == g_slot_dir_dev && st.st_ino == g_slot_dir_ino)
         unlinkat(g_slot_dir, g_slot_name, 0);
-    if (!in_signal && (g_shared_period.start || g_reserve_period.start) &&
-        pthread_mutex_trylock(&g_be_lock) == 0) {
-        period_close(&g_shared_period, clc_now_ns());
-        period_close(&g_reserve_period, clc_now_ns());
+    if (!in_signal && g_class == CLC_PRIORITY_BE && pthread_mutex_trylock(&g_be_lock) == 0) {
+        periods_close(clc_now_ns());
         pthread_mutex_unlock(&g_be_lock);
     }
     if (!in_signal && g_class == CLC_PRIORITY_BE && (g_holds || g_run_ahead_waits) && g_cfg.verbose)
@@ -142,7 +140,7 @@ void clc_priority_after_fork_child(void) {
         memset(g_rings, 0, sizeof g_rings); /* the parent's events are not this process's */
         g_holding = 0;
         memset(&g_window, 0, sizeof g_window); /* held time is the parent's */
-        g_shared_period.start = 0;
-        g_reserve_period.start = 0;
+        memset(g_shared_period, 0, sizeof g_shared_period);
+        memset(g_reserve_period, 0, sizeof g_reserve_period);
     }
 }

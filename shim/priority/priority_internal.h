@@ -75,8 +75,10 @@ typedef struct {
     uint32_t why;
     int counted; /* in the exit line's holds */
 } hold_period;
-extern CLC_HIDDEN hold_period g_shared_period, g_reserve_period;
+extern CLC_HIDDEN hold_period g_shared_period[BOARD_DEVICES + 1],
+    g_reserve_period[BOARD_DEVICES + 1];
 void period_close(hold_period *p, uint64_t now);
+void periods_close(uint64_t now); /* every device's */
 extern CLC_HIDDEN pthread_mutex_t g_be_lock;
 extern CLC_HIDDEN uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, g_run_ahead_waits;
 extern CLC_HIDDEN int g_holding;
