@@ -12,7 +12,9 @@ per-thread for the _ptsz entry points. examples/green_frameworks.py runs the fra
 """
 
 import re
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -115,6 +117,72 @@ def test_a_share_over_half_placed_last_leaves_the_first_sms_free(smid_bins, run_
     assert whole * 0.6 < len(sets["last"]) <= whole * 0.75 + 8, (len(sets["last"]), whole)
     assert 0 < len(sets["first"]) <= 8, sets
     assert not sets["first"] & sets["last"], sets
+
+
+RESERVE_POLICY = """\
+version: 1
+default: allow
+priority:
+  board: {board}
+  classes:
+    - name: serving
+      class: latency-critical
+      match: {{tenant: serving}}
+    - name: training
+      class: best-effort
+      match: {{tenant: batch}}
+      reserve: 0.25
+"""
+
+# A latency-critical service that lives on the GPU: a small launch and a blocking read of its
+# result every 50 ms, until told to stop.
+LIVING_SERVICE = """\
+import os, sys, time, torch
+x = torch.ones(1 << 20, device="cuda")
+(x * 2).sum().item()
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    (x * 2).sum().item()
+    time.sleep(0.05)
+"""
+
+
+def test_a_reserve_keeps_best_effort_kernels_off_a_quarter_of_the_sms(smid_bins, run_clc,
+                                                                     clc_scripts, tmp_path,
+                                                                     tools):
+    pytest.importorskip("torch")
+    policy = tmp_path / "reserve.yaml"
+    policy.write_text(RESERVE_POLICY.format(board=tmp_path / "board"))
+
+    def best_effort_stamps(tag):
+        proc, _ = run_clc(policy, [smid_bins["plain"], "stream"], tmp_path / tag,
+                          options=["--tenant", "batch"])
+        assert proc.returncode == 0, tools.describe(proc)
+        rows = results(proc.stdout)
+        assert rows and all(r["unwritten"] == "0" for r in rows), tools.describe(proc)
+        return context_sms(proc.stdout), set().union(
+            *({int(s) for s in r["smids"].split(",")} for r in rows))
+
+    # GIVEN no latency-critical process: the best-effort stamps spread over (nearly) every SM
+    whole, alone = best_effort_stamps("alone")
+    assert len(alone) > whole * 0.9, (len(alone), whole)
+    # WHEN a latency-critical service lives on the GPU
+    stop = tmp_path / "stop"
+    (tmp_path / "service.py").write_text(LIVING_SERVICE)
+    service = subprocess.Popen(
+        [str(a) for a in (clc_scripts.run, "--policy", policy, "--tenant", "serving", "-o",
+                          tmp_path / "service.clc", "--force", "--no-report", "--",
+                          sys.executable, tmp_path / "service.py", stop)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert service.stdout.readline().strip() == "ready", service.stderr.read()[-3000:]
+        time.sleep(0.3)  # its slot made, its launches seen
+        _, beside = best_effort_stamps("beside")
+    finally:
+        stop.touch()
+        service.communicate(timeout=120)
+    # THEN the best-effort kernels kept off at least a quarter of the SMs, and ran on the rest
+    assert whole * 0.5 < len(beside) <= whole * 0.75, (len(beside), whole)
 
 
 def frameworks(tools, what):
