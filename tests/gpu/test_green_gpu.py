@@ -19,6 +19,7 @@ import time
 import pytest
 
 from gpu_runs import build_example, EXAMPLES, build_or_fail, program_policy, write_policy
+from policy_cases import serving_and_training
 
 pytestmark = pytest.mark.gpu
 
@@ -119,20 +120,6 @@ def test_a_share_over_half_placed_last_leaves_the_first_sms_free(smid_bins, run_
     assert not sets["first"] & sets["last"], sets
 
 
-RESERVE_POLICY = """\
-version: 1
-default: allow
-priority:
-  board: {board}
-  classes:
-    - name: serving
-      class: latency-critical
-      match: {{tenant: serving}}
-    - name: training
-      class: best-effort
-      match: {{tenant: batch}}
-      reserve: 0.25
-"""
 
 # A latency-critical service that lives on the GPU: a small launch and a blocking read of its
 # result every 50 ms, until told to stop.
@@ -152,7 +139,7 @@ def test_a_reserve_keeps_best_effort_kernels_off_a_quarter_of_the_sms(smid_bins,
                                                                      tools):
     pytest.importorskip("torch")
     policy = tmp_path / "reserve.yaml"
-    policy.write_text(RESERVE_POLICY.format(board=tmp_path / "board"))
+    policy.write_text(serving_and_training(tmp_path / "board", reserve=0.25))
 
     def best_effort_stamps(tag):
         proc, _ = run_clc(policy, [smid_bins["plain"], "stream"], tmp_path / tag,

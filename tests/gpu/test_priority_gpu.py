@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from policy_cases import serving_and_training
+
 pytestmark = pytest.mark.gpu
 
 SERVE = textwrap.dedent("""\
@@ -57,20 +59,6 @@ TRAIN = textwrap.dedent("""\
     print("train", loss.item().hex(), flush=True)
 """)
 
-POLICY = """\
-version: 1
-default: allow
-priority:
-  board: {board}
-  classes:
-    - name: serving
-      class: latency-critical
-      match: {{tenant: serving}}
-    - name: training
-      class: best-effort
-      match: {{tenant: batch}}
-      floor: 0.1
-"""
 
 
 def result(out, word):
@@ -121,7 +109,7 @@ def test_a_service_and_a_training_job_keep_their_results_under_a_priority_policy
 
     board = tmp_path / "board"
     policy = tmp_path / "priority.yaml"
-    policy.write_text(POLICY.format(board=board))
+    policy.write_text(serving_and_training(board, floor=0.1))
 
     def under_clc(tenant, argv):
         cmd = [clc_scripts.run, "--policy", policy, "--tenant", tenant, "-v", "-o",
@@ -243,7 +231,7 @@ def test_a_graph_replaying_service_is_held_no_worse_than_without_clc(scripts, tm
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     board = tmp_path / "board"
     policy = tmp_path / "priority.yaml"
-    policy.write_text(POLICY.format(board=board))
+    policy.write_text(serving_and_training(board, floor=0.1))
     requests = "400"
 
     def start(argv, tenant=None):

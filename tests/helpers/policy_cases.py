@@ -109,3 +109,14 @@ def deny_debug(on_error=None, message=None, record_rest=False):
         lines += ["  - name: record-rest", '    match: {kernel: "*"}', "    action: allow",
                   "    record: true"]
     return "\n".join(lines) + "\n"
+
+
+def serving_and_training(board, **training) -> str:
+    """A priority policy of two classes: `serving` latency-critical (tenant serving), `training`
+    best-effort (tenant batch) with the keys given (floor=0.1, reserve=0.25, ...)."""
+    keys = "".join(f"      {key}: {value}\n" for key, value in training.items())
+    return ("version: 1\ndefault: allow\npriority:\n"
+            f"  board: {board}\n  classes:\n"
+            "    - name: serving\n      class: latency-critical\n      match: {tenant: serving}\n"
+            "    - name: training\n      class: best-effort\n      match: {tenant: batch}\n"
+            + keys)

@@ -58,64 +58,49 @@ def test_a_graph_replay_marks_the_gpu_busy_until_the_event_after_it_completes(pa
     assert not hold.by_floor and hold.held_ns >= HELD * 1e9
 
 
-def test_an_event_query_that_reports_completion_settles(pair):
+# Waits that settle the service's work: (what it did before, the wait).
+SETTLED = {
+    # the fake's work is done when asked about
+    "an-event-query-that-reports-completion": (["launch 3", "record"], ["equery"]),
+    "a-blocking-copy-to-the-host": (["launch 3"], ["copy"]),
+    # an event recorded while idle covers nothing; one recorded after the work covers it
+    "an-event-recorded-after-the-work": (["record", "launch 2", "esync"], ["record", "esync"]),
+}
+
+
+@pytest.mark.parametrize("before,wait", SETTLED.values(), ids=SETTLED.keys())
+def test_a_wait_that_covers_the_work_settles_it(pair, before, wait):
+    # GIVEN a service with work in flight: a best-effort launch waits
     lc = pair("serving")
-    lc.do("launch 3")
-    lc.do("record")
+    for step in before:
+        lc.do(step)
     be = pair("batch")
     assert_held(be, "launch 1")
-    lc.do("equery")  # the fake's work is done when asked about
+    # WHEN the service waits for its work THEN the launch goes on, let go by the service
+    for step in wait:
+        lc.do(step)
     assert_released(be)
     assert_let_go_by_the_service(be)
 
 
-def test_a_blocking_copy_to_the_host_settles(pair):
+# Waits that must not settle the service's work: (what the service does, why).
+NOT_SETTLED = {
+    # busy on two streams, it waits on an event recorded on one of them: the other's work may
+    # still run
+    "an-event-after-part-of-the-work": ["launch 2 s", "launch 1", "record", "esync"],
+    # an event that covered the work, destroyed (a new one may get its handle), then a wait on
+    # the new, never recorded event
+    "a-destroyed-event": ["launch 2", "record", "edestroy", "esync"],
+}
+
+
+@pytest.mark.parametrize("steps", NOT_SETTLED.values(), ids=NOT_SETTLED.keys())
+def test_a_wait_that_does_not_cover_the_work_settles_nothing(pair, steps):
+    # GIVEN a service that did the steps
     lc = pair("serving")
-    lc.do("launch 3")
-    be = pair("batch")
-    assert_held(be, "launch 1")
-    lc.do("copy")
-    assert_released(be)
-    assert_let_go_by_the_service(be)
-
-
-def test_an_event_after_part_of_the_work_does_not_settle_the_rest(pair):
-    # GIVEN a service busy on two streams, that waits on an event recorded on one of them
-    lc = pair("serving")
-    lc.do("launch 2 s")
-    lc.do("launch 1")
-    lc.do("record")
-    lc.do("esync")
-    # WHEN a best-effort process launches: its own stream's work may still run
-    be = pair("batch")
-    # THEN the launch waits, until a synchronization covers everything
-    assert_held(be, "launch 1")
-    lc.do("sync ctx")
-    assert_released(be)
-
-
-def test_an_event_recorded_before_the_work_does_not_settle_it(pair):
-    lc = pair("serving")
-    lc.do("record")  # idle: it covers nothing
-    lc.do("launch 2")
-    lc.do("esync")
-    be = pair("batch")
-    assert_held(be, "launch 1")
-    lc.do("record")
-    lc.do("esync")
-    assert_released(be)
-    assert_let_go_by_the_service(be)
-
-
-def test_a_destroyed_event_settles_nothing(pair):
-    # GIVEN an event that covered the service's work, destroyed (a new one may get its handle),
-    # and a wait on the new, never recorded event
-    lc = pair("serving")
-    lc.do("launch 2")
-    lc.do("record")
-    lc.do("edestroy")
-    lc.do("esync")
-    # THEN the work is not settled
+    for step in steps:
+        lc.do(step)
+    # WHEN a best-effort process launches THEN it waits, until a synchronization covers everything
     be = pair("batch")
     assert_held(be, "launch 1")
     lc.do("sync ctx")

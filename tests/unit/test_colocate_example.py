@@ -10,14 +10,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "examples" / "colocate.py"
+sys.path.insert(0, str(REPO))
 
-
-def _colocate():
-    spec = importlib.util.spec_from_file_location("colocate_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks.bench_colocate import SCRIPT, _colocate  # noqa: E402
 
 
 def _torch_missing():
