@@ -16,6 +16,19 @@ void clc_start(void);
 int clc_start_driver(void);
 static inline int clc_hook_ready(void) { return clc_driver_ready() || clc_start_driver(); }
 
+/* The driver's own work behind a hook that loads or unloads code (its allocations, its locks),
+ * as clc's own: a signal handler's launch on this thread meanwhile takes the re-entrant gate,
+ * which decides from the cache alone, with no allocation (a first sight would allocate while
+ * the interrupted allocator holds its lock: the program would hang). */
+#define CLC_DRIVER_WORK(call)                                                                     \
+    ({                                                                                            \
+        int was_ = t_in_clc;                                                                      \
+        t_in_clc = 1;                                                                             \
+        CUresult r_ = (call);                                                                     \
+        t_in_clc = was_;                                                                          \
+        r_;                                                                                       \
+    })
+
 /* ---- loaded images (image.c): their kind and size, into a load event ----------------------- */
 void clc_describe_image(const void *image, clc_module_event *ev);
 

@@ -51,7 +51,7 @@ static int library_preserved(const int *opts, void **values, unsigned int n) {
 
 CLC_EXPORT CUresult cuModuleLoad(CUmodule *mod, const char *path) {
     CLC_REAL_OR_FAIL(cuModuleLoad)
-    CUresult r = real(mod, path);
+    CUresult r = CLC_DRIVER_WORK(real(mod, path));
     report_load(CLC_LOAD_MODULE_LOAD, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0, NULL,
                 path ? path : "", 1, r);
     return r;
@@ -59,7 +59,7 @@ CLC_EXPORT CUresult cuModuleLoad(CUmodule *mod, const char *path) {
 
 CLC_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image) {
     CLC_REAL_OR_FAIL(cuModuleLoadData)
-    CUresult r = real(mod, image);
+    CUresult r = CLC_DRIVER_WORK(real(mod, image));
     report_load(CLC_LOAD_MODULE_LOAD_DATA, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0, image,
                 NULL, 0, r);
     return r;
@@ -68,7 +68,7 @@ CLC_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image) {
 CLC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *mod, const void *image, unsigned int n,
                                        void *options, void **values) {
     CLC_REAL_OR_FAIL(cuModuleLoadDataEx)
-    CUresult r = real(mod, image, n, options, values);
+    CUresult r = CLC_DRIVER_WORK(real(mod, image, n, options, values));
     report_load(CLC_LOAD_MODULE_LOAD_DATA_EX, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0,
                 image, NULL, 0, r);
     return r;
@@ -76,7 +76,7 @@ CLC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *mod, const void *image, unsigne
 
 CLC_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *mod, const void *fatbin) {
     CLC_REAL_OR_FAIL(cuModuleLoadFatBinary)
-    CUresult r = real(mod, fatbin);
+    CUresult r = CLC_DRIVER_WORK(real(mod, fatbin));
     report_load(CLC_LOAD_MODULE_LOAD_FATBINARY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*mod : 0,
                 fatbin, NULL, 0, r);
     return r;
@@ -140,7 +140,8 @@ CLC_EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, void *ji
                                       void **jit_values, unsigned int n_jit, int *lib_options,
                                       void **lib_values, unsigned int n_lib) {
     CLC_REAL_OR_FAIL(cuLibraryLoadData)
-    CUresult r = real(lib, code, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
+    CUresult r = CLC_DRIVER_WORK(
+        real(lib, code, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib));
     library_loaded(CLC_LOAD_LIBRARY_LOAD_DATA, lib, code, NULL,
                    library_preserved(lib_options, lib_values, n_lib), r);
     return r;
@@ -150,7 +151,8 @@ CLC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void
                                           void **jit_values, unsigned int n_jit, int *lib_options,
                                           void **lib_values, unsigned int n_lib) {
     CLC_REAL_OR_FAIL(cuLibraryLoadFromFile)
-    CUresult r = real(lib, path, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib);
+    CUresult r = CLC_DRIVER_WORK(
+        real(lib, path, jit_options, jit_values, n_jit, lib_options, lib_values, n_lib));
     library_loaded(CLC_LOAD_LIBRARY_LOAD_FILE, lib, NULL, path ? path : "", 1, r);
     return r;
 }
@@ -200,7 +202,7 @@ CLC_EXPORT CUresult cuModuleUnload(CUmodule mod) {
     CLC_REAL_OR_FAIL(cuModuleUnload)
     uint64_t owner = (uint64_t)(uintptr_t)mod;
     int begun = unload_begin(&owner, 1);
-    CUresult r = real(mod);
+    CUresult r = CLC_DRIVER_WORK(real(mod));
     unload_end(begun);
     report_load(CLC_LOAD_MODULE_UNLOAD, (uint64_t)(uintptr_t)mod, NULL, NULL, 0, r);
     return r;
@@ -218,7 +220,7 @@ CLC_EXPORT CUresult cuLibraryUnload(CUlibrary lib) {
         t_in_clc = 0;
     }
     int begun = unload_begin(owners, n);
-    CUresult r = real(lib);
+    CUresult r = CLC_DRIVER_WORK(real(lib));
     unload_end(begun);
     if (r == CUDA_SUCCESS) forget_library(lib);
     report_load(CLC_LOAD_LIBRARY_UNLOAD, (uint64_t)(uintptr_t)lib, NULL, NULL, 0, r);
