@@ -335,10 +335,10 @@ held_window g_window;
 
 /* Whether a latency-critical process is busy on `device` now, the directories read again
  * when a scan is due (g_be_lock held). */
-static int look(int device, uint64_t now, uint64_t *since) {
-    int present;
+static int look(int device, uint64_t now, uint64_t *since, int *present) {
+    int lives;
     if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    return lc_busy(device, now, since, &present);
+    return lc_busy(device, now, since, present ? present : &lives);
 }
 
 /* A hold that ended, counted for the exit line: its HOLD record (g_be_lock held). */
@@ -400,7 +400,7 @@ static int may_hold(uint64_t now) {
 static void hold(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
-    if (!look(device, now, &since) || !may_hold(now)) {
+    if (!look(device, now, &since, NULL) || !may_hold(now)) {
         pthread_mutex_unlock(&g_be_lock);
         return;
     }
@@ -419,7 +419,7 @@ static void hold(int device) {
             released_by_floor = 1;
             break;
         }
-        if (!look(device, now, &s2)) break;
+        if (!look(device, now, &s2, NULL)) break;
     }
     g_holding--;
     g_floor_releases += (uint64_t)released_by_floor;
@@ -473,8 +473,7 @@ static int lc_present(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since;
     int present;
-    if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    lc_busy(device, now, &since, &present);
+    look(device, now, &since, &present);
     period_seen(g_reserve_period, CLC_HOLD_BUSY | CLC_HOLD_RESERVE, present, now, 0, device);
     pthread_mutex_unlock(&g_be_lock);
     return present;
@@ -483,7 +482,7 @@ static int lc_present(int device) {
 static int held_to_share(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
-    int busy = look(device, now, &since);
+    int busy = look(device, now, &since, NULL);
     period_seen(g_shared_period, CLC_HOLD_BUSY | CLC_HOLD_SHARED, busy, now, since, device);
     pthread_mutex_unlock(&g_be_lock);
     return busy;

@@ -155,37 +155,32 @@ static CUresult make_partition(partition *p) {
     if (r != CUDA_SUCCESS) return r;
     unsigned step = all.sm.min_partition ? all.sm.min_partition : 1;
     unsigned sms = share_sms(p->share, all.sm.sm_count, step);
-    unsigned groups = 1;
     int last = (p->share & CLC_CONFINE_LAST) != 0;
     /* Every group of this size, then the first or the last taken: the driver lays groups out by
      * how many it is asked for, so two processes (tenants at either end) must ask for the same
-     * split to get groups that do not overlap. */
-    cu_dev_resource *each = NULL;
-    unsigned from = 0, take = 1;
-    if (last && 2 * sms > all.sm.sm_count) {
-        /* more than half of the SMs, at the end (a best-effort reserve's): the device split in
-         * groups of the smallest size, and the last of them taken together (one split's groups
-         * may make one descriptor), leaving at least the share's complement free at the start;
-         * the split's remainder is never used, as cuda.h advises */
-        groups = all.sm.sm_count / step;
+     * split to get groups that do not overlap. More than half of the SMs at the end (a
+     * best-effort reserve's) is one group too few: the device is split in groups of the
+     * smallest size instead, and the last of them are taken together (one split's groups may
+     * make one descriptor), leaving at least the share's complement free at the start; the
+     * split's remainder is never used, as cuda.h advises. */
+    int several = last && 2 * sms > all.sm.sm_count;
+    unsigned size = several ? step : sms, groups = all.sm.sm_count / size, from = 0, take = 1;
+    cu_dev_resource *each = calloc(groups ? groups : 1, sizeof *each);
+    if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
+    r = g_drv.green.split(each, &groups, &all, &rest, 0, size);
+    if (r == CUDA_SUCCESS && groups == 0) r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && several) {
         unsigned free_sms = all.sm.sm_count - sms;
-        if (((p->share >> CLC_CONFINE_KIND_SHIFT) & 0xff) == CLC_CAP_SHARE) {
-            double exact = (double)(p->share & 0xffffffffu) / 1e6 * all.sm.sm_count;
-            free_sms = all.sm.sm_count - (unsigned)exact;
-        }
-        each = calloc(groups ? groups : 1, sizeof *each);
-        if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
-        r = g_drv.green.split(each, &groups, &all, &rest, 0, step);
+        if (((p->share >> CLC_CONFINE_KIND_SHIFT) & 0xff) == CLC_CAP_SHARE)
+            free_sms = all.sm.sm_count -
+                       (unsigned)((double)(p->share & 0xffffffffu) / 1e6 * all.sm.sm_count);
         unsigned skip = (free_sms + step - 1) / step;
-        if (r == CUDA_SUCCESS && groups <= skip) r = CUDA_ERROR_INVALID_VALUE;
-        if (r == CUDA_SUCCESS) from = skip, take = groups - skip;
-    } else {
-        groups = all.sm.sm_count / sms;
-        each = calloc(groups ? groups : 1, sizeof *each);
-        if (!each) return CUDA_ERROR_OUT_OF_MEMORY;
-        r = g_drv.green.split(each, &groups, &all, &rest, 0, sms);
-        if (r == CUDA_SUCCESS && groups == 0) r = CUDA_ERROR_INVALID_VALUE;
-        if (r == CUDA_SUCCESS) from = last ? groups - 1 : 0;
+        if (groups <= skip)
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            from = skip, take = groups - skip;
+    } else if (r == CUDA_SUCCESS) {
+        from = last ? groups - 1 : 0;
     }
     if (r == CUDA_SUCCESS) r = g_drv.green.generate_desc(&desc, each + from, take);
     if (r == CUDA_SUCCESS)

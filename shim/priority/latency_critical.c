@@ -284,13 +284,19 @@ uint64_t clc_priority_launched(int device) {
     return atomic_load_explicit(&slot->rows[device].launched, memory_order_acquire);
 }
 
-void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
-                           int ptsz, int counted, int done) {
+/* A wait counted by clc_priority_sync_begin ended: no longer waiting; when it returned
+ * successfully, the work of stream `key` (of every stream: `whole`) done up to `upto`. */
+static void wait_ended(int device, int counted, int done, int whole, CUstream key, uint64_t upto) {
     board_slot *slot = slot_now();
     if (!counted || !slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
     if (counted == SYNC_WAITING)
         atomic_fetch_sub_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
-    if (done) settle(device, whole_context ? NULL : stream_key(stream, ptsz), launched);
+    if (done && (whole || key)) settle(device, whole ? NULL : key, upto);
+}
+
+void clc_priority_sync_end(int device, uint64_t launched, int whole_context, CUstream stream,
+                           int ptsz, int counted, int done) {
+    wait_ended(device, counted, done, whole_context, stream_key(stream, ptsz), launched);
 }
 
 /* ---- events: what the process waits on, besides synchronizations --------------------------- */
@@ -303,6 +309,20 @@ typedef struct {
 static lc_event g_events[CLC_LC_EVENTS];
 static pthread_mutex_t g_events_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The table's lock, taken with t_in_clc set (a signal handler's event call on this thread then
+ * passes straight through instead of waiting for it); what t_in_clc was. */
+static int events_lock(void) {
+    int was = t_in_clc;
+    t_in_clc = 1;
+    pthread_mutex_lock(&g_events_lock);
+    return was;
+}
+
+static void events_unlock(int was) {
+    pthread_mutex_unlock(&g_events_lock);
+    t_in_clc = was;
+}
+
 static lc_event *event_place(CUevent ev) {
     uint64_t x = (uint64_t)(uintptr_t)ev * 0x9e3779b97f4a7c15ull;
     return &g_events[(x >> 32) % CLC_LC_EVENTS];
@@ -312,43 +332,30 @@ void clc_priority_event_record(int device, CUevent ev, CUstream stream, int ptsz
                                uint64_t launched) {
     board_slot *slot = slot_now();
     if (!slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid() || !ev) return;
-    int was = t_in_clc;
-    t_in_clc = 1; /* a signal handler's event call on this thread passes straight through */
-    pthread_mutex_lock(&g_events_lock);
+    int was = events_lock();
     *event_place(ev) = (lc_event){
         .ev = ev, .device = device, .key = stream_key(stream, ptsz), .launched = launched};
-    pthread_mutex_unlock(&g_events_lock);
-    t_in_clc = was;
+    events_unlock(was);
 }
 
 int clc_priority_event_covers(CUevent ev, CUstream *key, uint64_t *launched) {
     int device = -1;
-    int was = t_in_clc;
-    t_in_clc = 1; /* a signal handler's event call on this thread passes straight through */
-    pthread_mutex_lock(&g_events_lock);
+    int was = events_lock();
     lc_event *e = event_place(ev);
     if (ev && e->ev == ev) device = e->device, *key = e->key, *launched = e->launched;
-    pthread_mutex_unlock(&g_events_lock);
-    t_in_clc = was;
+    events_unlock(was);
     return device;
 }
 
 void clc_priority_event_settle(int device, CUstream key, uint64_t launched, int counted, int done) {
-    board_slot *slot = slot_now();
-    if (!counted || !slot || (unsigned)device >= BOARD_DEVICES || g_slot_pid != getpid()) return;
-    if (counted == SYNC_WAITING)
-        atomic_fetch_sub_explicit(&slot->rows[device].waiting, 1, memory_order_acq_rel);
-    if (done && key) settle(device, key, launched);
+    wait_ended(device, counted, done, 0, key, launched);
 }
 
 void clc_priority_event_forget(CUevent ev) {
-    int was = t_in_clc;
-    t_in_clc = 1; /* a signal handler's event call on this thread passes straight through */
-    pthread_mutex_lock(&g_events_lock);
+    int was = events_lock();
     lc_event *e = event_place(ev);
     if (e->ev == ev) e->ev = NULL;
-    pthread_mutex_unlock(&g_events_lock);
-    t_in_clc = was;
+    events_unlock(was);
 }
 
 /* A forked child: the parent's events are not its own, and another thread of the parent may
