@@ -23,6 +23,14 @@ static clc_log_sink g_log_sink;
 
 void clc_log_set_sink(clc_log_sink sink) { g_log_sink = sink; }
 
+void clc_signals_hold(sigset_t *old) {
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
+    sigset_t held;
+    sigfillset(&held);
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&held, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &held, old);
+}
+
 int clc_lock_within(pthread_mutex_t *m, int ms) {
     if (ms <= 0) return pthread_mutex_lock(m) == 0;
     for (int waited = 0; waited < ms * 10; waited++) {

@@ -13,6 +13,7 @@
 #define CLC_CORE_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -472,6 +473,18 @@ void clc_log_set_sink(clc_log_sink sink);
  * loading, teardown and lookup hooks pass through, and a launch is decided from the decision
  * cache alone (gate.h). Code that sets it restores what it found. */
 extern CLC_TLS int t_in_clc;
+
+/* ---- the program's signals held across clc's slow work: a first sight (allocations, locks, the
+ * engine, the driver's queries) and the driver's own work behind a hook that loads or unloads
+ * code. A signal handler that launches there would run inside code that is not re-entrant (a
+ * launch inside the driver's module load hangs the real driver, with or without clc); held, it
+ * runs when the work ends, and its launches are decided as anywhere else. Faults (SIGSEGV,
+ * SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) and SIGABRT are never held. Two system calls: for the
+ * slow paths only, never a launch's fast path. */
+void clc_signals_hold(sigset_t *old);
+static inline void clc_signals_release(const sigset_t *old) {
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
 
 /* ---- what every launch reads (real.c), and whether the driver is placed ------------------ */
 /* What every launch reads, together in one cache line. */

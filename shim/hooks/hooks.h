@@ -17,15 +17,19 @@ int clc_start_driver(void);
 static inline int clc_hook_ready(void) { return clc_driver_ready() || clc_start_driver(); }
 
 /* The driver's own work behind a hook that loads or unloads code (its allocations, its locks),
- * as clc's own: a signal handler's launch on this thread meanwhile takes the re-entrant gate,
- * which decides from the cache alone, with no allocation (a first sight would allocate while
- * the interrupted allocator holds its lock: the program would hang). */
+ * as clc's own and with the program's signals held (core.h): a signal handler runs when the
+ * driver's call has returned, and a handler's launch never enters the driver while the driver's
+ * load holds its locks (the real driver hangs) nor allocates while the load's allocation holds
+ * the allocator's lock. */
 #define CLC_DRIVER_WORK(call)                                                                     \
     ({                                                                                            \
+        sigset_t held_;                                                                           \
+        clc_signals_hold(&held_);                                                                 \
         int was_ = t_in_clc;                                                                      \
         t_in_clc = 1;                                                                             \
         CUresult r_ = (call);                                                                     \
         t_in_clc = was_;                                                                          \
+        clc_signals_release(&held_);                                                              \
         r_;                                                                                       \
     })
 

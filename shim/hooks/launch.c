@@ -15,13 +15,17 @@
 static _Atomic uint64_t g_seq;
 
 /* A kernel's first launch in this context: the exit work is registered (process.c; once, at the
- * first CUDA activity), then decide.c asks for the decision. */
+ * first CUDA activity), then decide.c asks for the decision, with the program's signals held
+ * (core.h): a handler's launch runs after it, decided, rather than inside it as on_error. */
 __attribute__((noinline)) clc_entry *clc_first_sight(gate *g, uint64_t f, uint64_t ctx,
                                                      const clc_launch *l) {
+    sigset_t held;
+    clc_signals_hold(&held);
     t_in_clc = 1;
     clc_ensure_exit_handler();
     clc_entry *e = clc_cache_decide(f, ctx, l, &g->scratch);
     t_in_clc = 0;
+    clc_signals_release(&held);
     return e;
 }
 
