@@ -36,7 +36,7 @@
     "CLC_PKG_PATH CLC_POLICY CLC_POLICY_CONFINES CLC_POLICY_DECIDERS CLC_POLICY_PROGRAM " \
     "CLC_POLICY_WRAPS CLC_PRIORITY CLC_PRIORITY_BOARD CLC_PRIORITY_FLOOR " \
     "CLC_PRIORITY_HELD_SHARE CLC_PRIORITY_IDLE_MS CLC_PRIORITY_NAME CLC_PRIORITY_RESERVE " \
-    "CLC_PRIORITY_RUN_AHEAD " \
+    "CLC_PRIORITY_RUN_AHEAD CLC_PRIORITY_SLO " \
     "CLC_PRIORITY_TRUST CLC_PYTHON_EXE CLC_PYTHON_LIB CLC_PYTHON_VERSION CLC_ROOT_PID " \
     "CLC_RUN CLC_STATUS CLC_SYS_PATH CLC_TENANT CLC_TIMING CLC_VERBOSE"
 
@@ -539,8 +539,8 @@ typedef struct clc_rec_hold {
     uint64_t held_ns; /* how long the launch waited */
     uint64_t lag_ns;  /* from the latency-critical GPU going busy to the hold; 0: unknown */
     int32_t device;
-    uint32_t why; /* CLC_HOLD_BUSY or CLC_HOLD_NO_BOARD, with CLC_HOLD_FLOOR, CLC_HOLD_SHARED or
-                     CLC_HOLD_RESERVE */
+    uint32_t why; /* CLC_HOLD_BUSY or CLC_HOLD_NO_BOARD, with CLC_HOLD_FLOOR, CLC_HOLD_SHARED,
+                     CLC_HOLD_RESERVE or CLC_HOLD_SLO */
 } clc_rec_hold; /* 32 bytes */
 
 #define CLC_HOLD_BUSY 0     /* a latency-critical process was busy on the GPU */
@@ -551,6 +551,10 @@ typedef struct clc_rec_hold {
 #define CLC_HOLD_RESERVE 64 /* not a wait: a period whose launches left the reserve free
                                (reserve), from its first launch to the first that found no
                                latency-critical process living on the GPU */
+#define CLC_HOLD_SLO 128    /* not a wait: a period in which a latency-critical class's slo
+                               kept the launches below the class's own bounds (a smaller share
+                               or none, a shorter run-ahead), from its first launch so kept to
+                               the first launch with the class's bounds again */
 
 /* ---- priority classes: what clc-run seals for shim/priority/ (docs/priority.md) ----------- */
 /* CLC_PRIORITY's value: the process's class */
@@ -578,6 +582,10 @@ typedef struct clc_rec_hold {
  * latency-critical process lives on its GPU, which it does while it launched there in the last
  * CLC_PRIORITY_RESERVE_KEEP_MS (then the whole GPU is the best-effort process's again) */
 #define CLC_PRIORITY_RESERVE_KEEP_MS 1000
+/* CLC_PRIORITY_SLO: a latency-critical class's target: the p99 of its busy periods at most
+ * this many times their p99 while best-effort work is held; more than 1 (open), at most the
+ * maximum */
+#define CLC_PRIORITY_SLO_MAX 10
 
 /* ---- the status socket: what each process tells clc-run (CLC_STATUS) ------------------------ */
 /* One datagram per message: a word below, a space, then the text (clc/runtime/status.py). */

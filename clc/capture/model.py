@@ -83,6 +83,9 @@ class Hold:
     shared: bool = False
     # not a wait: a period whose launches left the class's reserve of the SMs free
     reserve: bool = False
+    # not a wait: a period in which a latency-critical class's slo kept the launches below the
+    # class's own bounds (a smaller share or none, a shorter run-ahead)
+    slo: bool = False
 
 
 @dataclass(slots=True)

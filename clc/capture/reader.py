@@ -161,7 +161,7 @@ def _other_record(cap, rtype, body, rule_stats):
             t_ns, held, lag, device, why = abi.REC_HOLD_BODY.unpack_from(body)
             cap.holds.append(Hold(t_ns, held, lag, device, (why & 15) == abi.HOLD_NO_BOARD,
                                   bool(why & abi.HOLD_FLOOR), bool(why & abi.HOLD_SHARED),
-                                  bool(why & abi.HOLD_RESERVE)))
+                                  bool(why & abi.HOLD_RESERVE), bool(why & abi.HOLD_SLO)))
     elif rtype == abi.REC_WRAP_STATS:
         s = abi.REC_WRAP_STATS_BODY
         if len(body) >= s.size:

@@ -5,6 +5,7 @@ import ctypes
 import ctypes.util
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 import sys
@@ -82,14 +83,29 @@ def partition_status():
 
 
 def mps_status():
-    """(running, text): whether an MPS control daemon runs, which shares across processes
-    need (without it the GPU time-slices between processes' contexts)."""
-    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-    running = os.path.exists(os.path.join(pipe, "control"))
-    if running:
-        return True, f"an MPS daemon is running ({pipe}): shares hold across processes"
-    return False, (f"no MPS daemon ({pipe}/control absent): a share holds within a program, "
-                   "but processes' contexts time-slice, so shares across processes cannot hold")
+    """(running, text): whether an MPS control daemon runs where clc-run would join one
+    (priority.mps: clc/runtime/mps.py), which shares across processes need (without it the GPU
+    time-slices between processes' contexts)."""
+    from clc.runtime import mps
+    explicit = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    places = [explicit] if explicit else [mps.clc_pipe_dir(os.environ), mps.DEFAULT_PIPE]
+    control = shutil.which("nvidia-cuda-mps-control")
+    for pipe in places:
+        if not os.path.exists(os.path.join(pipe, "control")):
+            continue
+        if control is None:
+            return True, (f"an MPS daemon's socket is at {pipe} (no nvidia-cuda-mps-control on "
+                          "PATH to ask it)")
+        try:
+            found = mps.find_daemon(control, pipe)
+        except mps.MpsProblem as e:
+            return False, f"{e}: clc-run does not join it"
+        if found is not None:
+            return True, (f"an MPS daemon answers at {pipe} ({len(found.servers)} servers): "
+                          "shares hold across processes")
+    return False, (f"no MPS daemon ({' or '.join(places)}): a share holds within a program, "
+                   "but processes' contexts time-slice, so shares across processes cannot hold"
+                   " (priority.mps: start has clc-run start one)")
 
 
 def _library(names):

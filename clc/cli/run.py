@@ -23,6 +23,7 @@ from clc.runtime.decider import Decider, decides_alone
 from clc.runtime.driver_watch import DriverWatch
 from clc.runtime.hook_reads import stale_read_warning
 from clc.runtime.hooks import HookError, hook_rule_errors, load_hook_file, resolve_hook_ref
+from clc.runtime.mps import join_mps
 from clc.runtime.run_captures import capture_files, clear_children, default_output
 from clc.runtime.run_report import read_captures, report, say_unseen, say_unsettled
 from clc.runtime.run_settings import (DEFAULT_CAPTURE_LIMIT, check_capture_limit,
@@ -236,6 +237,8 @@ class RunCommand:
         settings.update(run_settings(policy, argv, deciders, run_json, args.capture_limit,
                                      args.timing, args.cupti, settings.get("CLC_TENANT", ""),
                                      args.verbose))
+        if settings.get("CLC_PRIORITY"):
+            join_mps(policy.priority.mps, env, args.verbose)
         if args.launch_skip or args.launch_count:
             settings["CLC_LAUNCH_SKIP"] = str(args.launch_skip)
             settings["CLC_LAUNCH_COUNT"] = str(args.launch_count or 0)

@@ -49,4 +49,4 @@ def priority_from_dict(data: dict | None) -> Priority | None:
             if c.get(key) is not None:
                 c[key] = tuple(c[key])
         classes.append(PriorityClass(**c))
-    return Priority(tuple(classes), data["board"], data["idle_after_ms"])
+    return Priority(tuple(classes), data["board"], data["idle_after_ms"], data.get("mps", "off"))

@@ -34,6 +34,7 @@ INT32_MAX = 2**31 - 1
 ID_MAX = 2**32 - 2
 
 VERDICTS = ("allow", "deny")  # default, on_error, on_unwrappable
+MPS_MODES = ("off", "join", "start")  # priority.mps
 RULE_ACTIONS = ("allow", "deny", "hook", "wrap")
 RANGE_OPS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "=="}
 LATENCY_CRITICAL = "latency-critical"
@@ -347,12 +348,19 @@ CLASS_KEYS = {
     # 0: none; else the share of the SMs left free for latency-critical work while it lives on
     # the GPU: the class's launches run on the rest, the device's last SMs.
     "reserve": Key(Number(0, 1, hi_open=True), only=(BEST_EFFORT,)),
+    # the p99 of the class's busy periods at most this many times their p99 while best-effort
+    # work is held: best-effort launches beside it get less than their class's bounds while
+    # it is not kept
+    "slo": Key(Number(1, abi.PRIORITY_SLO_MAX, lo_open=True), only=(LATENCY_CRITICAL,)),
 }
 
 PRIORITY_KEYS = {
     "classes": Key(Listing(Mapping(CLASS_KEYS)), required=True),
     "board": Key(Pattern("^/")),
     "idle_after_ms": Key(Number(0, abi.PRIORITY_IDLE_MS_MAX, lo_open=True)),
+    # off: as the machine is; join: this user's MPS control daemon where one answers; start:
+    # joined, or started for this user when none answers (clc/runtime/mps.py)
+    "mps": Key(Words(MPS_MODES)),
 }
 
 TOP_KEYS = {

@@ -37,6 +37,9 @@ class PriorityClass:
     # 0: none; else the share of the SMs its launches leave free while a latency-critical
     # process lives on the GPU (they run on the rest, the device's last SMs)
     reserve: float = 0.0
+    # 0: none; else a latency-critical class's target: the p99 of its busy periods at most this
+    # many times their p99 while best-effort work is held
+    slo: float = 0.0
     process: tuple[str, ...] | None = None
     tenant: tuple[str, ...] | None = None
     user: tuple[str, ...] | None = None
@@ -50,7 +53,9 @@ class PriorityClass:
 
     def describe(self) -> str:
         if self.kind == LATENCY_CRITICAL:
-            return f"'{self.name}' ({self.kind})"
+            slo = (f": p99 at most {self.slo:g}x its p99 while best-effort work is held"
+                   if self.slo else "")
+            return f"'{self.name}' ({self.kind}{slo})"
         reserve = (f"; {self.reserve:g} of the SMs left free while latency-critical work lives "
                    "on its GPU" if self.reserve else "")
         if self.held_share:
@@ -70,6 +75,7 @@ class Priority:
     classes: tuple[PriorityClass, ...] = ()
     board: str = DEFAULT_BOARD
     idle_after_ms: float = float(abi.PRIORITY_IDLE_MS_DEFAULT)
+    mps: str = "off"
 
     def class_of(self, info: KernelInfo) -> PriorityClass | None:
         return next((c for c in self.classes if c.check(info)[0]), None)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Reading the `priority:` section: the board, idle_after_ms and the classes, each class's
+"""Reading the `priority:` section: the board, idle_after_ms, mps and the classes, each class's
 keys and ranges as CLASS_KEYS gives them, its match read as a rule's is.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from clc import abi
 from clc.policy.keys import (BEST_EFFORT, CLASS_KEYS, CLASS_MATCH_KEYS, LATENCY_CRITICAL,
-                             PRIORITY_CLASSES, PRIORITY_KEYS, only_on)
+                             MPS_MODES, PRIORITY_CLASSES, PRIORITY_KEYS, only_on)
 from clc.policy.priority import DEFAULT_BOARD, Priority, PriorityClass
 from clc.policy.read_match import _MatchReader
 from clc.policy.reader import _INVALID, _Reported, _suggestion
@@ -23,6 +23,7 @@ _FLOOR = CLASS_KEYS["floor"].value
 _RUN_AHEAD = CLASS_KEYS["run_ahead"].value
 _HELD_SHARE = CLASS_KEYS["held_share"].value
 _RESERVE = CLASS_KEYS["reserve"].value
+_SLO = CLASS_KEYS["slo"].value
 
 
 class _PriorityReader(_MatchReader):
@@ -30,7 +31,7 @@ class _PriorityReader(_MatchReader):
 
     def priority(self, node) -> Priority:
         """`priority:`: classes of processes (latency-critical, best-effort), the board's
-        directory, and idle_after_ms."""
+        directory, idle_after_ms and mps."""
         if node.id != "mapping":
             raise self.type_error(node, "priority", "a mapping with 'classes'")
         before = len(self.errors)
@@ -45,6 +46,9 @@ class _PriorityReader(_MatchReader):
                 low, high = _IDLE.words()
                 self.report(pairs["idle_after_ms"][1], f"idle_after_ms must be {low} and "
                                                        f"{high}, got {idle}")
+        mps = "off"
+        if "mps" in pairs:
+            mps = self.attempt(self.mps, pairs["mps"][1])
         classes = []
         if "classes" in pairs:
             classes = self.attempt(self.classes, pairs["classes"][1])
@@ -54,7 +58,15 @@ class _PriorityReader(_MatchReader):
                               "match)")
         if len(self.errors) > before:
             raise _Reported
-        return Priority(tuple(classes), board, float(idle))
+        return Priority(tuple(classes), board, float(idle), mps)
+
+    def mps(self, node) -> str:
+        kind, value = self.kind(node)
+        if kind != "str" or value not in MPS_MODES:
+            raise self.error(node, f"mps must be {', '.join(MPS_MODES[:-1])} or {MPS_MODES[-1]}"
+                                   f" (whether clc-run joins or starts this user's MPS control "
+                                   f"daemon), got {self.describe(node)}")
+        return value
 
     def board(self, node) -> str:
         path = self.string(node, "board")
@@ -127,11 +139,18 @@ class _PriorityReader(_MatchReader):
                         + ", ".join(_CLASS_MATCH_KEYS) + ")").items():
                     fields[key] = self.attempt(self.condition, key, value)
         floor, run_ahead, held_share, reserve = self.best_effort(pairs, name, kind)
+        slo = 0.0
+        if "slo" in pairs and kind == BEST_EFFORT:
+            self.report(pairs["slo"][0], f"'slo' is only allowed on a latency-critical class "
+                                         f"(class '{name}' is best-effort)")
+        elif "slo" in pairs:
+            slo = self.bounded_number(pairs, "slo", _SLO, " (the p99 of its busy periods "
+                                      "against their p99 while best-effort work is held)")
         if len(self.errors) > before or kind is None:
             raise _Reported
         return PriorityClass(name, kind, float(floor), int(run_ahead),
                              node.start_mark.line + 1, held_share=float(held_share),
-                             reserve=float(reserve), **fields)
+                             reserve=float(reserve), slo=float(slo), **fields)
 
     def best_effort(self, pairs: dict, name: str, kind: str | None) -> tuple:
         """A class's floor, run_ahead, held_share and reserve: their defaults unless it gives

@@ -108,6 +108,8 @@ def priority_settings(policy, argv, tenant, verbose=False):
     out = {"CLC_PRIORITY": word.decode(),
            "CLC_PRIORITY_NAME": found.name, "CLC_PRIORITY_BOARD": priority.board,
            "CLC_PRIORITY_IDLE_MS": repr(priority.idle_after_ms)}
+    if found.kind == LATENCY_CRITICAL and found.slo:
+        out["CLC_PRIORITY_SLO"] = repr(found.slo)
     if found.kind != LATENCY_CRITICAL:
         users = _latency_critical_users(priority)
         if len(users) > _MAX_TRUSTED_USERS:

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * best_effort.c: a best-effort process: the latency-critical slots it reads, its launches held
- * down to the floor, how far it runs ahead of the GPU.
+ * down to the floor, what a latency-critical class's slo keeps it to (how far it runs ahead of
+ * the GPU is run_ahead.c's).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -36,7 +37,6 @@ typedef struct {
 #define VIEW_FD_MIN 100         /* kept descriptors above the numbers programs use most */
 #define READ_EVERY_NS 5000ull   /* a launch within 5 us of the last look uses what it saw */
 
-pthread_mutex_t g_be_lock = PTHREAD_MUTEX_INITIALIZER;
 static lc_view g_views[MAX_SLOTS];
 static int g_n_views;
 static int g_table_full;
@@ -247,11 +247,35 @@ static void scan(uint64_t now) {
     }
 }
 
-/* Whether a latency-critical process is busy on `device`; *since: when it went busy. */
-/* Whether a latency-critical process is busy on `device` now; *present whether one lives
- * there (it launched there in the last CLC_PRIORITY_RESERVE_KEEP_MS, or cannot be told). */
-static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present) {
+/* What the latency-critical slos on a device say (best_effort.c "slo"): whether one has an
+ * slo, whether one probes now, and the highest recent p99 / (slo x quiet p99), x 1000 (0: none
+ * known yet). */
+typedef struct {
+    int slo, probe;
+    uint32_t pressure;
+} slo_seen;
+
+static int g_slo_known; /* a slot with an slo was seen once: launches ask slo_down */
+
+/* A row's slo, into *seen. */
+static void see_slo(const board_row *r, uint64_t now, slo_seen *seen) {
+    if (!r->slo_milli) return;
+    seen->slo = g_slo_known = 1;
+    if (r->probe_until_ms && (int32_t)(r->probe_until_ms - (uint32_t)(now / 1000000)) > 0)
+        seen->probe = 1;
+    if (r->quiet_p99_us && r->recent_p99_us) {
+        uint64_t p =
+            (uint64_t)r->recent_p99_us * 1000000ull / ((uint64_t)r->quiet_p99_us * r->slo_milli);
+        if (p > seen->pressure) seen->pressure = p > UINT32_MAX ? UINT32_MAX : (uint32_t)p;
+    }
+}
+
+/* Whether a latency-critical process is busy on `device` now; *since: when it went busy;
+ * *present whether one lives there (it launched there in the last CLC_PRIORITY_RESERVE_KEEP_MS,
+ * or cannot be told); *seen what their slos say. */
+static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present, slo_seen *seen) {
     *present = 1;
+    *seen = (slo_seen){0};
     if (g_board_bad || g_table_full) return 1;
     if ((unsigned)device >= BOARD_DEVICES) {
         CLC_WARN_ONCE("priority: device %d is beyond the board's %d GPUs: its launches are held "
@@ -269,6 +293,7 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present) 
         g_be_uuid_known[device] = 1;
     }
     board_slot slot;
+    int busy = 0;
     *present = 0;
     for (int k = 0; k < g_n_views;) {
         lc_view *v = &g_views[k];
@@ -283,47 +308,44 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present) 
             uint64_t l = r->launched, s = r->settled;
             if (l != v->seen_launched[d]) v->seen_launched[d] = l, v->seen_ns[d] = now;
             if (l && now - v->seen_ns[d] < CLC_PRIORITY_RESERVE_KEEP_MS * 1000000ull) *present = 1;
+            see_slo(r, now, seen);
             /* busy: a thread of it blocked waiting for its GPU (whatever is settled: the work
              * may be something clc does not count), or launches not settled and not quiet for
              * longer than the policy's idle_after */
-            if (r->waiting || (l != s && now - v->seen_ns[d] < g_idle_ns)) {
+            if (!busy && (r->waiting || (l != s && now - v->seen_ns[d] < g_idle_ns))) {
                 *since = r->busy_since_ns;
-                *present = 1;
-                return 1;
+                *present = busy = 1;
             }
         }
     }
-    return 0;
+    return busy;
 }
 
 static struct {
     uint64_t at_ns, since;
     int busy, present;
+    slo_seen slo;
 } g_looked[BOARD_DEVICES];
 
 /* lc_busy_now, looked at again only READ_EVERY_NS after the last look (g_be_lock held) */
-static int lc_busy(int device, uint64_t now, uint64_t *since, int *present) {
-    if ((unsigned)device >= BOARD_DEVICES) return lc_busy_now(device, now, since, present);
-    if (g_looked[device].at_ns && now - g_looked[device].at_ns < READ_EVERY_NS) {
-        *since = g_looked[device].since;
-        *present = g_looked[device].present;
-        return g_looked[device].busy;
+static int lc_busy(int device, uint64_t now, uint64_t *since, int *present, slo_seen *seen) {
+    if ((unsigned)device >= BOARD_DEVICES) return lc_busy_now(device, now, since, present, seen);
+    if (!g_looked[device].at_ns || now - g_looked[device].at_ns >= READ_EVERY_NS) {
+        g_looked[device].since = 0;
+        g_looked[device].busy = lc_busy_now(device, now, &g_looked[device].since,
+                                            &g_looked[device].present, &g_looked[device].slo);
+        g_looked[device].at_ns = now;
     }
-    uint64_t s = 0;
-    int p, busy = lc_busy_now(device, now, &s, &p);
-    g_looked[device].at_ns = now;
-    g_looked[device].since = s;
-    g_looked[device].busy = busy;
-    g_looked[device].present = p;
-    *since = s;
-    *present = p;
-    return busy;
+    *since = g_looked[device].since;
+    *present = g_looked[device].present;
+    *seen = g_looked[device].slo;
+    return g_looked[device].busy;
 }
 
 /* ---- best-effort: holding, down to the floor --------------------------------------------- */
 
 /* hold statistics of this process, for the exit line */
-uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, g_run_ahead_waits;
+uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases;
 /* The time the process was held, all its threads together (while g_holding of them wait), by
  * this process's own clock: what a latency-critical process writes on the board says only
  * whether it is busy, never how long this process was held. Counted per FLOOR_BUCKET_NS in a
@@ -337,8 +359,9 @@ held_window g_window;
  * when a scan is due (g_be_lock held). */
 static int look(int device, uint64_t now, uint64_t *since, int *present) {
     int lives;
+    slo_seen seen;
     if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    return lc_busy(device, now, since, present ? present : &lives);
+    return lc_busy(device, now, since, present ? present : &lives, &seen);
 }
 
 /* A hold that ended, counted for the exit line: its HOLD record (g_be_lock held). */
@@ -464,7 +487,44 @@ void periods_close(uint64_t now) {
     for (int d = 0; d <= BOARD_DEVICES; d++) {
         period_close(&g_shared_period[d], now);
         period_close(&g_reserve_period[d], now);
+        period_close(&g_slo_period[d], now);
     }
+}
+
+/* ---- best-effort: a latency-critical class's slo -------------------------------------------
+ * While a latency-critical process with an slo lives on the device, this process's launches
+ * there keep to a level `down` below its class's own bounds: 0 the class's held share and
+ * run-ahead, 1 half of each, 2 a quarter, 3 no share (held launches wait) and a run-ahead of
+ * RUN_AHEAD_STEP. The level is judged from what the slots say (see_slo), at most every
+ * SLO_JUDGE_NS: a step down while the service's recent p99 is above slo x its quiet p99, a
+ * step up while it is 10 % below. While the service probes, launches keep to level 3 (held
+ * whole) and the level is not judged. Each period below the class's bounds is a HOLD record
+ * (CLC_HOLD_SLO). */
+#define SLO_JUDGE_NS 1000000000ull /* the service's recent periods take about that to renew */
+slo_level g_slo_level[BOARD_DEVICES + 1];
+hold_period g_slo_period[BOARD_DEVICES + 1];
+
+static int slo_down(int device) {
+    pthread_mutex_lock(&g_be_lock);
+    uint64_t now = clc_now_ns(), since;
+    int present;
+    slo_seen seen;
+    if (now - g_scanned_ns >= SCAN_NS) scan(now);
+    lc_busy(device, now, &since, &present, &seen);
+    slo_level *l = &g_slo_level[(unsigned)device < BOARD_DEVICES ? device : BOARD_DEVICES];
+    if (!seen.slo) {
+        l->down = 0;
+    } else if (!seen.probe && seen.pressure && now - l->judged_ns >= SLO_JUDGE_NS) {
+        l->judged_ns = now;
+        if (seen.pressure > 1000 && l->down < 3)
+            l->down++;
+        else if (seen.pressure < 900 && l->down > 0)
+            l->down--;
+    }
+    int down = seen.probe ? 3 : l->down;
+    period_seen(g_slo_period, CLC_HOLD_BUSY | CLC_HOLD_SLO, down > 0, now, 0, device);
+    pthread_mutex_unlock(&g_be_lock);
+    return down;
 }
 
 /* reserve: whether a latency-critical process lives on `device` (its launches leave the
@@ -488,126 +548,6 @@ static int held_to_share(int device) {
     return busy;
 }
 
-/* ---- best-effort: how far it runs ahead of the GPU ---------------------------------------- */
-
-ahead_ring g_rings[RUN_AHEAD_STREAMS];
-#define RING_IDLE_NS 1000000000ull /* a ring whose stream launched nothing for 1 s may be reused */
-
-/* Waits, at most RUN_AHEAD_WAIT_NS, for an event; 0 when it gave up (said once). */
-static int wait_event(CUevent ev) {
-    CUresult r = g_drv.event_query(ev);
-    if (r != CUDA_ERROR_NOT_READY) return 1;
-    __atomic_fetch_add(&g_run_ahead_waits, 1, __ATOMIC_RELAXED);
-    uint64_t start = clc_now_ns();
-    while ((r = g_drv.event_query(ev)) == CUDA_ERROR_NOT_READY) {
-        if (clc_now_ns() - start >= RUN_AHEAD_WAIT_NS) {
-            CLC_WARN_ONCE("priority: a stream's earlier work did not finish within %llu ms: its "
-                          "launches go on, further ahead than run_ahead, until it does (said once)",
-                          (unsigned long long)(RUN_AHEAD_WAIT_NS / 1000000));
-            return 0;
-        }
-        struct timespec step = {0, HOLD_STEP_NS};
-        nanosleep(&step, NULL);
-    }
-    return 1;
-}
-
-/* Forgets a ring; its events are destroyed when `destroy` (their context is known alive). */
-static void forget_ring(ahead_ring *ring, int destroy) {
-    for (int e = 0; e < 64 && destroy; e++)
-        if (ring->ring[e] && g_drv.event_destroy) g_drv.event_destroy(ring->ring[e]);
-    if (destroy && ring->stalled && g_drv.event_destroy) g_drv.event_destroy(ring->stalled);
-    memset(ring, 0, sizeof *ring);
-}
-
-static void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread) {
-    if (!g_n_views || !ctx || !g_drv.event_create || !g_drv.event_record || !g_drv.event_query)
-        return;
-    unsigned n = g_run_ahead / RUN_AHEAD_STEP;
-    if (n < 1) n = 1;
-    if (n > 64) n = 64;
-    CUstream key = stream_key(stream, per_thread);
-    pthread_mutex_lock(&g_be_lock);
-    ahead_ring *ring = NULL;
-    for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
-        if (g_rings[i].ctx == ctx && g_rings[i].key == key) ring = &g_rings[i];
-    uint64_t now = clc_now_ns();
-    if (!ring) {
-        for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
-            if (!g_rings[i].ctx) ring = &g_rings[i];
-        /* all in use: the one idle longest is taken over, when idle for a second (the
-         * stream of a thread gone, say); its events are destroyed only when they are this
-         * context's (another's may be gone) */
-        for (int i = 0; i < RUN_AHEAD_STREAMS && !ring; i++)
-            if (now - g_rings[i].last_ns >= RING_IDLE_NS &&
-                (!ring || g_rings[i].last_ns < ring->last_ns))
-                ring = &g_rings[i];
-        if (!ring) {
-            pthread_mutex_unlock(&g_be_lock);
-            CLC_WARN_ONCE("priority: more than %d streams in use at once: the launches of the "
-                          "others are not kept from running ahead (said once)",
-                          RUN_AHEAD_STREAMS);
-            return;
-        }
-        if (ring->ctx) forget_ring(ring, ring->ctx == ctx);
-        *ring = (ahead_ring){.ctx = ctx, .key = key, .stream = stream, .per_thread = per_thread};
-    }
-    ring->last_ns = now;
-    uint64_t k = ring->launches++;
-    if (k % RUN_AHEAD_STEP) {
-        pthread_mutex_unlock(&g_be_lock);
-        return;
-    }
-    if (ring->stalled) {
-        if (g_drv.event_query(ring->stalled) == CUDA_ERROR_NOT_READY) {
-            pthread_mutex_unlock(&g_be_lock);
-            return;
-        }
-        if (g_drv.event_destroy) g_drv.event_destroy(ring->stalled);
-        ring->stalled = NULL;
-    }
-    CUevent *slot = &ring->ring[(k / RUN_AHEAD_STEP) % n];
-    CUevent ev = *slot;
-    *slot = NULL; /* this thread's until it is recorded again */
-    pthread_mutex_unlock(&g_be_lock);
-    if (ev && !wait_event(ev)) {
-        pthread_mutex_lock(&g_be_lock);
-        if (ring->ctx == ctx && ring->key == key && !ring->stalled)
-            ring->stalled = ev;
-        else if (g_drv.event_destroy)
-            g_drv.event_destroy(ev);
-        pthread_mutex_unlock(&g_be_lock);
-        return;
-    }
-    if (!ev && g_drv.event_create(&ev, 2 /* CU_EVENT_DISABLE_TIMING */) != CUDA_SUCCESS) return;
-    if ((per_thread ? g_drv.event_record_ptsz : g_drv.event_record)(ev, stream) != CUDA_SUCCESS) {
-        if (g_drv.event_destroy) g_drv.event_destroy(ev);
-        return;
-    }
-    pthread_mutex_lock(&g_be_lock);
-    if (ring->ctx == ctx && ring->key == key && !*slot)
-        *slot = ev;
-    else if (g_drv.event_destroy)
-        g_drv.event_destroy(ev);
-    pthread_mutex_unlock(&g_be_lock);
-}
-
-void clc_priority_forget_context(CUcontext ctx) {
-    if (g_class != CLC_PRIORITY_BE) return;
-    pthread_mutex_lock(&g_be_lock);
-    for (int i = 0; i < RUN_AHEAD_STREAMS; i++) /* its events went with it */
-        if (g_rings[i].ctx == ctx) memset(&g_rings[i], 0, sizeof g_rings[i]);
-    pthread_mutex_unlock(&g_be_lock);
-}
-
-void clc_priority_forget_stream(CUstream stream) {
-    if (g_class != CLC_PRIORITY_BE || !stream) return;
-    pthread_mutex_lock(&g_be_lock);
-    for (int i = 0; i < RUN_AHEAD_STREAMS; i++)
-        if (g_rings[i].ctx && g_rings[i].stream == stream) forget_ring(&g_rings[i], 1);
-    pthread_mutex_unlock(&g_be_lock);
-}
-
 static uint64_t be_launch(int device, CUcontext ctx, CUstream stream, int per_thread,
                           int confinable) {
     /* Nothing to do while no latency-critical slot is known and the board is fine, until the
@@ -629,10 +569,15 @@ static uint64_t be_launch(int device, CUcontext ctx, CUstream stream, int per_th
     int exchanged =
         g_drv.exchange_capture_mode && g_drv.exchange_capture_mode(&mode) == CUDA_SUCCESS;
     uint64_t word = 0;
-    if (g_held_word && confinable)
-        word = held_to_share(device) ? g_held_word : 0;
-    else
+    int down = 0;
+    if (g_held_word && confinable) {
+        int busy = held_to_share(device);
+        if (g_slo_known) down = slo_down(device);
+        if (busy && !(word = g_held_words[3 - down])) hold(device);
+    } else {
         hold(device);
+        if (g_slo_known) down = slo_down(device);
+    }
     if (g_reserve_word && lc_present(device)) {
         if (!confinable)
             CLC_WARN_ONCE("priority: a graph replay cannot be confined: it runs on the whole "
@@ -640,7 +585,7 @@ static uint64_t be_launch(int device, CUcontext ctx, CUstream stream, int per_th
         else if (!word)
             word = g_reserve_word;
     }
-    bound_run_ahead(ctx, stream, per_thread);
+    if (g_n_views) bound_run_ahead(ctx, stream, per_thread, down);
     if (exchanged) g_drv.exchange_capture_mode(&mode);
     t_in_clc = was;
     return word;

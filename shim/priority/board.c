@@ -25,6 +25,11 @@ double g_floor = CLC_PRIORITY_FLOOR_DEFAULT;
 unsigned g_run_ahead = CLC_PRIORITY_RUN_AHEAD_DEFAULT;
 uint64_t g_held_word; /* CLC_ACTION_CONFINE word of a held launch (held_share); 0: wait */
 uint64_t g_reserve_word; /* CLC_ACTION_CONFINE word while latency-critical work lives (reserve) */
+uint64_t g_held_words[4]; /* held_share's word at each slo level (priority_internal.h) */
+/* best-effort: the lock of its views, holds and rings (best_effort.c, run_ahead.c), and the
+ * waits that kept run_ahead */
+pthread_mutex_t g_be_lock = PTHREAD_MUTEX_INITIALIZER;
+uint64_t g_run_ahead_waits;
 uint64_t g_idle_ns = CLC_PRIORITY_IDLE_MS_DEFAULT * 1000000ull;
 char g_board_path[256];
 

@@ -136,6 +136,7 @@ __attribute__((noinline)) static board_row *lc_row_slow(int device) {
     if (slot && g_slot_pid == getpid()) {
         r = &slot->rows[device];
         if (!atomic_load_explicit(&r->used, memory_order_acquire)) {
+            atomic_store_explicit(&r->slo_milli, g_slo_milli, memory_order_relaxed);
             if (device_uuid(device, r->uuid))
                 atomic_store_explicit(&r->used, 1, memory_order_release);
             else
@@ -237,6 +238,72 @@ static int quiet_stream(lc_stream *p, uint64_t l, uint64_t now) {
     return now - atomic_load_explicit(&p->seen_ns, memory_order_acquire) >= g_idle_ns;
 }
 
+/* ---- latency-critical: the slo ------------------------------------------------------------
+ * A busy period runs from the launch that finds the GPU idle (busy_since_ns) to the settling
+ * that makes it idle again. Periods measured during a probe (best-effort work held whole,
+ * PROBE_NS every PROBE_EVERY_NS, the first at the first period; from PROBE_DRAIN_NS into it,
+ * when work they queued before has drained) are the quiet ones; the others, the recent ones.
+ * The p99 of the last SLO_RING of each goes on the row; best-effort processes compare them
+ * with the slo (best_effort.c) and give up share and run-ahead while recent > slo x quiet. */
+uint32_t g_slo_milli;
+slo_rings g_slo[BOARD_DEVICES];
+#define PROBE_NS 300000000ull
+#define PROBE_DRAIN_NS 30000000ull
+#define PROBE_EVERY_NS 10000000000ull
+#define SLO_MIN_SAMPLES 16 /* a p99 is published from this many periods on */
+static pthread_mutex_t g_slo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The p99 of the last SLO_RING of n samples: the largest up to 100, the second largest above. */
+static uint32_t p99_of(const uint32_t *ring, uint32_t n) {
+    uint32_t k = n < SLO_RING ? n : SLO_RING, a = 0, b = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        if (ring[i] > a)
+            b = a, a = ring[i];
+        else if (ring[i] > b)
+            b = ring[i];
+    }
+    return k > 100 ? b : a;
+}
+
+static void take_sample(uint32_t *ring, uint32_t *n, uint32_t us, _Atomic uint32_t *out) {
+    ring[*n % SLO_RING] = us ? us : 1;
+    if (++*n >= SLO_MIN_SAMPLES) atomic_store_explicit(out, p99_of(ring, *n), memory_order_relaxed);
+}
+
+/* The row went idle at `now`: its busy period taken once (a thread that finds another taking
+ * one leaves it: a sample lost, never a wait). */
+static void slo_period(int device, board_row *r, uint64_t now) {
+    slo_rings *s = &g_slo[device];
+    uint64_t since = atomic_load_explicit(&r->busy_since_ns, memory_order_acquire);
+    if (!since || since > now ||
+        atomic_exchange_explicit(&s->period_of, since, memory_order_acq_rel) == since ||
+        pthread_mutex_trylock(&g_slo_lock) != 0)
+        return;
+    uint64_t us = (now - since) / 1000;
+    uint32_t sample = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    if (s->probe_start && since >= s->probe_start + PROBE_DRAIN_NS && now <= s->probe_end)
+        take_sample(s->quiet, &s->n_quiet, sample, &r->quiet_p99_us);
+    else if (since > s->probe_end)
+        take_sample(s->recent, &s->n_recent, sample, &r->recent_p99_us);
+    if (now >= s->next_probe) {
+        s->probe_start = now;
+        s->probe_end = now + PROBE_NS;
+        s->next_probe = now + PROBE_EVERY_NS;
+        uint32_t until = (uint32_t)(s->probe_end / 1000000);
+        atomic_store_explicit(&r->probe_until_ms, until ? until : 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_slo_lock);
+}
+
+/* Raises the row's settled count to v; with an slo, a busy period ended when that made the row
+ * idle. */
+static void settle_row(int device, board_row *r, uint64_t v, uint64_t now) {
+    raise_to(&r->settled, v);
+    if (g_slo_milli && atomic_load_explicit(&r->settled, memory_order_acquire) ==
+                           atomic_load_explicit(&r->launched, memory_order_acquire))
+        slo_period(device, r, now);
+}
+
 /* Work known done: on stream `key` up to launch `upto`, or (key NULL) on every stream. Once
  * every stream's work is done, the row is settled up to the last launch seen. */
 static void settle(int device, CUstream key, uint64_t upto) {
@@ -262,11 +329,11 @@ static void settle(int device, CUstream key, uint64_t upto) {
         if (l > last) last = l;
     }
     if (!key) {
-        raise_to(&r->settled, upto); /* the whole device: whatever the places say */
+        settle_row(device, r, upto, now); /* the whole device: whatever the places say */
         return;
     }
     if (idle && !atomic_load_explicit(&ls->untracked, memory_order_acquire))
-        raise_to(&r->settled, last);
+        settle_row(device, r, last, now);
 }
 
 uint64_t clc_priority_sync_begin(int device, int blocking, int *counted) {

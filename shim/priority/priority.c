@@ -85,6 +85,15 @@ int clc_priority_start(void) {
             g_reserve_word = (uint64_t)CLC_CAP_SHARE << CLC_CONFINE_KIND_SHIFT |
                              (uint64_t)((1 - reserve) * 1e6) | CLC_CONFINE_LAST;
     }
+    if ((v = clc_setting("CLC_PRIORITY_SLO")) && g_class == CLC_PRIORITY_LC) {
+        double slo = strtod(v, NULL);
+        if (slo > 1 && slo <= CLC_PRIORITY_SLO_MAX) g_slo_milli = (uint32_t)(slo * 1000);
+    }
+    /* held_share's word at each slo level: the share's millionths halved per level down */
+    for (int level = 1; level < 4 && g_held_word; level++) {
+        uint64_t millionths = (g_held_word & 0xFFFFFFFFull) >> (3 - level);
+        g_held_words[level] = (g_held_word & ~0xFFFFFFFFull) | millionths;
+    }
     if (g_class == CLC_PRIORITY_BE) read_trust();
     board_fd();
     if (g_class == CLC_PRIORITY_LC && g_board >= 0) {
@@ -133,6 +142,7 @@ void clc_priority_after_fork_child(void) {
         close_kept(g_slot_dir, g_slot_dir_dev, g_slot_dir_ino);
         g_slot_dir = -1;
         memset(g_streams, 0, sizeof g_streams); /* the parent's work is not this process's */
+        memset(g_slo, 0, sizeof g_slo);
     }
     if (g_class == CLC_PRIORITY_LC) lc_events_after_fork();
     if (g_class == CLC_PRIORITY_BE) {
@@ -142,5 +152,7 @@ void clc_priority_after_fork_child(void) {
         memset(&g_window, 0, sizeof g_window); /* held time is the parent's */
         memset(g_shared_period, 0, sizeof g_shared_period);
         memset(g_reserve_period, 0, sizeof g_reserve_period);
+        memset(g_slo_period, 0, sizeof g_slo_period);
+        memset(g_slo_level, 0, sizeof g_slo_level);
     }
 }

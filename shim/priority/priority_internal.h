@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * priority_internal.h: what the files of the priority classes share, inside the priority
- * layer only: priority.c (the process's start and end), best_effort.c, latency_critical.c,
- * board.c; each calls only those after it in this list.
+ * layer only: priority.c (the process's start and end), best_effort.c, run_ahead.c,
+ * latency_critical.c, board.c; each calls only those after it in this list.
  */
 #ifndef CLC_PRIORITY_INTERNAL_H
 #define CLC_PRIORITY_INTERNAL_H
@@ -34,6 +34,13 @@ typedef struct {
     _Atomic uint64_t launched;
     _Atomic uint64_t settled;
     _Atomic uint64_t busy_since_ns; /* CLOCK_MONOTONIC when the GPU last went busy */
+    /* The class's slo (latency_critical.c "slo"); all 0 without one. A busy period runs from
+     * the launch that finds the GPU idle to the settling that makes it idle again. */
+    _Atomic uint32_t slo_milli;      /* the slo x 1000 */
+    _Atomic uint32_t quiet_p99_us;   /* p99 of the busy periods of the probes; 0: not known */
+    _Atomic uint32_t recent_p99_us;  /* p99 of the latest busy periods outside probes; 0: none */
+    _Atomic uint32_t probe_until_ms; /* best-effort work is held whole until then (the low 32
+                                        bits of CLOCK_MONOTONIC in ms) */
 } __attribute__((aligned(64))) board_row;
 
 typedef struct {
@@ -77,6 +84,14 @@ typedef struct {
 } hold_period;
 extern CLC_HIDDEN hold_period g_shared_period[BOARD_DEVICES + 1],
     g_reserve_period[BOARD_DEVICES + 1];
+/* A latency-critical class's slo, per device: how many levels below its class's bounds a
+ * best-effort process's launches keep (best_effort.c "slo"), when that was last judged */
+typedef struct {
+    int down;
+    uint64_t judged_ns;
+} slo_level;
+extern CLC_HIDDEN slo_level g_slo_level[BOARD_DEVICES + 1];
+extern CLC_HIDDEN hold_period g_slo_period[BOARD_DEVICES + 1];
 void period_close(hold_period *p, uint64_t now);
 void periods_close(uint64_t now); /* every device's */
 extern CLC_HIDDEN pthread_mutex_t g_be_lock;
@@ -84,6 +99,12 @@ extern CLC_HIDDEN uint64_t g_holds, g_held_ns, g_held_max_ns, g_floor_releases, 
 extern CLC_HIDDEN int g_holding;
 extern CLC_HIDDEN held_window g_window;
 extern CLC_HIDDEN ahead_ring g_rings[RUN_AHEAD_STREAMS];
+
+/* run_ahead.c */
+/* Keeps the launch's stream at most the class's run_ahead launches ahead of the GPU (halved per
+ * slo level `down`, RUN_AHEAD_STEP at level 3); called while slots of latency-critical
+ * processes are read. */
+void bound_run_ahead(CUcontext ctx, CUstream stream, int per_thread, int down);
 void read_trust(void);
 
 /* latency_critical.c */
@@ -104,6 +125,16 @@ typedef struct {
 } lc_streams;
 extern CLC_HIDDEN lc_streams g_streams[BOARD_DEVICES];
 void lc_events_after_fork(void);
+extern CLC_HIDDEN uint32_t g_slo_milli; /* CLC_PRIORITY_SLO x 1000; 0: none */
+/* The busy-period rings of the slo (latency_critical.c), per device */
+#define SLO_RING 128
+typedef struct {
+    uint32_t quiet[SLO_RING], recent[SLO_RING];
+    uint32_t n_quiet, n_recent; /* samples taken so far */
+    uint64_t probe_start, probe_end, next_probe;
+    _Atomic uint64_t period_of; /* busy_since_ns of the last period taken */
+} slo_rings;
+extern CLC_HIDDEN slo_rings g_slo[BOARD_DEVICES];
 extern CLC_HIDDEN board_slot *_Atomic g_slot;
 extern CLC_HIDDEN int g_slot_dir;
 extern CLC_HIDDEN dev_t g_slot_dir_dev;
@@ -125,6 +156,9 @@ extern CLC_HIDDEN char g_board_path[256];
 extern CLC_HIDDEN int g_class;
 extern CLC_HIDDEN double g_floor;
 extern CLC_HIDDEN uint64_t g_held_word, g_reserve_word;
+/* held_share's word at each slo level: [0] none (wait), [1] a quarter of the share, [2] half,
+ * [3] the class's (g_held_word) */
+extern CLC_HIDDEN uint64_t g_held_words[4];
 extern CLC_HIDDEN uint64_t g_idle_ns;
 extern CLC_HIDDEN unsigned g_run_ahead;
 int slot_alive(int32_t pid, uint64_t start_time);

@@ -50,7 +50,10 @@ priority:
 # The slot a latency-critical process writes (shim/priority/priority.c): a 64-byte header, then one
 # 64-byte row per GPU.
 HEADER = struct.Struct("<QIIiIQ32s")
-ROW = struct.Struct("<16sIIQQQ16x")
+# uuid, used, waiting, launched, settled, busy_since_ns, then the slo's: slo x 1000, quiet and
+# recent p99 (us), the end of a probe (CLOCK_MONOTONIC ms, low 32 bits)
+ROW = struct.Struct("<16sIIQQQIIII")
+ROW_SLO = 48  # where the slo's fields begin in a row
 MAGIC = 0x3144524f42434c43
 FAKE_UUID = b"fake-gpu-0000000"
 
@@ -176,8 +179,9 @@ def slots(board):
     return sorted(p.name for p in d.iterdir() if p.name.startswith("lc.")) if d.exists() else []
 
 
-def write_slot(path, pid, start_time, launched=5, settled=0, uuid=FAKE_UUID, mode=0o644):
-    row = ROW.pack(uuid, 1, 0, launched, settled, 0)
+def write_slot(path, pid, start_time, launched=5, settled=0, uuid=FAKE_UUID, mode=0o644,
+               slo=(0, 0, 0, 0)):
+    row = ROW.pack(uuid, 1, 0, launched, settled, 0, *slo)
     body = HEADER.pack(MAGIC, 1, 64 + 16 * 64, pid, os.geteuid(), start_time, b"forged") + row
     path.write_bytes(body + bytes(64 * 15))
     os.chmod(path, mode)
@@ -603,8 +607,9 @@ def test_latency_critical_launches_are_counted_on_the_board(pair, board):
     magic, version, size, pid, uid, start, cls = HEADER.unpack_from(data)
     assert (magic, version, size, uid) == (MAGIC, 1, len(data), os.geteuid())
     assert cls.rstrip(b"\0") == b"serving"
-    uuid, used, waiting, launched, settled, busy_since = ROW.unpack_from(data, 64)
+    uuid, used, waiting, launched, settled, busy_since, *slo = ROW.unpack_from(data, 64)
     assert (uuid, used, waiting, launched, settled) == (FAKE_UUID, 1, 0, 7, 0)
+    assert slo == [0, 0, 0, 0]  # its class has no slo
     assert busy_since > 0
     lc.do("sync ctx")
     data = (user_dir(board) / name).read_bytes()

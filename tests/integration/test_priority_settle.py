@@ -207,7 +207,7 @@ def test_a_thread_blocked_in_a_wait_keeps_the_gpu_busy_whatever_is_settled(pair,
     # GPU (work clc does not count, or a stream counted done after idle_after_ms)
     mine = user_dir(board, make=True)
     me = os.getpid()
-    row = ROW.pack(FAKE_UUID, 1, 1, 7, 7, 0)  # used, waiting 1, launched 7, settled 7
+    row = ROW.pack(FAKE_UUID, 1, 1, 7, 7, 0, 0, 0, 0, 0)  # used, waiting 1, launched 7, settled 7
     slot = mine / f"lc.{me}.{start_time_of(me)}"
     slot.write_bytes(HEADER.pack(MAGIC, 1, 64 + 16 * 64, me, os.geteuid(), start_time_of(me),
                                  b"waiting") + row + bytes(64 * 15))

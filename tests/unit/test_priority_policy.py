@@ -56,6 +56,17 @@ def test_a_priority_section_is_read_with_its_defaults():
     assert (bare.priority.idle_after_ms, bare.priority.classes[0].floor,
             bare.priority.classes[0].run_ahead) == (20.0, 0.1, 32)
     assert parse_policy("version: 1\n").priority is None
+    assert bare.priority.mps == "off"
+    start = parse_policy(GOOD.replace("  idle_after_ms: 15\n",
+                                      "  idle_after_ms: 15\n  mps: start\n"))
+    assert start.priority.mps == "start"
+    slo = parse_policy("version: 1\npriority:\n  classes:\n"
+                       "    - {name: s, class: latency-critical, slo: 1.1}\n")
+    assert slo.priority.classes[0].slo == 1.1
+    assert slo.priority.classes[0].describe() == \
+        "'s' (latency-critical: p99 at most 1.1x its p99 while best-effort work is held)"
+    assert Policy.from_json(slo.to_json()).priority == slo.priority
+    assert Policy.from_json(start.to_json()).priority == start.priority
 
 
 def test_the_section_survives_the_trip_to_the_program():
@@ -110,6 +121,14 @@ def test_explain_walks_the_classes():
      "3:60: duplicate class name 'a' (first used at line 3)"),
     ("priority: {classes: [{name: a, class: best-effort, weight: 2}]}",
      "3:52: unknown key 'weight' in class 1"),
+    ("priority: {classes: [{name: a, class: best-effort, slo: 1.2}]}",
+     "3:52: 'slo' is only allowed on a latency-critical class (class 'a' is best-effort)"),
+    ("priority: {classes: [{name: a, class: latency-critical, slo: 1}]}",
+     "3:62: slo must be more than 1 (the p99 of its busy periods against their p99 while "
+     "best-effort work is held) and at most 10, got 1"),
+    ("priority: {mps: auto, classes: [{name: a, class: best-effort}]}",
+     "3:17: mps must be off, join or start (whether clc-run joins or starts this user's MPS "
+     "control daemon), got the string 'auto'"),
 ])
 def test_mistakes_are_named_with_their_place(section, expected):
     found = errors_of(f"version: 1\ndefault: allow\n{section}\n")
@@ -232,3 +251,12 @@ def test_too_many_trusted_users_is_an_error(monkeypatch):
     with pytest.raises(ClcError, match="name 300 users; a best-effort process reads the board "
                                        "slots of at most 254"):
         priority_settings(policy, ["x"], "")
+
+
+def test_an_slo_is_sealed_for_the_latency_critical_process_only():
+    text = ("version: 1\npriority:\n  classes:\n"
+            "    - {name: s, class: latency-critical, slo: 1.1}\n")
+    got = priority_settings(parse_policy(text, "p.yaml"), ["x"], "")
+    assert got["CLC_PRIORITY"] == "lc" and got["CLC_PRIORITY_SLO"] == "1.1"
+    bare = text.replace(", slo: 1.1", "")
+    assert "CLC_PRIORITY_SLO" not in priority_settings(parse_policy(bare), ["x"], "")

@@ -34,7 +34,7 @@ def _json_captures(captures):
         "devices": [{"device": d, "uuid": u} for d, u in sorted(c.devices.items())],
         "holds": [{"t_ns": h.t_ns, "held_ns": h.held_ns, "lag_ns": h.lag_ns,
                    "device": h.device, "no_board": h.no_board, "by_floor": h.by_floor,
-                   "shared": h.shared, "reserve": h.reserve}
+                   "shared": h.shared, "reserve": h.reserve, "slo": h.slo}
                   for h in c.holds],
     } for c in captures]
 

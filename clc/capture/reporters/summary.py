@@ -54,9 +54,10 @@ def _capture_lines(cap):
 
 
 def _hold_line(cap):
-    waits = [h for h in cap.holds if not h.shared and not h.reserve]
+    waits = [h for h in cap.holds if not h.shared and not h.reserve and not h.slo]
     shared = [h for h in cap.holds if h.shared]
     reserve = [h for h in cap.holds if h.reserve]
+    slo = [h for h in cap.holds if h.slo]
     parts = []
     if waits:
         total = sum(h.held_ns for h in waits)
@@ -71,6 +72,10 @@ def _hold_line(cap):
         total = sum(h.held_ns for h in reserve)
         parts.append(f"left the reserve free in {count(len(reserve), 'period')}, "
                      f"{total / 1e6:.1f} ms in all")
+    if slo:
+        total = sum(h.held_ns for h in slo)
+        parts.append(f"kept below its bounds for a service's slo in "
+                     f"{count(len(slo), 'period')}, {total / 1e6:.1f} ms in all")
     text = f"pid {cap.pid}: " + ", ".join(parts)
     lags = sorted(h.lag_ns for h in cap.holds if h.lag_ns)
     if lags:

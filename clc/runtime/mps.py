@@ -1,0 +1,235 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MPS without hand work (`priority.mps`, docs/priority.md): clc-run joins this user's MPS
+control daemon, or starts one, so that the processes of priority classes share the GPU through
+an MPS server instead of time-slicing their contexts.
+
+Where clc-run looks: in $CUDA_MPS_PIPE_DIRECTORY alone when the program's environment sets it;
+else in clc's directory for this user and the visible devices
+(/tmp/clc-mps-<uid>/<devices>/pipe), then in MPS's default (/tmp/nvidia-mps). A daemon there
+is joined when
+- its control socket belongs to this user or to root,
+- it answers `get_server_list` within 5 s,
+- and no MPS server of another user is active under it (a daemon serves one user at a time:
+  this user's programs would wait until that server ends).
+
+With `start`, when none is joined, clc-run starts `nvidia-cuda-mps-control -d` itself: pipe and
+log directories in clc's directory for this user (mode 0700, this user's, no link on the way),
+without clc's shim or settings in its environment. The daemon keeps running after the program
+ends, for this user's next programs on the same devices (a service and a training job started
+by two clc-run commands meet there); `clc doctor` names it, and `echo quit |
+CUDA_MPS_PIPE_DIRECTORY=<pipe> nvidia-cuda-mps-control` stops it.
+"""
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+__all__ = ["MpsDaemon", "join_mps", "mps_environment", "find_daemon", "clc_pipe_dir",
+           "DEFAULT_PIPE"]
+
+DEFAULT_PIPE = "/tmp/nvidia-mps"
+_ROOT = "/tmp"
+_ASK_S = 5.0
+_START_S = 10.0
+_CONTROL = "nvidia-cuda-mps-control"
+
+
+class MpsProblem(Exception):
+    """Why a daemon cannot be joined or started here."""
+
+
+class MpsDaemon:
+    """An MPS control daemon that answers at `pipe`; `servers`: its active servers' pids."""
+
+    def __init__(self, pipe, servers):
+        self.pipe = pipe
+        self.servers = servers
+
+
+def _devices_word(environ):
+    """The visible devices as a directory name: `all`, `dev-0,1`, or `dev-<hash>` for UUIDs
+    and anything else."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return "all"
+    if re.fullmatch(r"[0-9,]{1,32}", visible):
+        return f"dev-{visible}"
+    return "dev-" + hashlib.sha256(visible.encode()).hexdigest()[:16]
+
+
+def clc_pipe_dir(environ, uid=None):
+    """clc's pipe directory for this user and the visible devices (not made)."""
+    uid = os.geteuid() if uid is None else uid
+    return os.path.join(_ROOT, f"clc-mps-{uid}", _devices_word(environ), "pipe")
+
+
+def _private_dir(path):
+    """Makes `path` (mode 0700) where it is missing, each directory from clc's per-user one
+    down; each must be a directory (not a link) of this user that no one else may enter."""
+    top = os.path.join(_ROOT, f"clc-mps-{os.geteuid()}")
+    rel = os.path.relpath(path, top)
+    if rel.startswith(".."):
+        raise MpsProblem(f"{path} is not under {top}")
+    here = top
+    for part in [""] + rel.split(os.sep):
+        here = os.path.join(here, part) if part else here
+        try:
+            os.mkdir(here, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise MpsProblem(f"cannot make {here}: {e.strerror}") from None
+        _check_private(here)
+
+
+def _check_private(path):
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise MpsProblem(f"{path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise MpsProblem(f"{path} belongs to uid {st.st_uid}, not to this user")
+    if st.st_mode & 0o077:
+        raise MpsProblem(f"{path} is open to others (mode {stat.S_IMODE(st.st_mode):04o})")
+
+
+def _clean_environment(pipe, log=None):
+    """The environment a control command or the daemon gets: this one without clc's shim and
+    settings, with the daemon's directories."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CLC_") and k not in ("LD_PRELOAD", "LD_AUDIT")}
+    env["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+    if log:
+        env["CUDA_MPS_LOG_DIRECTORY"] = log
+    return env
+
+
+def _ask(control, pipe, command):
+    """The daemon's answer to `command` (its output), or None when no daemon answers."""
+    try:
+        done = subprocess.run([control], input=command + "\n", capture_output=True, text=True,
+                              env=_clean_environment(pipe), timeout=_ASK_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _uid_of(pid):
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def find_daemon(control, pipe):
+    """An MpsDaemon that answers at `pipe`, None when none does; MpsProblem when one answers
+    that this user must not join."""
+    try:
+        where = os.lstat(pipe)
+        st = os.lstat(os.path.join(pipe, "control"))
+    except OSError:
+        return None
+    if stat.S_ISLNK(where.st_mode) or not stat.S_ISDIR(where.st_mode):
+        raise MpsProblem(f"{pipe} is not a directory")
+    # a directory others may write could hold anything under the daemon's names
+    if where.st_uid not in (0, os.geteuid()) or where.st_mode & 0o022:
+        raise MpsProblem(f"{pipe} belongs to uid {where.st_uid} or others may write it")
+    if st.st_uid not in (0, os.geteuid()):
+        raise MpsProblem(f"the MPS daemon at {pipe} belongs to uid {st.st_uid}")
+    answer = _ask(control, pipe, "get_server_list")
+    if answer is None:
+        return None
+    servers = [int(w) for w in answer.split() if w.isdigit()]
+    others = [p for p in servers if _uid_of(p) != os.geteuid()]
+    if others:
+        raise MpsProblem(f"the MPS daemon at {pipe} serves another user now (server pid "
+                         f"{others[0]}): this user's programs would wait until it ends")
+    return MpsDaemon(pipe, servers)
+
+
+def _start(control, pipe):
+    """Starts a daemon at clc's `pipe` (its log beside it), under a lock that a second clc-run
+    starting at once waits for; the daemon found or started."""
+    base = os.path.dirname(pipe)
+    log = os.path.join(base, "log")
+    _private_dir(pipe)
+    _private_dir(log)
+    fd = os.open(os.path.join(base, "start.lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        found = find_daemon(control, pipe)
+        if found is not None:
+            return found, False
+        try:
+            subprocess.run([control, "-d"], env=_clean_environment(pipe, log),
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=_START_S,
+                           check=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise MpsProblem(f"{control} -d failed ({e}); see {log}") from None
+        deadline = time.monotonic() + _START_S
+        while time.monotonic() < deadline:
+            found = find_daemon(control, pipe)
+            if found is not None:
+                return found, True
+            time.sleep(0.05)
+        raise MpsProblem(f"the MPS daemon started at {pipe} does not answer; see "
+                         f"{log}/control.log")
+    finally:
+        os.close(fd)
+
+
+def mps_environment(mode, environ):
+    """(what the program's environment gets, [(said without -v, line)]) for `priority.mps:
+    mode` ('join' or 'start'). Nothing when no daemon is joined: the program runs without
+    MPS, which is said."""
+    control = shutil.which(_CONTROL, path=environ.get("PATH"))
+    fallback = "the program runs without MPS (processes' contexts time-slice the GPU)"
+    if control is None:
+        return {}, [(True, f"warning: priority.mps: {mode}: no {_CONTROL} on PATH: {fallback}")]
+    explicit = environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    ours = clc_pipe_dir(environ)
+    places = [explicit] if explicit else [ours, DEFAULT_PIPE]
+    problems = []
+    for pipe in places:
+        try:
+            found = find_daemon(control, pipe)
+        except MpsProblem as e:
+            problems.append(str(e))
+            continue
+        if found is not None:
+            return {"CUDA_MPS_PIPE_DIRECTORY": pipe}, [(False, f"MPS: joined the daemon at {pipe}")]
+    if mode == "start" and not explicit:
+        try:
+            found, started = _start(control, ours)
+        except MpsProblem as e:
+            problems.append(str(e))
+        else:
+            said = (f"MPS: started a control daemon for this user at {ours}; it keeps running "
+                    f"for this user's next programs (stop it: echo quit | "
+                    f"CUDA_MPS_PIPE_DIRECTORY={ours} {_CONTROL})" if started else
+                    f"MPS: joined the daemon at {ours}")
+            return {"CUDA_MPS_PIPE_DIRECTORY": ours}, [(started, said)]
+    where = " or ".join(places)
+    why = "; ".join(problems) or f"no MPS daemon answers at {where}"
+    if mode == "start" and explicit:
+        why += " (CUDA_MPS_PIPE_DIRECTORY is set: clc-run starts a daemon only in its own "
+        why += "directory; unset it, or start one there)"
+    return {}, [(True, f"warning: priority.mps: {mode}: {why}: {fallback}")]
+
+
+def join_mps(mode, env, verbose=False):
+    """clc-run's part: the program's environment `env` joins the daemon that `priority.mps:
+    mode` finds or starts ('off': nothing); what was done is said (joined: with -v only)."""
+    if mode == "off":
+        return
+    extra, lines = mps_environment(mode, env)
+    env.update(extra)
+    for loud, line in lines:
+        if loud or verbose:
+            print(f"clc-run: {line}", file=sys.stderr)

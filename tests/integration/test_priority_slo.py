@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A latency-critical class's `slo`, over the fake driver: the service measures its busy periods
+(quiet ones while it probes, best-effort work held whole; recent ones otherwise) and puts their
+p99 on its slot; a best-effort process beside it steps below its class's held share while the
+recent p99 is above slo x the quiet one, waits while the service probes, and steps back up
+when the service is within its slo again.
+
+The programs are tests/fixtures/native/prog_priority driven line by line (see test_priority.py);
+slots written by hand stand for a service whose latency the test sets.
+"""
+
+import os
+import struct
+import time
+
+import pytest
+
+from clc.capture.reader import read_captures
+from clc.capture.reports import summary
+from clc.cli.run import capture_files
+from test_priority import (ROW, ROW_SLO, Driven, start_time_of, user_dir,  # noqa: F401
+                           write_slot)
+
+# a service with slo 1.5, and a best-effort class with held_share 0.25 (flow style)
+POLICY = ("version: 1\ndefault: allow\npriority:\n  board: {board}\n  idle_after_ms: 10000\n"
+          "  classes:\n"
+          "    - {{name: serving, class: latency-critical, match: {{tenant: serving}}, slo: 1.5}}\n"
+          "    - {{name: shared, class: best-effort, match: {{tenant: shared}}, "
+          "held_share: 0.25}}\n")
+
+SLO = struct.Struct("<IIII")  # slo x 1000, quiet p99 us, recent p99 us, probe end ms
+
+
+@pytest.fixture
+def start(native, tmp_path):
+    policy = tmp_path / "slo.yaml"
+    policy.write_text(POLICY.format(board=tmp_path / "board"))
+    started = []
+
+    def run(tenant):
+        d = Driven(native, tmp_path, policy, tenant, tenant)
+        started.append(d)
+        return d
+
+    yield run
+    for d in started:
+        d.finish()
+
+
+def row_slo(slot):
+    """A slot's first row's slo fields."""
+    return SLO.unpack_from(slot.read_bytes(), 64 + ROW_SLO)
+
+
+def test_the_service_puts_the_p99_of_its_quiet_and_recent_busy_periods_on_its_slot(start,
+                                                                                   tmp_path):
+    # GIVEN a latency-critical process with slo 1.5 whose requests keep the GPU busy 2 ms
+    lc = start("serving")
+    # WHEN it serves requests for 1.5 s (a launch, 2 ms, a device synchronization, 1 ms idle)
+    lc.do("cycle 2000 1000 1500", timeout=30)
+    (slot,) = user_dir(tmp_path / "board").glob("lc.*")
+    slo, quiet, recent, probe = row_slo(slot)
+    # THEN its slot gives its slo, a probe it made (at its first busy period, 300 ms), and the
+    # p99 of the busy periods of the probe and of those after it: each at least the 2 ms the
+    # requests took
+    assert slo == 1500 and probe > 0
+    assert 2000 <= quiet < 100_000 and 2000 <= recent < 100_000, (quiet, recent)
+
+
+def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(start, tmp_path):
+    # GIVEN a best-effort process with held_share 0.25, and a service whose slot says it is
+    # busy, its recent p99 5 ms against 1 ms quiet: 5x, its slo 1.1x
+    be = start("shared")
+    board = tmp_path / "board"
+    mine = user_dir(board, make=True)
+    me = os.getpid()
+    slot = mine / f"lc.{me}.1"
+    write_slot(slot, me, start_time_of(me), launched=1, settled=0, slo=(1100, 1000, 5000, 0))
+    time.sleep(0.06)  # the board's directories are read again every 50 ms
+    # WHEN it launches, once a second
+    shares = []
+    for _ in range(2):
+        assert be.do("launch 1") < 0.05
+        shares.append(be.where()[1])
+        time.sleep(1.05)
+    # THEN each second it runs on a smaller share: half the class's share, then a quarter
+    # (the fake's groups are of 8 SMs: the class's quarter of 132 SMs is 32 SMs)
+    assert shares[0] < 32 and shares[1] < shares[0], shares
+    # AND then its held launches wait, as without a share (down to the floor, 90 ms of 100)
+    assert be.do("launch 1") > 0.05
+    # WHEN the service is back well within its slo (recent 0.8 ms against 1 ms quiet)
+    fd = os.open(slot, os.O_WRONLY)
+    os.pwrite(fd, struct.pack("<I", 800), 64 + ROW_SLO + 8)
+    os.close(fd)
+    time.sleep(1.05)
+    # THEN it steps back up, a level a second, to its class's share
+    seen = []
+    for _ in range(4):
+        assert be.do("launch 1") < 0.05
+        seen.append(be.where()[1])
+        time.sleep(1.05)
+    assert seen[-1] == 32 and seen == sorted(seen), seen
+    be.finish()
+    # AND the capture holds the periods kept below its bounds
+    holds = [h for h in be.holds() if h.slo]
+    assert holds and all(h.held_ns > 0 for h in holds)
+    text = summary(read_captures(capture_files(be.output)))
+    assert "kept below its bounds for a service's slo in" in text, text
+
+
+def test_best_effort_work_waits_while_the_service_probes(start, tmp_path):
+    # GIVEN a best-effort process with held_share 0.25, and a busy service within its slo that
+    # probes for the next 1.5 s
+    be = start("shared")
+    board = tmp_path / "board"
+    mine = user_dir(board, make=True)
+    me = os.getpid()
+    until = (int(time.monotonic() * 1000) + 1500) & 0xFFFFFFFF
+    write_slot(mine / f"lc.{me}.1", me, start_time_of(me), launched=1, settled=0,
+               slo=(1500, 1000, 1000, until))
+    time.sleep(0.06)
+    # THEN its launches wait (held whole: the service measures its quiet latency)
+    assert be.do("launch 1") > 0.05
+    # AND once the probe is over they run on the class's share at once
+    time.sleep(max(0.0, until / 1000 - time.monotonic()) + 0.05)
+    assert be.do("launch 1") < 0.05
+    assert be.where()[1] == 32

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""priority.mps on a machine without a daemon to ask (clc/runtime/mps.py): where clc-run looks,
+the directories it refuses, what it says when no daemon can be joined. The daemon itself is
+started and joined for real in tests/gpu/test_mps_gpu.py."""
+
+import os
+
+import pytest
+
+from clc.runtime import mps
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setattr(mps, "_ROOT", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def control_on_path(tmp_path, monkeypatch):
+    """An nvidia-cuda-mps-control on PATH that never answers (no daemon here)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "nvidia-cuda-mps-control"
+    exe.write_text("#!/bin/sh\necho 'Cannot find MPS control daemon process' >&2\nexit 1\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    return str(exe)
+
+
+def test_the_pipe_directory_is_per_user_and_per_visible_devices(root):
+    uid = os.geteuid()
+    assert mps.clc_pipe_dir({}) == f"{root}/clc-mps-{uid}/all/pipe"
+    assert mps.clc_pipe_dir({"CUDA_VISIBLE_DEVICES": "0,1"}) == f"{root}/clc-mps-{uid}/dev-0,1/pipe"
+    uuid = mps.clc_pipe_dir({"CUDA_VISIBLE_DEVICES": "GPU-1234abcd-aaaa"})
+    assert uuid.startswith(f"{root}/clc-mps-{uid}/dev-") and len(os.path.basename(
+        os.path.dirname(uuid))) == len("dev-") + 16
+    assert uuid != mps.clc_pipe_dir({"CUDA_VISIBLE_DEVICES": "GPU-1234abcd-aaab"})
+
+
+def test_the_users_directory_is_made_private_and_a_link_or_an_open_one_refused(root):
+    pipe = mps.clc_pipe_dir({})
+    mps._private_dir(pipe)
+    for d in (os.path.dirname(os.path.dirname(pipe)), os.path.dirname(pipe), pipe):
+        assert os.stat(d).st_mode & 0o777 == 0o700
+    # a link where the user's directory goes (made by someone else first) is refused
+    top = os.path.dirname(os.path.dirname(pipe))
+    os.rename(top, f"{top}.away")
+    os.symlink(f"{top}.away", top)
+    with pytest.raises(mps.MpsProblem, match="is not a directory"):
+        mps._private_dir(pipe)
+    os.unlink(top)
+    os.rename(f"{top}.away", top)
+    os.chmod(os.path.dirname(pipe), 0o755)
+    with pytest.raises(mps.MpsProblem, match=r"is open to others \(mode 0755\)"):
+        mps._private_dir(pipe)
+
+
+def test_a_daemon_directory_others_may_write_is_not_joined(tmp_path, control_on_path):
+    pipe = tmp_path / "shared-pipe"
+    pipe.mkdir()
+    (pipe / "control").write_text("")
+    pipe.chmod(0o777)
+    with pytest.raises(mps.MpsProblem, match="others may write it"):
+        mps.find_daemon(control_on_path, str(pipe))
+    pipe.chmod(0o755)
+    # a directory of this user with a control that does not answer: no daemon
+    assert mps.find_daemon(control_on_path, str(pipe)) is None
+
+
+def test_without_the_control_program_the_run_goes_on_without_mps(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    env = {"PATH": str(tmp_path)}
+    extra, lines = mps.mps_environment("start", env)
+    assert extra == {}
+    assert lines == [(True, "warning: priority.mps: start: no nvidia-cuda-mps-control on PATH: "
+                            "the program runs without MPS (processes' contexts time-slice the "
+                            "GPU)")]
+
+
+def test_join_with_no_daemon_says_where_it_looked(root, control_on_path, monkeypatch):
+    monkeypatch.setattr(mps, "DEFAULT_PIPE", str(root / "nvidia-mps"))
+    extra, lines = mps.mps_environment("join", dict(os.environ))
+    assert extra == {}
+    (loud, line), = lines
+    assert loud and line == (f"warning: priority.mps: join: no MPS daemon answers at "
+                             f"{mps.clc_pipe_dir({})} or {root}/nvidia-mps: the program runs "
+                             f"without MPS (processes' contexts time-slice the GPU)")
+
+
+def test_start_never_starts_a_daemon_in_a_directory_the_user_named(root, control_on_path,
+                                                                   tmp_path):
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "mine"))
+    extra, lines = mps.mps_environment("start", env)
+    assert extra == {}
+    assert "clc-run starts a daemon only in its own directory" in lines[0][1]
+    assert not (tmp_path / "mine").exists()
+
+
+def test_off_changes_nothing(capsys):
+    env = {"PATH": "/nonexistent"}
+    mps.join_mps("off", env)
+    assert env == {"PATH": "/nonexistent"} and capsys.readouterr().err == ""
