@@ -40,6 +40,10 @@ clc-0.5-*, clc-0.25-last, shared-two and priority-two):
     priority-reserve-mps  under MPS, the training keeps a quarter of the SMs free while the
                     inference lives on the GPU (reserve 0.25); held launches wait
     priority-reserve-share-mps  the same, held launches on an eighth (held_share 0.125)
+    priority-slo-mps  under MPS, the inference's class with slo 1.10: the training's held
+                    launches wait, its run-ahead stepped down while the slo is missed
+    priority-slo-share-mps  the same with held_share 0.25: the share stepped down (half, a
+                    quarter, waits) while the slo is missed
     shared-two      three programs, no MPS: the inference, a second inference service of its
                     own rhythm (a request every 7 ms), and the training
     priority-two    the same three under the priority policy: the first service
@@ -120,18 +124,20 @@ PLACES = ("first", "last")
 CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
            *(f"clc-{s}-{p}" for s in SHARES for p in PLACES), "priority", "priority-mps",
            "priority-share-mps", "priority-reserve-mps", "priority-reserve-share-mps",
-           "shared-two", "priority-two")
+           "priority-slo-mps", "priority-slo-share-mps", "shared-two", "priority-two")
 DEFAULT_CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "clc-0.25-first", "priority",
                    "priority-mps", "priority-share-mps", "priority-reserve-mps",
                    "priority-reserve-share-mps")
 PRIORITY_CONFIGS = ("priority", "priority-mps", "priority-share-mps", "priority-reserve-mps",
-                    "priority-reserve-share-mps", "priority-two")
+                    "priority-reserve-share-mps", "priority-slo-mps", "priority-slo-share-mps",
+                    "priority-two")
 SECOND_GAP_MS = 7.0
 PRIORITY_FLOOR = 0.1
 PRIORITY_RUN_AHEAD = 32
 PRIORITY_HELD_SHARE = 0.25
 PRIORITY_RESERVE = 0.25
 PRIORITY_RESERVE_HELD_SHARE = 0.125
+PRIORITY_SLO = 1.10
 READY_TIMEOUT_S = 300
 DEFAULT_ROUNDS = 3
 DEFAULT_REQUESTS = 400
@@ -304,11 +310,13 @@ def programs(service, training, args):
 
 # ---- policies -----------------------------------------------------------------------------
 
-def priority_policy(path, board, held_share=0, run_ahead=PRIORITY_RUN_AHEAD, reserve=0):
+def priority_policy(path, board, held_share=0, run_ahead=PRIORITY_RUN_AHEAD, reserve=0,
+                    slo=0):
     """The inference (tenant serving) latency-critical, the training (tenant batch)
     best-effort: its held launches wait (down to the floor), or with held_share run on that
     share of the SMs; at most run_ahead launches queued per stream; with reserve, that share of
-    the SMs left free while the inference lives on the GPU."""
+    the SMs left free while the inference lives on the GPU; with slo, the inference's target."""
+    serving = f"      slo: {slo}\n" if slo else ""
     held = f"      held_share: {held_share}\n" if held_share else \
         f"      floor: {PRIORITY_FLOOR}\n"
     held += f"      run_ahead: {run_ahead}\n"
@@ -318,6 +326,7 @@ def priority_policy(path, board, held_share=0, run_ahead=PRIORITY_RUN_AHEAD, res
         "# SPDX-License-Identifier: Apache-2.0\nversion: 1\ndefault: allow\npriority:\n"
         f"  board: {board}\n  classes:\n"
         "    - name: serving\n      class: latency-critical\n      match: {tenant: serving}\n"
+        + serving +
         "    - name: training\n      class: best-effort\n      match: {tenant: batch}\n"
         + held)
     return Path(path)
@@ -501,7 +510,7 @@ def run_config(name, target, args, tmp, mps_env, gpu_env=None):
         held_share = 0 if "share" not in name else \
             PRIORITY_RESERVE_HELD_SHARE if reserve else PRIORITY_HELD_SHARE
         policy = priority_policy(tmp / f"{tag}.yaml", tmp / f"{tag}-board", held_share,
-                                 args.run_ahead, reserve)
+                                 args.run_ahead, reserve, PRIORITY_SLO if "slo" in name else 0)
         return run_under_clc(progs, env, policy, tmp, tag, second=name == "priority-two")
     if name == "mps":
         return run_together(progs, env)

@@ -180,6 +180,10 @@ def test_the_priority_policy_classes_the_two_programs(tmp_path):
                                               reserve=0.25))
     assert [(c.reserve, c.held_share) for c in reserved.priority.classes] == [(0, 0),
                                                                              (0.25, 0.125)]
+    slo = load_policy(bc.priority_policy(tmp_path / "o.yaml", tmp_path / "board", 0.25,
+                                         slo=bc.PRIORITY_SLO))
+    assert [(c.slo, c.held_share) for c in slo.priority.classes] == [(1.1, 0), (0, 0.25)]
+    assert all(bc.under_mps(c, {}) for c in ("priority-slo-mps", "priority-slo-share-mps"))
 
 
 def test_holds_are_read_from_the_training_capture(tmp_path):
