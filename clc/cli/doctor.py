@@ -94,14 +94,14 @@ def mps_status():
         if not os.path.exists(os.path.join(pipe, "control")):
             continue
         if control is None:
-            return True, (f"an MPS daemon's socket is at {pipe} (no nvidia-cuda-mps-control on "
-                          "PATH to ask it)")
+            return True, (f"an MPS daemon is running ({pipe}; no nvidia-cuda-mps-control on "
+                          "PATH to ask it): shares hold across processes")
         try:
             found = mps.find_daemon(control, pipe)
         except mps.MpsProblem as e:
             return False, f"{e}: clc-run does not join it"
         if found is not None:
-            return True, (f"an MPS daemon answers at {pipe} ({len(found.servers)} servers): "
+            return True, (f"an MPS daemon is running ({pipe}, {len(found.servers)} servers): "
                           "shares hold across processes")
     return False, (f"no MPS daemon ({' or '.join(places)}): a share holds within a program, "
                    "but processes' contexts time-slice, so shares across processes cannot hold"

@@ -54,13 +54,17 @@ class MpsDaemon:
 
 def _devices_word(environ):
     """The visible devices as a directory name: `all`, `dev-0,1`, or `dev-<hash>` for UUIDs
-    and anything else."""
+    and anything else; under Slurm `job-<id>-` before it (two jobs' `0` may be two GPUs, and a
+    daemon a task starts ends with its job)."""
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
-        return "all"
-    if re.fullmatch(r"[0-9,]{1,32}", visible):
-        return f"dev-{visible}"
-    return "dev-" + hashlib.sha256(visible.encode()).hexdigest()[:16]
+        word = "all"
+    elif re.fullmatch(r"[0-9,]{1,32}", visible):
+        word = f"dev-{visible}"
+    else:
+        word = "dev-" + hashlib.sha256(visible.encode()).hexdigest()[:16]
+    job = environ.get("SLURM_JOB_ID", "")
+    return f"job-{job}-{word}" if re.fullmatch(r"[0-9]{1,12}", job) else word
 
 
 def clc_pipe_dir(environ, uid=None):
@@ -98,10 +102,11 @@ def _check_private(path):
         raise MpsProblem(f"{path} is open to others (mode {stat.S_IMODE(st.st_mode):04o})")
 
 
-def _clean_environment(pipe, log=None):
-    """The environment a control command or the daemon gets: this one without clc's shim and
-    settings, with the daemon's directories."""
-    env = {k: v for k, v in os.environ.items()
+def _clean_environment(environ, pipe, log=None):
+    """The environment a control command or the daemon gets: the program's (its visible
+    devices are the daemon's) without clc's shim and settings, with the daemon's
+    directories."""
+    env = {k: v for k, v in environ.items()
            if not k.startswith("CLC_") and k not in ("LD_PRELOAD", "LD_AUDIT")}
     env["CUDA_MPS_PIPE_DIRECTORY"] = pipe
     if log:
@@ -109,12 +114,13 @@ def _clean_environment(pipe, log=None):
     return env
 
 
-def _ask(control, pipe, command):
+def _ask(control, environ, pipe, command):
     """The daemon's answer to `command` (its output), or None when no daemon answers."""
     try:
         done = subprocess.run([control], input=command + "\n", capture_output=True, text=True,
-                              env=_clean_environment(pipe), timeout=_ASK_S)
-    except (OSError, subprocess.TimeoutExpired):
+                              errors="replace", env=_clean_environment(environ, pipe),
+                              timeout=_ASK_S)
+    except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None
 
@@ -126,9 +132,22 @@ def _uid_of(pid):
         return None
 
 
-def find_daemon(control, pipe):
+def _ours_intact(pipe):
+    """Whether the directories above clc's own `pipe` are private to this user (a user who
+    made them first controls what is under them); missing: nothing to join there."""
+    device = os.path.dirname(os.path.dirname(pipe))
+    try:
+        _check_private(os.path.dirname(device))
+        _check_private(device)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def find_daemon(control, pipe, environ=None):
     """An MpsDaemon that answers at `pipe`, None when none does; MpsProblem when one answers
     that this user must not join."""
+    environ = os.environ if environ is None else environ
     try:
         where = os.lstat(pipe)
         st = os.lstat(os.path.join(pipe, "control"))
@@ -141,10 +160,10 @@ def find_daemon(control, pipe):
         raise MpsProblem(f"{pipe} belongs to uid {where.st_uid} or others may write it")
     if st.st_uid not in (0, os.geteuid()):
         raise MpsProblem(f"the MPS daemon at {pipe} belongs to uid {st.st_uid}")
-    answer = _ask(control, pipe, "get_server_list")
+    answer = _ask(control, environ, pipe, "get_server_list")
     if answer is None:
         return None
-    servers = [int(w) for w in answer.split() if w.isdigit()]
+    servers = [int(w) for w in answer.split() if w.isascii() and w.isdigit()]
     others = [p for p in servers if _uid_of(p) != os.geteuid()]
     if others:
         raise MpsProblem(f"the MPS daemon at {pipe} serves another user now (server pid "
@@ -152,29 +171,44 @@ def find_daemon(control, pipe):
     return MpsDaemon(pipe, servers)
 
 
-def _start(control, pipe):
+def _lock(fd, what):
+    """flock(fd) within _START_S x 3 (another clc-run starting a daemon holds it meanwhile)."""
+    deadline = time.monotonic() + 3 * _START_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise MpsProblem(f"{what} stays locked by another clc-run") from None
+            time.sleep(0.05)
+
+
+def _start(control, environ, pipe):
     """Starts a daemon at clc's `pipe` (its log beside it), under a lock that a second clc-run
     starting at once waits for; the daemon found or started."""
     base = os.path.dirname(pipe)
     log = os.path.join(base, "log")
     _private_dir(pipe)
     _private_dir(log)
-    fd = os.open(os.path.join(base, "start.lock"),
-                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    lock = os.path.join(base, "start.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        found = find_daemon(control, pipe)
+        _lock(fd, lock)
+        found = find_daemon(control, pipe, environ)
         if found is not None:
             return found, False
         try:
-            subprocess.run([control, "-d"], env=_clean_environment(pipe, log),
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=_START_S,
-                           check=True)
+            # a session of its own, and nothing of clc-run's output held open by it
+            subprocess.run([control, "-d"], env=_clean_environment(environ, pipe, log),
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
+                           timeout=_START_S, check=True)
         except (OSError, subprocess.SubprocessError) as e:
             raise MpsProblem(f"{control} -d failed ({e}); see {log}") from None
         deadline = time.monotonic() + _START_S
         while time.monotonic() < deadline:
-            found = find_daemon(control, pipe)
+            found = find_daemon(control, pipe, environ)
             if found is not None:
                 return found, True
             time.sleep(0.05)
@@ -189,25 +223,26 @@ def mps_environment(mode, environ):
     mode` ('join' or 'start'). Nothing when no daemon is joined: the program runs without
     MPS, which is said."""
     control = shutil.which(_CONTROL, path=environ.get("PATH"))
-    fallback = "the program runs without MPS (processes' contexts time-slice the GPU)"
-    if control is None:
-        return {}, [(True, f"warning: priority.mps: {mode}: no {_CONTROL} on PATH: {fallback}")]
     explicit = environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    if control is None:
+        return _without_mps(mode, f"no {_CONTROL} on PATH", explicit)
     ours = clc_pipe_dir(environ)
     places = [explicit] if explicit else [ours, DEFAULT_PIPE]
     problems = []
     for pipe in places:
         try:
-            found = find_daemon(control, pipe)
-        except MpsProblem as e:
+            if pipe == ours and not _ours_intact(ours):
+                continue
+            found = find_daemon(control, pipe, environ)
+        except (MpsProblem, OSError, ValueError) as e:
             problems.append(str(e))
             continue
         if found is not None:
             return {"CUDA_MPS_PIPE_DIRECTORY": pipe}, [(False, f"MPS: joined the daemon at {pipe}")]
     if mode == "start" and not explicit:
         try:
-            found, started = _start(control, ours)
-        except MpsProblem as e:
+            found, started = _start(control, environ, ours)
+        except (MpsProblem, OSError, ValueError) as e:
             problems.append(str(e))
         else:
             said = (f"MPS: started a control daemon for this user at {ours}; it keeps running "
@@ -220,7 +255,25 @@ def mps_environment(mode, environ):
     if mode == "start" and explicit:
         why += " (CUDA_MPS_PIPE_DIRECTORY is set: clc-run starts a daemon only in its own "
         why += "directory; unset it, or start one there)"
-    return {}, [(True, f"warning: priority.mps: {mode}: {why}: {fallback}")]
+    return _without_mps(mode, why, explicit)
+
+
+def _without_mps(mode, why, explicit):
+    """The program runs without MPS, said: with the directory the user named as it is, else
+    with an empty one of this user's as its pipe directory."""
+    fallback = "the program runs without MPS (processes' contexts time-slice the GPU)"
+    said = [(True, f"warning: priority.mps: {mode}: {why}: {fallback}")]
+    if explicit:
+        return {}, said
+    # Without a pipe directory the driver would go to MPS's default by itself, refused or not:
+    # an empty one of this user's keeps the program off every daemon.
+    none = os.path.join(_ROOT, f"clc-mps-{os.geteuid()}", "none")
+    try:
+        _private_dir(none)
+    except (MpsProblem, OSError) as e:
+        return {}, said + [(True, f"warning: priority.mps: {e}: the driver may still join "
+                                  f"{DEFAULT_PIPE}")]
+    return {"CUDA_MPS_PIPE_DIRECTORY": none}, said
 
 
 def join_mps(mode, env, verbose=False):

@@ -23,11 +23,16 @@ static clc_log_sink g_log_sink;
 
 void clc_log_set_sink(clc_log_sink sink) { g_log_sink = sink; }
 
+_Atomic uint64_t clc_default_signals;
+
 void clc_signals_hold(sigset_t *old) {
     static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
     sigset_t held;
     sigfillset(&held);
     for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&held, faults[i]);
+    uint64_t dfl = atomic_load_explicit(&clc_default_signals, memory_order_relaxed);
+    for (int sig = 1; dfl && sig <= 64; sig++, dfl >>= 1)
+        if (dfl & 1) sigdelset(&held, sig);
     pthread_sigmask(SIG_BLOCK, &held, old);
 }
 

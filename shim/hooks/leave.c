@@ -106,6 +106,16 @@ static _Atomic int g_managed[NSIG];
 static _Atomic int g_started;
 static _Atomic int g_leaving; /* 0, then 1 while the first fatal signal writes, 2 once done */
 
+/* g_managed[sig], and clc_default_signals (core.h) with it */
+static void managed(int sig, int on) {
+    atomic_store(&g_managed[sig], on);
+    uint64_t bit = sig >= 1 && sig <= 64 ? 1ull << (sig - 1) : 0;
+    if (on)
+        atomic_fetch_or(&clc_default_signals, bit);
+    else
+        atomic_fetch_and(&clc_default_signals, ~bit);
+}
+
 static int fatal(int sig) {
     for (size_t i = 0; i < sizeof g_fatal / sizeof g_fatal[0]; i++)
         if (g_fatal[i] == sig) return 1;
@@ -146,7 +156,7 @@ static void on_fatal(int sig, siginfo_t *info, void *context) {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
-    atomic_store(&g_managed[sig], 0);
+    managed(sig, 0);
     real_sigaction(sig, &dfl, NULL);
     if (!synchronous(sig, info)) raise(sig);
     errno = saved;
@@ -159,7 +169,7 @@ static int install(int sig) {
     act.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigfillset(&act.sa_mask); /* one fatal signal at a time on this thread */
     if (real_sigaction(sig, &act, NULL) != 0) return 0;
-    atomic_store(&g_managed[sig], 1);
+    managed(sig, 1);
     return 1;
 }
 
@@ -185,9 +195,9 @@ CLC_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction 
     int is_default = act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL;
     if (atomic_load(&g_managed[sig])) {
         if (act && !is_default) {
-            atomic_store(&g_managed[sig], 0);
+            managed(sig, 0);
             if (real_sigaction(sig, act, NULL) != 0) {
-                atomic_store(&g_managed[sig], 1);
+                managed(sig, 1);
                 return -1;
             }
         }

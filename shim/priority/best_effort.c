@@ -255,14 +255,18 @@ typedef struct {
     uint32_t pressure;
 } slo_seen;
 
-static int g_slo_known; /* a slot with an slo was seen once: launches ask slo_down */
+/* a slot with an slo was seen once: launches ask slo_down */
+static _Atomic int g_slo_known;
+/* a probe's end further ahead than this is not believed (a row written by hand) */
+#define PROBE_AHEAD_MAX_MS 1000
 
 /* A row's slo, into *seen. */
 static void see_slo(const board_row *r, uint64_t now, slo_seen *seen) {
     if (!r->slo_milli) return;
-    seen->slo = g_slo_known = 1;
-    if (r->probe_until_ms && (int32_t)(r->probe_until_ms - (uint32_t)(now / 1000000)) > 0)
-        seen->probe = 1;
+    seen->slo = 1;
+    atomic_store_explicit(&g_slo_known, 1, memory_order_relaxed);
+    int32_t ahead = (int32_t)(r->probe_until_ms - (uint32_t)(now / 1000000));
+    if (r->probe_until_ms && ahead > 0 && ahead <= PROBE_AHEAD_MAX_MS) seen->probe = 1;
     if (r->quiet_p99_us && r->recent_p99_us) {
         uint64_t p =
             (uint64_t)r->recent_p99_us * 1000000ull / ((uint64_t)r->quiet_p99_us * r->slo_milli);
@@ -307,8 +311,10 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present, 
             if (!r->used || memcmp(r->uuid, g_be_uuid[device], 16) != 0) continue;
             uint64_t l = r->launched, s = r->settled;
             if (l != v->seen_launched[d]) v->seen_launched[d] = l, v->seen_ns[d] = now;
-            if (l && now - v->seen_ns[d] < CLC_PRIORITY_RESERVE_KEEP_MS * 1000000ull) *present = 1;
-            see_slo(r, now, seen);
+            if (l && now - v->seen_ns[d] < CLC_PRIORITY_RESERVE_KEEP_MS * 1000000ull) {
+                *present = 1;
+                see_slo(r, now, seen); /* a service that launched in the last second */
+            }
             /* busy: a thread of it blocked waiting for its GPU (whatever is settled: the work
              * may be something clc does not count), or launches not settled and not quiet for
              * longer than the policy's idle_after */
@@ -572,11 +578,11 @@ static uint64_t be_launch(int device, CUcontext ctx, CUstream stream, int per_th
     int down = 0;
     if (g_held_word && confinable) {
         int busy = held_to_share(device);
-        if (g_slo_known) down = slo_down(device);
+        if (atomic_load_explicit(&g_slo_known, memory_order_relaxed)) down = slo_down(device);
         if (busy && !(word = g_held_words[3 - down])) hold(device);
     } else {
         hold(device);
-        if (g_slo_known) down = slo_down(device);
+        if (atomic_load_explicit(&g_slo_known, memory_order_relaxed)) down = slo_down(device);
     }
     if (g_reserve_word && lc_present(device)) {
         if (!confinable)

@@ -240,34 +240,45 @@ static int quiet_stream(lc_stream *p, uint64_t l, uint64_t now) {
 
 /* ---- latency-critical: the slo ------------------------------------------------------------
  * A busy period runs from the launch that finds the GPU idle (busy_since_ns) to the settling
- * that makes it idle again. Periods measured during a probe (best-effort work held whole,
- * PROBE_NS every PROBE_EVERY_NS, the first at the first period; from PROBE_DRAIN_NS into it,
- * when work they queued before has drained) are the quiet ones; the others, the recent ones.
- * The p99 of the last SLO_RING of each goes on the row; best-effort processes compare them
- * with the slo (best_effort.c) and give up share and run-ahead while recent > slo x quiet. */
+ * that makes it idle again. Periods that begin during a probe (best-effort work held whole,
+ * PROBE_NS every PROBE_EVERY_NS, the first at the first period), PROBE_DRAIN_NS in or later
+ * (work queued before it drained), are the quiet ones; those that begin after it, the recent
+ * ones. The row gives the p99 of the last SLO_RING quiet periods, and of the recent periods
+ * that ended in the last RECENT_NS (the newest SLO_MIN_SAMPLES at least): best-effort
+ * processes compare them with the slo (best_effort.c) and give up share and run-ahead while
+ * recent > slo x quiet. */
 uint32_t g_slo_milli;
 slo_rings g_slo[BOARD_DEVICES];
 #define PROBE_NS 300000000ull
 #define PROBE_DRAIN_NS 30000000ull
 #define PROBE_EVERY_NS 10000000000ull
+#define RECENT_NS 1000000000ull
 #define SLO_MIN_SAMPLES 16 /* a p99 is published from this many periods on */
 static pthread_mutex_t g_slo_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The p99 of the last SLO_RING of n samples: the largest up to 100, the second largest above. */
-static uint32_t p99_of(const uint32_t *ring, uint32_t n) {
-    uint32_t k = n < SLO_RING ? n : SLO_RING, a = 0, b = 0;
-    for (uint32_t i = 0; i < k; i++) {
+/* The p99 of the samples of a ring of n taken so far that ended at or after `from` (all when
+ * `ended` is NULL), the newest SLO_MIN_SAMPLES at least: by rank, the largest of up to 100, the
+ * second largest above. */
+static uint32_t p99_of(const uint32_t *ring, const uint64_t *ended, uint32_t n, uint64_t from) {
+    uint32_t k = n < SLO_RING ? n : SLO_RING, a = 0, b = 0, used = 0;
+    for (uint32_t age = 0; age < k; age++) { /* newest first */
+        uint32_t i = (n - 1 - age) % SLO_RING;
+        if (ended && age >= SLO_MIN_SAMPLES && ended[i] < from) break;
+        used++;
         if (ring[i] > a)
             b = a, a = ring[i];
         else if (ring[i] > b)
             b = ring[i];
     }
-    return k > 100 ? b : a;
+    return used > 100 ? b : a;
 }
 
-static void take_sample(uint32_t *ring, uint32_t *n, uint32_t us, _Atomic uint32_t *out) {
+static void take_sample(uint32_t *ring, uint64_t *ended, uint32_t *n, uint32_t us, uint64_t now,
+                        _Atomic uint32_t *out) {
     ring[*n % SLO_RING] = us ? us : 1;
-    if (++*n >= SLO_MIN_SAMPLES) atomic_store_explicit(out, p99_of(ring, *n), memory_order_relaxed);
+    if (ended) ended[*n % SLO_RING] = now;
+    if (++*n >= SLO_MIN_SAMPLES)
+        atomic_store_explicit(out, p99_of(ring, ended, *n, now - RECENT_NS), memory_order_relaxed);
 }
 
 /* The row went idle at `now`: its busy period taken once (a thread that finds another taking
@@ -281,10 +292,10 @@ static void slo_period(int device, board_row *r, uint64_t now) {
         return;
     uint64_t us = (now - since) / 1000;
     uint32_t sample = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-    if (s->probe_start && since >= s->probe_start + PROBE_DRAIN_NS && now <= s->probe_end)
-        take_sample(s->quiet, &s->n_quiet, sample, &r->quiet_p99_us);
+    if (s->probe_start && since >= s->probe_start + PROBE_DRAIN_NS && since <= s->probe_end)
+        take_sample(s->quiet, NULL, &s->n_quiet, sample, now, &r->quiet_p99_us);
     else if (since > s->probe_end)
-        take_sample(s->recent, &s->n_recent, sample, &r->recent_p99_us);
+        take_sample(s->recent, s->recent_end, &s->n_recent, sample, now, &r->recent_p99_us);
     if (now >= s->next_probe) {
         s->probe_start = now;
         s->probe_end = now + PROBE_NS;
@@ -293,6 +304,20 @@ static void slo_period(int device, board_row *r, uint64_t now) {
         atomic_store_explicit(&r->probe_until_ms, until ? until : 1, memory_order_release);
     }
     pthread_mutex_unlock(&g_slo_lock);
+}
+
+/* At exit with -v: per device, the p99s the slot gave last. */
+void lc_slo_said(void) {
+    board_slot *slot = slot_now();
+    for (int d = 0; slot && d < BOARD_DEVICES; d++) {
+        const board_row *r = &slot->rows[d];
+        if (!atomic_load_explicit(&r->used, memory_order_acquire) || !g_slo[d].period_of) continue;
+        clc_log(CLC_MSG_INFO,
+                "priority: slo %.2f on device %d: busy periods' p99 %.2f ms while best-effort "
+                "work was held (%u periods), %.2f ms otherwise (%u periods)",
+                g_slo_milli / 1000.0, d, atomic_load(&r->quiet_p99_us) / 1000.0, g_slo[d].n_quiet,
+                atomic_load(&r->recent_p99_us) / 1000.0, g_slo[d].n_recent);
+    }
 }
 
 /* Raises the row's settled count to v; with an slo, a busy period ended when that made the row
@@ -430,4 +455,5 @@ void clc_priority_event_forget(CUevent ev) {
 void lc_events_after_fork(void) {
     pthread_mutex_init(&g_events_lock, NULL);
     memset(g_events, 0, sizeof g_events);
+    pthread_mutex_init(&g_slo_lock, NULL); /* its periods are the parent's (g_slo cleared) */
 }

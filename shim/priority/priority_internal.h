@@ -129,12 +129,14 @@ extern CLC_HIDDEN uint32_t g_slo_milli; /* CLC_PRIORITY_SLO x 1000; 0: none */
 /* The busy-period rings of the slo (latency_critical.c), per device */
 #define SLO_RING 128
 typedef struct {
-    uint32_t quiet[SLO_RING], recent[SLO_RING];
+    uint32_t quiet[SLO_RING], recent[SLO_RING]; /* busy periods, us */
+    uint64_t recent_end[SLO_RING];              /* when each recent one ended */
     uint32_t n_quiet, n_recent; /* samples taken so far */
     uint64_t probe_start, probe_end, next_probe;
     _Atomic uint64_t period_of; /* busy_since_ns of the last period taken */
 } slo_rings;
 extern CLC_HIDDEN slo_rings g_slo[BOARD_DEVICES];
+void lc_slo_said(void); /* at exit with -v: the p99s the slot gave last */
 extern CLC_HIDDEN board_slot *_Atomic g_slot;
 extern CLC_HIDDEN int g_slot_dir;
 extern CLC_HIDDEN dev_t g_slot_dir_dev;

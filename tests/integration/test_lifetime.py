@@ -264,3 +264,29 @@ def test_short_programs_end_cleanly_when_nothing_can_be_wrapped(native, clc_run,
         cap = run.capture()
         assert cap.complete, run.stderr
         assert sum(st.launches for st in cap.stats.values()) > 0
+
+
+def test_a_signal_the_program_leaves_at_its_default_ends_it_during_a_long_first_sight(native,
+                                                                                      tmp_path):
+    # GIVEN a program whose first kernel is decided by a Python hook that takes 20 s, and which
+    # leaves SIGTERM at its default (clc's own handler stands for it: it finishes the capture)
+    from harness import clc_command, env_for
+    hooks = tmp_path / "slow_hooks.py"
+    hooks.write_text("import time\n\ndef slow(launch):\n    time.sleep(20)\n    return None\n")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\ndefault: allow\nrules:\n  - name: slow\n"
+                      f"    match: {{kernel: '*'}}\n    action: hook\n    hook: {hooks}:slow\n")
+    proc = subprocess.Popen(clc_command() + ["--policy", str(policy), "-o",
+                                             str(tmp_path / "cap.clc"), "--force", "--",
+                                             str(native["prog_cudart"])],
+                            env=env_for(native), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path)
+    import time
+    time.sleep(3)  # the engine started, the hook asleep inside the first sight
+    start = time.monotonic()
+    # WHEN it gets SIGTERM (clc-run passes it on) in the middle of that first sight
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    # THEN it ends by that signal at once, as it would without clc, not when the hook returns
+    assert time.monotonic() - start < 10, err.decode()[-2000:]
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err.decode()[-2000:])

@@ -47,6 +47,14 @@ def start(native, tmp_path):
         d.finish()
 
 
+def launched(slot, n):
+    """The service of a slot written by hand launches again (its launches count n): it lives
+    on the GPU, and stays busy."""
+    fd = os.open(slot, os.O_WRONLY)
+    os.pwrite(fd, struct.pack("<Q", n), 64 + 24)
+    os.close(fd)
+
+
 def row_slo(slot):
     """A slot's first row's slo fields."""
     return SLO.unpack_from(slot.read_bytes(), 64 + ROW_SLO)
@@ -65,6 +73,11 @@ def test_the_service_puts_the_p99_of_its_quiet_and_recent_busy_periods_on_its_sl
     # requests took
     assert slo == 1500 and probe > 0
     assert 2000 <= quiet < 100_000 and 2000 <= recent < 100_000, (quiet, recent)
+    # AND says them at exit (-v)
+    said = lc.finish()
+    assert (f"priority: slo 1.50 on device 0: busy periods' p99 {quiet / 1000:.2f} ms while "
+            f"best-effort work was held (") in said, said
+    assert f"{recent / 1000:.2f} ms otherwise (" in said, said
 
 
 def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(start, tmp_path):
@@ -77,12 +90,15 @@ def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(sta
     slot = mine / f"lc.{me}.1"
     write_slot(slot, me, start_time_of(me), launched=1, settled=0, slo=(1100, 1000, 5000, 0))
     time.sleep(0.06)  # the board's directories are read again every 50 ms
-    # WHEN it launches, once a second
-    shares = []
+    # WHEN it launches, once a second, the service launching meanwhile
+    shares, n = [], 1
     for _ in range(2):
         assert be.do("launch 1") < 0.05
         shares.append(be.where()[1])
         time.sleep(1.05)
+        n += 1
+        launched(slot, n)
+        time.sleep(0.01)
     # THEN each second it runs on a smaller share: half the class's share, then a quarter
     # (the fake's groups are of 8 SMs: the class's quarter of 132 SMs is 32 SMs)
     assert shares[0] < 32 and shares[1] < shares[0], shares
@@ -93,12 +109,18 @@ def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(sta
     os.pwrite(fd, struct.pack("<I", 800), 64 + ROW_SLO + 8)
     os.close(fd)
     time.sleep(1.05)
+    n += 1
+    launched(slot, n)
+    time.sleep(0.01)
     # THEN it steps back up, a level a second, to its class's share
     seen = []
     for _ in range(4):
         assert be.do("launch 1") < 0.05
         seen.append(be.where()[1])
         time.sleep(1.05)
+        n += 1
+        launched(slot, n)
+        time.sleep(0.01)
     assert seen[-1] == 32 and seen == sorted(seen), seen
     be.finish()
     # AND the capture holds the periods kept below its bounds
@@ -110,12 +132,12 @@ def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(sta
 
 def test_best_effort_work_waits_while_the_service_probes(start, tmp_path):
     # GIVEN a best-effort process with held_share 0.25, and a busy service within its slo that
-    # probes for the next 1.5 s
+    # probes for the next 0.9 s
     be = start("shared")
     board = tmp_path / "board"
     mine = user_dir(board, make=True)
     me = os.getpid()
-    until = (int(time.monotonic() * 1000) + 1500) & 0xFFFFFFFF
+    until = (int(time.monotonic() * 1000) + 900) & 0xFFFFFFFF
     write_slot(mine / f"lc.{me}.1", me, start_time_of(me), launched=1, settled=0,
                slo=(1500, 1000, 1000, until))
     time.sleep(0.06)
@@ -123,5 +145,21 @@ def test_best_effort_work_waits_while_the_service_probes(start, tmp_path):
     assert be.do("launch 1") > 0.05
     # AND once the probe is over they run on the class's share at once
     time.sleep(max(0.0, until / 1000 - time.monotonic()) + 0.05)
+    launched(mine / f"lc.{me}.1", 2)  # the service still lives
+    assert be.do("launch 1") < 0.05
+    assert be.where()[1] == 32
+
+
+def test_a_probe_written_far_ahead_is_not_believed(start, tmp_path):
+    # GIVEN a slot written by hand whose probe ends a minute from now (a service probes for
+    # 300 ms at a time)
+    be = start("shared")
+    mine = user_dir(tmp_path / "board", make=True)
+    me = os.getpid()
+    until = (int(time.monotonic() * 1000) + 60_000) & 0xFFFFFFFF
+    write_slot(mine / f"lc.{me}.1", me, start_time_of(me), launched=1, settled=0,
+               slo=(1500, 1000, 1000, until))
+    time.sleep(0.06)
+    # THEN the best-effort launches run on their class's share, without waiting
     assert be.do("launch 1") < 0.05
     assert be.where()[1] == 32

@@ -68,11 +68,19 @@ def test_a_daemon_directory_others_may_write_is_not_joined(tmp_path, control_on_
     assert mps.find_daemon(control_on_path, str(pipe)) is None
 
 
-def test_without_the_control_program_the_run_goes_on_without_mps(monkeypatch, tmp_path):
+def none_dir(root):
+    """The empty pipe directory a program without MPS gets: private, with nothing in it."""
+    none = root / f"clc-mps-{os.geteuid()}" / "none"
+    assert none.stat().st_mode & 0o777 == 0o700 and not any(none.iterdir())
+    return {"CUDA_MPS_PIPE_DIRECTORY": str(none)}
+
+
+def test_without_the_control_program_the_run_goes_on_without_mps(root, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     env = {"PATH": str(tmp_path)}
     extra, lines = mps.mps_environment("start", env)
-    assert extra == {}
+    # the driver would otherwise go to MPS's default pipe directory by itself
+    assert extra == none_dir(root)
     assert lines == [(True, "warning: priority.mps: start: no nvidia-cuda-mps-control on PATH: "
                             "the program runs without MPS (processes' contexts time-slice the "
                             "GPU)")]
@@ -81,7 +89,7 @@ def test_without_the_control_program_the_run_goes_on_without_mps(monkeypatch, tm
 def test_join_with_no_daemon_says_where_it_looked(root, control_on_path, monkeypatch):
     monkeypatch.setattr(mps, "DEFAULT_PIPE", str(root / "nvidia-mps"))
     extra, lines = mps.mps_environment("join", dict(os.environ))
-    assert extra == {}
+    assert extra == none_dir(root)
     (loud, line), = lines
     assert loud and line == (f"warning: priority.mps: join: no MPS daemon answers at "
                              f"{mps.clc_pipe_dir({})} or {root}/nvidia-mps: the program runs "
@@ -95,6 +103,32 @@ def test_start_never_starts_a_daemon_in_a_directory_the_user_named(root, control
     assert extra == {}
     assert "clc-run starts a daemon only in its own directory" in lines[0][1]
     assert not (tmp_path / "mine").exists()
+
+
+def test_a_refused_default_daemon_is_kept_from_the_program(root, control_on_path, monkeypatch):
+    # GIVEN MPS's default pipe directory made by someone else, open to all (so refused)
+    shared = root / "nvidia-mps"
+    shared.mkdir()
+    (shared / "control").write_text("")
+    shared.chmod(0o777)
+    monkeypatch.setattr(mps, "DEFAULT_PIPE", str(shared))
+    extra, lines = mps.mps_environment("join", dict(os.environ))
+    # THEN the refusal is said, and the program gets an empty pipe directory of its user's
+    # instead of the driver's default
+    assert "others may write it" in lines[0][1]
+    assert extra == none_dir(root)
+
+
+def test_a_users_directory_made_by_another_is_not_looked_under(root, control_on_path):
+    # GIVEN clc's directory for this user made open to others (as if another made it)
+    top = root / f"clc-mps-{os.geteuid()}"
+    pipe = top / "all" / "pipe"
+    pipe.mkdir(parents=True)
+    (pipe / "control").write_text("")
+    top.chmod(0o777)
+    # THEN nothing under it is joined, and the refusal is said
+    extra, lines = mps.mps_environment("join", {"PATH": os.environ["PATH"]})
+    assert "is open to others" in lines[0][1]
 
 
 def test_off_changes_nothing(capsys):
