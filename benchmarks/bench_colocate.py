@@ -40,6 +40,8 @@ clc-0.5-*, clc-0.25-last, shared-two and priority-two):
     priority-reserve-mps  under MPS, the training keeps a quarter of the SMs free while the
                     inference lives on the GPU (reserve 0.25); held launches wait
     priority-reserve-share-mps  the same, held launches on an eighth (held_share 0.125)
+    priority-slo    no MPS, the inference's class with slo 1.10: the training's held
+                    launches wait, its run-ahead stepped down while the slo is missed
     priority-slo-mps  under MPS, the inference's class with slo 1.10: the training's held
                     launches wait, its run-ahead stepped down while the slo is missed
     priority-slo-share-mps  the same with held_share 0.25: the share stepped down (half, a
@@ -124,13 +126,14 @@ PLACES = ("first", "last")
 CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "mps-prio",
            *(f"clc-{s}-{p}" for s in SHARES for p in PLACES), "priority", "priority-mps",
            "priority-share-mps", "priority-reserve-mps", "priority-reserve-share-mps",
-           "priority-slo-mps", "priority-slo-share-mps", "shared-two", "priority-two")
+           "priority-slo", "priority-slo-mps", "priority-slo-share-mps", "shared-two",
+           "priority-two")
 DEFAULT_CONFIGS = ("alone", "shared", "mps", "mps-50", "mps-25", "clc-0.25-first", "priority",
                    "priority-mps", "priority-share-mps", "priority-reserve-mps",
                    "priority-reserve-share-mps")
 PRIORITY_CONFIGS = ("priority", "priority-mps", "priority-share-mps", "priority-reserve-mps",
-                    "priority-reserve-share-mps", "priority-slo-mps", "priority-slo-share-mps",
-                    "priority-two")
+                    "priority-reserve-share-mps", "priority-slo", "priority-slo-mps",
+                    "priority-slo-share-mps", "priority-two")
 SECOND_GAP_MS = 7.0
 PRIORITY_FLOOR = 0.1
 PRIORITY_RUN_AHEAD = 32

@@ -184,6 +184,7 @@ def test_the_priority_policy_classes_the_two_programs(tmp_path):
                                          slo=bc.PRIORITY_SLO))
     assert [(c.slo, c.held_share) for c in slo.priority.classes] == [(1.1, 0), (0, 0.25)]
     assert all(bc.under_mps(c, {}) for c in ("priority-slo-mps", "priority-slo-share-mps"))
+    assert "priority-slo" in bc.PRIORITY_CONFIGS and not bc.under_mps("priority-slo", {})
 
 
 def test_holds_are_read_from_the_training_capture(tmp_path):
