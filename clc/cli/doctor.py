@@ -88,9 +88,15 @@ def mps_status():
     time-slices between processes' contexts)."""
     from clc.runtime import mps
     explicit = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-    places = [explicit] if explicit else [mps.clc_pipe_dir(os.environ), mps.DEFAULT_PIPE]
+    ours = mps.clc_pipe_dir(os.environ)
+    places = [explicit] if explicit else [ours, mps.DEFAULT_PIPE]
     control = shutil.which("nvidia-cuda-mps-control")
     for pipe in places:
+        try:
+            if pipe == ours and not explicit and not mps.ours_intact(ours):
+                continue
+        except mps.MpsProblem as e:
+            return False, f"{e}: clc-run does not look under it"
         if not os.path.exists(os.path.join(pipe, "control")):
             continue
         if control is None:

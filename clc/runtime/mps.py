@@ -30,8 +30,8 @@ import subprocess
 import sys
 import time
 
-__all__ = ["MpsDaemon", "join_mps", "mps_environment", "find_daemon", "clc_pipe_dir",
-           "DEFAULT_PIPE"]
+__all__ = ["MpsDaemon", "MpsProblem", "join_mps", "mps_environment", "find_daemon",
+           "ours_intact", "clc_pipe_dir", "DEFAULT_PIPE"]
 
 DEFAULT_PIPE = "/tmp/nvidia-mps"
 _ROOT = "/tmp"
@@ -132,13 +132,14 @@ def _uid_of(pid):
         return None
 
 
-def _ours_intact(pipe):
-    """Whether the directories above clc's own `pipe` are private to this user (a user who
-    made them first controls what is under them); missing: nothing to join there."""
-    device = os.path.dirname(os.path.dirname(pipe))
+def ours_intact(pipe):
+    """Whether the directories above clc's own `pipe` (/tmp/clc-mps-<uid>/<devices>) are
+    private to this user (a user who made them first controls what is under them); False when
+    they are missing (nothing to join there), MpsProblem when refused."""
+    devices = os.path.dirname(pipe)
     try:
-        _check_private(os.path.dirname(device))
-        _check_private(device)
+        _check_private(os.path.dirname(devices))
+        _check_private(devices)
     except FileNotFoundError:
         return False
     return True
@@ -220,22 +221,26 @@ def _start(control, environ, pipe):
 
 def mps_environment(mode, environ):
     """(what the program's environment gets, [(said without -v, line)]) for `priority.mps:
-    mode` ('join' or 'start'). Nothing when no daemon is joined: the program runs without
-    MPS, which is said."""
+    mode` ('join' or 'start'): the pipe directory of the daemon joined or started; when none,
+    nothing (the driver's own default), or an empty directory when clc refused the daemon at
+    the default, and a warning either way."""
     control = shutil.which(_CONTROL, path=environ.get("PATH"))
     explicit = environ.get("CUDA_MPS_PIPE_DIRECTORY")
     if control is None:
-        return _without_mps(mode, f"no {_CONTROL} on PATH", explicit)
+        return _without_mps(mode, f"no {_CONTROL} on PATH")
     ours = clc_pipe_dir(environ)
     places = [explicit] if explicit else [ours, DEFAULT_PIPE]
-    problems = []
+    # where the driver goes by itself: refused there, the program must be kept off it
+    driver_own = explicit or DEFAULT_PIPE
+    problems, refused_own = [], False
     for pipe in places:
         try:
-            if pipe == ours and not _ours_intact(ours):
+            if pipe == ours and not ours_intact(ours):
                 continue
             found = find_daemon(control, pipe, environ)
         except (MpsProblem, OSError, ValueError) as e:
             problems.append(str(e))
+            refused_own |= pipe == driver_own and isinstance(e, MpsProblem)
             continue
         if found is not None:
             return {"CUDA_MPS_PIPE_DIRECTORY": pipe}, [(False, f"MPS: joined the daemon at {pipe}")]
@@ -255,18 +260,20 @@ def mps_environment(mode, environ):
     if mode == "start" and explicit:
         why += " (CUDA_MPS_PIPE_DIRECTORY is set: clc-run starts a daemon only in its own "
         why += "directory; unset it, or start one there)"
-    return _without_mps(mode, why, explicit)
+    return _without_mps(mode, why, refused_own)
 
 
-def _without_mps(mode, why, explicit):
-    """The program runs without MPS, said: with the directory the user named as it is, else
-    with an empty one of this user's as its pipe directory."""
+def _without_mps(mode, why, refused_own=False):
+    """The program runs without a daemon clc joined, said; when clc refused the one the driver
+    would go to by itself (MPS's default, or $CUDA_MPS_PIPE_DIRECTORY), with an empty pipe
+    directory of this user's instead."""
     fallback = "the program runs without MPS (processes' contexts time-slice the GPU)"
+    if not refused_own:
+        return {}, [(True, f"warning: priority.mps: {mode}: {why}: {fallback}, unless a daemon "
+                           f"answers the driver itself there")]
     said = [(True, f"warning: priority.mps: {mode}: {why}: {fallback}")]
-    if explicit:
-        return {}, said
-    # Without a pipe directory the driver would go to MPS's default by itself, refused or not:
-    # an empty one of this user's keeps the program off every daemon.
+    # The driver would go to the refused daemon by itself: an empty pipe directory of this
+    # user's keeps the program off every daemon.
     none = os.path.join(_ROOT, f"clc-mps-{os.geteuid()}", "none")
     try:
         _private_dir(none)

@@ -479,9 +479,9 @@ extern CLC_TLS int t_in_clc;
  * code. A signal handler that launches there would run inside code that is not re-entrant (a
  * launch inside the driver's module load hangs the real driver, with or without clc); held, it
  * runs when the work ends, and its launches are decided as anywhere else. Faults (SIGSEGV,
- * SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS), SIGABRT and the signals the program leaves at their
- * default are never held. Two system calls: for the slow paths only, never a launch's fast
- * path. */
+ * SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS), SIGABRT and the signals whose default ends the
+ * program, where the program keeps that default, are never held. Two system calls: for the
+ * slow paths only, never a launch's fast path. */
 void clc_signals_hold(sigset_t *old);
 /* Signals whose default action clc's own handler stands for (the program keeps the default:
  * hooks/leave.c), bit sig - 1: never held, so that they end the process as they would without

@@ -259,6 +259,9 @@ typedef struct {
 static _Atomic int g_slo_known;
 /* a probe's end further ahead than this is not believed (a row written by hand) */
 #define PROBE_AHEAD_MAX_MS 1000
+/* a service's slo counts while it launched on the GPU in the last 10 s: between requests
+ * further apart the levels start again from the class's bounds */
+#define SLO_KEEP_NS 10000000000ull
 
 /* A row's slo, into *seen. */
 static void see_slo(const board_row *r, uint64_t now, slo_seen *seen) {
@@ -311,10 +314,9 @@ static int lc_busy_now(int device, uint64_t now, uint64_t *since, int *present, 
             if (!r->used || memcmp(r->uuid, g_be_uuid[device], 16) != 0) continue;
             uint64_t l = r->launched, s = r->settled;
             if (l != v->seen_launched[d]) v->seen_launched[d] = l, v->seen_ns[d] = now;
-            if (l && now - v->seen_ns[d] < CLC_PRIORITY_RESERVE_KEEP_MS * 1000000ull) {
-                *present = 1;
-                see_slo(r, now, seen); /* a service that launched in the last second */
-            }
+            uint64_t quiet_for = now - v->seen_ns[d];
+            if (l && quiet_for < CLC_PRIORITY_RESERVE_KEEP_MS * 1000000ull) *present = 1;
+            if (l && quiet_for < SLO_KEEP_NS) see_slo(r, now, seen);
             /* busy: a thread of it blocked waiting for its GPU (whatever is settled: the work
              * may be something clc does not count), or launches not settled and not quiet for
              * longer than the policy's idle_after */

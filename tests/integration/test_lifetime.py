@@ -272,7 +272,10 @@ def test_a_signal_the_program_leaves_at_its_default_ends_it_during_a_long_first_
     # leaves SIGTERM at its default (clc's own handler stands for it: it finishes the capture)
     from harness import clc_command, env_for
     hooks = tmp_path / "slow_hooks.py"
-    hooks.write_text("import time\n\ndef slow(launch):\n    time.sleep(20)\n    return None\n")
+    entered = tmp_path / "hook-entered"
+    hooks.write_text(f"import pathlib, time\n\ndef slow(launch):\n"
+                     f"    pathlib.Path({str(entered)!r}).touch()\n"
+                     f"    time.sleep(20)\n    return None\n")
     policy = tmp_path / "policy.yaml"
     policy.write_text("version: 1\ndefault: allow\nrules:\n  - name: slow\n"
                       f"    match: {{kernel: '*'}}\n    action: hook\n    hook: {hooks}:slow\n")
@@ -282,7 +285,11 @@ def test_a_signal_the_program_leaves_at_its_default_ends_it_during_a_long_first_
                             env=env_for(native), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             cwd=tmp_path)
     import time
-    time.sleep(3)  # the engine started, the hook asleep inside the first sight
+    deadline = time.monotonic() + 60
+    while not entered.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert entered.exists(), proc.communicate()[1].decode()[-2000:]
+    time.sleep(0.2)  # the hook asleep inside the first sight
     start = time.monotonic()
     # WHEN it gets SIGTERM (clc-run passes it on) in the middle of that first sight
     proc.send_signal(signal.SIGTERM)

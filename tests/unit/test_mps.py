@@ -4,6 +4,7 @@ the directories it refuses, what it says when no daemon can be joined. The daemo
 started and joined for real in tests/gpu/test_mps_gpu.py."""
 
 import os
+import pathlib
 
 import pytest
 
@@ -79,21 +80,42 @@ def test_without_the_control_program_the_run_goes_on_without_mps(root, monkeypat
     monkeypatch.setenv("PATH", str(tmp_path))
     env = {"PATH": str(tmp_path)}
     extra, lines = mps.mps_environment("start", env)
-    # the driver would otherwise go to MPS's default pipe directory by itself
-    assert extra == none_dir(root)
+    # nothing refused: the driver keeps its own default
+    assert extra == {}
     assert lines == [(True, "warning: priority.mps: start: no nvidia-cuda-mps-control on PATH: "
                             "the program runs without MPS (processes' contexts time-slice the "
-                            "GPU)")]
+                            "GPU), unless a daemon answers the driver itself there")]
 
 
 def test_join_with_no_daemon_says_where_it_looked(root, control_on_path, monkeypatch):
     monkeypatch.setattr(mps, "DEFAULT_PIPE", str(root / "nvidia-mps"))
     extra, lines = mps.mps_environment("join", dict(os.environ))
-    assert extra == none_dir(root)
+    assert extra == {}
     (loud, line), = lines
-    assert loud and line == (f"warning: priority.mps: join: no MPS daemon answers at "
-                             f"{mps.clc_pipe_dir({})} or {root}/nvidia-mps: the program runs "
-                             f"without MPS (processes' contexts time-slice the GPU)")
+    assert loud and line.startswith(f"warning: priority.mps: join: no MPS daemon answers at "
+                                     f"{mps.clc_pipe_dir({})} or {root}/nvidia-mps: the program "
+                                     f"runs without MPS"), line
+
+
+def test_clcs_own_daemon_is_joined_under_a_shared_sticky_directory(tmp_path, monkeypatch):
+    # GIVEN a /tmp-like directory (root's, 1777), clc's directory for this user in it, and a
+    # control program that answers there (as a daemon would: an empty server list)
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setattr(mps, "_ROOT", str(shared))
+    monkeypatch.setattr(mps, "DEFAULT_PIPE", str(shared / "nvidia-mps"))
+    pipe = mps.clc_pipe_dir({})
+    mps._private_dir(pipe)
+    (pathlib.Path(pipe) / "control").write_text("")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-cuda-mps-control").write_text("#!/bin/sh\nexit 0\n")
+    (bindir / "nvidia-cuda-mps-control").chmod(0o755)
+    extra, lines = mps.mps_environment("join", {"PATH": f"{bindir}:{os.environ['PATH']}"})
+    # THEN it is joined
+    assert extra == {"CUDA_MPS_PIPE_DIRECTORY": pipe}, lines
+    assert lines == [(False, f"MPS: joined the daemon at {pipe}")]
 
 
 def test_start_never_starts_a_daemon_in_a_directory_the_user_named(root, control_on_path,
