@@ -46,12 +46,10 @@ int clc_lock_within(pthread_mutex_t *m, int ms) {
     return 0;
 }
 
-void clc_log(int level, const char *fmt, ...) {
+/* A message: on stderr from warnings up (every one with -v), into the capture when `keep`. */
+static void say(int level, int keep, const char *fmt, va_list ap) {
     char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
     if (n < 0) return;
     if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
     if (level > CLC_MSG_INFO || g_cfg.verbose) {
@@ -59,5 +57,19 @@ void clc_log(int level, const char *fmt, ...) {
         int m = snprintf(line, sizeof line, "clc: %s\n", buf);
         if (m > 0) (void)!write(2, line, (size_t)(m < (int)sizeof line ? m : (int)sizeof line - 1));
     }
-    if (level > CLC_MSG_INFO && g_log_sink) g_log_sink(level, buf, (size_t)n);
+    if (keep && g_log_sink) g_log_sink(level, buf, (size_t)n);
+}
+
+void clc_log(int level, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say(level, level > CLC_MSG_INFO, fmt, ap);
+    va_end(ap);
+}
+
+void clc_note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say(CLC_MSG_INFO, 1, fmt, ap);
+    va_end(ap);
 }

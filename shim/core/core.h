@@ -453,6 +453,8 @@ int clc_lock_within(pthread_mutex_t *m, int ms);
 
 /* ---- logging: every clc problem is reported once, to stderr and into the capture ---------- */
 void clc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An INFO message kept in the capture (the report's Messages), said on stderr with -v only. */
+void clc_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Where warnings and errors go besides stderr (the capture: process.c sets it at start). */
 typedef void (*clc_log_sink)(int level, const char *text, size_t len);
 void clc_log_set_sink(clc_log_sink sink);

@@ -306,17 +306,16 @@ static void slo_period(int device, board_row *r, uint64_t now) {
     pthread_mutex_unlock(&g_slo_lock);
 }
 
-/* At exit with -v: per device, the p99s the slot gave last. */
+/* At exit: per device, the p99s the slot gave last, into the capture (and with -v, said). */
 void lc_slo_said(void) {
     board_slot *slot = slot_now();
     for (int d = 0; slot && d < BOARD_DEVICES; d++) {
         const board_row *r = &slot->rows[d];
         if (!atomic_load_explicit(&r->used, memory_order_acquire) || !g_slo[d].period_of) continue;
-        clc_log(CLC_MSG_INFO,
-                "priority: slo %.2f on device %d: busy periods' p99 %.2f ms while best-effort "
-                "work was held (%u periods), %.2f ms otherwise (%u periods)",
-                g_slo_milli / 1000.0, d, atomic_load(&r->quiet_p99_us) / 1000.0, g_slo[d].n_quiet,
-                atomic_load(&r->recent_p99_us) / 1000.0, g_slo[d].n_recent);
+        clc_note("priority: slo %.2f on device %d: busy periods' p99 %.2f ms while best-effort "
+                 "work was held (%u periods), %.2f ms otherwise (%u periods)",
+                 g_slo_milli / 1000.0, d, atomic_load(&r->quiet_p99_us) / 1000.0, g_slo[d].n_quiet,
+                 atomic_load(&r->recent_p99_us) / 1000.0, g_slo[d].n_recent);
     }
 }
 

@@ -123,8 +123,7 @@ void clc_priority_leave(int in_signal) {
         periods_close(clc_now_ns());
         pthread_mutex_unlock(&g_be_lock);
     }
-    if (!in_signal && g_class == CLC_PRIORITY_LC && g_slo_milli && g_cfg.verbose &&
-        g_slot_pid == getpid())
+    if (!in_signal && g_class == CLC_PRIORITY_LC && g_slo_milli && g_slot_pid == getpid())
         lc_slo_said();
     if (!in_signal && g_class == CLC_PRIORITY_BE && (g_holds || g_run_ahead_waits) && g_cfg.verbose)
         clc_log(CLC_MSG_INFO,

@@ -136,7 +136,7 @@ typedef struct {
     _Atomic uint64_t period_of; /* busy_since_ns of the last period taken */
 } slo_rings;
 extern CLC_HIDDEN slo_rings g_slo[BOARD_DEVICES];
-void lc_slo_said(void); /* at exit with -v: the p99s the slot gave last */
+void lc_slo_said(void); /* at exit: the p99s the slot gave last, into the capture */
 extern CLC_HIDDEN board_slot *_Atomic g_slot;
 extern CLC_HIDDEN int g_slot_dir;
 extern CLC_HIDDEN dev_t g_slot_dir_dev;

@@ -73,11 +73,14 @@ def test_the_service_puts_the_p99_of_its_quiet_and_recent_busy_periods_on_its_sl
     # requests took
     assert slo == 1500 and probe > 0
     assert 2000 <= quiet < 100_000 and 2000 <= recent < 100_000, (quiet, recent)
-    # AND says them at exit (-v)
+    # AND says them at exit (-v), and keeps them in its capture, for its report
     said = lc.finish()
-    assert (f"priority: slo 1.50 on device 0: busy periods' p99 {quiet / 1000:.2f} ms while "
-            f"best-effort work was held (") in said, said
-    assert f"{recent / 1000:.2f} ms otherwise (" in said, said
+    line = (f"priority: slo 1.50 on device 0: busy periods' p99 {quiet / 1000:.2f} ms while "
+            f"best-effort work was held (")
+    assert line in said and f"{recent / 1000:.2f} ms otherwise (" in said, said
+    caps = read_captures(capture_files(lc.output))
+    assert any(m.text.startswith(line) for cap in caps for m in cap.messages)
+    assert line in summary(caps)
 
 
 def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(start, tmp_path):
