@@ -364,12 +364,12 @@ int g_holding;
 held_window g_window;
 
 /* Whether a latency-critical process is busy on `device` now, the directories read again
- * when a scan is due (g_be_lock held). */
-static int look(int device, uint64_t now, uint64_t *since, int *present) {
+ * when a scan is due (g_be_lock held); *present and *seen as lc_busy_now's, when not NULL. */
+static int look(int device, uint64_t now, uint64_t *since, int *present, slo_seen *seen) {
     int lives;
-    slo_seen seen;
+    slo_seen slos;
     if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    return lc_busy(device, now, since, present ? present : &lives, &seen);
+    return lc_busy(device, now, since, present ? present : &lives, seen ? seen : &slos);
 }
 
 /* A hold that ended, counted for the exit line: its HOLD record (g_be_lock held). */
@@ -431,7 +431,7 @@ static int may_hold(uint64_t now) {
 static void hold(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
-    if (!look(device, now, &since, NULL) || !may_hold(now)) {
+    if (!look(device, now, &since, NULL, NULL) || !may_hold(now)) {
         pthread_mutex_unlock(&g_be_lock);
         return;
     }
@@ -450,7 +450,7 @@ static void hold(int device) {
             released_by_floor = 1;
             break;
         }
-        if (!look(device, now, &s2, NULL)) break;
+        if (!look(device, now, &s2, NULL, NULL)) break;
     }
     g_holding--;
     g_floor_releases += (uint64_t)released_by_floor;
@@ -515,10 +515,8 @@ hold_period g_slo_period[BOARD_DEVICES + 1];
 static int slo_down(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since;
-    int present;
     slo_seen seen;
-    if (now - g_scanned_ns >= SCAN_NS) scan(now);
-    lc_busy(device, now, &since, &present, &seen);
+    look(device, now, &since, NULL, &seen);
     slo_level *l = &g_slo_level[(unsigned)device < BOARD_DEVICES ? device : BOARD_DEVICES];
     if (!seen.slo) {
         l->down = 0;
@@ -541,7 +539,7 @@ static int lc_present(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since;
     int present;
-    look(device, now, &since, &present);
+    look(device, now, &since, &present, NULL);
     period_seen(g_reserve_period, CLC_HOLD_BUSY | CLC_HOLD_RESERVE, present, now, 0, device);
     pthread_mutex_unlock(&g_be_lock);
     return present;
@@ -550,7 +548,7 @@ static int lc_present(int device) {
 static int held_to_share(int device) {
     pthread_mutex_lock(&g_be_lock);
     uint64_t now = clc_now_ns(), since = 0;
-    int busy = look(device, now, &since, NULL);
+    int busy = look(device, now, &since, NULL, NULL);
     period_seen(g_shared_period, CLC_HOLD_BUSY | CLC_HOLD_SHARED, busy, now, since, device);
     pthread_mutex_unlock(&g_be_lock);
     return busy;

@@ -47,6 +47,17 @@ def start(native, tmp_path):
         d.finish()
 
 
+def service_slot(tmp_path, slo):
+    """A busy service's slot written by hand in this user's board directory (this process
+    stands for it), with the slo fields `slo`; read by the next scan."""
+    mine = user_dir(tmp_path / "board", make=True)
+    me = os.getpid()
+    slot = mine / f"lc.{me}.1"
+    write_slot(slot, me, start_time_of(me), launched=1, settled=0, slo=slo)
+    time.sleep(0.06)  # the board's directories are read again every 50 ms
+    return slot
+
+
 def launched(slot, n):
     """The service of a slot written by hand launches again (its launches count n): it lives
     on the GPU, and stays busy."""
@@ -87,12 +98,7 @@ def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(sta
     # GIVEN a best-effort process with held_share 0.25, and a service whose slot says it is
     # busy, its recent p99 5 ms against 1 ms quiet: 5x, its slo 1.1x
     be = start("shared")
-    board = tmp_path / "board"
-    mine = user_dir(board, make=True)
-    me = os.getpid()
-    slot = mine / f"lc.{me}.1"
-    write_slot(slot, me, start_time_of(me), launched=1, settled=0, slo=(1100, 1000, 5000, 0))
-    time.sleep(0.06)  # the board's directories are read again every 50 ms
+    slot = service_slot(tmp_path, (1100, 1000, 5000, 0))
     # WHEN it launches, once a second, the service launching meanwhile
     shares, n = [], 1
     for _ in range(2):
@@ -139,20 +145,15 @@ def test_best_effort_work_waits_while_the_service_probes(start, tmp_path):
     # GIVEN a best-effort process with held_share 0.25, and a busy service within its slo that
     # probes for the next 0.9 s
     be = start("shared")
-    board = tmp_path / "board"
-    mine = user_dir(board, make=True)
-    me = os.getpid()
     until = (int(time.monotonic() * 1000) + 900) & 0xFFFFFFFF
-    write_slot(mine / f"lc.{me}.1", me, start_time_of(me), launched=1, settled=0,
-               slo=(1500, 1000, 1000, until))
-    time.sleep(0.06)
+    slot = service_slot(tmp_path, (1500, 1000, 1000, until))
     # THEN its launches wait (held whole: the service measures its quiet latency), not run on
     # the share
     be.do("launch 1")
     assert be.where() == (0, 132)
     # AND once the probe is over they run on the class's share at once
     time.sleep(max(0.0, until / 1000 - time.monotonic()) + 0.05)
-    launched(mine / f"lc.{me}.1", 2)  # the service still lives
+    launched(slot, 2)  # the service still lives
     be.do("launch 1")
     assert be.where()[1] == 32
 
@@ -161,12 +162,8 @@ def test_a_probe_written_far_ahead_is_not_believed(start, tmp_path):
     # GIVEN a slot written by hand whose probe ends a minute from now (a service probes for
     # 300 ms at a time)
     be = start("shared")
-    mine = user_dir(tmp_path / "board", make=True)
-    me = os.getpid()
     until = (int(time.monotonic() * 1000) + 60_000) & 0xFFFFFFFF
-    write_slot(mine / f"lc.{me}.1", me, start_time_of(me), launched=1, settled=0,
-               slo=(1500, 1000, 1000, until))
-    time.sleep(0.06)
+    service_slot(tmp_path, (1500, 1000, 1000, until))
     # THEN the best-effort launches run on their class's share, without waiting
     be.do("launch 1")
     assert be.where()[1] == 32

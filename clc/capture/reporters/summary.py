@@ -55,27 +55,21 @@ def _capture_lines(cap):
 
 def _hold_line(cap):
     waits = [h for h in cap.holds if not h.shared and not h.reserve and not h.slo]
-    shared = [h for h in cap.holds if h.shared]
-    reserve = [h for h in cap.holds if h.reserve]
-    slo = [h for h in cap.holds if h.slo]
     parts = []
     if waits:
         total = sum(h.held_ns for h in waits)
         longest = max(h.held_ns for h in waits)
         parts.append(f"{count(len(waits), 'hold')}, {total / 1e6:.1f} ms in all, longest "
                      f"{longest / 1e6:.2f} ms")
-    if shared:
-        total = sum(h.held_ns for h in shared)
-        parts.append(f"on its held share in {count(len(shared), 'busy period')}, "
-                     f"{total / 1e6:.1f} ms in all")
-    if reserve:
-        total = sum(h.held_ns for h in reserve)
-        parts.append(f"left the reserve free in {count(len(reserve), 'period')}, "
-                     f"{total / 1e6:.1f} ms in all")
-    if slo:
-        total = sum(h.held_ns for h in slo)
-        parts.append(f"kept below its bounds for a service's slo in "
-                     f"{count(len(slo), 'period')}, {total / 1e6:.1f} ms in all")
+    # the records that are periods, not waits: which flag, what was done in them, what a
+    # period is called
+    for flag, done, period in (("shared", "on its held share", "busy period"),
+                               ("reserve", "left the reserve free", "period"),
+                               ("slo", "kept below its bounds for a service's slo", "period")):
+        periods = [h for h in cap.holds if getattr(h, flag)]
+        if periods:
+            total = sum(h.held_ns for h in periods)
+            parts.append(f"{done} in {count(len(periods), period)}, {total / 1e6:.1f} ms in all")
     text = f"pid {cap.pid}: " + ", ".join(parts)
     lags = sorted(h.lag_ns for h in cap.holds if h.lag_ns)
     if lags:
