@@ -3,6 +3,7 @@
 suite's zoo_ptx fixture compiles them once); the CUDA tools, and building with nvcc."""
 
 import concurrent.futures
+import functools
 import os
 import pathlib
 import shutil
@@ -17,13 +18,24 @@ ZOO = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "zoo"
 FILES = sorted(p.name for p in ZOO.glob("*.cu"))
 
 
+def _runs(path):
+    """Whether a CUDA tool answers `--version`: a wrapper left on PATH by a toolkit that is gone
+    (a script that execs /usr/local/cuda-X/bin/nvcc) must not hide the wheels' tool."""
+    try:
+        return subprocess.run([path, "--version"], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@functools.lru_cache(maxsize=None)
 def cuda_tool(name):
-    """A CUDA toolkit program (nvcc, ptxas) on PATH or in /usr/local/cuda/bin, else the one the
-    test extra's NVIDIA wheels bring (nvidia-cuda-nvcc: no CUDA toolkit needed), or None. The
-    wheels' nvcc finds its libraries (for linking a program) through NVCC_APPEND_FLAGS, set here
-    for every nvcc the tests run."""
+    """A CUDA toolkit program (nvcc, ptxas) on PATH or in /usr/local/cuda/bin that runs, else the
+    one the test extra's NVIDIA wheels bring (nvidia-cuda-nvcc: no CUDA toolkit needed), or
+    None. The wheels' nvcc finds its libraries (for linking a program) through
+    NVCC_APPEND_FLAGS, set here for every nvcc the tests run."""
     for path in (shutil.which(name), f"/usr/local/cuda/bin/{name}"):
-        if path and os.access(path, os.X_OK) and os.path.isfile(path):
+        if path and os.access(path, os.X_OK) and os.path.isfile(path) and _runs(path):
             return path
     for top in wheel_tops():
         path = top / "bin" / name
