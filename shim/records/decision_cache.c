@@ -142,8 +142,15 @@ static void zero_counters(clc_entry *e) {
 #undef ZERO
 }
 
+/* A launch is counted before its deny or failure, so denied and failed are read first: the counts
+ * read never say more launches denied or failed than launched, and a launch in flight while they
+ * are read (one per launching thread at most) is counted as launched only. */
 static void add_counts_of(const clc_entry *e, clc_kernel_counts *c) {
-#define ADD(name) c->name += atomic_load(&e->name);
+    uint64_t denied = atomic_load(&e->denied), failed = atomic_load(&e->failed);
+#define ADD(name)                                \
+    c->name += &e->name == &e->denied   ? denied \
+               : &e->name == &e->failed ? failed \
+                                        : atomic_load(&e->name);
     CLC_KERNEL_COUNTERS(ADD)
 #undef ADD
     uint32_t sms = atomic_load(&e->confined_sms);

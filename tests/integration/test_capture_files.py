@@ -261,7 +261,12 @@ def test_counts_survive_the_size_cap_and_sigkill(native, clc_run, pause_ms):
         # launches recorded before the limit
         assert least[0] <= launches <= launched, (how, launches, least, launched)
         assert least[1] <= denied <= refused, (how, denied, least, refused)
-        assert kernels[VECADD_NAME][1] == "0" and kernels[DEBUG_NAME][0] == str(denied), how
+        assert kernels[VECADD_NAME][1] == "0", how
+        # Every launch of debug_kernel was denied: its launches are its denies, less the one
+        # launch of the program's one launching thread that the kill may have caught between
+        # being counted and being denied (never more denied than launched)
+        in_flight = int(kernels[DEBUG_NAME][0]) - denied
+        assert in_flight in ((0,) if pause_ms else (0, 1)), (how, in_flight)
         # The rule's count is read a moment after the kernels' (the program launching on)
         if denied_by_rule is not None:
             assert least[1] <= int(denied_by_rule) <= refused, (how, denied_by_rule)
