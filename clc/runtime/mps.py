@@ -73,6 +73,27 @@ def clc_pipe_dir(environ, uid=None):
     return os.path.join(_ROOT, f"clc-mps-{uid}", _devices_word(environ), "pipe")
 
 
+def _client_devices(visible):
+    """The program's CUDA_VISIBLE_DEVICES under a daemon started with `visible`: the MPS server
+    numbers the devices it was given from 0 and reads a client's indices in that numbering (a
+    client that keeps `1` of a daemon given `1` finds no device), so each index becomes its
+    place in the list; a UUID names the same device to both and stays."""
+    return ",".join(str(i) if e.strip().isdigit() else e for i, e in enumerate(visible.split(",")))
+
+
+def _ours_joined(pipe, environ, said):
+    """What the program's environment gets on joining clc's own daemon at `pipe`, which was
+    started with the program's visible devices (they name its directory)."""
+    extra = {"CUDA_MPS_PIPE_DIRECTORY": pipe}
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and _client_devices(visible) != visible:
+        extra["CUDA_VISIBLE_DEVICES"] = _client_devices(visible)
+        said = said + [(False, f"MPS: CUDA_VISIBLE_DEVICES={visible} is "
+                               f"{extra['CUDA_VISIBLE_DEVICES']} under that daemon (an MPS server "
+                               f"numbers its devices from 0)")]
+    return extra, said
+
+
 def _private_dir(path):
     """Makes `path` (mode 0700) where it is missing, each directory from clc's per-user one
     down; each must be a directory (not a link) of this user that no one else may enter."""
@@ -243,7 +264,10 @@ def mps_environment(mode, environ):
             refused_own |= pipe == driver_own and isinstance(e, MpsProblem)
             continue
         if found is not None:
-            return {"CUDA_MPS_PIPE_DIRECTORY": pipe}, [(False, f"MPS: joined the daemon at {pipe}")]
+            said = [(False, f"MPS: joined the daemon at {pipe}")]
+            if pipe == ours:
+                return _ours_joined(pipe, environ, said)
+            return {"CUDA_MPS_PIPE_DIRECTORY": pipe}, said
     if mode == "start" and not explicit:
         try:
             found, started = _start(control, environ, ours)
@@ -254,7 +278,7 @@ def mps_environment(mode, environ):
                     f"for this user's next programs (stop it: echo quit | "
                     f"CUDA_MPS_PIPE_DIRECTORY={ours} {_CONTROL})" if started else
                     f"MPS: joined the daemon at {ours}")
-            return {"CUDA_MPS_PIPE_DIRECTORY": ours}, [(started, said)]
+            return _ours_joined(ours, environ, [(started, said)])
     where = " or ".join(places)
     why = "; ".join(problems) or f"no MPS daemon answers at {where}"
     if mode == "start" and explicit:

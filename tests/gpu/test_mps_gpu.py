@@ -59,7 +59,10 @@ def devices_env():
     from clc.runtime.mps import clc_pipe_dir
     if CONTROL is None:
         pytest.skip("nvidia-cuda-mps-control is not on PATH")
-    env = {"CUDA_VISIBLE_DEVICES": "0"}
+    # the last GPU: on a machine of several, an index the MPS server numbers differently
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    gpus = sum(line.startswith("GPU ") for line in listed.splitlines())
+    env = {"CUDA_VISIBLE_DEVICES": str(max(gpus, 1) - 1)}
     pipe = clc_pipe_dir(env)
     quit_daemon(pipe)
     yield env, pipe
@@ -86,6 +89,9 @@ def test_mps_start_starts_the_users_daemon_and_the_next_program_joins_it(clc_scr
     # THEN clc-run started the daemon there, and the program was its client
     assert f"MPS: started a control daemon for this user at {pipe}" in first.stderr, \
         describe(first)
+    if env["CUDA_VISIBLE_DEVICES"] != "0":
+        assert f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} is 0 under that daemon" in \
+            first.stderr, describe(first)
     assert os.path.exists(os.path.join(pipe, "control")), describe(first)
     text = open(log).read()
     assert re.search(rf"\b{pid}\b", text), f"pid {pid} not in {log}:\n{text[-3000:]}"

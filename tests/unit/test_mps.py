@@ -118,6 +118,32 @@ def test_clcs_own_daemon_is_joined_under_a_shared_sticky_directory(tmp_path, mon
     assert lines == [(False, f"MPS: joined the daemon at {pipe}")]
 
 
+@pytest.mark.parametrize("visible, seen", [("1", "0"), ("2,GPU-5c1e,3", "0,GPU-5c1e,2"),
+                                           ("0,1", None), ("GPU-5c1e", None), (None, None)])
+def test_a_program_joining_clcs_daemon_numbers_the_devices_as_the_mps_server_does(
+        root, tmp_path, visible, seen):
+    # GIVEN clc's daemon for the program's visible devices, answering (an empty server list);
+    # an MPS server numbers the devices its daemon was given from 0, and reads a client's
+    # CUDA_VISIBLE_DEVICES in that numbering
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    pipe = mps.clc_pipe_dir(env)
+    mps._private_dir(pipe)
+    (pathlib.Path(pipe) / "control").write_text("")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-cuda-mps-control").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "bin" / "nvidia-cuda-mps-control").chmod(0o755)
+    # WHEN the program joins it
+    extra, lines = mps.mps_environment("join", env)
+    # THEN each index becomes its place in the daemon's list (the same GPU to the server), a
+    # UUID stays, and with -v the change is said
+    assert extra.pop("CUDA_MPS_PIPE_DIRECTORY") == pipe
+    assert extra.get("CUDA_VISIBLE_DEVICES") == seen, lines
+    assert (f"MPS: CUDA_VISIBLE_DEVICES={visible} is {seen} under that daemon (an MPS server "
+            f"numbers its devices from 0)" in [line for _, line in lines]) == (seen is not None)
+
+
 def test_start_never_starts_a_daemon_in_a_directory_the_user_named(root, control_on_path,
                                                                    tmp_path):
     env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / "mine"))
