@@ -45,11 +45,13 @@ class MpsProblem(Exception):
 
 
 class MpsDaemon:
-    """An MPS control daemon that answers at `pipe`; `servers`: its active servers' pids."""
+    """An MPS control daemon that answers at `pipe`; `servers`: its active servers' pids;
+    `unseen`: those not visible here (a daemon outside this PID namespace, as a container's)."""
 
-    def __init__(self, pipe, servers):
+    def __init__(self, pipe, servers, unseen=()):
         self.pipe = pipe
         self.servers = servers
+        self.unseen = list(unseen)
 
 
 def _devices_word(environ):
@@ -186,11 +188,14 @@ def find_daemon(control, pipe, environ=None):
     if answer is None:
         return None
     servers = [int(w) for w in answer.split() if w.isascii() and w.isdigit()]
-    others = [p for p in servers if _uid_of(p) != os.geteuid()]
+    owners = {p: _uid_of(p) for p in servers}
+    others = [p for p, uid in owners.items() if uid not in (None, os.geteuid())]
     if others:
         raise MpsProblem(f"the MPS daemon at {pipe} serves another user now (server pid "
                          f"{others[0]}): this user's programs would wait until it ends")
-    return MpsDaemon(pipe, servers)
+    # A server this namespace cannot see (the daemon of the host, beside a container) has no
+    # user to tell: the daemon is joined as the driver would join it by itself.
+    return MpsDaemon(pipe, servers, [p for p, uid in owners.items() if uid is None])
 
 
 def _lock(fd, what):
@@ -265,6 +270,9 @@ def mps_environment(mode, environ):
             continue
         if found is not None:
             said = [(False, f"MPS: joined the daemon at {pipe}")]
+            if found.unseen:
+                said.append((False, f"MPS: its server pid {found.unseen[0]} is not visible "
+                                    f"here (another PID namespace): whose it is is not known"))
             if pipe == ours:
                 return _ours_joined(pipe, environ, said)
             return {"CUDA_MPS_PIPE_DIRECTORY": pipe}, said

@@ -5,6 +5,7 @@ started and joined for real in tests/gpu/test_mps_gpu.py."""
 
 import os
 import pathlib
+import subprocess
 
 import pytest
 
@@ -183,3 +184,45 @@ def test_off_changes_nothing(capsys):
     env = {"PATH": "/nonexistent"}
     mps.join_mps("off", env)
     assert env == {"PATH": "/nonexistent"} and capsys.readouterr().err == ""
+
+
+def daemon_answering(root, tmp_path, monkeypatch, servers):
+    """MPS's default pipe directory of this user, with a control program on PATH that answers
+    get_server_list with the pids `servers` (as a daemon serving them would)."""
+    shared = root / "nvidia-mps"
+    shared.mkdir(mode=0o755)
+    (shared / "control").write_text("")
+    monkeypatch.setattr(mps, "DEFAULT_PIPE", str(shared))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "nvidia-cuda-mps-control"
+    exe.write_text("#!/bin/sh\necho '%s'\n" % " ".join(map(str, servers)))
+    exe.chmod(0o755)
+    return shared, {"PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def test_a_daemon_whose_server_this_namespace_cannot_see_is_joined(root, tmp_path, monkeypatch):
+    # GIVEN a daemon serving a pid not visible here (a host's daemon, seen from a container)
+    unseen = next(p for p in range(4_000_000, 4_100_000) if not os.path.exists(f"/proc/{p}"))
+    shared, env = daemon_answering(root, tmp_path, monkeypatch, [unseen])
+    # WHEN a program joins under priority.mps: join
+    extra, lines = mps.mps_environment("join", env)
+    # THEN it joins it, as the driver would by itself, and -v says whose server is not known
+    assert extra == {"CUDA_MPS_PIPE_DIRECTORY": str(shared)}, lines
+    assert (False, f"MPS: its server pid {unseen} is not visible here (another PID namespace): "
+                   f"whose it is is not known") in lines
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a process of another user needs root")
+def test_a_daemon_serving_another_user_is_not_joined(root, tmp_path, monkeypatch):
+    # GIVEN the default daemon serving a process of another user
+    other = subprocess.Popen(["sleep", "60"], user=65534)
+    try:
+        shared, env = daemon_answering(root, tmp_path, monkeypatch, [other.pid])
+        extra, lines = mps.mps_environment("join", env)
+    finally:
+        other.kill()
+        other.wait()
+    # THEN it is refused, said, and the program is kept off it (the driver would go there)
+    assert f"serves another user now (server pid {other.pid})" in lines[0][1], lines
+    assert extra == none_dir(root)
