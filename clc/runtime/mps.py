@@ -127,10 +127,12 @@ def _check_private(path):
 
 def _clean_environment(environ, pipe, log=None):
     """The environment a control command or the daemon gets: the program's (its visible
-    devices are the daemon's) without clc's shim and settings, with the daemon's
+    devices are the daemon's) without clc's shim and settings, and without MPS's own settings
+    (a daemon takes CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, a memory limit, ... as the default of
+    every client: one program's share would become the service's), with the daemon's
     directories."""
     env = {k: v for k, v in environ.items()
-           if not k.startswith("CLC_") and k not in ("LD_PRELOAD", "LD_AUDIT")}
+           if not k.startswith(("CLC_", "CUDA_MPS_")) and k not in ("LD_PRELOAD", "LD_AUDIT")}
     env["CUDA_MPS_PIPE_DIRECTORY"] = pipe
     if log:
         env["CUDA_MPS_LOG_DIRECTORY"] = log

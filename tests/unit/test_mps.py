@@ -226,3 +226,38 @@ def test_a_daemon_serving_another_user_is_not_joined(root, tmp_path, monkeypatch
     # THEN it is refused, said, and the program is kept off it (the driver would go there)
     assert f"serves another user now (server pid {other.pid})" in lines[0][1], lines
     assert extra == none_dir(root)
+
+
+def test_start_gives_the_daemon_the_devices_but_not_the_programs_settings(root, tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(mps, "DEFAULT_PIPE", str(root / "nvidia-mps"))
+    # GIVEN a control program that, started with -d, writes down its environment and makes the
+    # control socket (as the daemon does), and answers get_server_list after that
+    record = tmp_path / "daemon-env"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "nvidia-cuda-mps-control"
+    exe.write_text("#!/bin/sh\n"
+                   f"if [ \"$1\" = -d ]; then env > {record}; "
+                   ": > \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0; fi\n"
+                   "[ -e \"$CUDA_MPS_PIPE_DIRECTORY/control\" ]\n")
+    exe.chmod(0o755)
+    # AND a best-effort program run with MPS's share setting, on the second GPU, under clc
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "1",
+           "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "LD_PRELOAD": "/x/libclc.so",
+           "CLC_POLICY": "/x/p.json", "HOME": "/home/u"}
+    # WHEN it starts the daemon
+    extra, lines = mps.mps_environment("start", env)
+    pipe = mps.clc_pipe_dir(env)
+    assert lines[0] == (True, f"MPS: started a control daemon for this user at {pipe}; it keeps "
+                              f"running for this user's next programs (stop it: echo quit | "
+                              f"CUDA_MPS_PIPE_DIRECTORY={pipe} nvidia-cuda-mps-control)")
+    # THEN the daemon got the GPU and its directories, not the program's MPS share (the default
+    # of every client it would serve), shim or settings
+    daemon = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+    assert daemon["CUDA_VISIBLE_DEVICES"] == "1" and daemon["HOME"] == "/home/u"
+    assert daemon["CUDA_MPS_PIPE_DIRECTORY"] == pipe
+    assert daemon["CUDA_MPS_LOG_DIRECTORY"] == os.path.join(os.path.dirname(pipe), "log")
+    assert not {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "LD_PRELOAD", "CLC_POLICY"} & set(daemon)
+    # AND the program joins it, on the GPU as the server numbers it
+    assert extra == {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_VISIBLE_DEVICES": "0"}
