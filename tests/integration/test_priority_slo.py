@@ -66,6 +66,26 @@ def launched(slot, n):
     os.close(fd)
 
 
+def a_second_later(slot, n):
+    """A second passes, the service launching meanwhile (its launches count n before): its
+    launches count after."""
+    time.sleep(1.05)
+    launched(slot, n + 1)
+    time.sleep(0.01)
+    return n + 1
+
+
+def launches_a_second_apart(be, slot, n, times):
+    """The best-effort process launches `times` times a second apart, the service launching
+    meanwhile: the SMs each launch ran on, and the service's launches count after."""
+    sms = []
+    for _ in range(times):
+        be.do("launch 1")
+        sms.append(be.where()[1])
+        n = a_second_later(slot, n)
+    return sms, n
+
+
 def row_slo(slot):
     """A slot's first row's slo fields."""
     return SLO.unpack_from(slot.read_bytes(), 64 + ROW_SLO)
@@ -100,14 +120,7 @@ def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(sta
     be = start("shared")
     slot = service_slot(tmp_path, (1100, 1000, 5000, 0))
     # WHEN it launches, once a second, the service launching meanwhile
-    shares, n = [], 1
-    for _ in range(2):
-        be.do("launch 1")
-        shares.append(be.where()[1])
-        time.sleep(1.05)
-        n += 1
-        launched(slot, n)
-        time.sleep(0.01)
+    shares, n = launches_a_second_apart(be, slot, 1, 2)
     # THEN each second it runs on a smaller share: half the class's share, then a quarter
     # (the fake's groups are of 8 SMs: the class's quarter of 132 SMs is 32 SMs)
     assert shares[0] < 32 and shares[1] < shares[0], shares
@@ -119,19 +132,9 @@ def test_best_effort_steps_down_while_the_service_misses_its_slo_and_back_up(sta
     fd = os.open(slot, os.O_WRONLY)
     os.pwrite(fd, struct.pack("<I", 800), 64 + ROW_SLO + 8)
     os.close(fd)
-    time.sleep(1.05)
-    n += 1
-    launched(slot, n)
-    time.sleep(0.01)
+    n = a_second_later(slot, n)
     # THEN it steps back up, a level a second, to its class's share
-    seen = []
-    for _ in range(4):
-        be.do("launch 1")
-        seen.append(be.where()[1])
-        time.sleep(1.05)
-        n += 1
-        launched(slot, n)
-        time.sleep(0.01)
+    seen, n = launches_a_second_apart(be, slot, n, 4)
     assert seen[-1] == 32 and seen == sorted(seen), seen
     be.finish()
     # AND the capture holds the periods kept below its bounds
