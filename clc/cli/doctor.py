@@ -89,7 +89,7 @@ def mps_status():
     from clc.runtime import mps
     explicit = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
     ours = mps.clc_pipe_dir(os.environ)
-    places = [explicit] if explicit else [ours, mps.DEFAULT_PIPE]
+    places = mps.places(os.environ)
     control = shutil.which("nvidia-cuda-mps-control")
     for pipe in places:
         try:

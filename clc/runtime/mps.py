@@ -31,7 +31,7 @@ import sys
 import time
 
 __all__ = ["MpsDaemon", "MpsProblem", "join_mps", "mps_environment", "find_daemon",
-           "ours_intact", "clc_pipe_dir", "DEFAULT_PIPE"]
+           "ours_intact", "clc_pipe_dir", "places", "DEFAULT_PIPE"]
 
 DEFAULT_PIPE = "/tmp/nvidia-mps"
 _ROOT = "/tmp"
@@ -73,6 +73,14 @@ def clc_pipe_dir(environ, uid=None):
     """clc's pipe directory for this user and the visible devices (not made)."""
     uid = os.geteuid() if uid is None else uid
     return os.path.join(_ROOT, f"clc-mps-{uid}", _devices_word(environ), "pipe")
+
+
+def places(environ):
+    """Where clc-run looks for a daemon, in order: $CUDA_MPS_PIPE_DIRECTORY alone when the
+    program's environment sets it, else clc's directory for this user and these devices, then
+    MPS's default."""
+    explicit = environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    return [explicit] if explicit else [clc_pipe_dir(environ), DEFAULT_PIPE]
 
 
 def _client_devices(visible):
@@ -257,11 +265,11 @@ def mps_environment(mode, environ):
     if control is None:
         return _without_mps(mode, f"no {_CONTROL} on PATH")
     ours = clc_pipe_dir(environ)
-    places = [explicit] if explicit else [ours, DEFAULT_PIPE]
+    looked = places(environ)
     # where the driver goes by itself: refused there, the program must be kept off it
     driver_own = explicit or DEFAULT_PIPE
     problems, refused_own = [], False
-    for pipe in places:
+    for pipe in looked:
         try:
             if pipe == ours and not ours_intact(ours):
                 continue
@@ -289,7 +297,7 @@ def mps_environment(mode, environ):
                     f"CUDA_MPS_PIPE_DIRECTORY={ours} {_CONTROL})" if started else
                     f"MPS: joined the daemon at {ours}")
             return _ours_joined(ours, environ, [(started, said)])
-    where = " or ".join(places)
+    where = " or ".join(looked)
     why = "; ".join(problems) or f"no MPS daemon answers at {where}"
     if mode == "start" and explicit:
         why += " (CUDA_MPS_PIPE_DIRECTORY is set: clc-run starts a daemon only in its own "
