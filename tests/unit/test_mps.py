@@ -18,16 +18,23 @@ def root(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.fixture
-def control_on_path(tmp_path, monkeypatch):
-    """An nvidia-cuda-mps-control on PATH that never answers (no daemon here)."""
+def control_program(tmp_path, script):
+    """An nvidia-cuda-mps-control of its own (the shell `script`) in tmp_path/bin: that
+    directory before this PATH."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     exe = bindir / "nvidia-cuda-mps-control"
-    exe.write_text("#!/bin/sh\necho 'Cannot find MPS control daemon process' >&2\nexit 1\n")
+    exe.write_text("#!/bin/sh\n" + script)
     exe.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    return str(exe)
+    return f"{bindir}:{os.environ['PATH']}"
+
+
+@pytest.fixture
+def control_on_path(tmp_path, monkeypatch):
+    """An nvidia-cuda-mps-control on PATH that never answers (no daemon here)."""
+    monkeypatch.setenv("PATH", control_program(
+        tmp_path, "echo 'Cannot find MPS control daemon process' >&2\nexit 1\n"))
+    return str(tmp_path / "bin" / "nvidia-cuda-mps-control")
 
 
 def test_the_pipe_directory_is_per_user_and_per_visible_devices(root):
@@ -109,11 +116,7 @@ def test_clcs_own_daemon_is_joined_under_a_shared_sticky_directory(tmp_path, mon
     pipe = mps.clc_pipe_dir({})
     mps._private_dir(pipe)
     (pathlib.Path(pipe) / "control").write_text("")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "nvidia-cuda-mps-control").write_text("#!/bin/sh\nexit 0\n")
-    (bindir / "nvidia-cuda-mps-control").chmod(0o755)
-    extra, lines = mps.mps_environment("join", {"PATH": f"{bindir}:{os.environ['PATH']}"})
+    extra, lines = mps.mps_environment("join", {"PATH": control_program(tmp_path, "exit 0\n")})
     # THEN it is joined
     assert extra == {"CUDA_MPS_PIPE_DIRECTORY": pipe}, lines
     assert lines == [(False, f"MPS: joined the daemon at {pipe}")]
@@ -126,15 +129,12 @@ def test_a_program_joining_clcs_daemon_numbers_the_devices_as_the_mps_server_doe
     # GIVEN clc's daemon for the program's visible devices, answering (an empty server list);
     # an MPS server numbers the devices its daemon was given from 0, and reads a client's
     # CUDA_VISIBLE_DEVICES in that numbering
-    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    env = {"PATH": control_program(tmp_path, "exit 0\n")}
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     pipe = mps.clc_pipe_dir(env)
     mps._private_dir(pipe)
     (pathlib.Path(pipe) / "control").write_text("")
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "nvidia-cuda-mps-control").write_text("#!/bin/sh\nexit 0\n")
-    (tmp_path / "bin" / "nvidia-cuda-mps-control").chmod(0o755)
     # WHEN the program joins it
     extra, lines = mps.mps_environment("join", env)
     # THEN each index becomes its place in the daemon's list (the same GPU to the server), a
@@ -193,12 +193,7 @@ def daemon_answering(root, tmp_path, monkeypatch, servers):
     shared.mkdir(mode=0o755)
     (shared / "control").write_text("")
     monkeypatch.setattr(mps, "DEFAULT_PIPE", str(shared))
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "nvidia-cuda-mps-control"
-    exe.write_text("#!/bin/sh\necho '%s'\n" % " ".join(map(str, servers)))
-    exe.chmod(0o755)
-    return shared, {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    return shared, {"PATH": control_program(tmp_path, f"echo '{' '.join(map(str, servers))}'\n")}
 
 
 def test_a_daemon_whose_server_this_namespace_cannot_see_is_joined(root, tmp_path, monkeypatch):
@@ -234,16 +229,11 @@ def test_start_gives_the_daemon_the_devices_but_not_the_programs_settings(root, 
     # GIVEN a control program that, started with -d, writes down its environment and makes the
     # control socket (as the daemon does), and answers get_server_list after that
     record = tmp_path / "daemon-env"
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "nvidia-cuda-mps-control"
-    exe.write_text("#!/bin/sh\n"
-                   f"if [ \"$1\" = -d ]; then env > {record}; "
-                   ": > \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0; fi\n"
-                   "[ -e \"$CUDA_MPS_PIPE_DIRECTORY/control\" ]\n")
-    exe.chmod(0o755)
+    path = control_program(tmp_path, f"if [ \"$1\" = -d ]; then env > {record}; "
+                                     ": > \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0; fi\n"
+                                     "[ -e \"$CUDA_MPS_PIPE_DIRECTORY/control\" ]\n")
     # AND a best-effort program run with MPS's share setting, on the second GPU, under clc
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "1",
+    env = {"PATH": path, "CUDA_VISIBLE_DEVICES": "1",
            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "LD_PRELOAD": "/x/libclc.so",
            "CLC_POLICY": "/x/p.json", "HOME": "/home/u"}
     # WHEN it starts the daemon
